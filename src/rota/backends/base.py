@@ -1,0 +1,95 @@
+"""The backend protocol: where and how a job's process runs.
+
+A backend launches a job through the shim (``rota.backends.shim``), which records the pid
+and the real exit status in a status file, so that a restarted daemon can re-adopt jobs
+that kept running and learn how the ones that ended meanwhile finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    job_id: int
+    attempt: int
+    argv: list[str]  # final argv (cuda arg already injected); one script string if shell
+    shell: bool
+    env: dict[str, str]  # extra variables on top of the daemon's environment
+    cwd: str | None
+    conda: str | None
+    log_path: Path  # stdout+stderr of the job, appended
+    status_path: Path  # written by the shim: pid at start, exit status at the end
+    session_name: str  # for tmux/screen, e.g. "rota-12-gpu0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """Enough to find a running job again after a daemon restart; stored as JSON."""
+
+    backend: str
+    pid: int  # the shim's pid (its process group and session id as well)
+    status_path: str
+    session_name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "pid": self.pid, "status_path": self.status_path,
+                "session_name": self.session_name, "extra": self.extra}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Handle:
+        return cls(backend=d["backend"], pid=int(d["pid"]), status_path=d["status_path"],
+                   session_name=d.get("session_name"), extra=d.get("extra") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None
+    ended_at: float | None  # unix time from the shim; None when the shim itself was killed
+
+    @property
+    def success(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    attachable: bool = False  # `rota attach` works
+    gpu_pinning: bool = True  # honours CUDA_VISIBLE_DEVICES
+    adopt_after_restart: bool = True
+
+
+class Backend(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def check(self, req: LaunchRequest) -> None:
+        """Raise BackendError naming what is missing (tmux not installed, no conda)."""
+        ...
+
+    def launch(self, req: LaunchRequest) -> Handle:
+        """Start the job detached (own session and process group); return at once."""
+        ...
+
+    def is_alive(self, handle: Handle) -> bool: ...
+
+    def exit_info(self, handle: Handle) -> ExitInfo | None:
+        """How it ended, from the status file; None while it still runs."""
+        ...
+
+    def signal(self, handle: Handle, sig: int) -> None:
+        """Send a signal to the job's whole process group; no error if already gone."""
+        ...
+
+    def attach_argv(self, handle: Handle) -> list[str] | None:
+        """The argv a person runs to attach to the job's session, if attachable."""
+        ...
+
+    def list_sessions(self) -> list[str]:
+        """Names of Rota's live sessions (tmux/screen); empty for the plain local backend."""
+        ...

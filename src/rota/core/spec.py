@@ -1,0 +1,160 @@
+"""JobSpec: what a person asks to run. Validated once, at the edge, with clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rota.errors import InvalidSpec
+from rota.units import parse_duration, parse_gpu_set, parse_memory
+
+SessionKind = Literal["none", "tmux", "screen"]
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_GPUS_PER_JOB = 1024
+
+
+class JobSpec(BaseModel):
+    """A job as submitted. Field names are the API's and the YAML jobs file's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: list[str] = Field(min_length=1, description="argv; with shell=true one script string")
+    name: str | None = Field(default=None, max_length=200)
+    shell: bool = False
+    gpus: float = Field(default=1.0, ge=0, le=MAX_GPUS_PER_JOB)
+    gpu_mem: int | None = Field(default=None, ge=0, description="bytes needed on each GPU")
+    llm: str | None = None
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000,
+                          description="lower number runs first")
+    allowed_gpus: list[int] | None = None
+    conda: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    secret_env: list[str] = Field(default_factory=list, description="env keys never shown")
+    time_limit: float | None = Field(default=None, gt=0, description="seconds")
+    grace: float = Field(default=30.0, ge=0, le=3600, description="seconds from SIGTERM to SIGKILL")
+    retries: int = Field(default=0, ge=0, le=100)
+    retry_backoff: float = Field(default=10.0, ge=0, le=86400, description="first delay, seconds")
+    retry_backoff_max: float = Field(default=600.0, ge=0, le=7 * 86400)
+    after: list[int] = Field(default_factory=list, description="job ids that must complete first")
+    hold: bool = False
+    session: SessionKind = "none"
+    cuda_arg: bool = False
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program (first word) is empty")
+        for a in v:
+            if "\x00" in a:
+                raise ValueError("an argument contains a NUL byte")
+        return v
+
+    @field_validator("gpu_mem", mode="before")
+    @classmethod
+    def _mem(cls, v: Any) -> Any:
+        return parse_memory(v) if isinstance(v, str) else v
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return parse_duration(v) if isinstance(v, str) else v
+
+    @field_validator("allowed_gpus", mode="before")
+    @classmethod
+    def _allowed(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            s = parse_gpu_set(v)
+            return sorted(s) if s is not None else None
+        if isinstance(v, int):
+            return [v]
+        return v
+
+    @field_validator("allowed_gpus")
+    @classmethod
+    def _allowed_norm(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return None
+        if any(i < 0 for i in v):
+            raise ValueError("GPU indices cannot be negative")
+        return sorted(set(v)) or None
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_KEY.match(k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> JobSpec:
+        if self.gpus > 1 and self.gpus != int(self.gpus):
+            raise ValueError(f"gpus={self.gpus:g}: more than one GPU must be a whole number "
+                             "(fractions are for sharing one GPU)")
+        if self.shell and len(self.command) != 1:
+            raise ValueError("with shell=true give the command as one script string")
+        if self.allowed_gpus is not None and self.gpus >= 1 and len(self.allowed_gpus) < self.gpus:
+            raise ValueError(f"gpus={self.gpus:g} but only {len(self.allowed_gpus)} GPUs allowed "
+                             f"({self.allowed_gpus})")
+        missing = [k for k in self.secret_env if k not in self.env]
+        if missing:
+            raise ValueError(f"secret_env names keys not in env: {missing}")
+        if self.retry_backoff_max < self.retry_backoff:
+            raise ValueError("retry_backoff_max is smaller than retry_backoff")
+        return self
+
+    # --- derived -----------------------------------------------------------------
+    @property
+    def whole_gpus(self) -> int:
+        """Number of whole GPUs (0 for a fractional or CPU-only job)."""
+        return int(self.gpus) if self.gpus >= 1 else 0
+
+    @property
+    def display_name(self) -> str:
+        return self.name or " ".join(self.command)[:60]
+
+    def content_hash(self) -> str:
+        """De-duplication key: what runs and where, not bookkeeping like hold or tags."""
+        keys = ("command", "shell", "gpus", "gpu_mem", "llm", "allowed_gpus", "conda", "cwd",
+                "env", "session", "cuda_arg", "priority")
+        payload = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def redacted(self) -> dict[str, Any]:
+        """The spec as shown to people and API clients: secret env values masked."""
+        d = self.model_dump()
+        d["env"] = {k: ("***" if k in self.secret_env else v) for k, v in self.env.items()}
+        return d
+
+
+def parse_spec(data: dict[str, Any], *, where: str = "") -> JobSpec:
+    """Build a JobSpec, turning pydantic's errors into one InvalidSpec naming the field."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise spec_error(e, where=where) from None
+    except InvalidSpec as e:
+        prefix = f"{where}: " if where else ""
+        raise InvalidSpec(f"{prefix}{e}", field=e.field) from None
+
+
+def spec_error(e: ValidationError, *, where: str = "") -> InvalidSpec:
+    parts = []
+    first_field: str | None = None
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "spec"
+        first_field = first_field or loc
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    prefix = f"{where}: " if where else ""
+    return InvalidSpec(prefix + "; ".join(parts), field=first_field)
+
+
+GpuCount = Annotated[float, Field(ge=0)]

@@ -1,0 +1,56 @@
+"""Rota's one exception tree. Errors of libraries below are translated at the edge."""
+
+from __future__ import annotations
+
+
+class RotaError(Exception):
+    """Base of every error Rota raises on purpose."""
+
+    #: HTTP status the API answers with when this error escapes a request.
+    http_status: int = 500
+
+
+class InvalidSpec(RotaError):
+    """A job spec, a jobs-file line or a CLI value is wrong; the message names what."""
+
+    http_status = 422
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(RotaError):
+    http_status = 404
+
+
+class Conflict(RotaError):
+    """The request is valid but the current state forbids it (e.g. cancel a finished job)."""
+
+    http_status = 409
+
+
+class IllegalTransition(Conflict):
+    """A job state change that the lifecycle table does not allow."""
+
+    def __init__(self, job_id: int | None, src: str, dst: str) -> None:
+        super().__init__(f"job {job_id}: cannot go from {src} to {dst}")
+        self.job_id, self.src, self.dst = job_id, src, dst
+
+
+class DaemonUnavailable(RotaError):
+    """The CLI or SDK cannot reach the daemon."""
+
+    http_status = 503
+
+
+class BackendError(RotaError):
+    """A backend could not launch, signal or inspect a job."""
+
+
+class DeviceError(RotaError):
+    """GPU discovery or monitoring failed."""
+
+
+class StoreError(RotaError):
+    """The database could not be reached or migrated."""

@@ -1,0 +1,107 @@
+"""Parsing of human units: memory sizes, durations, GPU index sets."""
+
+from __future__ import annotations
+
+import re
+
+from rota.errors import InvalidSpec
+
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_MEM_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DUR_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
+_DUR_FULL_RE = re.compile(r"(\s*\d+(?:\.\d+)?\s*[dhms])+\s*", re.IGNORECASE)
+_DUR_MULT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_memory(text: str | int, *, field: str = "gpu_mem") -> int:
+    """'20G', '512M', '1.5GiB', or a plain number of bytes -> bytes (binary units)."""
+    if isinstance(text, int):
+        if text < 0:
+            raise InvalidSpec(f"{field}: memory cannot be negative", field=field)
+        return text
+    m = _MEM_RE.match(text)
+    if not m:
+        raise InvalidSpec(f"{field}: cannot read {text!r} as a memory size (like 20G or 512M)",
+                          field=field)
+    return int(float(m.group(1)) * _MEM_MULT[m.group(2).lower()])
+
+
+def format_memory(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, mult in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult:
+            v = n / mult
+            return f"{v:.0f}{unit}" if v >= 10 or v == int(v) else f"{v:.1f}{unit}"
+    return f"{n}B"
+
+
+def parse_duration(text: str | float | int, *, field: str = "time_limit") -> float:
+    """'2h', '1h30m', '90s', '45' (seconds), '1:30:00' -> seconds."""
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        s = text.strip()
+        if re.fullmatch(r"\d+(\.\d+)?", s):
+            value = float(s)
+        elif re.fullmatch(r"\d+(:\d{1,2}){1,2}", s):
+            value = 0.0
+            for part in s.split(":"):
+                value = value * 60 + int(part)
+        elif _DUR_FULL_RE.fullmatch(s):
+            value = sum(float(m.group(1)) * _DUR_MULT[m.group(2).lower()]
+                        for m in _DUR_RE.finditer(s))
+        else:
+            raise InvalidSpec(
+                f"{field}: cannot read {text!r} as a duration (like 2h, 30m, 1h30m, 90s)",
+                field=field)
+    if value <= 0:
+        raise InvalidSpec(f"{field}: a duration must be positive, got {text!r}", field=field)
+    return value
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def parse_gpu_set(text: str | None, *, field: str = "allowed_gpus") -> frozenset[int] | None:
+    """'0-3,6' or '4,5,6,7' -> frozenset; empty or None -> None (all GPUs allowed)."""
+    if text is None or not str(text).strip():
+        return None
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise InvalidSpec(f"{field}: {part!r} is not a GPU index or range (like 0-3,6)",
+                              field=field)
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise InvalidSpec(f"{field}: range {part!r} runs backwards", field=field)
+        out.update(range(lo, hi + 1))
+    return frozenset(out) if out else None
+
+
+def format_gpu_set(gpus: frozenset[int] | set[int] | list[int] | None) -> str:
+    """Compact form: {0,1,2,3,6} -> '0-3,6'."""
+    if not gpus:
+        return ""
+    idx = sorted(gpus)
+    parts: list[str] = []
+    start = prev = idx[0]
+    for i in idx[1:] + [None]:  # type: ignore[list-item]
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
