@@ -1,0 +1,212 @@
+"""Per-pass GPU state: the proposed-state overlay the scheduler places jobs into.
+
+Nothing in a Snapshot is mutated; a pass copies capacity into a GpuPool and every check sees
+the GPUs as they would be after the starts decided so far. GPUs with the same free share and
+size form an equivalence class (a heap of indices), so finding the best-fit GPU costs a walk
+over a handful of classes rather than over every GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
+
+ClassKey = tuple[int, int]  # (free_milli, memory_total)
+
+
+class GpuPool:
+    def __init__(self, gpus: Sequence[GpuView], policy: Policy) -> None:
+        self.views = {g.index: g for g in gpus}
+        self.free_milli: dict[int, int] = {}
+        self.free_mem: dict[int, int] = {}
+        self.reserved_for: dict[int, int] = {}
+        self.unusable: dict[int, str] = {}  # index -> why no new work goes there
+        self._key_of: dict[int, ClassKey | None] = {}
+        self._classes: dict[ClassKey, list[int]] = {}
+        self._count: dict[ClassKey, int] = {}  # live members of each class
+        self.version = 0  # bumped whenever capacity changes
+        self._cands: dict[tuple[int, int | None], tuple[int, frozenset[int]]] = {}
+        self._sorted_keys: list[ClassKey] | None = None
+        for g in gpus:
+            self.free_milli[g.index] = g.free_milli
+            self.free_mem[g.index] = g.free_memory
+            why = _unusable_reason(g, policy)
+            if why:
+                self.unusable[g.index] = why
+                self._key_of[g.index] = None
+            else:
+                self._file(g.index)
+
+    # --- class bookkeeping -------------------------------------------------------------
+    def _unfile(self, i: int) -> None:
+        old = self._key_of.get(i)
+        if old is not None:
+            self._count[old] -= 1
+        self._key_of[i] = None
+
+    def _file(self, i: int) -> None:
+        self._unfile(i)
+        self.version += 1
+        if self.free_milli[i] <= 0 or i in self.reserved_for or i in self.unusable:
+            return
+        key = (self.free_milli[i], self.views[i].memory_total)
+        self._key_of[i] = key
+        self._count[key] = self._count.get(key, 0) + 1
+        heap = self._classes.get(key)
+        if heap is None:
+            self._classes[key] = heap = []
+            self._sorted_keys = None
+        heapq.heappush(heap, i)
+
+    def _keys(self) -> list[ClassKey]:
+        if self._sorted_keys is None:
+            self._sorted_keys = sorted(self._classes)
+        return self._sorted_keys
+
+    def _first_in_class(self, key: ClassKey, gpu_mem: int | None,
+                        skip: frozenset[int] | set[int] = frozenset()) -> int | None:
+        """Lowest valid index in a class with enough free memory (lazy deletion)."""
+        heap = self._classes[key]
+        aside: list[int] = []
+        found: int | None = None
+        while heap:
+            i = heap[0]
+            if self._key_of.get(i) != key:
+                heapq.heappop(heap)  # stale entry: the GPU moved class
+                continue
+            if i in skip or (gpu_mem is not None and self.free_mem[i] < gpu_mem):
+                aside.append(heapq.heappop(heap))
+                continue
+            found = i
+            break
+        for i in aside:
+            heapq.heappush(heap, i)
+        return found
+
+    def cannot_fit_anywhere(self, job: PendingJob) -> bool:
+        """Cheap bound: true when no GPU on the machine (reserved ones included) has room.
+
+        Ignores allowed sets and memory, so a False proves nothing, but a True is final for
+        this pass: it lets most of a long queue be rejected without a search.
+        """
+        reserved = [i for i in self.reserved_for]
+        if job.gpus_milli < MILLI:
+            if any(self.free_milli[i] >= job.gpus_milli for i in reserved):
+                return False
+            return not any(k[0] >= job.gpus_milli and n > 0 for k, n in self._count.items())
+        whole = sum(n for k, n in self._count.items() if k[0] == MILLI)
+        whole += sum(1 for i in reserved if self.free_milli[i] == MILLI)
+        return whole < job.gpus_milli // MILLI
+
+    def candidates(self, milli: int, gpu_mem: int | None) -> frozenset[int]:
+        """GPUs that could hold one GPU's part of such a job now (cached until a change)."""
+        key = (min(milli, MILLI), gpu_mem)
+        hit = self._cands.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        found = frozenset(i for i, k in self._key_of.items() if k is not None and k[0] >= key[0]
+                          and (gpu_mem is None or self.free_mem[i] >= gpu_mem))
+        self._cands[key] = (self.version, found)
+        return found
+
+    def whole_free(self) -> int:
+        return sum(n for k, n in self._count.items() if k[0] == MILLI)
+
+    def max_free_share(self) -> int:
+        return max((k[0] for k, n in self._count.items() if n > 0), default=0)
+
+    # --- placement ---------------------------------------------------------------------
+    def usable(self, i: int, milli: int, gpu_mem: int | None) -> bool:
+        return (self._key_of.get(i) is not None and self.free_milli[i] >= milli
+                and (gpu_mem is None or self.free_mem[i] >= gpu_mem))
+
+    def find(self, job: PendingJob) -> tuple[int, ...] | None:
+        """GPUs for the job as the pool stands, or None. Does not take them."""
+        if job.gpus_milli < MILLI:
+            return self._find_share(job)
+        return self._find_whole(job, job.gpus_milli // MILLI)
+
+    def _find_share(self, job: PendingJob) -> tuple[int, ...] | None:
+        m, mem = job.gpus_milli, job.gpu_mem
+        if job.allowed is not None:
+            best = min((i for i in job.allowed if self.usable(i, m, mem)),
+                       key=lambda i: (self.free_milli[i], i), default=None)
+            return None if best is None else (best,)
+        # Best fit: the GPU with the least free share that still holds the job, so whole
+        # GPUs stay free for jobs that need them.
+        for key in self._keys():
+            if key[0] < m or not self._classes.get(key):
+                continue
+            i = self._first_in_class(key, mem)
+            if i is not None:
+                return (i,)
+        return None
+
+    def _find_whole(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
+        mem = job.gpu_mem
+        if job.allowed is not None:
+            picked = sorted(i for i in job.allowed if self.usable(i, MILLI, mem))[:count]
+            return tuple(picked) if len(picked) == count else None
+        chosen: set[int] = set()
+        for key in self._keys():
+            if key[0] != MILLI:
+                continue
+            while len(chosen) < count:
+                i = self._first_in_class(key, mem, chosen)
+                if i is None:
+                    break
+                chosen.add(i)
+        return tuple(sorted(chosen)) if len(chosen) == count else None
+
+    def take(self, indices: Iterable[int], milli: int, gpu_mem: int | None) -> None:
+        for i in indices:
+            self.free_milli[i] -= milli
+            if gpu_mem:
+                self.free_mem[i] -= gpu_mem
+            self._file(i)
+
+    def reserve(self, job: PendingJob) -> tuple[int, ...]:
+        """Keep GPUs for a blocked job: those closest to holding it. Later jobs skip them."""
+        need = max(1, job.gpus_milli // MILLI)
+        milli = min(job.gpus_milli, MILLI)
+        candidates = [i for i in (job.allowed if job.allowed is not None else self.views)
+                      if i in self.views and i not in self.unusable and i not in self.reserved_for
+                      and self.views[i].memory_total >= (job.gpu_mem or 0)]
+        # most free share first, then most free memory: the quickest to become enough
+        candidates.sort(key=lambda i: (-self.free_milli[i], -self.free_mem[i], i))
+        picked = tuple(sorted(candidates[:need]))
+        if len(picked) < need or (milli < MILLI and not picked):
+            return ()
+        for i in picked:
+            self._unfile(i)
+            self.reserved_for[i] = job.id
+        return picked
+
+    def find_ignoring_reservations(self, job: PendingJob) -> tuple[int, ...] | None:
+        """Would the job fit if nothing were reserved? (for the PRIORITY reason)"""
+        if not self.reserved_for:
+            return None
+        saved = dict(self.reserved_for)
+        self.reserved_for.clear()
+        for i in saved:
+            self._file(i)
+        try:
+            return self.find(job)
+        finally:
+            for i in saved:
+                self._unfile(i)
+            self.reserved_for.update(saved)
+
+
+def _unusable_reason(g: GpuView, policy: Policy) -> str | None:
+    if not g.healthy:
+        return "unhealthy"
+    if g.paused:
+        return "paused"
+    if g.memory_total > 0 and g.memory_external / g.memory_total > policy.mem_threshold:
+        return f"{g.memory_external / g.memory_total:.0%} of its memory used by other processes"
+    if g.allocated_milli == 0 and g.utilization > policy.util_threshold:
+        return f"{g.utilization:.0%} busy with other processes"
+    return None

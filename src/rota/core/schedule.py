@@ -1,0 +1,263 @@
+"""schedule(snapshot, policy, now) -> plan. Pure: the daemon and the simulator share it.
+
+One pass walks the pending queue in priority order (lower number first, FIFO among equals)
+and places each job on the proposed state of the GPUs. A job that cannot start gets a reason.
+The first job blocked on resources gets a reservation: the GPUs closest to holding it are kept
+from later jobs, so big jobs are not starved by a stream of small ones; later jobs may still
+use the other GPUs (backfill). Jobs of a shape that already failed in this pass fail again
+without a search, since capacity only shrinks during a pass: that keeps a pass over 100k
+pending jobs near linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from operator import attrgetter
+
+from rota.core.lifecycle import JobState
+from rota.core.plan import Plan, Reason, ReasonCode, Reservation, Start
+from rota.core.pool import GpuPool
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
+from rota.units import format_gpu_set, format_memory
+
+_FAILED_DEPS = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT})
+
+
+queue_order = attrgetter("priority", "seq")
+_milli_of = attrgetter("gpus_milli")
+
+
+def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
+    pending = (list(snapshot.pending) if snapshot.presorted
+               else sorted(snapshot.pending, key=queue_order))
+    if policy.draining:
+        plan = Plan()
+        drain = Reason(ReasonCode.DRAINING, "the machine is draining: nothing new starts")
+        plan.reasons = dict.fromkeys((j.id for j in pending), drain)
+        return plan
+    return _Pass(snapshot, policy, now).run(pending)
+
+
+class _Pass:
+    """The scratch state of one scheduling pass."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.snapshot, self.policy, self.now = snapshot, policy, now
+        self.plan = Plan()
+        self.pool = GpuPool(snapshot.gpus, policy)
+        self.all_gpus = frozenset(self.pool.views)
+        self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
+        self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
+
+    def run(self, pending: list[PendingJob]) -> Plan:
+        plan, full = self.plan, self.full
+        reasons, positions = plan.reasons, plan.queue_position
+        waiting = 0  # jobs blocked on resources so far: the queue position of the next one
+        smallest = min(map(_milli_of, pending), default=0)
+        checked_at = -1  # pool version at the last saturation check
+        for n, job in enumerate(pending):
+            if job.after or job.not_before is not None:
+                gate = _gate(job, self.snapshot, self.now)
+                if gate is not None:
+                    reasons[job.id] = gate
+                    continue
+            reason = full.get(job.gpus_milli) if job.gpus_milli else None
+            if reason is None:
+                reason = self._try(job)
+                if reason is None:
+                    continue
+            reasons[job.id] = reason
+            positions[job.id] = waiting
+            waiting += 1
+            if not self.policy.backfill and reason.code is not ReasonCode.UNSATISFIABLE:
+                _block_rest(plan, pending, job, self.snapshot, self.now)
+                break
+            if smallest and checked_at != self.pool.version:
+                checked_at = self.pool.version
+                if self.pool.max_free_share() < smallest:
+                    self._cut(pending[n + 1:], waiting)
+                    break
+        return plan
+
+    def _cut(self, tail: list[PendingJob], waiting: int) -> None:
+        """No GPU can hold even the smallest pending job: the rest waits for the same reason."""
+        plan, snapshot, now = self.plan, self.snapshot, self.now
+        kept = f" (GPUs {format_gpu_set(set(self.pool.reserved_for))} are kept for job " \
+            f"{plan.reservations[0].job_id})" if plan.reservations else ""
+        plan.tail, plan.tail_position = tail, waiting
+        plan.tail_reason = Reason(ReasonCode.RESOURCES,
+                                  f"waits for GPUs: every GPU is fully allocated{kept}")
+        views = self.pool.views
+
+        def own_reason(job: PendingJob) -> Reason | None:
+            gate = _gate(job, snapshot, now) if job.after or job.not_before else None
+            return gate or _unsatisfiable(job, views)
+
+        plan.gate = own_reason
+
+    def _try(self, job: PendingJob) -> Reason | None:
+        """Start the job on the proposed state, or say why it cannot start."""
+        pool = self.pool
+        if job.gpus_milli == 0:
+            self.plan.starts.append(Start(job.id, (), 0, None))
+            return None
+        if job.allowed is not None and len(job.allowed) >= len(self.all_gpus) \
+                and job.allowed >= self.all_gpus:
+            job = _unrestricted(job)
+        shape = job.shape
+        reason = self.failed_shapes.get(shape)
+        if reason is not None:
+            return reason
+        if pool.cannot_fit_anywhere(job):
+            reason = self.full[job.gpus_milli] = _machine_full(job, pool)
+            self._reserve_for(job)
+            return reason
+        if job.allowed is not None and job.allowed.isdisjoint(pool.reserved_for):
+            reason = _restricted_quick_check(job, pool)
+        if reason is None:
+            found = pool.find(job)
+            if found is not None:
+                milli = min(job.gpus_milli, MILLI)
+                pool.take(found, milli, job.gpu_mem)
+                self.plan.starts.append(Start(job.id, found, milli, job.gpu_mem))
+                return None
+            reason = _explain(job, pool)
+            if reason.code is ReasonCode.RESOURCES:
+                self._reserve_for(job)
+        self.failed_shapes[shape] = reason
+        return reason
+
+    def _reserve_for(self, job: PendingJob) -> None:
+        """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
+        if self.policy.reserve_for_blocked and not self.plan.reservations:
+            kept = self.pool.reserve(job)
+            if kept:
+                self.plan.reservations.append(Reservation(job.id, kept))
+
+
+def _restricted_quick_check(job: PendingJob, pool: GpuPool) -> Reason | None:
+    """A job limited to some GPUs: reject it by one set test when none of them has room."""
+    assert job.allowed is not None
+    cands = pool.candidates(job.gpus_milli, job.gpu_mem)
+    need = max(1, job.gpus_milli // MILLI)
+    if need == 1:
+        if not cands.isdisjoint(job.allowed):
+            return None
+    elif len(cands & job.allowed) >= need:
+        return None
+    return Reason(ReasonCode.RESOURCES,
+                  f"waits for {_need_text(job)}; not enough room on its "
+                  f"{len(job.allowed)} allowed GPUs")
+
+
+def _machine_full(job: PendingJob, pool: GpuPool) -> Reason:
+    need = _need_text(job)
+    if job.gpus_milli >= MILLI:
+        return Reason(ReasonCode.RESOURCES,
+                      f"waits for {need}; {pool.whole_free()} free on the machine")
+    return Reason(ReasonCode.RESOURCES,
+                  f"waits for {need}; no GPU has that much free "
+                  f"(the most free is {pool.max_free_share() / MILLI:g})")
+
+
+def _unrestricted(job: PendingJob) -> PendingJob:
+    return PendingJob(job.id, job.priority, job.seq, job.gpus_milli, job.gpu_mem, None,
+                      job.after, job.not_before)
+
+
+def _gate(job: PendingJob, snapshot: Snapshot, now: float) -> Reason | None:
+    """Reasons that do not depend on GPUs: dependencies and retry backoff."""
+    for dep in job.after:
+        state = snapshot.dependency_states.get(dep)
+        if state is JobState.COMPLETED:
+            continue
+        if state in _FAILED_DEPS:
+            return Reason(ReasonCode.DEPENDENCY_FAILED,
+                          f"job {dep} it depends on ended {state.value}; it can never start",
+                          blocker=dep)
+        shown = state.value if state is not None else "unknown"
+        return Reason(ReasonCode.DEPENDENCY, f"waits for job {dep} ({shown}) to complete",
+                      blocker=dep)
+    if job.not_before is not None and job.not_before > now:
+        return Reason(ReasonCode.BACKOFF,
+                      f"retry backoff: may start in {job.not_before - now:.0f}s",
+                      until=job.not_before)
+    return None
+
+
+def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
+                snapshot: Snapshot, now: float) -> None:
+    """Strict priority (no backfill): everything behind the first blocked job waits for it."""
+    behind = Reason(ReasonCode.PRIORITY, f"waits behind job {blocker.id}, first in the queue",
+                    blocker=blocker.id)
+    started = {s.job_id for s in plan.starts}
+    for j in pending:
+        if j.id not in plan.reasons and j.id not in started:
+            plan.reasons[j.id] = _gate(j, snapshot, now) or behind
+
+
+def _need_text(job: PendingJob) -> str:
+    if job.gpus_milli < MILLI:
+        text = f"{job.gpus_milli / MILLI:g} of a GPU"
+    else:
+        n = job.gpus_milli // MILLI
+        text = f"{n} whole GPU{'s' if n != 1 else ''}"
+    if job.gpu_mem:
+        text += f" with {format_memory(job.gpu_mem)} free memory each"
+    return text
+
+
+def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | None:
+    """The job cannot fit on this machine however long it waits (as the machine is now)."""
+    scope = sorted(job.allowed) if job.allowed is not None else sorted(views)
+    present = [i for i in scope if i in views]
+    where = f"allowed GPUs {{{format_gpu_set(job.allowed)}}}" if job.allowed else "GPUs"
+    need = _need_text(job)
+    whole = job.gpus_milli // MILLI
+    if not present:
+        return Reason(ReasonCode.UNSATISFIABLE,
+                      f"needs {need} but none of its allowed GPUs {{{format_gpu_set(job.allowed)}}}"
+                      " exist on this machine")
+    if whole > len(present):
+        return Reason(ReasonCode.UNSATISFIABLE,
+                      f"needs {need} but only {len(present)} {where} exist")
+    biggest = max(views[i].memory_total for i in present)
+    if job.gpu_mem and job.gpu_mem > biggest:
+        return Reason(ReasonCode.UNSATISFIABLE,
+                      f"needs {format_memory(job.gpu_mem)} per GPU but the largest of its "
+                      f"{where} has {format_memory(biggest)}")
+    return None
+
+
+def _explain(job: PendingJob, pool: GpuPool) -> Reason:
+    """Why a job found no GPUs, in words, with the figures a person needs."""
+    never = _unsatisfiable(job, pool.views)
+    if never is not None:
+        return never
+    scope = sorted(job.allowed) if job.allowed is not None else sorted(pool.views)
+    present = [i for i in scope if i in pool.views]
+    where = f"allowed GPUs {{{format_gpu_set(job.allowed)}}}" if job.allowed else "GPUs"
+    need = _need_text(job)
+    whole = job.gpus_milli // MILLI
+    behind = pool.find_ignoring_reservations(job)
+    if behind is not None:
+        owner = pool.reserved_for.get(behind[0]) or next(iter(pool.reserved_for.values()))
+        return Reason(ReasonCode.PRIORITY,
+                      f"needs {need}; GPUs are kept for job {owner}, which is ahead of it",
+                      blocker=owner)
+    notes = [f"GPU {i} {pool.unusable[i]}" for i in present if i in pool.unusable][:4]
+    if whole:
+        free = sum(1 for i in present if pool.usable(i, MILLI, job.gpu_mem))
+        state = f"{free} free among {where}"
+    else:
+        best = max((pool.free_milli[i] for i in present if i not in pool.unusable
+                    and i not in pool.reserved_for), default=0)
+        state = f"the most free on one of the {where} is {best / MILLI:g}"
+        if job.gpu_mem:
+            most_mem = max((pool.free_mem[i] for i in present if i not in pool.unusable),
+                           default=0)
+            state += f", with {format_memory(max(most_mem, 0))} free memory"
+    text = f"waits for {need}; {state}"
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    return Reason(ReasonCode.RESOURCES, text)

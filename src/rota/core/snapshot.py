@@ -1,0 +1,78 @@
+"""The scheduler's input: an immutable picture of GPUs and the pending queue."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rota.core.lifecycle import JobState
+
+MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
+
+
+def to_milli(gpus: float) -> int:
+    return round(gpus * MILLI)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as the scheduler sees it: capacity, outside use, and Rota's allocations."""
+
+    index: int
+    memory_total: int
+    memory_external: int = 0  # bytes held by processes Rota did not start
+    utilization: float = 0.0  # observed, 0..1
+    healthy: bool = True
+    paused: bool = False
+    allocated_milli: int = 0  # Rota's allocations, thousandths of the GPU
+    reserved_memory: int = 0  # bytes Rota's allocations asked for (gpu_mem)
+
+    @property
+    def free_milli(self) -> int:
+        return MILLI - self.allocated_milli
+
+    @property
+    def free_memory(self) -> int:
+        return self.memory_total - self.memory_external - self.reserved_memory
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """What the scheduler needs to know of a job waiting to start."""
+
+    id: int
+    priority: int  # lower runs first
+    seq: int  # submission order; FIFO among equal priorities
+    gpus_milli: int  # 0 = CPU only; < 1000 = a share of one GPU; k*1000 = k whole GPUs
+    gpu_mem: int | None = None  # bytes per GPU
+    allowed: frozenset[int] | None = None
+    after: tuple[int, ...] = ()
+    not_before: float | None = None  # retry backoff: not before this time
+
+    @property
+    def shape(self) -> tuple[int, int | None, frozenset[int] | None]:
+        return (self.gpus_milli, self.gpu_mem, self.allowed)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Scheduling knobs, read from config once and passed in."""
+
+    # A GPU whose memory is used by outside processes above this share gets nothing new;
+    # so does a GPU Rota has nothing on whose utilisation is above util_threshold.
+    mem_threshold: float = 0.8
+    util_threshold: float = 0.8
+    # Let later jobs use GPUs the top blocked job cannot use (it keeps a reservation).
+    backfill: bool = True
+    reserve_for_blocked: bool = True
+    draining: bool = False  # start nothing new
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    gpus: Sequence[GpuView]
+    pending: Sequence[PendingJob]  # any order, unless presorted
+    # the caller keeps `pending` in queue order (priority, seq): the pass skips its sort
+    presorted: bool = False
+    # states of jobs named in some pending job's `after`
+    dependency_states: Mapping[int, JobState] = field(default_factory=dict)
