@@ -1,0 +1,5 @@
+"""Talking to a Rota daemon from Python."""
+
+from rota.client.client import Client
+
+__all__ = ["Client"]

@@ -1,0 +1,3 @@
+from rota.cli.main import app
+
+app()

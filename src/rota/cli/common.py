@@ -1,0 +1,63 @@
+"""What every command shares: settings, the client, --json output, error handling."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from rota.client import Client
+from rota.config import Settings, load_settings
+from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def load(**overrides: Any) -> Settings:
+    return load_settings(**overrides)
+
+
+def client() -> Client:
+    return Client(load().socket_path)
+
+
+def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
+    """Print JSON for programs, or the human rendering (a string or a Rich renderable)."""
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        out = human(data)
+        if out is not None:
+            console.print(out, highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def run_cli(*, json_out: bool) -> Iterator[None]:
+    """Turn Rota's errors into a clear message and an exit code (2 bad input, 3 no daemon)."""
+    try:
+        yield
+    except InvalidSpec as e:
+        _report(e, json_out, 2)
+    except DaemonUnavailable as e:
+        _report(e, json_out, 3)
+    except RotaError as e:
+        _report(e, json_out, 1)
+
+
+def _report(e: RotaError, json_out: bool, code: int) -> None:
+    if json_out:
+        sys.stdout.write(json.dumps({"error": type(e).__name__, "message": str(e),
+                                     "field": getattr(e, "field", None)}) + "\n")
+    else:
+        fail(str(e))
+    raise typer.Exit(code)

@@ -1,0 +1,94 @@
+"""Settings, read once at start-up (rota.toml, environment, .env) and passed down."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from rota.errors import InvalidSpec
+
+
+def default_home() -> Path:
+    env = os.environ.get("ROTA_HOME")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "rota"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
+
+    home: Path = Field(default_factory=default_home)
+    database_url: str | None = None  # default: SQLite in home
+    simulate: str | None = None  # e.g. "4x24G"; None: NVML, else a simulated default
+    jobs_file: Path | None = None  # default: home/jobs.txt
+    llm_config: Path | None = None  # default: home/llm_config.json
+    mem_threshold: float = Field(default=0.8, gt=0, le=1)
+    util_threshold: float = Field(default=0.8, gt=0, le=1)
+    backfill: bool = True
+    safety_tick: float = Field(default=5.0, gt=0, description="seconds between safety passes")
+    device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
+    jobs_file_poll: float = Field(default=1.0, gt=0)
+    tmux_socket: str = "rota"
+    user: str = Field(default_factory=lambda: os.environ.get("USER", "") or "unknown")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=default_home() / "rota.toml")
+        return (init_settings, env_settings, dotenv_settings, toml)
+
+    # --- derived paths -----------------------------------------------------------------
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'rota.db'}"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.home / "rota.sock"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.home / "rota.pid"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def status_dir(self) -> Path:
+        return self.home / "status"
+
+    @property
+    def jobs_file_path(self) -> Path:
+        return self.jobs_file or self.home / "jobs.txt"
+
+    @property
+    def llm_config_path(self) -> Path:
+        return self.llm_config or self.home / "llm_config.json"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings once; a bad value is an InvalidSpec naming the setting."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InvalidSpec(f"setting {loc}: {first['msg']}", field=loc) from None

@@ -1,0 +1,518 @@
+"""The daemon's control loop: the only writer of state.
+
+Every change happens on the asyncio loop thread: API handlers, exits, timers and the
+scheduling pass run one at a time, so the pass never races a submit or a cancel. A pass runs
+at once after anything that can change a decision (submit, exit, release, device change)
+and otherwise on a slow safety tick; there is no polling delay between a freed GPU and the
+next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
+from rota.backends.common import reap
+from rota.backends.registry import make_backend
+from rota.config import Settings
+from rota.core.argv import cuda_visible_devices, inject_cuda_arg
+from rota.core.lifecycle import JobState
+from rota.core.plan import Plan, Start
+from rota.core.schedule import schedule
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_milli
+from rota.core.spec import JobSpec
+from rota.devices.base import DeviceSource, GpuReading
+from rota.errors import BackendError, Conflict, NotFound
+from rota.server.queue import PendingQueue
+from rota.server.running import Running
+from rota.store.repo import Store
+from rota.store.tables import AttemptRow, JobRow
+
+log = logging.getLogger("rota.daemon")
+Clock = Callable[[], float]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Daemon:
+    def __init__(self, settings: Settings, store: Store, devices: DeviceSource, *,
+                 clock: Clock = time.time) -> None:
+        self.settings, self.store, self.devices, self.clock = settings, store, devices, clock
+        self.queue = PendingQueue()
+        self.running: dict[int, Running] = {}
+        self.states: dict[int, JobState] = {}  # every job the daemon has seen this run
+        self.readings: dict[int, GpuReading] = {}
+        self.paused: set[int] = set()
+        self.draining = False
+        self.last_plan = Plan()
+        self.pass_seconds: list[float] = []
+        self._backends: dict[str, Backend] = {}
+        self._wake = asyncio.Event()
+        self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        for d in (settings.logs_dir, settings.status_dir):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    # --- start and stop ------------------------------------------------------------------
+    async def start(self) -> None:
+        from rota.server.recovery import recover
+
+        self.loop = asyncio.get_running_loop()
+        self.read_devices()
+        paused_uuids = self.store.paused_gpus()
+        self.paused = {r.index for r in self.readings.values() if r.uuid in paused_uuids}
+        self.draining = self.store.get_setting("draining") == "1"
+        recover(self)
+        self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
+                       asyncio.create_task(self._device_loop(), name="devices")]
+        self.kick()
+
+    async def stop(self) -> None:
+        """Stop the loop; running jobs keep running and are re-adopted at the next start."""
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        for r in self.running.values():
+            r.cancel_timers()
+            self._unwatch(r)
+        self.devices.close()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    async def _scheduler_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.settings.safety_tick)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.schedule_pass()
+            except Exception:  # the loop must survive one bad pass; the error is logged
+                log.exception("scheduling pass failed")
+
+    async def _device_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self.settings.device_poll)
+            try:
+                if self.read_devices():
+                    self.kick()
+            except Exception:
+                log.exception("reading GPUs failed")
+
+    # --- backends ------------------------------------------------------------------------
+    def backend(self, name: str) -> Backend:
+        name = "local" if name in ("none", "local") else name
+        b = self._backends.get(name)
+        if b is None:
+            b = self._backends[name] = make_backend(name, tmux_socket=self.settings.tmux_socket)
+        return b
+
+    @staticmethod
+    def backend_name(spec: JobSpec) -> str:
+        return "local" if spec.session == "none" else spec.session
+
+    # --- devices -------------------------------------------------------------------------
+    def read_devices(self) -> bool:
+        """Take a reading; requeue jobs on GPUs that vanished or turned unhealthy.
+
+        Returns True when something changed that the scheduler should look at.
+        """
+        new = {r.index: r for r in self.devices.read()}
+        old = self.readings
+        self.readings = new
+        lost = {i for i in old if i not in new or not new[i].healthy} | \
+               {i for i, r in new.items() if not r.healthy}
+        changed = set(old) != set(new) or any(old[i].healthy != new[i].healthy for i in new
+                                              if i in old)
+        for r in list(self.running.values()):
+            if r.stop_reason is None and lost.intersection(r.gpus):
+                bad = sorted(lost.intersection(r.gpus))
+                self._stop_job(r, "gpu_lost", f"GPU {bad} vanished or became unhealthy")
+        if changed:
+            self.store.add_event(job_id=None, kind="gpus_changed", now=self.clock(),
+                                 message=f"GPUs present: {sorted(new)}; unhealthy: "
+                                         f"{sorted(i for i, r in new.items() if not r.healthy)}")
+        return changed
+
+    def gpu_views(self) -> list[GpuView]:
+        alloc: dict[int, int] = {}
+        mem: dict[int, int] = {}
+        rota_pids = self._rota_pids()
+        real = self.devices.kind == "nvml"  # simulated outside use has no real process
+        for r in self.running.values():
+            for i in r.gpus:
+                alloc[i] = alloc.get(i, 0) + r.milli
+                mem[i] = mem.get(i, 0) + (r.gpu_mem or 0)
+        views = []
+        for i, g in sorted(self.readings.items()):
+            if g.process_memory:
+                # a reading can be up to one poll old: skip processes that are gone since
+                external = sum(b for pid, b in g.process_memory.items()
+                               if pid not in rota_pids and (not real or _alive(pid)))
+            else:  # the driver lists no processes: count it all as outside use unless ours
+                external = 0 if alloc.get(i) else g.memory_used
+            views.append(GpuView(index=i, memory_total=g.memory_total, memory_external=external,
+                                 utilization=g.utilization, healthy=g.healthy,
+                                 paused=i in self.paused, allocated_milli=alloc.get(i, 0),
+                                 reserved_memory=mem.get(i, 0)))
+        return views
+
+    def _rota_pids(self) -> set[int]:
+        pids: set[int] = set()
+        if not any(g.process_memory for g in self.readings.values()):
+            return pids
+        import psutil
+
+        for r in self.running.values():
+            if r.handle is None:
+                continue
+            pids.add(r.handle.pid)
+            try:
+                pids.update(c.pid for c in psutil.Process(r.handle.pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        return pids
+
+    # --- the scheduling pass ---------------------------------------------------------------
+    def policy(self) -> Policy:
+        s = self.settings
+        return Policy(mem_threshold=s.mem_threshold, util_threshold=s.util_threshold,
+                      backfill=s.backfill, draining=self.draining)
+
+    def snapshot(self) -> Snapshot:
+        deps: dict[int, JobState] = {}
+        for job in self.queue.ordered():
+            for d in job.after:
+                deps[d] = self.job_state(d)
+        return Snapshot(gpus=self.gpu_views(), pending=self.queue.ordered(),
+                        dependency_states=deps, presorted=True)
+
+    def schedule_pass(self) -> Plan:
+        t0 = time.perf_counter()
+        now = self.clock()
+        plan = schedule(self.snapshot(), self.policy(), now)
+        self.pass_seconds = (self.pass_seconds + [time.perf_counter() - t0])[-1000:]
+        self.last_plan = plan
+        for start in plan.starts:
+            self._start(start, now)
+        for job_id, reason in list(plan.reasons.items()):
+            if reason.code == "dependency_failed" and job_id in self.queue:
+                self.queue.remove(job_id)
+                self._transition(job_id, JobState.PENDING, JobState.CANCELLED,
+                                 message=reason.message, end_reason=reason.message,
+                                 ended_at=now)
+        self._arm_backoff_timer(now)
+        return plan
+
+    def _arm_backoff_timer(self, now: float) -> None:
+        """Wake exactly when the earliest retry backoff ends, not on a poll."""
+        soonest = min((r.until for r in self.last_plan.reasons.values() if r.until), default=None)
+        if soonest is not None and self.loop is not None:
+            self.loop.call_later(max(0.0, soonest - now) + 0.005, self.kick)
+
+    # --- starting a job ------------------------------------------------------------------
+    def _start(self, start: Start, now: float) -> None:
+        pending = self.queue.remove(start.job_id)
+        if pending is None:
+            return
+        row = self.store.get_job(start.job_id)
+        spec = JobSpec.model_validate(row.spec)
+        number = row.attempts + 1
+        log_path = self.settings.logs_dir / f"{row.id}.log"
+        status_path = self.settings.status_dir / f"{row.id}-{number}.json"
+        backend_name = self.backend_name(spec)
+        gpu_text = ",".join(map(str, start.gpu_indices)) or "none"
+        attempt = AttemptRow(job_id=row.id, number=number, gpu_indices=list(start.gpu_indices),
+                             gpu_uuids=[self.readings[i].uuid for i in start.gpu_indices
+                                        if i in self.readings],
+                             milli=start.milli_per_gpu, gpu_mem=start.gpu_mem,
+                             backend=backend_name, log_path=str(log_path),
+                             status_path=str(status_path), started_at=now)
+        # write-ahead: the intent is committed before any process exists
+        self.store.start_attempt(row.id, attempt, now=now,
+                                 message=f"attempt {number} on GPUs {gpu_text}")
+        self.states[row.id] = JobState.STARTING
+        run = Running(job_id=row.id, attempt_id=attempt.id, attempt_no=number, spec=spec,
+                      gpus=start.gpu_indices, milli=start.milli_per_gpu,
+                      gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
+                      started_at=now)
+        self.running[row.id] = run
+        try:
+            req = self._launch_request(row, spec, run, log_path, status_path)
+            run.backend.check(req)
+            with open(log_path, "ab") as f:
+                f.write(f"=== rota: job {row.id} attempt {number} on GPUs {gpu_text}\n".encode())
+            handle = run.backend.launch(req)
+        except (BackendError, OSError) as e:
+            self._launch_failed(run, str(e))
+            return
+        self._adopted(run, handle, JobState.STARTING)
+
+    def _launch_request(self, row: JobRow, spec: JobSpec, run: Running, log_path: Path,
+                        status_path: Path) -> LaunchRequest:
+        argv = list(spec.command)
+        if spec.cuda_arg and not spec.shell:
+            argv = inject_cuda_arg(argv, list(run.gpus))
+        env = dict(spec.env)
+        env.update(CUDA_VISIBLE_DEVICES=cuda_visible_devices(list(run.gpus)),
+                   ROTA_JOB_ID=str(row.id), ROTA_ATTEMPT=str(run.attempt_no),
+                   ROTA_GPU_FRACTION=f"{run.milli / MILLI:g}",
+                   ROTA_GRACE_SECONDS=f"{spec.grace:g}")
+        if not run.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
+        return LaunchRequest(job_id=row.id, attempt=run.attempt_no, argv=argv, shell=spec.shell,
+                             env=env, cwd=spec.cwd, conda=spec.conda, log_path=log_path,
+                             status_path=status_path, session_name=f"rota-{row.id}-gpu{gpu_tag}")
+
+    def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
+        """A process exists for the job: record its handle, watch it, arm its timers."""
+        run.handle = handle
+        self.store.update_attempt(run.attempt_id, handle=handle.to_json())
+        if src is not JobState.RUNNING:
+            self._transition(run.job_id, src, JobState.RUNNING,
+                             message=f"pid {handle.pid} via {handle.backend}",
+                             started_at=run.started_at)
+        place = getattr(self.devices, "place", None)
+        if place is not None and run.gpus:  # simulated GPUs: the job drives their figures
+            place(f"job-{run.job_id}", list(run.gpus), run.milli / MILLI, run.gpu_mem,
+                  handle.pid)
+            self.read_devices()
+        self._watch(run)
+        if run.spec.time_limit and self.loop is not None:
+            left = run.started_at + run.spec.time_limit - self.clock()
+            run.timers.append(self.loop.call_later(max(0.0, left), self._time_limit, run.job_id))
+
+    def _launch_failed(self, run: Running, why: str) -> None:
+        now = self.clock()
+        self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
+                                  reason=why)
+        del self.running[run.job_id]
+        self._after_failure(run, JobState.STARTING, f"launch failed: {why}", None, now)
+        self.kick()
+
+    # --- watching exits --------------------------------------------------------------------
+    def _watch(self, run: Running) -> None:
+        assert run.handle is not None and self.loop is not None
+        try:
+            fd = os.pidfd_open(run.handle.pid)
+        except ProcessLookupError:
+            self.loop.call_soon(self._on_exit, run.job_id)
+            return
+        run.pidfd = fd
+        self.loop.add_reader(fd, self._on_exit, run.job_id)
+
+    def _unwatch(self, run: Running) -> None:
+        if run.pidfd is not None and self.loop is not None:
+            self.loop.remove_reader(run.pidfd)
+            os.close(run.pidfd)
+            run.pidfd = None
+
+    def _on_exit(self, job_id: int) -> None:
+        run = self.running.get(job_id)
+        if run is None or run.handle is None:
+            return
+        self._unwatch(run)
+        reap(run.handle.pid)
+        info = run.backend.exit_info(run.handle) or ExitInfo(None, signal.SIGKILL, None)
+        self.finish(run, info)
+
+    def finish(self, run: Running, info: ExitInfo) -> None:
+        """Record how an attempt ended and decide the job's next state."""
+        now = self.clock()
+        run.cancel_timers()
+        self.running.pop(run.job_id, None)
+        release = getattr(self.devices, "release", None)
+        if release is not None and release(f"job-{run.job_id}"):
+            self.read_devices()
+        code = info.exit_code
+        how = f"exit code {code}" if code is not None else f"killed by signal {info.signal}"
+        src = self.job_state(run.job_id)
+        outcome, reason = "completed", how
+        if run.stop_reason == "cancel":
+            outcome, reason = "cancelled", f"cancelled ({how})"
+            self._transition(run.job_id, src, JobState.CANCELLED, message=reason,
+                             ended_at=now, exit_code=code, end_reason=reason)
+        elif run.stop_reason == "timeout":
+            outcome = "timeout"
+            reason = f"time limit {run.spec.time_limit:g}s reached ({how})"
+            self._transition(run.job_id, src, JobState.TIMEOUT, message=reason, ended_at=now,
+                             exit_code=code, end_reason=reason)
+        elif run.stop_reason == "gpu_lost":
+            outcome, reason = "requeued", f"its GPU was lost ({how}); queued again"
+            self._requeue(run.job_id, src, reason, not_before=None)
+        elif info.success:
+            self._transition(run.job_id, src, JobState.COMPLETED, message=how, ended_at=now,
+                             exit_code=0, end_reason=how)
+        else:
+            outcome = "failed"
+            self._after_failure(run, src, how, code, now)
+        self.store.update_attempt(run.attempt_id, ended_at=now, exit_code=code,
+                                  signal=info.signal, outcome=outcome, reason=reason)
+        ev = self._exited.pop(run.job_id, None)
+        if ev is not None and self.job_state(run.job_id).terminal:
+            ev.set()
+        elif ev is not None:
+            self._exited[run.job_id] = ev
+        self.kick()
+
+    def _after_failure(self, run: Running, src: JobState, why: str, code: int | None,
+                       now: float) -> None:
+        row = self.store.get_job(run.job_id)
+        failures = row.failures + 1
+        spec = run.spec
+        if failures <= spec.retries:
+            delay = min(spec.retry_backoff * 2 ** (failures - 1), spec.retry_backoff_max)
+            self._requeue(run.job_id, src, f"{why}; retry {failures}/{spec.retries} in "
+                          f"{delay:g}s", not_before=now + delay, failures=failures,
+                          exit_code=code)
+        else:
+            self._transition(run.job_id, src, JobState.FAILED, message=why, ended_at=now,
+                             exit_code=code, end_reason=why, failures=failures)
+
+    def _requeue(self, job_id: int, src: JobState, why: str, *, not_before: float | None,
+                 **fields: object) -> None:
+        self._transition(job_id, src, JobState.PENDING, message=why, kind="requeued",
+                         not_before=not_before, **fields)
+        self.queue.add(self.pending_of(self.store.get_job(job_id)))
+
+    # --- stopping jobs ---------------------------------------------------------------------
+    def _stop_job(self, run: Running, reason: str, message: str) -> None:
+        """SIGTERM the job's group, SIGKILL after its grace period."""
+        if run.stop_reason is not None or run.handle is None:
+            return
+        run.stop_reason = reason
+        self.store.add_event(job_id=run.job_id, kind=f"stopping:{reason}", now=self.clock(),
+                             message=f"{message}; SIGTERM, SIGKILL after {run.spec.grace:g}s")
+        run.backend.signal(run.handle, signal.SIGTERM)
+        if self.loop is not None:
+            run.timers.append(self.loop.call_later(run.spec.grace, self._kill, run.job_id))
+
+    def _kill(self, job_id: int) -> None:
+        run = self.running.get(job_id)
+        if run is not None and run.handle is not None:
+            run.backend.signal(run.handle, signal.SIGKILL)
+
+    def _time_limit(self, job_id: int) -> None:
+        run = self.running.get(job_id)
+        if run is not None:
+            self._stop_job(run, "timeout", f"time limit of {run.spec.time_limit:g}s reached")
+
+    # --- requests from people (called on the loop thread by the API) ----------------------
+    def cancel(self, job_id: int) -> JobState:
+        state = self.job_state(job_id)
+        if state.terminal:
+            raise Conflict(f"job {job_id} already ended ({state.value})")
+        run = self.running.get(job_id)
+        if run is not None:
+            self._stop_job(run, "cancel", "cancelled by request")
+            return state
+        self.queue.remove(job_id)
+        self._transition(job_id, state, JobState.CANCELLED, message="cancelled by request",
+                         ended_at=self.clock(), end_reason="cancelled by request")
+        self._notify_end(job_id)
+        self.kick()
+        return JobState.CANCELLED
+
+    def hold(self, job_id: int) -> None:
+        state = self.job_state(job_id)
+        if state is not JobState.PENDING:
+            raise Conflict(f"job {job_id} is {state.value}; only pending jobs can be held")
+        self.queue.remove(job_id)
+        self._transition(job_id, state, JobState.HELD, message="held by request")
+
+    def release(self, job_id: int) -> None:
+        state = self.job_state(job_id)
+        if state is not JobState.HELD:
+            raise Conflict(f"job {job_id} is {state.value}; only held jobs can be released")
+        self._transition(job_id, state, JobState.PENDING, message="released")
+        self.queue.add(self.pending_of(self.store.get_job(job_id)))
+        self.kick()
+
+    def set_paused(self, index: int, paused: bool) -> None:
+        g = self.readings.get(index)
+        if g is None:
+            raise NotFound(f"no GPU {index}; GPUs present: {sorted(self.readings)}")
+        self.store.set_gpu_paused(g.uuid, index, paused)
+        (self.paused.add if paused else self.paused.discard)(index)
+        self.store.add_event(job_id=None, kind="gpu_paused" if paused else "gpu_resumed",
+                             now=self.clock(), message=f"GPU {index}")
+        self.kick()
+
+    def set_draining(self, on: bool) -> None:
+        self.draining = on
+        self.store.set_setting("draining", "1" if on else "0")
+        self.store.add_event(job_id=None, kind="drain" if on else "undrain", now=self.clock())
+        self.kick()
+
+    async def wait_for_end(self, job_id: int, timeout: float | None) -> JobState:
+        state = self.job_state(job_id)
+        if state.terminal:
+            return state
+        ev = self._exited.setdefault(job_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            pass
+        return self.job_state(job_id)
+
+    def _notify_end(self, job_id: int) -> None:
+        ev = self._exited.pop(job_id, None)
+        if ev is not None:
+            ev.set()
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    def job_state(self, job_id: int) -> JobState:
+        st = self.states.get(job_id)
+        if st is None:
+            try:
+                st = JobState(self.store.get_job(job_id).state)
+            except NotFound:
+                raise NotFound(f"no job {job_id}") from None
+            self.states[job_id] = st
+        return st
+
+    def _transition(self, job_id: int, src: JobState, dst: JobState, *, message: str,
+                    kind: str | None = None, **fields: object) -> None:
+        self.store.transition(job_id, src, dst, now=self.clock(), message=message, kind=kind,
+                              **fields)
+        self.states[job_id] = dst
+        if dst.terminal:
+            self._notify_end(job_id)
+
+    @staticmethod
+    def pending_of(row: JobRow) -> PendingJob:
+        spec = row.spec
+        allowed = spec.get("allowed_gpus")
+        return PendingJob(id=row.id, priority=row.priority, seq=row.id,
+                          gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
+                          allowed=frozenset(allowed) if allowed else None,
+                          after=tuple(spec.get("after") or ()), not_before=row.not_before)
+
+    def accept(self, rows: list[JobRow]) -> None:
+        """Newly stored jobs join the queue and a pass runs."""
+        for row in rows:
+            st = JobState(row.state)
+            self.states[row.id] = st
+            if st is JobState.PENDING:
+                self.queue.add(self.pending_of(row))
+        self.kick()
+

@@ -1,0 +1,128 @@
+"""Accepting work: validation beyond the spec's own, GPU needs from --llm, de-duplication,
+and the watched jobs file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from rota.core.spec import JobSpec, parse_spec
+from rota.errors import InvalidSpec, NotFound
+from rota.jobsfile import JobsFileWatcher
+from rota.ml.estimate import LlmTable, estimate_llm
+from rota.server.daemon import Daemon
+from rota.store.tables import JobRow
+
+log = logging.getLogger("rota.intake")
+
+
+@dataclass
+class JobsFileStatus:
+    path: str
+    loaded_at: float | None = None
+    queued: list[int] = field(default_factory=list)
+    skipped_duplicates: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Intake:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.settings = daemon.settings
+        self.llm_table = LlmTable.load(self.settings.llm_config_path)
+        self.watcher = JobsFileWatcher(self.settings.jobs_file_path)
+        self.jobs_file = JobsFileStatus(path=str(self.settings.jobs_file_path))
+
+    # --- submit --------------------------------------------------------------------------
+    def prepare(self, raw: dict[str, Any], *, where: str = "") -> JobSpec:
+        """Validate one spec and fill in what the daemon knows (GPU needs from --llm)."""
+        spec = parse_spec(raw, where=where)
+        prefix = f"{where}: " if where else ""
+        if spec.llm and "gpus" not in raw:
+            spec = self._resolve_llm(spec, prefix)
+        if spec.conda and not (os.environ.get("CONDA_EXE") or shutil.which("conda")):
+            raise InvalidSpec(f"{prefix}conda: environment {spec.conda!r} requested but conda "
+                              "is not installed on this machine", field="conda")
+        if spec.session != "none" and not shutil.which(spec.session):
+            raise InvalidSpec(f"{prefix}session: {spec.session} is not installed on this "
+                              "machine", field="session")
+        if spec.cwd and not os.path.isdir(spec.cwd):
+            raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
+        for dep in spec.after:
+            try:
+                self.daemon.job_state(dep)
+            except NotFound:
+                raise InvalidSpec(f"{prefix}after: there is no job {dep}",
+                                  field="after") from None
+        return spec
+
+    def _resolve_llm(self, spec: JobSpec, prefix: str) -> JobSpec:
+        gpu_mem = max((g.memory_total for g in self.daemon.readings.values()), default=0)
+        if not gpu_mem:
+            raise InvalidSpec(f"{prefix}llm: no GPUs to size {spec.llm!r} against", field="llm")
+        try:
+            est = estimate_llm(spec.llm or "", table=self.llm_table, gpu_memory=gpu_mem)
+        except InvalidSpec as e:
+            raise InvalidSpec(f"{prefix}{e}", field="llm") from None
+        update: dict[str, Any] = {"gpus": est.gpus}
+        if est.gpu_mem is not None and spec.gpu_mem is None:
+            update["gpu_mem"] = est.gpu_mem
+        return JobSpec.model_validate({**spec.model_dump(), **update})
+
+    def submit(self, raws: list[dict[str, Any]], *, user: str, source: str,
+               idempotency_key: str | None = None, dedup: bool = False) -> list[JobRow]:
+        """All or nothing: every spec is checked before any is stored."""
+        if idempotency_key:
+            first = self.daemon.store.job_by_idempotency_key(idempotency_key)
+            if first is not None:
+                return [first]
+        if not raws:
+            raise InvalidSpec("no job given", field="jobs")
+        multi = len(raws) > 1
+        specs = [self.prepare(r, where=f"jobs[{n}]" if multi else "") for n, r in
+                 enumerate(raws)]
+        if dedup:
+            live = self.daemon.store.live_hashes(s.content_hash() for s in specs)
+            specs = [s for s in specs if s.content_hash() not in live]
+        if not specs:
+            return []
+        rows = self.daemon.store.add_jobs(specs, user=user, source=source,
+                                          now=self.daemon.clock(),
+                                          idempotency_key=idempotency_key)
+        self.daemon.accept(rows)
+        return rows
+
+    # --- the watched jobs file -----------------------------------------------------------
+    def poll_jobs_file(self, *, force: bool = False) -> JobsFileStatus:
+        """Queue new lines of the jobs file; report bad lines with their numbers."""
+        if force:
+            self.watcher = JobsFileWatcher(self.settings.jobs_file_path)
+        parsed = self.watcher.poll()
+        if parsed is None:
+            return self.jobs_file
+        status = JobsFileStatus(path=self.jobs_file.path, loaded_at=self.daemon.clock())
+        status.errors = [{"line": e.line, "message": e.message} for e in parsed.errors]
+        for e in parsed.errors:
+            self.daemon.store.add_event(job_id=None, kind="jobsfile_error",
+                                        now=self.daemon.clock(),
+                                        message=f"{status.path}:{e.line}: {e.message}")
+        live = self.daemon.store.live_hashes(e.key for e in parsed.entries)
+        seen: set[str] = set()
+        for entry in parsed.entries:
+            if entry.key in live or entry.key in seen:
+                status.skipped_duplicates += 1
+                continue
+            seen.add(entry.key)
+            try:
+                raw = entry.spec.model_dump(exclude_unset=True)
+                rows = self.submit([raw], user=self.settings.user,
+                                   source=f"{status.path}:{entry.line}")
+            except InvalidSpec as e:
+                status.errors.append({"line": entry.line, "message": str(e)})
+                continue
+            status.queued.extend(r.id for r in rows)
+        self.jobs_file = status
+        return status

@@ -1,0 +1,106 @@
+"""Taking up the work after a restart: nothing lost, nothing run twice.
+
+Jobs run detached through the shim, which writes the job's pid and, at the end, its exit
+status to a status file whose path is stored with the attempt before the launch. So after a
+crash each unfinished job is in one of three situations: its process still runs (adopt it),
+it ended meanwhile (record how, from the status file), or the launch never happened
+(queue it again; no process exists, so it cannot run twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+from rota.backends.base import ExitInfo, Handle
+from rota.backends.common import pid_alive, read_status
+from rota.core.lifecycle import JobState
+from rota.core.spec import JobSpec
+from rota.server.running import Running
+from rota.store.tables import AttemptRow, JobRow
+
+log = logging.getLogger("rota.recovery")
+
+
+def recover(daemon) -> None:  # type: ignore[no-untyped-def]  # Daemon (import cycle)
+    rows = daemon.store.active_jobs()
+    attempts = daemon.store.last_attempts(r.id for r in rows if r.attempts)
+    for row in rows:
+        state = JobState(row.state)
+        daemon.states[row.id] = state
+        if state is JobState.PENDING:
+            daemon.queue.add(daemon.pending_of(row))
+        elif state is JobState.HELD:
+            continue
+        else:
+            _take_up(daemon, row, state, attempts.get(row.id))
+
+
+def _take_up(daemon, row: JobRow, state: JobState,  # type: ignore[no-untyped-def]
+             attempt: AttemptRow | None) -> None:
+    if attempt is None or attempt.ended_at is not None:
+        # STARTING with no live attempt: the intent was never carried out
+        daemon._requeue(row.id, state, "recovered: the launch had not happened",
+                        not_before=None)
+        return
+    spec = JobSpec.model_validate(row.spec)
+    run = Running(job_id=row.id, attempt_id=attempt.id, attempt_no=attempt.number, spec=spec,
+                  gpus=tuple(attempt.gpu_indices), milli=attempt.milli, gpu_mem=attempt.gpu_mem,
+                  backend=daemon.backend(attempt.backend), started_at=attempt.started_at)
+    handle = _find_handle(attempt)
+    if handle is None:
+        daemon._requeue(row.id, state, "recovered: the launch had not happened",
+                        not_before=None)
+        daemon.store.update_attempt(attempt.id, ended_at=daemon.clock(), outcome="not_started",
+                                    reason="the daemon stopped before the launch")
+        return
+    daemon.running[row.id] = run
+    if state is JobState.PREEMPTED:
+        run.stop_reason = "gpu_lost"
+    status = read_status(Path(attempt.status_path)) or {}
+    if "ended_at" in status or not _is_our_shim(handle):
+        # it ended while the daemon was down (or its process is gone without a record)
+        run.handle = handle
+        info = run.backend.exit_info(handle) or ExitInfo(None, signal.SIGKILL, None)
+        if state is JobState.STARTING:
+            daemon._transition(row.id, state, JobState.RUNNING, message="recovered",
+                               started_at=run.started_at)
+        daemon.finish(run, info)
+        return
+    log.info("re-adopting job %s (pid %s)", row.id, handle.pid)
+    daemon.store.add_event(job_id=row.id, kind="adopted", now=daemon.clock(),
+                           message=f"re-adopted pid {handle.pid} after a daemon restart")
+    daemon._adopted(run, handle, state)
+
+
+def _find_handle(attempt: AttemptRow) -> Handle | None:
+    if attempt.handle:
+        return Handle.from_json(attempt.handle)
+    # The daemon died between the launch and storing the handle: the shim's status file,
+    # at a path fixed before the launch, still names it.
+    status = read_status(Path(attempt.status_path))
+    if status and status.get("shim_pid"):
+        return Handle(backend=attempt.backend, pid=int(status["shim_pid"]),
+                      status_path=attempt.status_path)
+    # Or the shim started but had not yet written its status file: find it by its argv.
+    import psutil
+
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        if "rota.backends.shim" in cmd and attempt.status_path in cmd:
+            return Handle(backend=attempt.backend, pid=p.info["pid"],
+                          status_path=attempt.status_path)
+    return None
+
+
+def _is_our_shim(handle: Handle) -> bool:
+    """Alive, and really our shim (not a new process that reused the pid)."""
+    if not pid_alive(handle.pid):
+        return False
+    try:
+        import psutil
+
+        return handle.status_path in " ".join(psutil.Process(handle.pid).cmdline())
+    except Exception:
+        return False

@@ -1,0 +1,32 @@
+"""What the daemon keeps about a job that holds GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from rota.backends.base import Backend, Handle
+from rota.core.spec import JobSpec
+
+
+@dataclass
+class Running:
+    job_id: int
+    attempt_id: int
+    attempt_no: int
+    spec: JobSpec
+    gpus: tuple[int, ...]
+    milli: int
+    gpu_mem: int | None
+    backend: Backend
+    started_at: float
+    handle: Handle | None = None
+    pidfd: int | None = None
+    # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost"; None while it runs freely
+    stop_reason: str | None = None
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+    def cancel_timers(self) -> None:
+        for t in self.timers:
+            t.cancel()
+        self.timers.clear()

@@ -1,0 +1,127 @@
+"""Running the daemon: state directory, store, GPUs, the API socket, and clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rota.config import Settings
+from rota.devices.probe import open_devices
+from rota.errors import DaemonUnavailable, RotaError
+from rota.server.daemon import Daemon
+from rota.store.db import redact_url
+from rota.store.repo import Store
+
+log = logging.getLogger("rota.server")
+
+
+def prepare_home(settings: Settings) -> None:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    os.chmod(settings.home, 0o700)  # the socket inside gives full control of the queue
+
+
+def socket_alive(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
+def run_foreground(settings: Settings, *, announce: bool = True) -> None:
+    prepare_home(settings)
+    if socket_alive(settings.socket_path):
+        raise RotaError(f"a Rota daemon is already running on {settings.socket_path}")
+    settings.socket_path.unlink(missing_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    store = Store.open(settings.db_url)
+    devices, message = open_devices(settings.simulate)
+    if announce:
+        print(message if devices.kind == "simulated" else f"GPUs: {message}", flush=True)
+        print(f"state: {redact_url(settings.db_url)}; socket: {settings.socket_path}", flush=True)
+    try:
+        asyncio.run(_serve(settings, store, devices))
+    finally:
+        settings.socket_path.unlink(missing_ok=True)
+        settings.pid_path.unlink(missing_ok=True)
+        store.close()
+
+
+async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    from rota.server.api import build_app
+    from rota.server.intake import Intake
+
+    daemon = Daemon(settings, store, devices)
+    await daemon.start()
+    intake = Intake(daemon)
+    server: uvicorn.Server | None = None
+
+    def stop() -> None:
+        if server is not None:
+            server.should_exit = True
+
+    app = build_app(daemon, intake, on_shutdown=stop)
+    config = uvicorn.Config(app, uds=str(settings.socket_path), log_level="warning",
+                            access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    watcher = asyncio.create_task(_watch_jobs_file(intake, settings.jobs_file_poll))
+    ready = asyncio.create_task(_announce_ready(server, settings))
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+        ready.cancel()
+        await daemon.stop()
+
+
+async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    while not server.started:
+        await asyncio.sleep(0.01)
+    os.chmod(settings.socket_path, 0o600)
+    settings.pid_path.write_text(str(os.getpid()))
+    log.info("listening on %s", settings.socket_path)
+
+
+async def _watch_jobs_file(intake, every: float) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        try:
+            intake.poll_jobs_file()
+        except Exception:
+            log.exception("reading the jobs file failed")
+        await asyncio.sleep(every)
+
+
+def start_detached(settings: Settings, argv: list[str], *, timeout: float = 30.0) -> int:
+    """Start `rota server` in its own session; return its pid once the socket answers."""
+    prepare_home(settings)
+    if socket_alive(settings.socket_path):
+        raise RotaError(f"a Rota daemon is already running on {settings.socket_path}")
+    log_path = settings.home / "daemon.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rota", *argv], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DaemonUnavailable(f"the daemon exited with code {proc.returncode}; "
+                                    f"see {log_path}")
+        if socket_alive(settings.socket_path) and settings.pid_path.exists():
+            return proc.pid
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    raise DaemonUnavailable(f"the daemon did not answer within {timeout:g}s; see {log_path}")

@@ -1,0 +1,65 @@
+"""How jobs, attempts and GPUs look in API answers. Secret env values never leave here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rota.core.spec import JobSpec
+from rota.server.daemon import Daemon
+from rota.store.tables import AttemptRow, EventRow, JobRow
+
+
+def job_view(d: Daemon, row: JobRow, *, detail: bool = False) -> dict[str, Any]:
+    state = d.states.get(row.id, row.state)
+    out: dict[str, Any] = {
+        "id": row.id, "name": row.name or " ".join(row.spec["command"])[:60],
+        "user": row.user, "state": str(state), "priority": row.priority, "gpus": row.gpus,
+        "gpu_mem": row.gpu_mem, "created_at": row.created_at, "started_at": row.started_at,
+        "ended_at": row.ended_at, "attempts": row.attempts, "exit_code": row.exit_code,
+        "end_reason": row.end_reason, "source": row.source,
+        "session": row.spec.get("session", "none"),
+    }
+    run = d.running.get(row.id)
+    out["gpu_indices"] = list(run.gpus) if run else []
+    reason = d.last_plan.reason(row.id) if str(state) == "pending" else None
+    if str(state) == "held":
+        out["reason"] = {"code": "held", "message": "held: `rota release` lets it run"}
+    elif reason is not None:
+        out["reason"] = {"code": str(reason.code), "message": d.last_plan.reason_text(row.id),
+                         "until": reason.until, "blocker": reason.blocker}
+    elif str(state) == "pending":
+        out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
+    if detail:
+        out["spec"] = JobSpec.model_validate(row.spec).redacted()
+    return out
+
+
+def attempt_view(a: AttemptRow) -> dict[str, Any]:
+    return {"number": a.number, "gpus": a.gpu_indices, "fraction": a.milli / 1000,
+            "gpu_mem": a.gpu_mem, "backend": a.backend, "started_at": a.started_at,
+            "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal,
+            "outcome": a.outcome, "reason": a.reason,
+            "pid": (a.handle or {}).get("pid"), "session": (a.handle or {}).get("session_name")}
+
+
+def event_view(e: EventRow) -> dict[str, Any]:
+    return {"ts": e.ts, "kind": e.kind, "from": e.from_state, "to": e.to_state,
+            "message": e.message}
+
+
+def gpu_views(d: Daemon) -> list[dict[str, Any]]:
+    views = {v.index: v for v in d.gpu_views()}
+    jobs: dict[int, list[int]] = {}
+    for r in d.running.values():
+        for i in r.gpus:
+            jobs.setdefault(i, []).append(r.job_id)
+    out = []
+    for i, g in sorted(d.readings.items()):
+        v = views[i]
+        out.append({"index": i, "uuid": g.uuid, "name": g.name,
+                    "memory_total": g.memory_total, "memory_used": g.memory_used,
+                    "memory_external": v.memory_external, "utilization": g.utilization,
+                    "allocated": v.allocated_milli / 1000, "reserved_memory": v.reserved_memory,
+                    "jobs": sorted(jobs.get(i, [])), "paused": i in d.paused,
+                    "healthy": g.healthy, "temperature_c": g.temperature_c})
+    return out

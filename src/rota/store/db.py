@@ -1,0 +1,65 @@
+"""Engine creation and migrations: SQLite in WAL mode by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
+
+from rota.errors import StoreError
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def sqlite_url(home: Path) -> str:
+    return f"sqlite:///{home / 'rota.db'}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine tuned for one writer (the daemon) and a few readers."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a commit survives a daemon crash; only an OS crash can lose the
+            # last transactions, and jobs are re-adopted from their status files anyway.
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    try:
+        return create_engine(url, pool_pre_ping=True)
+    except (SQLAlchemyError, ImportError) as e:
+        raise StoreError(f"cannot use database {redact_url(url)}: {e}") from e
+
+
+def redact_url(url: str) -> str:
+    """Hide a password in a database URL before it reaches a log or an error."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except SQLAlchemyError as e:
+        raise StoreError(f"database migration failed on {redact_url(str(engine.url))}: {e}") from e

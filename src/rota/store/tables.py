@@ -1,0 +1,93 @@
+"""The database schema. Alembic migrations in store/migrations follow these tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    user: Mapped[str] = mapped_column(String(100), default="")
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[float] = mapped_column(Float, default=1.0)
+    gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+    content_hash: Mapped[str] = mapped_column(String(64), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    source: Mapped[str] = mapped_column(String(300), default="cli")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    end_reason: Mapped[str | None] = mapped_column(Text)
+    # filled from the plan when a job waits; informational, the live plan is authoritative
+    estimate_note: Mapped[str | None] = mapped_column(Text)
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    gpu_indices: Mapped[list[int]] = mapped_column(JSON)
+    gpu_uuids: Mapped[list[str]] = mapped_column(JSON, default=list)
+    milli: Mapped[int] = mapped_column(Integer)
+    gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+    backend: Mapped[str] = mapped_column(String(20))
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    log_path: Mapped[str] = mapped_column(Text)
+    status_path: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    signal: Mapped[int | None] = mapped_column(Integer)
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    peak_gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    ts: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(40))
+    from_state: Mapped[str | None] = mapped_column(String(20))
+    to_state: Mapped[str | None] = mapped_column(String(20))
+    message: Mapped[str | None] = mapped_column(Text)
+
+
+class GpuSettingRow(Base):
+    """What people set on a GPU, kept across restarts (the original lost pauses)."""
+
+    __tablename__ = "gpu_settings"
+
+    uuid: Mapped[str] = mapped_column(String(100), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class DaemonSettingRow(Base):
+    __tablename__ = "daemon_settings"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
