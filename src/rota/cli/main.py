@@ -23,8 +23,9 @@ app.add_typer(server_app, name="server")
 def server(ctx: typer.Context,
            simulate: str = typer.Option(None, help="simulated GPUs, e.g. 4x24G or 2x24G,1x48G"),
            detach: bool = typer.Option(False, "--detach", "-d", help="run in the background"),
-           jobs_file: Path = typer.Option(None, help="watched jobs file (default ROTA_HOME/jobs.txt)"),
-           database_url: str = typer.Option(None, help="PostgreSQL URL; default SQLite in ROTA_HOME"),
+           jobs_file: Path = typer.Option(None, help="watched jobs file (default ROTA_HOME/jobs.txt)"
+                                          ),
+           database_url: str = typer.Option(None, help="PostgreSQL URL (default: SQLite)"),
            ) -> None:
     """Run the daemon in the foreground (or --detach it)."""
     if ctx.invoked_subcommand is not None:
@@ -78,7 +79,7 @@ def _register() -> None:
     """Attach the other command groups (kept in their own modules)."""
     import importlib
 
-    for mod in ("rota.cli.jobs", "rota.cli.machine"):
+    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo"):
         try:
             importlib.import_module(mod).register(app)
         except ModuleNotFoundError as e:

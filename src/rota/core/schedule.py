@@ -48,6 +48,8 @@ class _Pass:
         self.all_gpus = frozenset(self.pool.views)
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
+        self.biggest = max((g.memory_total for g in snapshot.gpus), default=0)
+        self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full
@@ -62,7 +64,9 @@ class _Pass:
                     reasons[job.id] = gate
                     continue
             reason = full.get(job.gpus_milli) if job.gpus_milli else None
-            if reason is None:
+            if reason is not None:
+                reason = self._never(job) or reason
+            else:
                 reason = self._try(job)
                 if reason is None:
                     continue
@@ -86,7 +90,8 @@ class _Pass:
             f"{plan.reservations[0].job_id})" if plan.reservations else ""
         plan.tail, plan.tail_position = tail, waiting
         plan.tail_reason = Reason(ReasonCode.RESOURCES,
-                                  f"waits for GPUs: every GPU is fully allocated{kept}")
+                                  f"waits for GPUs: every GPU is fully allocated{kept}"
+                                  f"{_unusable_note(self.pool)}")
         views = self.pool.views
 
         def own_reason(job: PendingJob) -> Reason | None:
@@ -108,6 +113,10 @@ class _Pass:
         reason = self.failed_shapes.get(shape)
         if reason is not None:
             return reason
+        never = self._never(job)
+        if never is not None:
+            self.failed_shapes[shape] = never
+            return never
         if pool.cannot_fit_anywhere(job):
             reason = self.full[job.gpus_milli] = _machine_full(job, pool)
             self._reserve_for(job)
@@ -127,6 +136,17 @@ class _Pass:
         self.failed_shapes[shape] = reason
         return reason
 
+    def _never(self, job: PendingJob) -> Reason | None:
+        """UNSATISFIABLE, checked in O(1) for jobs that may use any GPU."""
+        need = max(1, job.gpus_milli // MILLI)
+        if job.allowed is None:
+            if need <= len(self.pool.views) and (not job.gpu_mem or job.gpu_mem <= self.biggest):
+                return None
+        elif len(job.allowed & self.all_gpus) >= need and (not job.gpu_mem
+                                                           or job.gpu_mem <= self.smallest):
+            return None
+        return _unsatisfiable(job, self.pool.views)
+
     def _reserve_for(self, job: PendingJob) -> None:
         """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
         if self.policy.reserve_for_blocked and not self.plan.reservations:
@@ -145,19 +165,30 @@ def _restricted_quick_check(job: PendingJob, pool: GpuPool) -> Reason | None:
             return None
     elif len(cands & job.allowed) >= need:
         return None
+    notes = [f"GPU {i} {pool.unusable[i]}" for i in sorted(job.allowed) if i in pool.unusable]
+    note = f" ({'; '.join(notes[:4])})" if notes else ""
     return Reason(ReasonCode.RESOURCES,
                   f"waits for {_need_text(job)}; not enough room on its "
-                  f"{len(job.allowed)} allowed GPUs")
+                  f"{len(job.allowed)} allowed GPUs {{{format_gpu_set(job.allowed)}}}{note}")
 
 
 def _machine_full(job: PendingJob, pool: GpuPool) -> Reason:
     need = _need_text(job)
     if job.gpus_milli >= MILLI:
-        return Reason(ReasonCode.RESOURCES,
-                      f"waits for {need}; {pool.whole_free()} free on the machine")
-    return Reason(ReasonCode.RESOURCES,
-                  f"waits for {need}; no GPU has that much free "
-                  f"(the most free is {pool.max_free_share() / MILLI:g})")
+        text = f"waits for {need}; {pool.whole_free()} free on the machine"
+    else:
+        text = (f"waits for {need}; no GPU has that much free "
+                f"(the most free is {pool.max_free_share() / MILLI:g})")
+    return Reason(ReasonCode.RESOURCES, text + _unusable_note(pool))
+
+
+def _unusable_note(pool: GpuPool) -> str:
+    """Name the GPUs that take no new work (paused, unhealthy, busy outside Rota)."""
+    notes = [f"GPU {i} {why}" for i, why in sorted(pool.unusable.items())]
+    if not notes:
+        return ""
+    more = f"; {len(notes) - 4} more" if len(notes) > 4 else ""
+    return f" ({'; '.join(notes[:4])}{more})"
 
 
 def _unrestricted(job: PendingJob) -> PendingJob:

@@ -10,6 +10,7 @@ next start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -98,10 +99,8 @@ class Daemon:
 
     async def _scheduler_loop(self) -> None:
         while not self._stopping:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.safety_tick)
-            except TimeoutError:
-                pass
             self._wake.clear()
             try:
                 self.schedule_pass()
@@ -185,10 +184,8 @@ class Daemon:
             if r.handle is None:
                 continue
             pids.add(r.handle.pid)
-            try:
+            with contextlib.suppress(psutil.Error):
                 pids.update(c.pid for c in psutil.Process(r.handle.pid).children(recursive=True))
-            except psutil.Error:
-                pass
         return pids
 
     # --- the scheduling pass ---------------------------------------------------------------
@@ -209,7 +206,7 @@ class Daemon:
         t0 = time.perf_counter()
         now = self.clock()
         plan = schedule(self.snapshot(), self.policy(), now)
-        self.pass_seconds = (self.pass_seconds + [time.perf_counter() - t0])[-1000:]
+        self.pass_seconds = ([*self.pass_seconds, time.perf_counter() - t0])[-1000:]
         self.last_plan = plan
         for start in plan.starts:
             self._start(start, now)
@@ -468,10 +465,8 @@ class Daemon:
         if state.terminal:
             return state
         ev = self._exited.setdefault(job_id, asyncio.Event())
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ev.wait(), timeout)
-        except TimeoutError:
-            pass
         return self.job_state(job_id)
 
     def _notify_end(self, job_id: int) -> None:

@@ -1,0 +1,490 @@
+"""The watched jobs file: the original tool's line format, or YAML specs.
+
+Line format (``.txt``/``.csv``), one job a line, ``#`` comments and blank lines skipped::
+
+    priority,script_path,conda_env,arguments,allowed_gpus
+    1,train.py,torch,--lr 0.1 --tags "a, b",0-3
+    2,eval.sh,,"--tags a,b --split test",4,5,6,7
+
+The first four fields are split on commas. A field that *starts* with a double quote is a
+CSV-quoted field (``""`` is a literal quote) and must be quoted whole; in any other field a
+``"..."`` pair still protects its commas and is kept for the shell-style split of the
+arguments. ``allowed_gpus`` is the rest of the line, so ``4,5,6,7`` needs no quotes. The
+original tool broke silently when arguments held a comma; here that line gets an error
+naming the field and saying to quote the arguments.
+
+YAML (``.yaml``/``.yml``): one spec mapping, a list of them, or ``{jobs: [...]}``; each
+item is a :class:`~rota.core.spec.JobSpec` (``command`` may be one string: it is split like
+a shell would, never run through one, unless ``shell: true``).
+
+Invariant 7: every line or item stands alone; a bad one becomes a :class:`JobsFileError`
+with its line number and the others still count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePath
+from typing import Any, Literal
+
+import yaml
+
+from rota.core.spec import JobSpec, parse_spec
+from rota.errors import InvalidSpec
+from rota.units import format_gpu_set, parse_gpu_set
+
+JobsFormat = Literal["csv", "yaml"]
+
+_FIELDS = ("priority", "script_path", "conda_env", "arguments")
+_COMMA_HINT = "if the arguments contain commas, put them in double quotes"
+_NAME_MAX = 200  # JobSpec.name's limit
+_PRIORITY = re.compile(r"[+-]?[0-9]+")
+_GPU_LIST_CHARS = re.compile(r"[0-9,\- ]*")
+
+
+@dataclass(frozen=True, slots=True)
+class JobsFileEntry:
+    """One job read from the file; ``key`` (the spec's content hash) de-duplicates it."""
+
+    line: int
+    spec: JobSpec
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobsFileError:
+    """One line or item that could not be read. ``line`` 0 means the whole file.
+
+    ``message`` says what is wrong without the place; ``str()`` gives ``source:line: message``.
+    """
+
+    line: int
+    message: str
+    source: str = ""
+
+    def __str__(self) -> str:
+        if not self.line:
+            where = self.source
+        else:
+            where = f"{self.source}:{self.line}" if self.source else f"line {self.line}"
+        return f"{where}: {self.message}" if where else self.message
+
+
+@dataclass(frozen=True, slots=True)
+class JobsFileParse:
+    """Everything read from one version of the file: good jobs and bad lines, by line."""
+
+    entries: list[JobsFileEntry] = field(default_factory=list)
+    errors: list[JobsFileError] = field(default_factory=list)
+
+
+def fmt_for_path(path: str | os.PathLike[str]) -> JobsFormat:
+    """``.yaml``/``.yml`` -> yaml; anything else (``.txt``, ``.csv``, no suffix) -> csv."""
+    return "yaml" if PurePath(path).suffix.lower() in (".yaml", ".yml") else "csv"
+
+
+def parse_jobs_text(text: str, *, fmt: JobsFormat, source: str) -> JobsFileParse:
+    """Read every job in ``text``; ``source`` (usually the path) is stamped on the errors."""
+    parse = _parse_yaml(text) if fmt == "yaml" else _parse_lines(text)
+    return _with_source(parse, source)
+
+
+def _with_source(parse: JobsFileParse, source: str) -> JobsFileParse:
+    errors = sorted((replace(e, source=source) for e in parse.errors), key=lambda e: e.line)
+    return JobsFileParse(parse.entries, errors)
+
+
+# --- line format -------------------------------------------------------------------------
+
+def _parse_lines(text: str) -> JobsFileParse:
+    out = JobsFileParse()
+    # Split on "\n" only: str.splitlines() would also break on characters such as U+2028
+    # that may legitimately sit inside an argument.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            spec = parse_spec(_line_to_dict(line))
+        except InvalidSpec as e:
+            out.errors.append(JobsFileError(number, str(e)))
+            continue
+        out.entries.append(JobsFileEntry(number, spec, spec.content_hash()))
+    return out
+
+
+def _line_to_dict(line: str) -> dict[str, Any]:
+    fields = _split_fields(line)
+    if len(fields) < 4:
+        raise InvalidSpec(f"expected priority,script_path,conda_env,arguments,allowed_gpus; "
+                          f"found {len(fields)} field(s)", field="line")
+    prio_text, script, conda, args_text = fields[:4]
+    rest = fields[4].strip() if len(fields) > 4 else ""
+    if not _PRIORITY.fullmatch(prio_text):
+        raise InvalidSpec(f"priority: {prio_text!r} is not a whole number", field="priority")
+    if not script:
+        raise InvalidSpec("script_path is empty", field="script_path")
+    try:
+        args = shlex.split(args_text)
+    except ValueError as e:
+        hint = f"; {_COMMA_HINT}" if rest else ""
+        raise InvalidSpec(f"arguments: cannot split {args_text!r}: {e}{hint}",
+                          field="arguments") from None
+    return {
+        "command": _argv(script, args),
+        "name": PurePath(script).name[:_NAME_MAX] or None,
+        "priority": int(prio_text),
+        "conda": conda or None,
+        "allowed_gpus": _allowed(rest),
+        "llm": _llm_arg(args),
+    }
+
+
+def _argv(script: str, args: list[str]) -> list[str]:
+    if script.endswith(".py"):
+        return ["python", script, *args]
+    if script.endswith(".sh"):
+        return ["bash", script, *args]
+    return [script, *args]
+
+
+def _allowed(rest: str) -> list[int] | None:
+    if len(rest) >= 2 and rest[0] == rest[-1] == '"':
+        rest = rest[1:-1]  # tolerate a quoted GPU list
+    try:
+        gpus = parse_gpu_set(rest)
+    except InvalidSpec:
+        if _GPU_LIST_CHARS.fullmatch(rest):
+            raise  # a real GPU list with a mistake in it, e.g. a backwards range
+        # Most likely arguments that spilled over a comma into the last field.
+        raise InvalidSpec(f"allowed_gpus {rest!r} is not a GPU list like 0-3 or 4,5,6,7; "
+                          f"{_COMMA_HINT}", field="allowed_gpus") from None
+    return sorted(gpus) if gpus is not None else None
+
+
+def _llm_arg(args: list[str]) -> str | None:
+    """The model of ``--llm X`` / ``--llm=X`` among the arguments (the last one wins)."""
+    found: str | None = None
+    for i, a in enumerate(args):
+        if a == "--llm":
+            if i + 1 >= len(args) or not args[i + 1].strip():
+                raise InvalidSpec("arguments: --llm needs a model name", field="arguments")
+            found = args[i + 1]
+        elif a.startswith("--llm="):
+            found = a.removeprefix("--llm=") or None
+            if found is None:
+                raise InvalidSpec("arguments: --llm needs a model name", field="arguments")
+    return found
+
+
+def _split_fields(line: str) -> list[str]:
+    """Up to four comma-separated fields, then the rest of the line as the fifth."""
+    fields: list[str] = []
+    pos = 0
+    while len(fields) < 4:
+        value, pos = _read_field(line, pos, len(fields))
+        fields.append(value)
+        if pos > len(line):  # the line ended inside this field
+            return fields
+    fields.append(line[pos:])
+    return fields
+
+
+def _read_field(line: str, pos: int, index: int) -> tuple[str, int]:
+    """One field from ``pos``; returns it and the position after its comma (> len at end).
+
+    An unquoted field comes back stripped, a quoted one exactly as quoted.
+    """
+    start = pos
+    while start < len(line) and line[start] in " \t":
+        start += 1
+    if start < len(line) and line[start] == '"':
+        return _read_quoted(line, start, index)
+    in_quotes = False
+    for i in range(pos, len(line)):
+        c = line[i]
+        if c == '"':
+            in_quotes = not in_quotes
+        elif c == "," and not in_quotes:
+            return line[pos:i].strip(), i + 1
+    if in_quotes:
+        raise InvalidSpec(f"{_FIELDS[index]}: a double quote is not closed",
+                          field=_FIELDS[index])
+    return line[pos:].strip(), len(line) + 1
+
+
+def _read_quoted(line: str, start: int, index: int) -> tuple[str, int]:
+    name = _FIELDS[index]
+    chars: list[str] = []
+    i = start + 1
+    while True:
+        if i >= len(line):
+            raise InvalidSpec(f"{name}: a double quote is not closed", field=name)
+        c = line[i]
+        if c == '"' and line[i + 1:i + 2] == '"':
+            chars.append('"')
+            i += 2
+        elif c == '"':
+            i += 1
+            break
+        else:
+            chars.append(c)
+            i += 1
+    after = line[i:].lstrip(" \t")
+    if not after:
+        return "".join(chars), len(line) + 1
+    if after[0] == ",":
+        return "".join(chars), len(line) - len(after) + 1
+    raise InvalidSpec(f"{name}: text after the closing double quote ({after.split(',')[0]!r}); "
+                      'a field that starts with " must be quoted whole, with "" for a '
+                      "literal quote", field=name)
+
+
+def _csv_field(value: str) -> str:
+    """Quote a field the way ``_read_field`` reads it back unchanged."""
+    if any(c in value for c in ',"') or value != value.strip():
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+def format_jobs_line(priority: int, script: str, conda: str | None, arguments: list[str],
+                     allowed_gpus: str | None) -> str:
+    """One line in the original format (for ``rota add``), checked by reading it back.
+
+    Arguments are joined with :func:`shlex.join` and the field is CSV-quoted when it holds a
+    comma or a double quote, so :func:`parse_jobs_text` yields exactly the same job.
+    """
+    for what, value in (("script_path", script), ("conda_env", conda or ""),
+                        *(("arguments", a) for a in arguments)):
+        if "\n" in value or "\r" in value:
+            raise InvalidSpec(f"{what}: a line break cannot be written to a jobs file line",
+                              field=what)
+    if not script.strip():
+        raise InvalidSpec("script_path is empty", field="script_path")
+    gpus = format_gpu_set(parse_gpu_set(allowed_gpus))
+    line = ",".join([str(priority), _csv_field(script), _csv_field(conda or ""),
+                     _csv_field(shlex.join(arguments)), gpus])
+    parse_spec(_line_to_dict(line))  # the same checks a watcher will make; raises if bad
+    return line
+
+
+# --- YAML --------------------------------------------------------------------------------
+
+def _parse_yaml(text: str) -> JobsFileParse:
+    out = JobsFileParse()
+    loader = yaml.SafeLoader(text)
+    number = 0  # jobs counted across documents, for "job N" in messages
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                break
+            items = _yaml_items(node, out.errors)
+            duplicated = _duplicate_keys(items, number, out.errors)
+            data = loader.construct_document(node)
+            for node_item, value in zip(items, _yaml_values(data), strict=False):
+                number += 1
+                if node_item not in duplicated:
+                    _yaml_item(node_item, value, number, out)
+    except yaml.MarkedYAMLError as e:
+        out.errors.append(_yaml_syntax_error(e, text))
+    except yaml.YAMLError as e:
+        out.errors.append(JobsFileError(0, f"YAML: {e}"))
+    finally:
+        loader.dispose()
+    return out
+
+
+def _yaml_syntax_error(e: yaml.MarkedYAMLError, text: str) -> JobsFileError:
+    """Point at the problem, or where the unclosed thing began when the problem is the end."""
+    mark = e.problem_mark
+    if mark is None or (mark.index >= len(text.rstrip()) and e.context_mark is not None):
+        mark = e.context_mark
+    line = mark.line + 1 if mark is not None else 0
+    what = ": ".join(x for x in (e.context, e.problem) if x)
+    return JobsFileError(line, f"YAML: {what}")
+
+
+def _line_of(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _yaml_items(node: yaml.Node, errors: list[JobsFileError]) -> list[yaml.Node]:
+    """The nodes of the job items in one document (in the order of the constructed data)."""
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        keys = {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+        if "jobs" not in keys:
+            return [node]
+        others = [k for k in keys if k != "jobs"]
+        if others:
+            line = _line_of(keys[others[0]][0])
+            errors.append(JobsFileError(line, f"unknown top-level key(s) {others} next to "
+                                              "'jobs'"))
+        jobs = keys["jobs"][1]
+        if isinstance(jobs, yaml.SequenceNode):
+            return list(jobs.value)
+        if isinstance(jobs, yaml.ScalarNode) and jobs.value in ("", "~", "null"):
+            return []
+        line = _line_of(jobs)
+        errors.append(JobsFileError(line, "'jobs' must be a list of specs"))
+        return []
+    if isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null"):
+        return []
+    line = _line_of(node)
+    errors.append(JobsFileError(line, "expected a job spec mapping, a list of them, or "
+                                      "jobs: [...]"))
+    return []
+
+
+def _yaml_values(data: Any) -> list[Any]:
+    """The constructed items, shaped like ``_yaml_items``'s nodes."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        if "jobs" not in data:
+            return [data]
+        jobs = data["jobs"]
+        return jobs if isinstance(jobs, list) else []
+    return []
+
+
+def _duplicate_keys(items: list[yaml.Node], first: int,
+                    errors: list[JobsFileError]) -> list[yaml.Node]:
+    """Items with a key given twice (PyYAML would silently keep the last); checked before
+    ``<<`` merges are applied, since a merge may legitimately repeat a key."""
+    bad: list[yaml.Node] = []
+    for number, item in enumerate(items, start=first + 1):
+        if not isinstance(item, yaml.MappingNode):
+            continue
+        seen: set[str] = set()
+        for k, _ in item.value:
+            if isinstance(k, yaml.ScalarNode) and k.value != "<<":
+                if k.value in seen:
+                    line = _line_of(k)
+                    errors.append(JobsFileError(line, f"job {number}: key {k.value!r} "
+                                                      "appears twice"))
+                    bad.append(item)
+                seen.add(k.value)
+    return bad
+
+
+def _yaml_item(node: yaml.Node, value: Any, number: int, out: JobsFileParse) -> None:
+    line = _line_of(node)
+    where = f"job {number}"
+    if not isinstance(value, dict):
+        out.errors.append(JobsFileError(line, f"{where}: expected a mapping of spec fields, "
+                                              f"got {type(value).__name__}"))
+        return
+    try:
+        spec = parse_spec(_command_from_string(value))
+    except InvalidSpec as e:
+        fline = _field_line(node, e.field) or line
+        at = f"job {number}" + (f" (from line {line})" if fline != line else "")
+        out.errors.append(JobsFileError(fline, f"{at}: {e}"))
+        return
+    out.entries.append(JobsFileEntry(line, spec, spec.content_hash()))
+
+
+def _command_from_string(value: dict[Any, Any]) -> dict[Any, Any]:
+    """``command: python train.py`` -> argv by shell-style splitting (no shell is run)."""
+    command = value.get("command")
+    if not isinstance(command, str):
+        return value
+    if value.get("shell") is True:
+        return {**value, "command": [command]}
+    try:
+        return {**value, "command": shlex.split(command)}
+    except ValueError as e:
+        raise InvalidSpec(f"command: cannot split {command!r}: {e}", field="command") from None
+
+
+def _field_line(node: yaml.Node, field_path: str | None) -> int | None:
+    """The line of the key ``field_path`` names (its first part) in an item mapping."""
+    if not field_path or not isinstance(node, yaml.MappingNode):
+        return None
+    first = field_path.split(".")[0]
+    for k, _ in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == first:
+            return _line_of(k)
+    return None
+
+
+# --- watching ----------------------------------------------------------------------------
+
+class JobsFileWatcher:
+    """Re-reads the jobs file only when its (mtime_ns, size, inode) changes.
+
+    ``poll`` is one ``stat`` when nothing changed, so the daemon may call it on a timer and
+    right after ``rota add``. A file changed twice within one timestamp tick with the same
+    size would look unchanged ("racy" stat, as git calls it), so a file whose mtime is very
+    recent is read again on the next poll too. A new parse is returned only when what was
+    read differs from last time (a bare ``touch`` gives None).
+    """
+
+    RACY_NS = 2_000_000_000
+
+    def __init__(self, path: str | os.PathLike[str], *, fmt: JobsFormat | None = None) -> None:
+        self.path = Path(path)
+        self.fmt: JobsFormat = fmt or fmt_for_path(self.path)
+        self._stat: tuple[int, int, int] | None = None
+        self._racy = False
+        # What the last poll found: ("missing", ""), ("error", message) or ("data", bytes).
+        self._seen: tuple[str, str | bytes] | None = None
+
+    def poll(self) -> JobsFileParse | None:
+        """A fresh parse if the file changed since the last poll, else None.
+
+        A missing file reads as empty (no jobs, no error): the file is optional. An
+        unreadable one gives a parse with one error (line 0), reported once.
+        """
+        try:
+            st = os.stat(self.path)
+            sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if self._seen is not None and sig == self._stat and not self._racy:
+                return None
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            self._stat, self._racy = None, False
+            return self._report(("missing", ""))
+        except OSError as e:
+            self._stat, self._racy = None, True
+            return self._report(("error", f"cannot read: {e.strerror or e}"))
+        self._stat = sig
+        self._racy = st.st_mtime_ns >= time.time_ns() - self.RACY_NS
+        return self._report(("data", data))
+
+    def _report(self, seen: tuple[str, str | bytes]) -> JobsFileParse | None:
+        if seen == self._seen:
+            return None
+        self._seen = seen
+        kind, payload = seen
+        if kind == "missing":
+            return JobsFileParse()
+        if isinstance(payload, str):
+            return JobsFileParse(errors=[JobsFileError(0, payload, str(self.path))])
+        text = payload.decode("utf-8", errors="replace")
+        parse = parse_jobs_text(text, fmt=self.fmt, source=str(self.path))
+        return _with_source(_drop_undecodable(parse, payload), str(self.path))
+
+
+def _drop_undecodable(parse: JobsFileParse, data: bytes) -> JobsFileParse:
+    """Jobs that hold bytes that are not UTF-8 become errors; the others still count."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        return parse
+    entries, errors = [], list(parse.errors)
+    for entry in parse.entries:
+        if "\ufffd" in str(entry.spec.model_dump()):
+            errors.append(JobsFileError(entry.line, "not valid UTF-8"))
+        else:
+            entries.append(entry)
+    return JobsFileParse(entries, errors)
