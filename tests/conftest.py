@@ -2,85 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rota.client import Client
-
-
-class DaemonProcess:
-    """Start, SIGKILL and restart `rota server` the way a user (or a crash) would."""
-
-    def __init__(self, home: Path, simulate: str = "4x24G", extra_env: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
-        self.home, self.simulate = home, simulate
-        self.args = args or []
-        self.env = {**os.environ, "ROTA_HOME": str(home), **(extra_env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.socket = home / "rota.sock"
-
-    def start(self, timeout: float = 30.0) -> DaemonProcess:
-        self.home.mkdir(parents=True, exist_ok=True)
-        log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115 - lives with the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rota", "server", "--simulate", self.simulate, *self.args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.proc.returncode}: {self.log_text()}")
-            if (self.home / "rota.pid").exists():
-                try:
-                    with self.client() as c:
-                        c.health()
-                    return self
-                except Exception:
-                    pass
-            time.sleep(0.02)
-        raise RuntimeError(f"daemon did not start: {self.log_text()}")
-
-    def log_text(self) -> str:
-        p = self.home / "daemon-test.log"
-        return p.read_text(errors="replace")[-4000:] if p.exists() else ""
-
-    def client(self) -> Client:
-        return Client(self.socket)
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup at all, as in a crash."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        (self.home / "rota.pid").unlink(missing_ok=True)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-
-
-def kill_job_processes(home: Path) -> None:
-    """Leave no job behind: SIGKILL every shim whose status file lives in this home."""
-    import psutil
-
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(p.info.get("cmdline") or [])
-        if "rota.backends.shim" in cmd and str(home) in cmd:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.info["pid"], signal.SIGKILL)
+from rota_testing import DaemonProcess, kill_job_processes
 
 
 @pytest.fixture
@@ -102,14 +29,3 @@ def daemon_factory(tmp_path: Path) -> Iterator[type[DaemonProcess]]:
 @pytest.fixture
 def daemon(daemon_factory: type[DaemonProcess]) -> DaemonProcess:
     return daemon_factory().start()
-
-
-def wait_until(predicate, timeout: float = 20.0, every: float = 0.02, what: str = ""):  # type: ignore[no-untyped-def]
-    """Poll a condition with a deadline (for effects that have no event to wait on)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")

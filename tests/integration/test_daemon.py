@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from conftest import wait_until
 from rota.errors import Conflict, InvalidSpec
+from rota_testing import wait_until
 
 
 def test_jobs_share_a_gpu_and_record_exit_codes(daemon):

@@ -1,0 +1,230 @@
+"""Helpers shared by the process backends (local, tmux, screen): status files, pids, argv.
+
+They all run a job the same way, through the shim, and differ only in what holds the
+shim (nothing, a tmux pane, a screen window); what they share lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rota.backends.base import ExitInfo, Handle, LaunchRequest
+from rota.backends.shim import TERMINAL_VARS
+from rota.errors import BackendError
+
+#: A process whose start time is later than this after the shim's recorded start is
+#: another process that got the recycled pid, not our shim.
+_PID_REUSE_SLACK_S = 2.0
+
+
+def read_status(path: str | Path) -> dict[str, Any] | None:
+    """The shim's status record, or None while there is none (not written yet, or gone).
+
+    The shim replaces the file atomically, so a partial file is not expected; it is
+    tolerated anyway (a disk that filled up, a copy from elsewhere) and read as absent.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def has_ended(status: dict[str, Any] | None) -> bool:
+    """Whether the shim wrote its end record (it always sets ``ended_at`` then)."""
+    return status is not None and status.get("ended_at") is not None
+
+
+def exit_info_from_status(status: dict[str, Any] | None) -> ExitInfo | None:
+    """ExitInfo from an end record; None when the record says the job has not ended."""
+    if status is None or status.get("ended_at") is None:
+        return None
+    code, sig = status.get("exit_code"), status.get("signal")
+    return ExitInfo(exit_code=None if code is None else int(code),
+                    signal=None if sig is None else int(sig),
+                    ended_at=float(status["ended_at"]))
+
+
+#: How a job ended when its shim died without writing an end record: SIGKILL (OOM killer,
+#: ``kill -9`` of the group, a reboot) is the only way that happens.
+KILLED = ExitInfo(exit_code=None, signal=int(signal.SIGKILL), ended_at=None)
+
+
+def pid_alive(pid: int, started_at: float | None = None) -> bool:
+    """Whether ``pid`` is a live process (zombies count as dead: they have finished).
+
+    With ``started_at`` (the shim's recorded start), a process created clearly later is a
+    stranger that reused the pid after the shim died (likely after a long daemon outage).
+    """
+    if pid <= 0:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if started_at is not None and p.create_time() > started_at + _PID_REUSE_SLACK_S:
+            return False
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
+    return True
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process group led by the shim; a group already gone is fine."""
+    if pid <= 0:  # killpg(0) would signal the daemon's own group
+        raise BackendError(f"refusing to signal process group {pid}")
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as e:
+        raise BackendError(f"not allowed to signal process group {pid}: {e}") from e
+
+
+def reap(pid: int) -> int | None:
+    """Collect a finished child of this process (the local backend's shims) if there is one.
+
+    Returns its exit code as ``subprocess`` reports it (negative: killed by that signal),
+    or None when it still runs or is not our child (tmux, screen, an adopted job).
+    """
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if got == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def conda_exe() -> str | None:
+    """The conda executable: $CONDA_EXE (set by ``conda activate``), else conda on PATH."""
+    exe = os.environ.get("CONDA_EXE")
+    if exe and os.access(exe, os.X_OK):
+        return exe
+    return shutil.which("conda")
+
+
+def build_job_argv(req: LaunchRequest) -> list[str]:
+    """The argv the shim runs: the job's own, wrapped in ``/bin/sh -c`` and conda if asked.
+
+    A shell appears only for ``shell=True`` jobs, whose script is the user's own shell
+    text; extra argv items after the script become its positional parameters ($1...).
+    """
+    if not req.argv:
+        raise BackendError(f"job {req.job_id}: empty command")
+    if req.shell:
+        argv = ["/bin/sh", "-c", req.argv[0]]
+        if len(req.argv) > 1:
+            argv += ["sh", *req.argv[1:]]
+    else:
+        argv = list(req.argv)
+    if req.conda:
+        exe = conda_exe()
+        if exe is None:
+            raise BackendError(f"conda environment {req.conda!r} requested but conda is not "
+                               "installed on this machine")
+        argv = [exe, "run", "-n", req.conda, "--no-capture-output", *argv]
+    return argv
+
+
+def shim_argv(req: LaunchRequest, tee: bool, job_file: Path | None = None) -> list[str]:
+    """The full argv a backend starts: the shim, its options, then the job's argv.
+
+    With ``job_file`` (see ``write_job_file``) the job's argv stays out of this argv, which
+    then holds only Rota's own values: the interpreter, the module and three paths.
+    """
+    argv = [sys.executable, "-m", "rota.backends.shim", "--status", str(req.status_path)]
+    if tee:
+        argv += ["--tee", str(req.log_path)]
+    if job_file is not None:
+        return [*argv, "--job-file", str(job_file)]
+    return [*argv, "--", *build_job_argv(req)]
+
+
+def job_env(req: LaunchRequest) -> dict[str, str]:
+    """The job's environment: the daemon's, with the job's variables on top."""
+    return {**os.environ, **req.env}
+
+
+def job_file_path(req: LaunchRequest) -> Path:
+    return req.status_path.with_name(req.status_path.name + ".job.json")
+
+
+def write_job_file(req: LaunchRequest) -> Path:
+    """Write the job's argv, environment and cwd for the shim to read (and delete) at start.
+
+    Mode 0600 from creation: the environment may hold secrets. The terminal's variables
+    (TERM, TMUX, STY...) are left out unless the job sets them, so a job in a tmux/screen
+    pane sees that pane's terminal, not the one the daemon was started from.
+    """
+    env = job_env(req)
+    for k in TERMINAL_VARS:
+        if k not in req.env:
+            env.pop(k, None)
+    path = job_file_path(req)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"argv": build_job_argv(req), "env": env,
+                   "cwd": os.path.abspath(req.cwd) if req.cwd else os.getcwd()}, f)
+    return path
+
+
+def check_request(req: LaunchRequest) -> None:
+    """Checks every process backend makes before launching: cwd and conda."""
+    if req.cwd is not None and not os.path.isdir(req.cwd):
+        what = "does not exist" if not os.path.exists(req.cwd) else "is not a directory"
+        raise BackendError(f"job {req.job_id}: working directory {req.cwd!r} {what}")
+    build_job_argv(req)  # raises when conda is asked for and missing
+
+
+def prepare_paths(req: LaunchRequest) -> None:
+    """Create the log and status directories, and drop a stale status file of this attempt.
+
+    A leftover status file would make a fresh launch look finished (or give the session
+    backends a wrong pid) before the new shim overwrites it.
+    """
+    req.log_path.parent.mkdir(parents=True, exist_ok=True)
+    req.status_path.parent.mkdir(parents=True, exist_ok=True)
+    req.status_path.unlink(missing_ok=True)
+
+
+def status_exit_info(handle: Handle) -> ExitInfo | None:
+    """exit_info for any shim-based backend: end record, else None while alive, else killed.
+
+    The status is read again after the liveness check: the shim writes its end record and
+    then exits, so a job that ended between the first read and the check is not taken
+    for killed.
+    """
+    status = read_status(handle.status_path)
+    info = exit_info_from_status(status)
+    if info is not None:
+        return info
+    started = status.get("started_at") if status else None
+    if pid_alive(handle.pid, started):
+        return None
+    return exit_info_from_status(read_status(handle.status_path)) or KILLED
+
+
+def status_is_alive(handle: Handle) -> bool:
+    """is_alive for shim-based backends, guarded against a recycled pid.
+
+    An end record means the job has ended even while the shim is still exiting, so that
+    ``is_alive`` never contradicts ``exit_info``.
+    """
+    status = read_status(handle.status_path)
+    if has_ended(status):
+        return False
+    started = status.get("started_at") if status else None
+    return pid_alive(handle.pid, started)
