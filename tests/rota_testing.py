@@ -8,7 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from rota.client import Client
 
@@ -91,3 +95,23 @@ def wait_until(predicate, timeout: float = 20.0, every: float = 0.02, what: str 
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def pg_database() -> Iterator[str]:
+    """Create a throwaway database on the test server; drop it afterwards."""
+    base = os.environ.get("ROTA_TEST_PG_URL")
+    if not base:
+        if os.environ.get("ROTA_REQUIRE_PG"):
+            pytest.fail("ROTA_REQUIRE_PG is set but ROTA_TEST_PG_URL is not")
+        pytest.skip("no PostgreSQL server (set ROTA_TEST_PG_URL; scripts/test.sh starts one)")
+    import psycopg
+
+    name = f"rota_test_{uuid.uuid4().hex[:12]}"
+    dsn = base.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = dsn.rsplit("/", 1)[0] + "/" + name
+    yield url
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+

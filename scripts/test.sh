@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what the tests need and run the whole suite: lint, types, unit, integration,
+# SQLite and PostgreSQL. Debian packages (tmux, screen, postgresql) come from apt; a private
+# PostgreSQL server runs in a temp dir for the length of the run and is stopped after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+need=()
+command -v tmux >/dev/null || need+=(tmux)
+command -v screen >/dev/null || need+=(screen)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+# --- a private PostgreSQL server ------------------------------------------------------
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PGDIR=$(mktemp -d /tmp/rota-pg.XXXXXX)
+PGPORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+run_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+if [ "$(id -u)" = 0 ]; then chown postgres "$PGDIR"; fi
+run_pg "$PGBIN/initdb" -D "$PGDIR/data" -A trust -U rota >/dev/null
+run_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w -o "-k $PGDIR -p $PGPORT -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+stop_pg() { run_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$PGDIR"; }
+trap stop_pg EXIT
+export ROTA_TEST_PG_URL="postgresql://rota@127.0.0.1:$PGPORT/postgres"
+export ROTA_REQUIRE_PG=1
+
+.venv/bin/ruff check src tests bench
+.venv/bin/mypy
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
+exit $rc

@@ -1,0 +1,92 @@
+"""The store on SQLite and PostgreSQL: the same behaviour on both."""
+
+from __future__ import annotations
+
+import pytest
+
+from rota.core.lifecycle import JobState
+from rota.core.spec import JobSpec
+from rota.errors import IllegalTransition, NotFound, StoreError
+from rota.store.repo import Store
+from rota.store.tables import AttemptRow
+
+
+def spec(**kw) -> JobSpec:  # type: ignore[no-untyped-def]
+    return JobSpec.model_validate({"command": ["true"], **kw})
+
+
+def test_add_and_read_jobs_with_events(store: Store):
+    rows = store.add_jobs([spec(name="a"), spec(hold=True)], user="ann", source="cli", now=1.0)
+    assert [r.state for r in rows] == ["pending", "held"]
+    got = store.get_job(rows[0].id)
+    assert got.user == "ann" and got.spec["command"] == ["true"] and got.name == "a"
+    assert [e.kind for e in store.events(rows[0].id)] == ["submitted"]
+    assert store.count_by_state() == {"pending": 1, "held": 1}
+    with pytest.raises(NotFound):
+        store.get_job(999_999)
+
+
+def test_transitions_follow_the_table_and_are_checked_against_the_stored_state(store: Store):
+    [row] = store.add_jobs([spec()], user="u", source="cli", now=1.0)
+    store.transition(row.id, JobState.PENDING, JobState.HELD, now=2.0, message="held")
+    with pytest.raises(IllegalTransition):
+        store.transition(row.id, JobState.HELD, JobState.RUNNING, now=3.0)
+    with pytest.raises(StoreError):  # claims the job is pending: it is held
+        store.transition(row.id, JobState.PENDING, JobState.CANCELLED, now=3.0)
+    store.transition(row.id, JobState.HELD, JobState.CANCELLED, now=4.0)
+    with pytest.raises(IllegalTransition):  # terminal states are final
+        store.transition(row.id, JobState.CANCELLED, JobState.PENDING, now=5.0)
+    assert [e.to_state for e in store.events(row.id)] == ["pending", "held", "cancelled"]
+
+
+def test_write_ahead_start_and_attempts(store: Store):
+    [row] = store.add_jobs([spec(gpus=2)], user="u", source="cli", now=1.0)
+    att = AttemptRow(job_id=row.id, number=1, gpu_indices=[0, 1], milli=1000, gpu_mem=None,
+                     backend="local", log_path="/x.log", status_path="/x.json", started_at=2.0)
+    store.start_attempt(row.id, att, now=2.0, message="attempt 1")
+    assert store.get_job(row.id).state == "starting"
+    with pytest.raises(StoreError):  # a second start of the same pending job is refused
+        store.start_attempt(row.id, AttemptRow(
+            job_id=row.id, number=2, gpu_indices=[2], milli=1000, gpu_mem=None, backend="local",
+            log_path="/y", status_path="/y", started_at=3.0), now=3.0, message="again")
+    store.update_attempt(att.id, handle={"pid": 5}, exit_code=0, ended_at=4.0)
+    [a] = store.attempts(row.id)
+    assert a.handle == {"pid": 5} and a.gpu_indices == [0, 1]
+    assert store.last_attempts([row.id])[row.id].number == 1
+    assert [r.id for r in store.active_jobs()] == [row.id]
+
+
+def test_dedup_hashes_ignore_failed_jobs(store: Store):
+    a, b = store.add_jobs([spec(command=["a"]), spec(command=["b"])], user="u", source="f",
+                          now=1.0)
+    store.transition(b.id, JobState.PENDING, JobState.FAILED, now=2.0)
+    live = store.live_hashes([a.content_hash, b.content_hash])
+    assert live == {a.content_hash}  # a failed job may be queued again
+
+
+def test_idempotency_key_is_unique(store: Store):
+    [a] = store.add_jobs([spec()], user="u", source="api", now=1.0, idempotency_key="k")
+    assert store.job_by_idempotency_key("k").id == a.id  # type: ignore[union-attr]
+    with pytest.raises(StoreError):
+        store.add_jobs([spec()], user="u", source="api", now=2.0, idempotency_key="k")
+
+
+def test_gpu_pause_and_settings_persist(store: Store, db_url: str):
+    store.set_gpu_paused("GPU-x", 3, True)
+    store.set_setting("draining", "1")
+    again = Store.open(db_url)  # a restarted daemon sees the same
+    assert again.paused_gpus() == {"GPU-x": 3} and again.get_setting("draining") == "1"
+    again.set_gpu_paused("GPU-x", 3, False)
+    assert again.paused_gpus() == {}
+    again.close()
+
+
+def test_listing_filters_and_pages(store: Store):
+    rows = store.add_jobs([spec(name=f"n{i}") for i in range(5)], user="u", source="cli",
+                          now=1.0)
+    store.add_jobs([spec(name="other")], user="v", source="cli", now=1.0)
+    page = store.list_jobs(user="u", limit=2)
+    assert [r.id for r in page] == [rows[4].id, rows[3].id]
+    nxt = store.list_jobs(user="u", limit=2, before_id=page[-1].id)
+    assert [r.id for r in nxt] == [rows[2].id, rows[1].id]
+    assert [r.name for r in store.list_jobs(name="oth")] == ["other"]
