@@ -63,7 +63,7 @@ def parse_duration(text: str | float | int, *, field: str = "time_limit") -> flo
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:
@@ -97,7 +97,7 @@ def format_gpu_set(gpus: frozenset[int] | set[int] | list[int] | None) -> str:
     idx = sorted(gpus)
     parts: list[str] = []
     start = prev = idx[0]
-    for i in idx[1:] + [None]:  # type: ignore[list-item]
+    for i in [*idx[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue
