@@ -11,7 +11,7 @@ pending jobs near linear.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 
 from rota.core.lifecycle import JobState
@@ -48,7 +48,8 @@ class _Pass:
         self.all_gpus = frozenset(self.pool.views)
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
-        self.biggest = max((g.memory_total for g in snapshot.gpus), default=0)
+        # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
+        self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
         self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
 
     def run(self, pending: list[PendingJob]) -> Plan:
@@ -74,7 +75,7 @@ class _Pass:
             positions[job.id] = waiting
             waiting += 1
             if not self.policy.backfill and reason.code is not ReasonCode.UNSATISFIABLE:
-                _block_rest(plan, pending, job, self.snapshot, self.now)
+                _block_rest(plan, pending, job, self.snapshot, self.now, self._never)
                 break
             if smallest and checked_at != self.pool.version:
                 checked_at = self.pool.version
@@ -92,11 +93,13 @@ class _Pass:
         plan.tail_reason = Reason(ReasonCode.RESOURCES,
                                   f"waits for GPUs: every GPU is fully allocated{kept}"
                                   f"{_unusable_note(self.pool)}")
-        views = self.pool.views
+        # what the lazy reasons need, and not the whole pass (the plan may outlive it)
+        views, all_gpus, mem_desc, smallest = (self.pool.views, self.all_gpus, self.mem_desc,
+                                               self.smallest)
 
         def own_reason(job: PendingJob) -> Reason | None:
             gate = _gate(job, snapshot, now) if job.after or job.not_before else None
-            return gate or _unsatisfiable(job, views)
+            return gate or _never(job, views, all_gpus, mem_desc, smallest)
 
         plan.gate = own_reason
 
@@ -138,14 +141,7 @@ class _Pass:
 
     def _never(self, job: PendingJob) -> Reason | None:
         """UNSATISFIABLE, checked in O(1) for jobs that may use any GPU."""
-        need = max(1, job.gpus_milli // MILLI)
-        if job.allowed is None:
-            if need <= len(self.pool.views) and (not job.gpu_mem or job.gpu_mem <= self.biggest):
-                return None
-        elif len(job.allowed & self.all_gpus) >= need and (not job.gpu_mem
-                                                           or job.gpu_mem <= self.smallest):
-            return None
-        return _unsatisfiable(job, self.pool.views)
+        return _never(job, self.pool.views, self.all_gpus, self.mem_desc, self.smallest)
 
     def _reserve_for(self, job: PendingJob) -> None:
         """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
@@ -217,14 +213,20 @@ def _gate(job: PendingJob, snapshot: Snapshot, now: float) -> Reason | None:
 
 
 def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
-                snapshot: Snapshot, now: float) -> None:
-    """Strict priority (no backfill): everything behind the first blocked job waits for it."""
+                snapshot: Snapshot, now: float,
+                never: Callable[[PendingJob], Reason | None]) -> None:
+    """Strict priority (no backfill): everything behind the first blocked job waits for it.
+
+    A job's own reasons come first: a gate, or UNSATISFIABLE (waiting behind the blocker
+    would not help it), as they would in the lazy tail.
+    """
     behind = Reason(ReasonCode.PRIORITY, f"waits behind job {blocker.id}, first in the queue",
                     blocker=blocker.id)
     started = {s.job_id for s in plan.starts}
     for j in pending:
         if j.id not in plan.reasons and j.id not in started:
-            plan.reasons[j.id] = _gate(j, snapshot, now) or behind
+            plan.reasons[j.id] = (_gate(j, snapshot, now)
+                                  or (never(j) if j.gpus_milli else None) or behind)
 
 
 def _need_text(job: PendingJob) -> str:
@@ -238,6 +240,21 @@ def _need_text(job: PendingJob) -> str:
     return text
 
 
+def _never(job: PendingJob, views: Mapping[int, GpuView], all_gpus: frozenset[int],
+           mem_desc: list[int], smallest: int) -> Reason | None:
+    """_unsatisfiable, with an O(1) answer for the common case of a job that fits.
+
+    ``mem_desc`` is every GPU's memory, largest first; ``smallest`` its last entry.
+    """
+    need = max(1, job.gpus_milli // MILLI)
+    if job.allowed is None:
+        if need <= len(mem_desc) and (not job.gpu_mem or job.gpu_mem <= mem_desc[need - 1]):
+            return None
+    elif len(job.allowed & all_gpus) >= need and (not job.gpu_mem or job.gpu_mem <= smallest):
+        return None
+    return _unsatisfiable(job, views)
+
+
 def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | None:
     """The job cannot fit on this machine however long it waits (as the machine is now)."""
     scope = sorted(job.allowed) if job.allowed is not None else sorted(views)
@@ -245,6 +262,8 @@ def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | No
     where = f"allowed GPUs {{{format_gpu_set(job.allowed)}}}" if job.allowed else "GPUs"
     need = _need_text(job)
     whole = job.gpus_milli // MILLI
+    if not present and job.allowed is None:
+        return Reason(ReasonCode.UNSATISFIABLE, f"needs {need} but this machine has no GPUs")
     if not present:
         return Reason(ReasonCode.UNSATISFIABLE,
                       f"needs {need} but none of its allowed GPUs {{{format_gpu_set(job.allowed)}}}"
@@ -252,12 +271,19 @@ def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | No
     if whole > len(present):
         return Reason(ReasonCode.UNSATISFIABLE,
                       f"needs {need} but only {len(present)} {where} exist")
-    biggest = max(views[i].memory_total for i in present)
-    if job.gpu_mem and job.gpu_mem > biggest:
+    if not job.gpu_mem:
+        return None
+    roomy = sum(1 for i in present if views[i].memory_total >= job.gpu_mem)
+    if roomy >= max(1, whole):
+        return None
+    if roomy == 0:
+        biggest = max(views[i].memory_total for i in present)
         return Reason(ReasonCode.UNSATISFIABLE,
                       f"needs {format_memory(job.gpu_mem)} per GPU but the largest of its "
                       f"{where} has {format_memory(biggest)}")
-    return None
+    return Reason(ReasonCode.UNSATISFIABLE,
+                  f"needs {need} but only {roomy} of its {where} "
+                  f"{'has' if roomy == 1 else 'have'} {format_memory(job.gpu_mem)}")
 
 
 def _explain(job: PendingJob, pool: GpuPool) -> Reason:
