@@ -23,8 +23,7 @@ app.add_typer(server_app, name="server")
 def server(ctx: typer.Context,
            simulate: str = typer.Option(None, help="simulated GPUs, e.g. 4x24G or 2x24G,1x48G"),
            detach: bool = typer.Option(False, "--detach", "-d", help="run in the background"),
-           jobs_file: Path = typer.Option(None, help="watched jobs file (default ROTA_HOME/jobs.txt)"
-                                          ),
+           jobs_file: Path = typer.Option(None, help="watched jobs file (default: jobs.txt)"),
            database_url: str = typer.Option(None, help="PostgreSQL URL (default: SQLite)"),
            ) -> None:
     """Run the daemon in the foreground (or --detach it)."""
