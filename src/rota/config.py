@@ -26,6 +26,15 @@ def default_home() -> Path:
     return base / "rota"
 
 
+def _login_name() -> str:
+    import pwd
+
+    try:
+        return os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid{os.getuid()}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
 
@@ -41,7 +50,7 @@ class Settings(BaseSettings):
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
     jobs_file_poll: float = Field(default=1.0, gt=0)
     tmux_socket: str = "rota"
-    user: str = Field(default_factory=lambda: os.environ.get("USER", "") or "unknown")
+    user: str = Field(default_factory=lambda: _login_name())
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],

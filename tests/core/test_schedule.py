@@ -576,3 +576,15 @@ def test_a_full_machine_with_free_memory_still_lets_cpu_jobs_through() -> None:
 
 def test_gib_helper_is_binary() -> None:
     assert a_job(1).mem("1G").build().gpu_mem == GIB
+
+
+def test_a_never_fitting_job_does_not_cut_off_multi_gpu_jobs_behind_it_on_idle_gpus():
+    """Regression: the lazy-tail cut compared a 2-GPU need with one GPU's free share."""
+    from rota.core.schedule import schedule
+    from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
+
+    gpus = [GpuView(i, 24 << 30) for i in range(4)]
+    pending = [PendingJob(1, 0, 1, 8000), PendingJob(2, 0, 2, 2000)]
+    plan = schedule(Snapshot(gpus, pending), Policy(), 0.0)
+    assert [s.job_id for s in plan.starts] == [2]
+    assert plan.reason(1).code == "unsatisfiable"

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rota.client import Client
 from rota.config import Settings, load_settings
@@ -38,7 +39,7 @@ def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 @contextmanager

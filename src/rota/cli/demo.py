@@ -83,7 +83,6 @@ def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
             started = False
         else:
             pid = start_detached(demo_settings, argv)
-            _say(f"started a daemon on simulated GPUs {simulate} (pid {pid}) in {home}")
             c = Client(demo_settings.socket_path)
             started = True
     finally:
@@ -91,7 +90,9 @@ def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
             os.environ.pop("ROTA_HOME", None)
         else:
             os.environ["ROTA_HOME"] = env_before
-    try:
+    try:  # from here on, whatever happens (Ctrl-C, a closed pipe), the daemon is stopped
+        if started:
+            _say(f"started a daemon on simulated GPUs {simulate} (pid {pid}) in {home}")
         yield c, started
     finally:
         if started and not keep:
@@ -105,7 +106,8 @@ def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
 
 def _stop(c: Client, settings: Settings) -> None:
     pid_text = settings.pid_path.read_text().strip() if settings.pid_path.exists() else ""
-    c.shutdown()
+    with contextlib.suppress(RotaError):
+        c.shutdown()
     c.close()  # an open keep-alive connection would hold up the server's graceful exit
     deadline = time.monotonic() + 15
     while pid_text and time.monotonic() < deadline:
@@ -116,7 +118,8 @@ def _stop(c: Client, settings: Settings) -> None:
         if pid_text:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_text), signal.SIGTERM)
-    _say("stopped the demo daemon")
+    with contextlib.suppress(OSError):  # stdout may be a closed pipe by now
+        _say("stopped the demo daemon")
 
 
 def _gone(pid: int) -> bool:

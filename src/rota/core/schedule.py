@@ -56,7 +56,9 @@ class _Pass:
         plan, full = self.plan, self.full
         reasons, positions = plan.reasons, plan.queue_position
         waiting = 0  # jobs blocked on resources so far: the queue position of the next one
-        smallest = min(map(_milli_of, pending), default=0)
+        # the least any waiting job needs of one GPU: a whole-GPU job needs a free GPU, and no
+        # GPU has more than 1000 thousandths free, so cap it there
+        smallest = min(min(map(_milli_of, pending), default=0), MILLI)
         checked_at = -1  # pool version at the last saturation check
         for n, job in enumerate(pending):
             if job.after or job.not_before is not None:
