@@ -239,6 +239,10 @@ def figures(p: dict[str, Any], e: dict[str, Any], b: dict[str, dict[str, Any]]
         (f"dispatch, GPU freed -> next start, p50 ({d['n']} gaps)", f"{d['p50_ms']:.2f} ms",
          "<= 50 ms", _ok(v["dispatch_p50_ms"]["ok"])),
         ("dispatch p99 / max", f"{d['p99_ms']:.1f} / {d['max_ms']:.1f} ms", "(info)", ""),
+        ("GPU idle between jobs as the jobs see it (previous shim's end -> next shim "
+         "running), p50 / p99",
+         f"{d['shim_to_shim']['p50_ms']:.0f} / {d['shim_to_shim']['p99_ms']:.0f} ms"
+         if "shim_to_shim" in d else "n/a", "(info)", ""),
         ("attempt length minus sleep 0.3 s (shim start + exit noticed), p50",
          f"{d['attempt_overhead']['p50_ms']:.0f} ms", "(info)", ""),
         (f"idle daemon CPU ({i['window_s']:.0f} s window)", f"{i['cpu_pct']:.2f}% of a core",
@@ -329,7 +333,7 @@ def write_doc(meta: dict[str, Any], p: dict[str, Any], e: dict[str, Any],
             "- **idle**: 5 s after the work, the daemon's user+system CPU over 20 s, and RSS.",
             ""]
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text("\n".join(out))
+    DOC.write_text("\n".join(out) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     for fig, val, target, verdict in figures(p, e, b):
         print(f"{verdict:5} {fig}: {val}  [target {target}]")
     write_doc(meta, p, e, b)
-    print(f"\nwrote {DOC.relative_to(ROOT)} and {OUT.relative_to(ROOT)}/*.json")
+    print(f"\nwrote {DOC} and {OUT}/*.json")
     return 0
 
 
