@@ -376,10 +376,11 @@ def idle(pid: int, settle: float, window: float, log: Log) -> dict[str, Any]:
 
 # --- main ----------------------------------------------------------------------------------
 def verdicts(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    got = {"submit_api_p50_ms": r["submit_api"]["p50_ms"],
-           "submit_api_p99_ms": r["submit_api"]["p99_ms"],
-           "dispatch_p50_ms": r["dispatch"]["p50_ms"],
-           "idle_cpu_pct": r["idle"]["cpu_pct"], "idle_rss_mb": r["idle"]["rss_mb"]}
+    figures = {"submit_api_p50_ms": ("submit_api", "p50_ms"),
+               "submit_api_p99_ms": ("submit_api", "p99_ms"),
+               "dispatch_p50_ms": ("dispatch", "p50_ms"),
+               "idle_cpu_pct": ("idle", "cpu_pct"), "idle_rss_mb": ("idle", "rss_mb")}
+    got = {k: r[part][key] for k, (part, key) in figures.items() if part in r}
     return {k: {"value": v, "target": TARGETS[k], "ok": v <= TARGETS[k]} for k, v in got.items()}
 
 
@@ -396,20 +397,26 @@ def run(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
     client = Client(settings.socket_path, timeout=120.0)
     loads: dict[str, str] = result.setdefault("loadavg", {})
     try:
-        loads["throughput_batch"] = loadavg()
-        result["throughput_batch"] = throughput(client, pid, args.jobs, 100, args.timeout, log)
-        result["stats_after_batch"] = client.stats()
-        loads["throughput_single"] = loadavg()
-        result["throughput_single"] = throughput(client, pid, args.jobs, 1, args.timeout, log)
-        loads["submit_api"] = loadavg()
-        result["submit_api"] = submit_latency_api(client, args.latency_samples, log)
-        loads["submit_cli"] = loadavg()
-        result["submit_cli"] = submit_latency_cli(client, settings, args.cli_samples, log)
-        loads["dispatch"] = loadavg()
-        result["dispatch"] = dispatch_latency(client, home, args.dispatch_extra, 0.3,
-                                              args.timeout, log)
-        loads["idle"] = loadavg()
-        result["idle"] = idle(pid, args.idle_settle, args.idle_window, log)
+        if "a" in args.parts:
+            loads["throughput_batch"] = loadavg()
+            result["throughput_batch"] = throughput(client, pid, args.jobs, 100, args.timeout,
+                                                    log)
+            result["stats_after_batch"] = client.stats()
+            loads["throughput_single"] = loadavg()
+            result["throughput_single"] = throughput(client, pid, args.jobs, 1, args.timeout,
+                                                     log)
+        if "b" in args.parts:
+            loads["submit_api"] = loadavg()
+            result["submit_api"] = submit_latency_api(client, args.latency_samples, log)
+            loads["submit_cli"] = loadavg()
+            result["submit_cli"] = submit_latency_cli(client, settings, args.cli_samples, log)
+        if "c" in args.parts:
+            loads["dispatch"] = loadavg()
+            result["dispatch"] = dispatch_latency(client, home, args.dispatch_extra, 0.3,
+                                                  args.timeout, log)
+        if "d" in args.parts:
+            loads["idle"] = loadavg()
+            result["idle"] = idle(pid, args.idle_settle, args.idle_window, log)
         loads["end"] = loadavg()
         log(f"load average (1/5/15 min) at the start of each part: {loads}")
         result["stats"] = client.stats()
@@ -443,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--profile-daemon", type=Path, default=None,
                    help="run the daemon under cProfile and write its profile here")
+    p.add_argument("--parts", default="abcd",
+                   help="which parts to run (letters a-d as in the description)")
     p.add_argument("--keep-home", action="store_true", help="keep ROTA_HOME for inspection")
     args = p.parse_args(argv)
     result = run(args)

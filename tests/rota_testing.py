@@ -77,9 +77,12 @@ def kill_job_processes(home: Path) -> None:
     """Leave no job behind: SIGKILL every shim whose status file lives in this home."""
     import psutil
 
+    from rota.backends.shell_shim import MARK
+
     for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(p.info.get("cmdline") or [])
-        if "rota.backends.shim" in cmd and str(home) in cmd:
+        argv = p.info.get("cmdline") or []
+        cmd = " ".join(argv)
+        if ("rota.backends.shim" in argv or MARK in argv) and str(home) in cmd:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.info["pid"], signal.SIGKILL)
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rota.backends.base import Backend, Handle
@@ -138,7 +139,9 @@ def test_process_group_is_the_shims(env: Env, backend: Backend) -> None:
     status = read_status(req.status_path)
     assert status is not None
     assert status["shim_pid"] == h.pid == status["pgid"] == os.getpgid(h.pid)
-    assert os.getpgid(status["child_pid"]) == h.pid
+    job = [p for p in psutil.Process(h.pid).children(recursive=True)
+           if "ready" in " ".join(p.cmdline())]
+    assert job and all(os.getpgid(p.pid) == h.pid for p in job)
     backend.signal(h, signal.SIGKILL)
 
 

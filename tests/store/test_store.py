@@ -8,7 +8,6 @@ from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota.errors import IllegalTransition, NotFound, StoreError
 from rota.store.repo import Store
-from rota.store.tables import AttemptRow
 
 
 def spec(**kw) -> JobSpec:  # type: ignore[no-untyped-def]
@@ -41,15 +40,15 @@ def test_transitions_follow_the_table_and_are_checked_against_the_stored_state(s
 
 def test_write_ahead_start_and_attempts(store: Store):
     [row] = store.add_jobs([spec(gpus=2)], user="u", source="cli", now=1.0)
-    att = AttemptRow(job_id=row.id, number=1, gpu_indices=[0, 1], milli=1000, gpu_mem=None,
-                     backend="local", log_path="/x.log", status_path="/x.json", started_at=2.0)
-    store.start_attempt(row.id, att, now=2.0, message="attempt 1")
+    att = {"number": 1, "gpu_indices": [0, 1], "gpu_uuids": [], "milli": 1000, "gpu_mem": None,
+           "backend": "local", "log_path": "/x.log", "status_path": "/x.json",
+           "started_at": 2.0}
+    att_id = store.start_attempt(row.id, att, now=2.0, message="attempt 1")
     assert store.get_job(row.id).state == "starting"
     with pytest.raises(StoreError):  # a second start of the same pending job is refused
-        store.start_attempt(row.id, AttemptRow(
-            job_id=row.id, number=2, gpu_indices=[2], milli=1000, gpu_mem=None, backend="local",
-            log_path="/y", status_path="/y", started_at=3.0), now=3.0, message="again")
-    store.update_attempt(att.id, handle={"pid": 5}, exit_code=0, ended_at=4.0)
+        store.start_attempt(row.id, {**att, "number": 2, "gpu_indices": [2]}, now=3.0,
+                            message="again")
+    store.update_attempt(att_id, handle={"pid": 5}, exit_code=0, ended_at=4.0)
     [a] = store.attempts(row.id)
     assert a.handle == {"pid": 5} and a.gpu_indices == [0, 1]
     assert store.last_attempts([row.id])[row.id].number == 1

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from rota.backends.base import ExitInfo, Handle, LaunchRequest
+from rota.backends.shell_shim import MARK, status_from_exit_status
 from rota.backends.shim import TERMINAL_VARS
 from rota.errors import BackendError
 
@@ -28,15 +29,32 @@ _PID_REUSE_SLACK_S = 2.0
 def read_status(path: str | Path) -> dict[str, Any] | None:
     """The shim's status record, or None while there is none (not written yet, or gone).
 
-    The shim replaces the file atomically, so a partial file is not expected; it is
-    tolerated anyway (a disk that filled up, a copy from elsewhere) and read as absent.
+    Both shims' files are read here: the Python shim replaces one JSON object atomically;
+    the shell shim appends JSON lines (start, then end), merged in order. A line that does
+    not parse (a disk that filled up mid-write) is skipped. The shell shim's
+    ``exit_status`` becomes ``exit_code``/``signal``, and its end time is the file's
+    modification time, since the end line is the file's last write.
     """
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+            text = f.read()
+            mtime = os.fstat(f.fileno()).st_mtime
+    except OSError:
         return None
-    return data if isinstance(data, dict) else None
+    record: dict[str, Any] = {}
+    for line in text.splitlines():
+        try:
+            part = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(part, dict):
+            record.update(part)
+    if not record:
+        return None
+    if "exit_status" in record and record.get("ended_at") is None:
+        code, sig = status_from_exit_status(int(record["exit_status"]))
+        record.update(exit_code=code, signal=sig, ended_at=mtime)
+    return record
 
 
 def has_ended(status: dict[str, Any] | None) -> bool:
@@ -200,6 +218,12 @@ def prepare_paths(req: LaunchRequest) -> None:
     req.status_path.unlink(missing_ok=True)
 
 
+def _started_at(status: dict[str, Any] | None, handle: Handle) -> float | None:
+    """When the shim started: its own record (Python shim) or the launch time in the handle."""
+    started = status.get("started_at") if status else None
+    return started if started is not None else handle.extra.get("started_at")
+
+
 def status_exit_info(handle: Handle) -> ExitInfo | None:
     """exit_info for any shim-based backend: end record, else None while alive, else killed.
 
@@ -211,8 +235,7 @@ def status_exit_info(handle: Handle) -> ExitInfo | None:
     info = exit_info_from_status(status)
     if info is not None:
         return info
-    started = status.get("started_at") if status else None
-    if pid_alive(handle.pid, started):
+    if pid_alive(handle.pid, _started_at(status, handle)):
         return None
     return exit_info_from_status(read_status(handle.status_path)) or KILLED
 
@@ -226,5 +249,9 @@ def status_is_alive(handle: Handle) -> bool:
     status = read_status(handle.status_path)
     if has_ended(status):
         return False
-    started = status.get("started_at") if status else None
-    return pid_alive(handle.pid, started)
+    return pid_alive(handle.pid, _started_at(status, handle))
+
+
+def is_shim_of(cmdline: list[str], status_path: str) -> bool:
+    """Whether a process's argv is one of Rota's shims writing ``status_path``."""
+    return status_path in cmdline and ("rota.backends.shim" in cmdline or MARK in cmdline)

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
+import time
 
 from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
+    build_job_argv,
     check_request,
     job_env,
     prepare_paths,
-    shim_argv,
     signal_group,
     status_exit_info,
     status_is_alive,
 )
+from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
 
 
 class LocalBackend:
-    """Runs the shim in its own session with output appended to the job's log file.
+    """Runs the shell shim in its own session, output appended to the job's log file.
 
-    Nothing holds the Popen object after launch: the job must not depend on the daemon,
-    and the daemon collects the exit status from the status file (reaping the zombie
-    with ``common.reap``), so a restarted daemon sees the same thing a running one does.
+    ``posix_spawn`` (vfork and exec, no Python between them) keeps the launch cheap, and
+    no object in the daemon holds the child: the job must not depend on the daemon, which
+    collects the exit status from the status file (reaping the zombie with
+    ``common.reap``), so a restarted daemon sees the same thing a running one does.
     """
 
     name = "local"
@@ -33,20 +36,21 @@ class LocalBackend:
 
     def launch(self, req: LaunchRequest) -> Handle:
         self.check(req)
-        argv = shim_argv(req, tee=False)
+        argv = shell_shim_argv(req.status_path, req.cwd, build_job_argv(req))
         prepare_paths(req)
+        started_at = time.time()
         try:
-            with open(req.log_path, "ab") as log:
-                proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=log, cwd=req.cwd, env=job_env(req),
-                                        close_fds=True)
-        except OSError as e:
+            log = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                pid = os.posix_spawn(SHELL, argv, job_env(req), setsid=True, file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)])
+            finally:
+                os.close(log)
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
             raise BackendError(f"job {req.job_id}: cannot start the shim: {e}") from e
-        pid = proc.pid
-        # Forget the Popen: its __del__ would otherwise keep it in subprocess._active and
-        # reap the shim behind the daemon's back; the daemon reaps via common.reap.
-        proc.returncode = 0
-        return Handle(backend=self.name, pid=pid, status_path=str(req.status_path))
+        return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
+                      extra={"started_at": started_at})
 
     def is_alive(self, handle: Handle) -> bool:
         return status_is_alive(handle)

@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import replace
 
 from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import reap
@@ -33,7 +33,7 @@ from rota.errors import BackendError, Conflict, NotFound
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
 from rota.store.repo import Store
-from rota.store.tables import AttemptRow, JobRow
+from rota.store.tables import JobRow
 
 log = logging.getLogger("rota.daemon")
 Clock = Callable[[], float]
@@ -47,6 +47,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _in_sessions(pid: int, shims: set[int]) -> bool:
+    """Whether a process belongs to one of Rota's jobs: every job runs in the session its
+    shim leads (one syscall, where walking each job's process tree would scan /proc)."""
+    if pid in shims:
+        return True
+    try:
+        return os.getsid(pid) in shims
+    except OSError:
+        return False
+
+
+def _gpu_text(gpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, gpus)) or "none"
 
 
 class Daemon:
@@ -64,6 +79,8 @@ class Daemon:
         self._backends: dict[str, Backend] = {}
         self._wake = asyncio.Event()
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
+        self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
+        self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -79,7 +96,9 @@ class Daemon:
         paused_uuids = self.store.paused_gpus()
         self.paused = {r.index for r in self.readings.values() if r.uuid in paused_uuids}
         self.draining = self.store.get_setting("draining") == "1"
-        recover(self)
+        with self.store.transaction():
+            recover(self)
+        self._refresh_simulated()
         self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
                        asyncio.create_task(self._device_loop(), name="devices")]
         self.kick()
@@ -154,7 +173,7 @@ class Daemon:
     def gpu_views(self) -> list[GpuView]:
         alloc: dict[int, int] = {}
         mem: dict[int, int] = {}
-        rota_pids = self._rota_pids()
+        shims = {r.handle.pid for r in self.running.values() if r.handle is not None}
         real = self.devices.kind == "nvml"  # simulated outside use has no real process
         for r in self.running.values():
             for i in r.gpus:
@@ -165,7 +184,7 @@ class Daemon:
             if g.process_memory:
                 # a reading can be up to one poll old: skip processes that are gone since
                 external = sum(b for pid, b in g.process_memory.items()
-                               if pid not in rota_pids and (not real or _alive(pid)))
+                               if not _in_sessions(pid, shims) and (not real or _alive(pid)))
             else:  # the driver lists no processes: count it all as outside use unless ours
                 external = 0 if alloc.get(i) else g.memory_used
             views.append(GpuView(index=i, memory_total=g.memory_total, memory_external=external,
@@ -173,20 +192,6 @@ class Daemon:
                                  paused=i in self.paused, allocated_milli=alloc.get(i, 0),
                                  reserved_memory=mem.get(i, 0)))
         return views
-
-    def _rota_pids(self) -> set[int]:
-        pids: set[int] = set()
-        if not any(g.process_memory for g in self.readings.values()):
-            return pids
-        import psutil
-
-        for r in self.running.values():
-            if r.handle is None:
-                continue
-            pids.add(r.handle.pid)
-            with contextlib.suppress(psutil.Error):
-                pids.update(c.pid for c in psutil.Process(r.handle.pid).children(recursive=True))
-        return pids
 
     # --- the scheduling pass ---------------------------------------------------------------
     def policy(self) -> Policy:
@@ -203,21 +208,43 @@ class Daemon:
                         dependency_states=deps, presorted=True)
 
     def schedule_pass(self) -> Plan:
+        """Plan, then start what the plan says in two commits for the whole batch.
+
+        The launch intents of every start are committed before any process exists
+        (write-ahead), then the processes are spawned, then their handles are committed.
+        """
         t0 = time.perf_counter()
         now = self.clock()
         plan = schedule(self.snapshot(), self.policy(), now)
         self.pass_seconds = ([*self.pass_seconds, time.perf_counter() - t0])[-1000:]
         self.last_plan = plan
-        for start in plan.starts:
-            self._start(start, now)
-        for job_id, reason in list(plan.reasons.items()):
-            if reason.code == "dependency_failed" and job_id in self.queue:
-                self.queue.remove(job_id)
-                self._transition(job_id, JobState.PENDING, JobState.CANCELLED,
-                                 message=reason.message, end_reason=reason.message,
-                                 ended_at=now)
+        if plan.starts:
+            with self.store.transaction():
+                rows = self.store.jobs(s.job_id for s in plan.starts)
+                runs = [run for start in plan.starts
+                        if (run := self._intend(start, rows.get(start.job_id), now)) is not None]
+            launched = [(run, self._launch(run)) for run in runs]
+            with self.store.transaction():
+                for run, outcome in launched:
+                    self._each(self._launched, run, outcome)
+            self._refresh_simulated()
+        with self.store.transaction():
+            for job_id, reason in list(plan.reasons.items()):
+                if reason.code == "dependency_failed" and job_id in self.queue:
+                    self.queue.remove(job_id)
+                    self._transition(job_id, JobState.PENDING, JobState.CANCELLED,
+                                     message=reason.message, end_reason=reason.message,
+                                     ended_at=now)
         self._arm_backoff_timer(now)
         return plan
+
+    @staticmethod
+    def _each(fn: Callable[..., None], *args: object) -> None:
+        """One item of a batch: its failure is logged and must not undo the others."""
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("handling %s%r failed", fn.__name__, args[:1])
 
     def _arm_backoff_timer(self, now: float) -> None:
         """Wake exactly when the earliest retry backoff ends, not on a poll."""
@@ -226,59 +253,69 @@ class Daemon:
             self.loop.call_later(max(0.0, soonest - now) + 0.005, self.kick)
 
     # --- starting a job ------------------------------------------------------------------
-    def _start(self, start: Start, now: float) -> None:
+    def _intend(self, start: Start, row: JobRow | None, now: float) -> Running | None:
+        """Commit the launch intent (PENDING -> STARTING and the attempt) for one start."""
         pending = self.queue.remove(start.job_id)
-        if pending is None:
-            return
-        row = self.store.get_job(start.job_id)
+        if pending is None or row is None:
+            return None
         spec = JobSpec.model_validate(row.spec)
         number = row.attempts + 1
         log_path = self.settings.logs_dir / f"{row.id}.log"
         status_path = self.settings.status_dir / f"{row.id}-{number}.json"
         backend_name = self.backend_name(spec)
-        gpu_text = ",".join(map(str, start.gpu_indices)) or "none"
-        attempt = AttemptRow(job_id=row.id, number=number, gpu_indices=list(start.gpu_indices),
-                             gpu_uuids=[self.readings[i].uuid for i in start.gpu_indices
-                                        if i in self.readings],
-                             milli=start.milli_per_gpu, gpu_mem=start.gpu_mem,
-                             backend=backend_name, log_path=str(log_path),
-                             status_path=str(status_path), started_at=now)
-        # write-ahead: the intent is committed before any process exists
-        self.store.start_attempt(row.id, attempt, now=now,
-                                 message=f"attempt {number} on GPUs {gpu_text}")
+        attempt = {"number": number, "gpu_indices": list(start.gpu_indices),
+                   "gpu_uuids": [self.readings[i].uuid for i in start.gpu_indices
+                                 if i in self.readings],
+                   "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
+                   "backend": backend_name, "log_path": str(log_path),
+                   "status_path": str(status_path), "started_at": now}
+        attempt_id = self.store.start_attempt(row.id, attempt, now=now,
+                                              message=f"attempt {number} on GPUs "
+                                                      f"{_gpu_text(start.gpu_indices)}")
         self.states[row.id] = JobState.STARTING
-        run = Running(job_id=row.id, attempt_id=attempt.id, attempt_no=number, spec=spec,
+        run = Running(job_id=row.id, attempt_id=attempt_id, attempt_no=number, spec=spec,
                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
                       gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
-                      started_at=now)
+                      started_at=now, pending=pending, failures=row.failures,
+                      log_path=log_path, status_path=status_path)
         self.running[row.id] = run
-        try:
-            req = self._launch_request(row, spec, run, log_path, status_path)
-            run.backend.check(req)
-            with open(log_path, "ab") as f:
-                f.write(f"=== rota: job {row.id} attempt {number} on GPUs {gpu_text}\n".encode())
-            handle = run.backend.launch(req)
-        except (BackendError, OSError) as e:
-            self._launch_failed(run, str(e))
-            return
-        self._adopted(run, handle, JobState.STARTING)
+        return run
 
-    def _launch_request(self, row: JobRow, spec: JobSpec, run: Running, log_path: Path,
-                        status_path: Path) -> LaunchRequest:
+    def _launch(self, run: Running) -> Handle | str:
+        """Spawn the job's process; its handle, or why it could not start."""
+        try:
+            req = self._launch_request(run)
+            run.backend.check(req)
+            with open(run.log_path, "ab") as f:
+                f.write(f"=== rota: job {run.job_id} attempt {run.attempt_no} on GPUs "
+                        f"{_gpu_text(run.gpus)}\n".encode())
+            return run.backend.launch(req)
+        except (BackendError, OSError) as e:
+            return str(e)
+
+    def _launched(self, run: Running, outcome: Handle | str) -> None:
+        if isinstance(outcome, str):
+            self._launch_failed(run, outcome)
+        else:
+            self._adopted(run, outcome, JobState.STARTING)
+
+    def _launch_request(self, run: Running) -> LaunchRequest:
+        spec = run.spec
         argv = list(spec.command)
         if spec.cuda_arg and not spec.shell:
             argv = inject_cuda_arg(argv, list(run.gpus))
         env = dict(spec.env)
         env.update(CUDA_VISIBLE_DEVICES=cuda_visible_devices(list(run.gpus)),
-                   ROTA_JOB_ID=str(row.id), ROTA_ATTEMPT=str(run.attempt_no),
+                   ROTA_JOB_ID=str(run.job_id), ROTA_ATTEMPT=str(run.attempt_no),
                    ROTA_GPU_FRACTION=f"{run.milli / MILLI:g}",
                    ROTA_GRACE_SECONDS=f"{spec.grace:g}")
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
-        return LaunchRequest(job_id=row.id, attempt=run.attempt_no, argv=argv, shell=spec.shell,
-                             env=env, cwd=spec.cwd, conda=spec.conda, log_path=log_path,
-                             status_path=status_path, session_name=f"rota-{row.id}-gpu{gpu_tag}")
+        return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
+                             shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
+                             log_path=run.log_path, status_path=run.status_path,
+                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}")
 
     def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
         """A process exists for the job: record its handle, watch it, arm its timers."""
@@ -292,7 +329,7 @@ class Daemon:
         if place is not None and run.gpus:  # simulated GPUs: the job drives their figures
             place(f"job-{run.job_id}", list(run.gpus), run.milli / MILLI, run.gpu_mem,
                   handle.pid)
-            self.read_devices()
+            self._simulated_dirty = True
         self._watch(run)
         if run.spec.time_limit and self.loop is not None:
             left = run.started_at + run.spec.time_limit - self.clock()
@@ -312,16 +349,33 @@ class Daemon:
         try:
             fd = os.pidfd_open(run.handle.pid)
         except ProcessLookupError:
-            self.loop.call_soon(self._on_exit, run.job_id)
+            self._exited_now(run.job_id)
             return
         run.pidfd = fd
-        self.loop.add_reader(fd, self._on_exit, run.job_id)
+        self.loop.add_reader(fd, self._exited_now, run.job_id)
 
     def _unwatch(self, run: Running) -> None:
         if run.pidfd is not None and self.loop is not None:
             self.loop.remove_reader(run.pidfd)
             os.close(run.pidfd)
             run.pidfd = None
+
+    def _exited_now(self, job_id: int) -> None:
+        """A job's process ended: collect it with the others that end in the same loop turn,
+        so a burst of exits is recorded in one commit."""
+        run = self.running.get(job_id)
+        if run is not None:
+            self._unwatch(run)
+        if not self._exits and self.loop is not None:
+            self.loop.call_soon(self._record_exits)
+        self._exits.append(job_id)
+
+    def _record_exits(self) -> None:
+        exits, self._exits = self._exits, []
+        with self.store.transaction():
+            for job_id in exits:
+                self._each(self._on_exit, job_id)
+        self._refresh_simulated()
 
     def _on_exit(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -332,6 +386,12 @@ class Daemon:
         info = run.backend.exit_info(run.handle) or ExitInfo(None, signal.SIGKILL, None)
         self.finish(run, info)
 
+    def _refresh_simulated(self) -> None:
+        """Simulated GPUs' figures follow their jobs: read them again after a batch."""
+        if self._simulated_dirty:
+            self._simulated_dirty = False
+            self.read_devices()
+
     def finish(self, run: Running, info: ExitInfo) -> None:
         """Record how an attempt ended and decide the job's next state."""
         now = self.clock()
@@ -339,7 +399,7 @@ class Daemon:
         self.running.pop(run.job_id, None)
         release = getattr(self.devices, "release", None)
         if release is not None and release(f"job-{run.job_id}"):
-            self.read_devices()
+            self._simulated_dirty = True
         code = info.exit_code
         how = f"exit code {code}" if code is not None else f"killed by signal {info.signal}"
         src = self.job_state(run.job_id)
@@ -355,7 +415,7 @@ class Daemon:
                              exit_code=code, end_reason=reason)
         elif run.stop_reason == "gpu_lost":
             outcome, reason = "requeued", f"its GPU was lost ({how}); queued again"
-            self._requeue(run.job_id, src, reason, not_before=None)
+            self._requeue(run.job_id, src, reason, run.pending, not_before=None)
         elif info.success:
             self._transition(run.job_id, src, JobState.COMPLETED, message=how, ended_at=now,
                              exit_code=0, end_reason=how)
@@ -373,23 +433,23 @@ class Daemon:
 
     def _after_failure(self, run: Running, src: JobState, why: str, code: int | None,
                        now: float) -> None:
-        row = self.store.get_job(run.job_id)
-        failures = row.failures + 1
+        failures = run.failures + 1
         spec = run.spec
         if failures <= spec.retries:
             delay = min(spec.retry_backoff * 2 ** (failures - 1), spec.retry_backoff_max)
             self._requeue(run.job_id, src, f"{why}; retry {failures}/{spec.retries} in "
-                          f"{delay:g}s", not_before=now + delay, failures=failures,
-                          exit_code=code)
+                          f"{delay:g}s", run.pending, not_before=now + delay,
+                          failures=failures, exit_code=code)
         else:
             self._transition(run.job_id, src, JobState.FAILED, message=why, ended_at=now,
                              exit_code=code, end_reason=why, failures=failures)
 
-    def _requeue(self, job_id: int, src: JobState, why: str, *, not_before: float | None,
-                 **fields: object) -> None:
+    def _requeue(self, job_id: int, src: JobState, why: str, pending: PendingJob, *,
+                 not_before: float | None, **fields: object) -> None:
+        """Back to the queue, in its old place among jobs of its priority (same seq)."""
         self._transition(job_id, src, JobState.PENDING, message=why, kind="requeued",
                          not_before=not_before, **fields)
-        self.queue.add(self.pending_of(self.store.get_job(job_id)))
+        self.queue.add(replace(pending, not_before=not_before))
 
     # --- stopping jobs ---------------------------------------------------------------------
     def _stop_job(self, run: Running, reason: str, message: str) -> None:
@@ -440,8 +500,9 @@ class Daemon:
         state = self.job_state(job_id)
         if state is not JobState.HELD:
             raise Conflict(f"job {job_id} is {state.value}; only held jobs can be released")
+        row = self.store.get_job(job_id)
         self._transition(job_id, state, JobState.PENDING, message="released")
-        self.queue.add(self.pending_of(self.store.get_job(job_id)))
+        self.queue.add(self.pending_of(row))
         self.kick()
 
     def set_paused(self, index: int, paused: bool) -> None:

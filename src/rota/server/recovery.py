@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from rota.backends.base import ExitInfo, Handle
-from rota.backends.common import pid_alive, read_status
+from rota.backends.common import is_shim_of, pid_alive, read_status
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota.server.running import Running
@@ -42,15 +42,17 @@ def _take_up(daemon, row: JobRow, state: JobState,  # type: ignore[no-untyped-de
     if attempt is None or attempt.ended_at is not None:
         # STARTING with no live attempt: the intent was never carried out
         daemon._requeue(row.id, state, "recovered: the launch had not happened",
-                        not_before=None)
+                        daemon.pending_of(row), not_before=None)
         return
     spec = JobSpec.model_validate(row.spec)
     run = Running(job_id=row.id, attempt_id=attempt.id, attempt_no=attempt.number, spec=spec,
                   gpus=tuple(attempt.gpu_indices), milli=attempt.milli, gpu_mem=attempt.gpu_mem,
-                  backend=daemon.backend(attempt.backend), started_at=attempt.started_at)
+                  backend=daemon.backend(attempt.backend), started_at=attempt.started_at,
+                  pending=daemon.pending_of(row), failures=row.failures,
+                  log_path=Path(attempt.log_path), status_path=Path(attempt.status_path))
     handle = _find_handle(attempt)
     if handle is None:
-        daemon._requeue(row.id, state, "recovered: the launch had not happened",
+        daemon._requeue(row.id, state, "recovered: the launch had not happened", run.pending,
                         not_before=None)
         daemon.store.update_attempt(attempt.id, ended_at=daemon.clock(), outcome="not_started",
                                     reason="the daemon stopped before the launch")
@@ -82,15 +84,16 @@ def _find_handle(attempt: AttemptRow) -> Handle | None:
     status = read_status(Path(attempt.status_path))
     if status and status.get("shim_pid"):
         return Handle(backend=attempt.backend, pid=int(status["shim_pid"]),
-                      status_path=attempt.status_path)
+                      status_path=attempt.status_path,
+                      extra={"started_at": attempt.started_at})
     # Or the shim started but had not yet written its status file: find it by its argv.
     import psutil
 
     for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info.get("cmdline") or []
-        if "rota.backends.shim" in cmd and attempt.status_path in cmd:
+        if is_shim_of(p.info.get("cmdline") or [], attempt.status_path):
             return Handle(backend=attempt.backend, pid=p.info["pid"],
-                          status_path=attempt.status_path)
+                          status_path=attempt.status_path,
+                          extra={"started_at": attempt.started_at})
     return None
 
 
@@ -101,6 +104,6 @@ def _is_our_shim(handle: Handle) -> bool:
     try:
         import psutil
 
-        return handle.status_path in " ".join(psutil.Process(handle.pid).cmdline())
+        return is_shim_of(psutil.Process(handle.pid).cmdline(), handle.status_path)
     except Exception:
         return False

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rota.backends.base import Backend, Handle
+from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 
 
@@ -20,6 +22,10 @@ class Running:
     gpu_mem: int | None
     backend: Backend
     started_at: float
+    pending: PendingJob  # as it was queued: requeued in the same place
+    failures: int  # failed attempts before this one
+    log_path: Path
+    status_path: Path
     handle: Handle | None = None
     pidfd: int | None = None
     # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost"; None while it runs freely

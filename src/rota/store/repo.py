@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Connection, Engine, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,12 +18,24 @@ from rota.store.tables import AttemptRow, DaemonSettingRow, EventRow, GpuSetting
 
 _RETRYABLE_HASH_STATES = [s.value for s in (JobState.FAILED, JobState.CANCELLED,
                                             JobState.TIMEOUT)]
+_jobs = cast(Table, JobRow.__table__)
+_attempts = cast(Table, AttemptRow.__table__)
+_events = cast(Table, EventRow.__table__)
 
 
 class Store:
+    """Reads through ORM sessions; the daemon's writes through SQLAlchemy Core.
+
+    The writes are on the daemon's hot path (several per job), where the ORM's unit of
+    work costs far more than SQLite does, so they are plain statements; and they join the
+    ambient ``transaction()`` when the daemon opens one, so that a batch of exits or of
+    starts is one commit rather than several per job.
+    """
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._session = sessionmaker(engine, expire_on_commit=False)
+        self._conn: Connection | None = None  # the open batch transaction, if any
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -34,35 +47,59 @@ class Store:
         self.engine.dispose()
 
     def session(self) -> Session:
+        """A session for reads; inside a batch it sees the batch's uncommitted writes."""
+        if self._conn is not None:
+            return Session(bind=self._conn, expire_on_commit=False)
         return self._session()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One commit for every write made inside; nested uses join the outer one."""
+        if self._conn is not None:
+            yield self._conn
+            return
+        try:
+            with self.engine.begin() as conn:
+                self._conn = conn
+                try:
+                    yield conn
+                finally:
+                    self._conn = None
+        except SQLAlchemyError as e:
+            raise StoreError(f"could not write to the database: {e}") from e
 
     # --- jobs ----------------------------------------------------------------------------
     def add_jobs(self, specs: Sequence[JobSpec], *, user: str, source: str, now: float,
                  idempotency_key: str | None = None) -> list[JobRow]:
         """Insert jobs as PENDING (or HELD) with a 'submitted' event, in one transaction."""
-        rows: list[JobRow] = []
+        params: list[dict[str, Any]] = []
+        for n, spec in enumerate(specs):
+            key = idempotency_key if n == 0 or idempotency_key is None \
+                else f"{idempotency_key}#{n}"
+            state = JobState.HELD if spec.hold else JobState.PENDING
+            params.append({
+                "name": spec.name, "user": user, "state": state.value,
+                "spec": spec.model_dump(mode="json"), "priority": spec.priority,
+                "gpus": spec.gpus, "gpu_mem": spec.gpu_mem, "content_hash": spec.content_hash(),
+                "idempotency_key": key, "source": source, "created_at": now, "updated_at": now,
+                "started_at": None, "ended_at": None, "attempts": 0, "failures": 0,
+                "not_before": None, "exit_code": None, "end_reason": None,
+                "estimate_note": None})
+        message = f"submitted by {user or 'unknown'} via {source}"
         try:
-            with self.session() as s, s.begin():
-                for n, spec in enumerate(specs):
-                    key = idempotency_key if n == 0 or idempotency_key is None \
-                        else f"{idempotency_key}#{n}"
-                    state = JobState.HELD if spec.hold else JobState.PENDING
-                    row = JobRow(name=spec.name, user=user, state=state.value,
-                                 spec=spec.model_dump(mode="json"), priority=spec.priority,
-                                 gpus=spec.gpus, gpu_mem=spec.gpu_mem,
-                                 content_hash=spec.content_hash(), idempotency_key=key,
-                                 source=source, created_at=now, updated_at=now)
-                    s.add(row)
-                    rows.append(row)
-                s.flush()
-                s.add_all(EventRow(job_id=r.id, ts=now, kind="submitted", to_state=r.state,
-                                   message=f"submitted by {user or 'unknown'} via {source}")
-                          for r in rows)
-        except IntegrityError as e:
-            raise StoreError(f"could not store the job: {e.orig}") from e
-        except SQLAlchemyError as e:
-            raise StoreError(f"could not store the job: {e}") from e
-        return rows
+            with self.transaction() as c:
+                ids = c.execute(insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True),
+                                params).scalars().all()
+                c.execute(insert(_events), [
+                    {"job_id": i, "ts": now, "kind": "submitted", "from_state": None,
+                     "to_state": p["state"], "message": message}
+                    for i, p in zip(ids, params, strict=True)])
+        except StoreError as e:
+            cause = e.__cause__
+            if isinstance(cause, IntegrityError):
+                raise StoreError(f"could not store the job: {cause.orig}") from cause
+            raise
+        return [JobRow(id=i, **p) for i, p in zip(ids, params, strict=True)]
 
     def job_by_idempotency_key(self, key: str) -> JobRow | None:
         with self.session() as s:
@@ -128,49 +165,42 @@ class Store:
                    **fields: Any) -> None:
         """Move a job from src to dst (checked against the table and the stored state)."""
         check_transition(job_id, src, dst)
-        with self.session() as s, s.begin():
-            res = s.execute(update(JobRow).where(JobRow.id == job_id,
-                                                 JobRow.state == src.value)
+        with self.transaction() as c:
+            res = c.execute(update(_jobs).where(_jobs.c.id == job_id, _jobs.c.state == src.value)
                             .values(state=dst.value, updated_at=now, **fields))
-            if res.rowcount != 1:  # type: ignore[attr-defined]
-                current = s.scalar(select(JobRow.state).where(JobRow.id == job_id))
+            if res.rowcount != 1:
+                current = c.scalar(select(_jobs.c.state).where(_jobs.c.id == job_id))
                 if current is None:
                     raise NotFound(f"no job {job_id}")
                 check_transition(job_id, JobState(current), dst)
                 raise StoreError(f"job {job_id} is {current}, expected {src.value}")
-            s.add(EventRow(job_id=job_id, ts=now, kind=kind or dst.value,
-                           from_state=src.value, to_state=dst.value, message=message))
+            self._event(c, job_id, now, kind or dst.value, message, src.value, dst.value)
 
     def update_job(self, job_id: int, **fields: Any) -> None:
-        with self.session() as s, s.begin():
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(**fields))
+        with self.transaction() as c:
+            c.execute(update(_jobs).where(_jobs.c.id == job_id).values(**fields))
 
     # --- attempts ------------------------------------------------------------------------
-    def add_attempt(self, row: AttemptRow) -> AttemptRow:
-        with self.session() as s, s.begin():
-            s.add(row)
-        return row
-
-    def start_attempt(self, job_id: int, attempt: AttemptRow, *, now: float,
-                      message: str) -> AttemptRow:
-        """Write-ahead launch intent: PENDING -> STARTING and the attempt, in one commit."""
+    def start_attempt(self, job_id: int, attempt: dict[str, Any], *, now: float,
+                      message: str) -> int:
+        """Write-ahead launch intent: PENDING -> STARTING and the attempt; its id back."""
         check_transition(job_id, JobState.PENDING, JobState.STARTING)
-        with self.session() as s, s.begin():
-            res = s.execute(update(JobRow).where(JobRow.id == job_id,
-                                                 JobRow.state == JobState.PENDING.value)
+        with self.transaction() as c:
+            res = c.execute(update(_jobs).where(_jobs.c.id == job_id,
+                                                _jobs.c.state == JobState.PENDING.value)
                             .values(state=JobState.STARTING.value, updated_at=now,
-                                    attempts=attempt.number, not_before=None))
-            if res.rowcount != 1:  # type: ignore[attr-defined]
+                                    attempts=attempt["number"], not_before=None))
+            if res.rowcount != 1:
                 raise StoreError(f"job {job_id} is no longer pending")
-            s.add(attempt)
-            s.add(EventRow(job_id=job_id, ts=now, kind="starting",
-                           from_state=JobState.PENDING.value,
-                           to_state=JobState.STARTING.value, message=message))
-        return attempt
+            attempt_id: int = c.execute(insert(_attempts).returning(_attempts.c.id),
+                                        {**attempt, "job_id": job_id}).scalar_one()
+            self._event(c, job_id, now, "starting", message, JobState.PENDING.value,
+                        JobState.STARTING.value)
+        return attempt_id
 
     def update_attempt(self, attempt_id: int, **fields: Any) -> None:
-        with self.session() as s, s.begin():
-            s.execute(update(AttemptRow).where(AttemptRow.id == attempt_id).values(**fields))
+        with self.transaction() as c:
+            c.execute(update(_attempts).where(_attempts.c.id == attempt_id).values(**fields))
 
     def attempts(self, job_id: int) -> list[AttemptRow]:
         with self.session() as s:
@@ -190,8 +220,14 @@ class Store:
     # --- events and settings -------------------------------------------------------------
     def add_event(self, *, job_id: int | None, kind: str, now: float,
                   message: str | None = None) -> None:
-        with self.session() as s, s.begin():
-            s.add(EventRow(job_id=job_id, ts=now, kind=kind, message=message))
+        with self.transaction() as c:
+            self._event(c, job_id, now, kind, message)
+
+    @staticmethod
+    def _event(c: Connection, job_id: int | None, now: float, kind: str, message: str | None,
+               from_state: str | None = None, to_state: str | None = None) -> None:
+        c.execute(insert(_events).values(job_id=job_id, ts=now, kind=kind, message=message,
+                                         from_state=from_state, to_state=to_state))
 
     def events(self, job_id: int) -> list[EventRow]:
         with self.session() as s:
