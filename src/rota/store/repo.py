@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +22,14 @@ _jobs = cast(Table, JobRow.__table__)
 _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
 
+# The hot-path statements, built once: building a statement costs several times what
+# executing it does. Without .values(), the SET clause comes from the parameters' keys.
+_SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
+                               _jobs.c.state == bindparam("from_"))
+_SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
+_ADD_ATTEMPT = insert(_attempts).returning(_attempts.c.id)
+_ADD_EVENTS = insert(_events)
+
 
 class Store:
     """Reads through ORM sessions; the daemon's writes through SQLAlchemy Core.
@@ -36,6 +44,7 @@ class Store:
         self.engine = engine
         self._session = sessionmaker(engine, expire_on_commit=False)
         self._conn: Connection | None = None  # the open batch transaction, if any
+        self._events: list[dict[str, Any]] = []  # written with one executemany at commit
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -49,6 +58,7 @@ class Store:
     def session(self) -> Session:
         """A session for reads; inside a batch it sees the batch's uncommitted writes."""
         if self._conn is not None:
+            self._flush_events(self._conn)
             return Session(bind=self._conn, expire_on_commit=False)
         return self._session()
 
@@ -63,8 +73,10 @@ class Store:
                 self._conn = conn
                 try:
                     yield conn
+                    self._flush_events(conn)
                 finally:
                     self._conn = None
+                    self._events.clear()
         except SQLAlchemyError as e:
             raise StoreError(f"could not write to the database: {e}") from e
 
@@ -90,10 +102,8 @@ class Store:
             with self.transaction() as c:
                 ids = c.execute(insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True),
                                 params).scalars().all()
-                c.execute(insert(_events), [
-                    {"job_id": i, "ts": now, "kind": "submitted", "from_state": None,
-                     "to_state": p["state"], "message": message}
-                    for i, p in zip(ids, params, strict=True)])
+                for i, p in zip(ids, params, strict=True):
+                    self._event(i, now, "submitted", message, None, p["state"])
         except StoreError as e:
             cause = e.__cause__
             if isinstance(cause, IntegrityError):
@@ -166,15 +176,15 @@ class Store:
         """Move a job from src to dst (checked against the table and the stored state)."""
         check_transition(job_id, src, dst)
         with self.transaction() as c:
-            res = c.execute(update(_jobs).where(_jobs.c.id == job_id, _jobs.c.state == src.value)
-                            .values(state=dst.value, updated_at=now, **fields))
+            res = c.execute(_SET_JOB, {"id_": job_id, "from_": src.value, "state": dst.value,
+                                       "updated_at": now, **fields})
             if res.rowcount != 1:
                 current = c.scalar(select(_jobs.c.state).where(_jobs.c.id == job_id))
                 if current is None:
                     raise NotFound(f"no job {job_id}")
                 check_transition(job_id, JobState(current), dst)
                 raise StoreError(f"job {job_id} is {current}, expected {src.value}")
-            self._event(c, job_id, now, kind or dst.value, message, src.value, dst.value)
+            self._event(job_id, now, kind or dst.value, message, src.value, dst.value)
 
     def update_job(self, job_id: int, **fields: Any) -> None:
         with self.transaction() as c:
@@ -186,21 +196,19 @@ class Store:
         """Write-ahead launch intent: PENDING -> STARTING and the attempt; its id back."""
         check_transition(job_id, JobState.PENDING, JobState.STARTING)
         with self.transaction() as c:
-            res = c.execute(update(_jobs).where(_jobs.c.id == job_id,
-                                                _jobs.c.state == JobState.PENDING.value)
-                            .values(state=JobState.STARTING.value, updated_at=now,
-                                    attempts=attempt["number"], not_before=None))
+            res = c.execute(_SET_JOB, {"id_": job_id, "from_": JobState.PENDING.value,
+                                       "state": JobState.STARTING.value, "updated_at": now,
+                                       "attempts": attempt["number"], "not_before": None})
             if res.rowcount != 1:
                 raise StoreError(f"job {job_id} is no longer pending")
-            attempt_id: int = c.execute(insert(_attempts).returning(_attempts.c.id),
-                                        {**attempt, "job_id": job_id}).scalar_one()
-            self._event(c, job_id, now, "starting", message, JobState.PENDING.value,
+            attempt_id: int = c.execute(_ADD_ATTEMPT, {**attempt, "job_id": job_id}).scalar_one()
+            self._event(job_id, now, "starting", message, JobState.PENDING.value,
                         JobState.STARTING.value)
         return attempt_id
 
     def update_attempt(self, attempt_id: int, **fields: Any) -> None:
         with self.transaction() as c:
-            c.execute(update(_attempts).where(_attempts.c.id == attempt_id).values(**fields))
+            c.execute(_SET_ATTEMPT, {"id_": attempt_id, **fields})
 
     def attempts(self, job_id: int) -> list[AttemptRow]:
         with self.session() as s:
@@ -220,14 +228,19 @@ class Store:
     # --- events and settings -------------------------------------------------------------
     def add_event(self, *, job_id: int | None, kind: str, now: float,
                   message: str | None = None) -> None:
-        with self.transaction() as c:
-            self._event(c, job_id, now, kind, message)
+        with self.transaction():
+            self._event(job_id, now, kind, message)
 
-    @staticmethod
-    def _event(c: Connection, job_id: int | None, now: float, kind: str, message: str | None,
+    def _event(self, job_id: int | None, now: float, kind: str, message: str | None,
                from_state: str | None = None, to_state: str | None = None) -> None:
-        c.execute(insert(_events).values(job_id=job_id, ts=now, kind=kind, message=message,
-                                         from_state=from_state, to_state=to_state))
+        """Queue an event row; the enclosing transaction writes it before it commits."""
+        self._events.append({"job_id": job_id, "ts": now, "kind": kind, "message": message,
+                             "from_state": from_state, "to_state": to_state})
+
+    def _flush_events(self, c: Connection) -> None:
+        if self._events:
+            rows, self._events = self._events, []
+            c.execute(_ADD_EVENTS, rows)
 
     def events(self, job_id: int) -> list[EventRow]:
         with self.session() as s:
