@@ -66,8 +66,10 @@ def test_log_is_appended(env: Env, backend: Backend) -> None:
     assert req.log_path.read_text() == "first\nsecond\n"
 
 
-def test_env_reaches_job(env: Env, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_reaches_job(env: Env, backend_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job sees the daemon's environment (as it was when the backend was made)."""
     monkeypatch.setenv("ROTA_TEST_FROM_DAEMON", "inherited")
+    backend = env.backend(backend_name)
     out = env.tmp / "env.json"
     keys = ["CUDA_VISIBLE_DEVICES", "WEIRD", "ROTA_TEST_FROM_DAEMON"]
     req = env.req(py("import json, os, sys; json.dump({k: os.environ.get(k) for k in "

@@ -9,7 +9,6 @@ from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
     build_job_argv,
     check_request,
-    job_env,
     prepare_paths,
     signal_group,
     status_exit_info,
@@ -31,6 +30,10 @@ class LocalBackend:
     name = "local"
     capabilities = Capabilities(attachable=False)
 
+    def __init__(self) -> None:
+        # the daemon's environment, read once: copying os.environ decodes every variable
+        self.base_env = dict(os.environ)
+
     def check(self, req: LaunchRequest) -> None:
         check_request(req)
 
@@ -42,9 +45,11 @@ class LocalBackend:
         try:
             log = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                pid = os.posix_spawn(SHELL, argv, job_env(req), setsid=True, file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)])
+                pid = os.posix_spawn(SHELL, argv, {**self.base_env, **req.env}, setsid=True,
+                                     file_actions=[
+                                         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                         (os.POSIX_SPAWN_DUP2, log, 1),
+                                         (os.POSIX_SPAWN_DUP2, log, 2)])
             finally:
                 os.close(log)
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument

@@ -32,7 +32,7 @@ from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import BackendError, Conflict, NotFound
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
-from rota.store.repo import Store
+from rota.store.repo import LaunchInfo, Store
 from rota.store.tables import JobRow
 
 log = logging.getLogger("rota.daemon")
@@ -220,23 +220,24 @@ class Daemon:
         self.last_plan = plan
         if plan.starts:
             with self.store.transaction():
-                rows = self.store.jobs(s.job_id for s in plan.starts)
+                rows = self.store.launch_info(s.job_id for s in plan.starts)
                 runs = [run for start in plan.starts
                         if (run := self._intend(start, rows.get(start.job_id), now)) is not None]
-            launched = [(run, self._launch(run)) for run in runs]
+            if runs:
+                self._launch_all(runs)
+        doomed = [(job_id, reason.message) for job_id, reason in plan.reasons.items()
+                  if reason.code == "dependency_failed" and job_id in self.queue]
+        if doomed:
             with self.store.transaction():
-                for run, outcome in launched:
-                    self._each(self._launched, run, outcome)
-            self._refresh_simulated()
-        with self.store.transaction():
-            for job_id, reason in list(plan.reasons.items()):
-                if reason.code == "dependency_failed" and job_id in self.queue:
-                    self.queue.remove(job_id)
-                    self._transition(job_id, JobState.PENDING, JobState.CANCELLED,
-                                     message=reason.message, end_reason=reason.message,
-                                     ended_at=now)
+                for job_id, why in doomed:
+                    self._each(self._dependency_failed, job_id, why, now)
         self._arm_backoff_timer(now)
         return plan
+
+    def _dependency_failed(self, job_id: int, why: str, now: float) -> None:
+        self.queue.remove(job_id)
+        self._transition(job_id, JobState.PENDING, JobState.CANCELLED, message=why,
+                         end_reason=why, ended_at=now)
 
     @staticmethod
     def _each(fn: Callable[..., None], *args: object) -> None:
@@ -253,15 +254,16 @@ class Daemon:
             self.loop.call_later(max(0.0, soonest - now) + 0.005, self.kick)
 
     # --- starting a job ------------------------------------------------------------------
-    def _intend(self, start: Start, row: JobRow | None, now: float) -> Running | None:
+    def _intend(self, start: Start, row: LaunchInfo | None, now: float) -> Running | None:
         """Commit the launch intent (PENDING -> STARTING and the attempt) for one start."""
         pending = self.queue.remove(start.job_id)
         if pending is None or row is None:
             return None
+        job_id = start.job_id
         spec = JobSpec.model_validate(row.spec)
         number = row.attempts + 1
-        log_path = self.settings.logs_dir / f"{row.id}.log"
-        status_path = self.settings.status_dir / f"{row.id}-{number}.json"
+        log_path = self.settings.logs_dir / f"{job_id}.log"
+        status_path = self.settings.status_dir / f"{job_id}-{number}.json"
         backend_name = self.backend_name(spec)
         attempt = {"number": number, "gpu_indices": list(start.gpu_indices),
                    "gpu_uuids": [self.readings[i].uuid for i in start.gpu_indices
@@ -269,17 +271,25 @@ class Daemon:
                    "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
                    "backend": backend_name, "log_path": str(log_path),
                    "status_path": str(status_path), "started_at": now}
-        attempt_id = self.store.start_attempt(row.id, attempt, now=now,
+        attempt_id = self.store.start_attempt(job_id, attempt, now=now,
                                               message=f"attempt {number} on GPUs "
                                                       f"{_gpu_text(start.gpu_indices)}")
-        self.states[row.id] = JobState.STARTING
-        run = Running(job_id=row.id, attempt_id=attempt_id, attempt_no=number, spec=spec,
+        self.states[job_id] = JobState.STARTING
+        run = Running(job_id=job_id, attempt_id=attempt_id, attempt_no=number, spec=spec,
                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
                       gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
                       started_at=now, pending=pending, failures=row.failures,
                       log_path=log_path, status_path=status_path)
-        self.running[row.id] = run
+        self.running[job_id] = run
         return run
+
+    def _launch_all(self, runs: list[Running]) -> None:
+        """Spawn the processes, then record their handles in one commit."""
+        launched = [(run, self._launch(run)) for run in runs]
+        with self.store.transaction():
+            for run, outcome in launched:
+                self._each(self._launched, run, outcome)
+        self._refresh_simulated()
 
     def _launch(self, run: Running) -> Handle | str:
         """Spawn the job's process; its handle, or why it could not start."""
@@ -331,6 +341,8 @@ class Daemon:
                   handle.pid)
             self._simulated_dirty = True
         self._watch(run)
+        if run.stop_reason is not None:  # stopped while its launch was in flight
+            self._signal_stop(run)
         if run.spec.time_limit and self.loop is not None:
             left = run.started_at + run.spec.time_limit - self.clock()
             run.timers.append(self.loop.call_later(max(0.0, left), self._time_limit, run.job_id))
@@ -340,7 +352,12 @@ class Daemon:
         self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
                                   reason=why)
         del self.running[run.job_id]
-        self._after_failure(run, JobState.STARTING, f"launch failed: {why}", None, now)
+        if run.stop_reason == "cancel":  # cancelled while its launch was in flight
+            self._transition(run.job_id, JobState.STARTING, JobState.CANCELLED,
+                             message=f"cancelled (its launch failed: {why})", ended_at=now,
+                             end_reason="cancelled by request")
+        else:
+            self._after_failure(run, JobState.STARTING, f"launch failed: {why}", None, now)
         self.kick()
 
     # --- watching exits --------------------------------------------------------------------
@@ -453,12 +470,20 @@ class Daemon:
 
     # --- stopping jobs ---------------------------------------------------------------------
     def _stop_job(self, run: Running, reason: str, message: str) -> None:
-        """SIGTERM the job's group, SIGKILL after its grace period."""
-        if run.stop_reason is not None or run.handle is None:
+        """SIGTERM the job's group, SIGKILL after its grace period.
+
+        A job whose launch is still in flight is signalled as soon as it has a process.
+        """
+        if run.stop_reason is not None:
             return
         run.stop_reason = reason
         self.store.add_event(job_id=run.job_id, kind=f"stopping:{reason}", now=self.clock(),
                              message=f"{message}; SIGTERM, SIGKILL after {run.spec.grace:g}s")
+        if run.handle is not None:
+            self._signal_stop(run)
+
+    def _signal_stop(self, run: Running) -> None:
+        assert run.handle is not None
         run.backend.signal(run.handle, signal.SIGTERM)
         if self.loop is not None:
             run.timers.append(self.loop.call_later(run.spec.grace, self._kill, run.job_id))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, cast
+from contextlib import contextmanager, suppress
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -31,6 +31,12 @@ _ADD_ATTEMPT = insert(_attempts).returning(_attempts.c.id)
 _ADD_EVENTS = insert(_events)
 
 
+class LaunchInfo(NamedTuple):
+    spec: dict[str, Any]
+    attempts: int
+    failures: int
+
+
 class Store:
     """Reads through ORM sessions; the daemon's writes through SQLAlchemy Core.
 
@@ -44,6 +50,7 @@ class Store:
         self.engine = engine
         self._session = sessionmaker(engine, expire_on_commit=False)
         self._conn: Connection | None = None  # the open batch transaction, if any
+        self._write_conn: Connection | None = None
         self._events: list[dict[str, Any]] = []  # written with one executemany at commit
 
     @classmethod
@@ -53,6 +60,7 @@ class Store:
         return cls(engine)
 
     def close(self) -> None:
+        self._drop_writer()
         self.engine.dispose()
 
     def session(self) -> Session:
@@ -68,8 +76,9 @@ class Store:
         if self._conn is not None:
             yield self._conn
             return
+        conn = self._writer()
         try:
-            with self.engine.begin() as conn:
+            with conn.begin():
                 self._conn = conn
                 try:
                     yield conn
@@ -78,7 +87,22 @@ class Store:
                     self._conn = None
                     self._events.clear()
         except SQLAlchemyError as e:
+            if getattr(e, "connection_invalidated", False) or conn.invalidated:
+                self._drop_writer()  # the next transaction connects again
             raise StoreError(f"could not write to the database: {e}") from e
+
+    def _writer(self) -> Connection:
+        """The connection writes go through, kept open: a pool checkout and its reset per
+        batch would cost more than the batch's statements."""
+        if self._write_conn is None or self._write_conn.closed:
+            self._write_conn = self.engine.connect()
+        return self._write_conn
+
+    def _drop_writer(self) -> None:
+        if self._write_conn is not None:
+            with suppress(SQLAlchemyError):
+                self._write_conn.close()
+            self._write_conn = None
 
     # --- jobs ----------------------------------------------------------------------------
     def add_jobs(self, specs: Sequence[JobSpec], *, user: str, source: str, now: float,
@@ -133,6 +157,15 @@ class Store:
             if row is None:
                 raise NotFound(f"no job {job_id}")
             return row
+
+    def launch_info(self, ids: Iterable[int]) -> dict[int, LaunchInfo]:
+        """What starting these jobs needs from the store, without building ORM objects."""
+        idl = list(ids)
+        cols = (_jobs.c.id, _jobs.c.spec, _jobs.c.attempts, _jobs.c.failures)
+        with self.transaction() as c:
+            return {r.id: LaunchInfo(r.spec, r.attempts, r.failures)
+                    for i in range(0, len(idl), 500)
+                    for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
 
     def jobs(self, ids: Iterable[int]) -> dict[int, JobRow]:
         idl = list(ids)
