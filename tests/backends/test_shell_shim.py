@@ -17,12 +17,14 @@ from rota.backends.shell_shim import MARK, shell_shim_argv, status_from_exit_sta
 from .conftest import wait_text
 
 
-def run_shim(tmp: Path, argv: list[str], cwd: str | None = None, *,
+def run_shim(tmp: Path, argv: list[str], cwd: str | None = None, *, header: str = "",
              stop: int | None = None) -> tuple[int, dict[str, Any], str]:
     status, log = tmp / "s.json", tmp / "job.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(shell_shim_argv(status, cwd, argv), start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    status.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(shell_shim_argv(status, log, header, cwd, argv),
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if stop is not None:
         wait_text(log, "ready")
         os.killpg(proc.pid, stop)
@@ -67,6 +69,17 @@ def test_missing_program_and_missing_directory(tmp_path: Path) -> None:
     assert "cannot enter the working directory" in log
 
 
+def test_log_gets_header_then_output_and_an_unwritable_log_is_recorded(tmp_path: Path) -> None:
+    _, rec, log = run_shim(tmp_path, ["echo", "hi"], header="=== rota: job 1")
+    assert rec["exit_code"] == 0 and log == "=== rota: job 1\nhi\n"
+    status, ro = tmp_path / "s2.json", tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    proc = subprocess.run(shell_shim_argv(status, ro / "x" / "job.log", "", None, ["true"]),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+    rec = read_status(status)
+    assert proc.returncode == 126 and rec is not None and rec["exit_code"] == 126
+
+
 def test_working_directory(tmp_path: Path) -> None:
     _, rec, log = run_shim(tmp_path, ["pwd"], cwd=str(tmp_path))
     assert rec["exit_code"] == 0 and log.strip() == str(tmp_path)
@@ -94,7 +107,8 @@ def test_read_status_merges_lines_and_skips_a_torn_one(tmp_path: Path) -> None:
 
 
 def test_is_shim_of() -> None:
-    argv = shell_shim_argv(Path("/h/status/1-1.json"), None, ["true"])
+    argv = shell_shim_argv(Path("/h/status/1-1.json"), Path("/h/logs/1.log"), "", None,
+                           ["true"])
     assert is_shim_of(argv, "/h/status/1-1.json")
     assert not is_shim_of(argv, "/h/status/1-2.json")
     assert not is_shim_of(["sh", "-c", "x", "/h/status/1-1.json"], "/h/status/1-1.json")

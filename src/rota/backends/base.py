@@ -24,6 +24,7 @@ class LaunchRequest:
     log_path: Path  # stdout+stderr of the job, appended
     status_path: Path  # written by the shim: pid at start, exit status at the end
     session_name: str  # for tmux/screen, e.g. "rota-12-gpu0.1"
+    log_header: str = ""  # a line the log gets before the job's output (which attempt, GPUs)
 
 
 @dataclass(frozen=True, slots=True)

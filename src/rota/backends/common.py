@@ -207,6 +207,13 @@ def check_request(req: LaunchRequest) -> None:
     build_job_argv(req)  # raises when conda is asked for and missing
 
 
+def append_log_header(req: LaunchRequest) -> None:
+    """Write the request's header line to the log (backends whose shim does not)."""
+    if req.log_header:
+        with open(req.log_path, "ab") as f:
+            f.write(f"{req.log_header}\n".encode())
+
+
 def prepare_paths(req: LaunchRequest) -> None:
     """Create the log and status directories, and drop a stale status file of this attempt.
 

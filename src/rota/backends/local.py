@@ -17,11 +17,16 @@ from rota.backends.common import (
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
 
+_DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+_DEVNULL_OUT = (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)
+_DEVNULL_ERR = (os.POSIX_SPAWN_DUP2, 1, 2)
+
 
 class LocalBackend:
     """Runs the shell shim in its own session, output appended to the job's log file.
 
-    ``posix_spawn`` (vfork and exec, no Python between them) keeps the launch cheap, and
+    ``posix_spawn`` (vfork and exec, no Python between them) keeps the launch cheap (the
+    shim creates the log file itself, so that cost is not the daemon's either), and
     no object in the daemon holds the child: the job must not depend on the daemon, which
     collects the exit status from the status file (reaping the zombie with
     ``common.reap``), so a restarted daemon sees the same thing a running one does.
@@ -39,19 +44,13 @@ class LocalBackend:
 
     def launch(self, req: LaunchRequest) -> Handle:
         self.check(req)
-        argv = shell_shim_argv(req.status_path, req.cwd, build_job_argv(req))
+        argv = shell_shim_argv(req.status_path, req.log_path, req.log_header, req.cwd,
+                               build_job_argv(req))
         prepare_paths(req)
         started_at = time.time()
-        try:
-            log = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                pid = os.posix_spawn(SHELL, argv, {**self.base_env, **req.env}, setsid=True,
-                                     file_actions=[
-                                         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                         (os.POSIX_SPAWN_DUP2, log, 1),
-                                         (os.POSIX_SPAWN_DUP2, log, 2)])
-            finally:
-                os.close(log)
+        try:  # the shim opens the log itself; until then its output goes nowhere
+            pid = os.posix_spawn(SHELL, argv, {**self.base_env, **req.env}, setsid=True,
+                                 file_actions=[_DEVNULL_IN, _DEVNULL_OUT, _DEVNULL_ERR])
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
             raise BackendError(f"job {req.job_id}: cannot start the shim: {e}") from e
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),

@@ -27,6 +27,7 @@ import psutil
 
 from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
+    append_log_header,
     check_request,
     prepare_paths,
     read_status,
@@ -99,6 +100,7 @@ class _SessionBackend:
         self.check(req)
         name = session_name(req.session_name)
         prepare_paths(req)
+        append_log_header(req)
         job_file = write_job_file(req)
         argv = shim_argv(req, tee=True, job_file=job_file)
         try:

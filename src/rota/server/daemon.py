@@ -294,12 +294,7 @@ class Daemon:
     def _launch(self, run: Running) -> Handle | str:
         """Spawn the job's process; its handle, or why it could not start."""
         try:
-            req = self._launch_request(run)
-            run.backend.check(req)
-            with open(run.log_path, "ab") as f:
-                f.write(f"=== rota: job {run.job_id} attempt {run.attempt_no} on GPUs "
-                        f"{_gpu_text(run.gpus)}\n".encode())
-            return run.backend.launch(req)
+            return run.backend.launch(self._launch_request(run))
         except (BackendError, OSError) as e:
             return str(e)
 
@@ -325,7 +320,9 @@ class Daemon:
         return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
                              log_path=run.log_path, status_path=run.status_path,
-                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}")
+                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
+                             log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
+                                        f"on GPUs {_gpu_text(run.gpus)}")
 
     def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
         """A process exists for the job: record its handle, watch it, arm its timers."""
