@@ -239,10 +239,6 @@ def figures(p: dict[str, Any], e: dict[str, Any], b: dict[str, dict[str, Any]]
         (f"dispatch, GPU freed -> next start, p50 ({d['n']} gaps)", f"{d['p50_ms']:.2f} ms",
          "<= 50 ms", _ok(v["dispatch_p50_ms"]["ok"])),
         ("dispatch p99 / max", f"{d['p99_ms']:.1f} / {d['max_ms']:.1f} ms", "(info)", ""),
-        ("GPU idle between jobs as the jobs see it (previous shim's end -> next shim "
-         "running), p50 / p99",
-         f"{d['shim_to_shim']['p50_ms']:.0f} / {d['shim_to_shim']['p99_ms']:.0f} ms"
-         if "shim_to_shim" in d else "n/a", "(info)", ""),
         ("attempt length minus sleep 0.3 s (shim start + exit noticed), p50",
          f"{d['attempt_overhead']['p50_ms']:.0f} ms", "(info)", ""),
         (f"idle daemon CPU ({i['window_s']:.0f} s window)", f"{i['cpu_pct']:.2f}% of a core",

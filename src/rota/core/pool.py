@@ -189,6 +189,7 @@ class GpuPool:
         if not self.reserved_for:
             return None
         saved = dict(self.reserved_for)
+        version, cands = self.version, dict(self._cands)
         self.reserved_for.clear()
         for i in saved:
             self._file(i)
@@ -198,6 +199,9 @@ class GpuPool:
             for i in saved:
                 self._unfile(i)
             self.reserved_for.update(saved)
+            # the pool is as it was: keep the candidate sets computed before the probe (and
+            # drop any computed during it, so no version number is ever reused for them)
+            self.version, self._cands = version, cands
 
 
 def _unusable_reason(g: GpuView, policy: Policy) -> str | None:

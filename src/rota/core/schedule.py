@@ -47,6 +47,8 @@ class _Pass:
         self.pool = GpuPool(snapshot.gpus, policy)
         self.all_gpus = frozenset(self.pool.views)
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
+        self.never_by_shape: dict[tuple[int, int | None, frozenset[int] | None],
+                                  Reason | None] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
         # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
         self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
@@ -142,8 +144,13 @@ class _Pass:
         return reason
 
     def _never(self, job: PendingJob) -> Reason | None:
-        """UNSATISFIABLE, checked in O(1) for jobs that may use any GPU."""
-        return _never(job, self.pool.views, self.all_gpus, self.mem_desc, self.smallest)
+        """UNSATISFIABLE, checked in O(1) for jobs that may use any GPU; once per shape."""
+        shape = job.shape
+        if shape in self.never_by_shape:
+            return self.never_by_shape[shape]
+        reason = self.never_by_shape[shape] = _never(job, self.pool.views, self.all_gpus,
+                                                     self.mem_desc, self.smallest)
+        return reason
 
     def _reserve_for(self, job: PendingJob) -> None:
         """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
