@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,6 +35,14 @@ def _login_name() -> str:
         return f"uid{os.getuid()}"
 
 
+def _split_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8787)")
+    return host, int(port)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
 
@@ -50,6 +58,8 @@ class Settings(BaseSettings):
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
     jobs_file_poll: float = Field(default=1.0, gt=0)
     tmux_socket: str = "rota"
+    listen: str | None = Field(default=None, description="HOST:PORT for the API over TCP "
+                               "(bearer tokens required there), e.g. 127.0.0.1:8787")
     user: str = Field(default_factory=lambda: _login_name())
 
     @classmethod
@@ -61,6 +71,18 @@ class Settings(BaseSettings):
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=default_home() / "rota.toml")
         return (init_settings, env_settings, dotenv_settings, toml)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            _split_address(v)
+        return v
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        assert self.listen is not None
+        return _split_address(self.listen)
 
     # --- derived paths -----------------------------------------------------------------
     @property

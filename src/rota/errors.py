@@ -20,6 +20,18 @@ class InvalidSpec(RotaError):
         self.field = field
 
 
+class Unauthorized(RotaError):
+    """No credentials, or credentials that are not valid (unknown or revoked token)."""
+
+    http_status = 401
+
+
+class Forbidden(RotaError):
+    """Valid credentials, but this user may not do that (another user's job, admin only)."""
+
+    http_status = 403
+
+
 class NotFound(RotaError):
     http_status = 404
 
@@ -42,6 +54,19 @@ class DaemonUnavailable(RotaError):
     """The CLI or SDK cannot reach the daemon."""
 
     http_status = 503
+
+
+class WaitTimeout(RotaError, TimeoutError):
+    """``wait(job_id, timeout=...)`` gave up before the job ended; the job goes on.
+
+    A ``TimeoutError`` too, so ``except TimeoutError`` catches it as it would for asyncio.
+    """
+
+    http_status = 504
+
+    def __init__(self, job_id: int, state: str, timeout: float) -> None:
+        super().__init__(f"job {job_id} is still {state} after {timeout:g}s")
+        self.job_id, self.state, self.timeout = job_id, state, timeout
 
 
 class BackendError(RotaError):

@@ -25,12 +25,15 @@ def server(ctx: typer.Context,
            detach: bool = typer.Option(False, "--detach", "-d", help="run in the background"),
            jobs_file: Path = typer.Option(None, help="watched jobs file (default: jobs.txt)"),
            database_url: str = typer.Option(None, help="PostgreSQL URL (default: SQLite)"),
+           listen: str = typer.Option(None, help="also serve the API and the dashboard on "
+                                                 "TCP, e.g. 127.0.0.1:8787 (tokens required)"),
            ) -> None:
     """Run the daemon in the foreground (or --detach it)."""
     if ctx.invoked_subcommand is not None:
         return
     with run_cli(json_out=False):
-        settings = load(simulate=simulate, jobs_file=jobs_file, database_url=database_url)
+        settings = load(simulate=simulate, jobs_file=jobs_file, database_url=database_url,
+                        listen=listen)
         if detach:
             from rota.server.serve import start_detached
 
@@ -41,6 +44,8 @@ def server(ctx: typer.Context,
                 argv += ["--jobs-file", str(jobs_file)]
             if database_url:
                 argv += ["--database-url", database_url]
+            if listen:
+                argv += ["--listen", listen]
             pid = start_detached(settings, argv)
             typer.echo(f"rota daemon started (pid {pid}); socket {settings.socket_path}")
             return
@@ -78,7 +83,7 @@ def _register() -> None:
     """Attach the other command groups (kept in their own modules)."""
     import importlib
 
-    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo"):
+    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access"):
         try:
             importlib.import_module(mod).register(app)
         except ModuleNotFoundError as e:

@@ -17,6 +17,9 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_GPUS_PER_JOB = 1024
 
 
+_LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
+
+
 class JobSpec(BaseModel):
     """A job as submitted. Field names are the API's and the YAML jobs file's."""
 
@@ -44,7 +47,17 @@ class JobSpec(BaseModel):
     hold: bool = False
     session: SessionKind = "none"
     cuda_arg: bool = False
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list, max_length=32)
+    project: str | None = Field(default=None, max_length=100, pattern=_LABEL,
+                                description="what the job counts towards (reports, filters)")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.fullmatch(_LABEL, t):
+                raise ValueError(f"tag {t!r}: use 1-64 letters, digits and . _ : -")
+        return v
 
     @field_validator("command")
     @classmethod

@@ -11,14 +11,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from rota import __version__
 from rota.core.lifecycle import JobState
-from rota.errors import InvalidSpec, NotFound, RotaError
+from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
+from rota.server.auth import (
+    VIA_KEY,
+    Authenticator,
+    Principal,
+    check_user_name,
+    new_token,
+    token_digest,
+)
 from rota.server.daemon import Daemon
 from rota.server.intake import Intake
 from rota.server.views import attempt_view, event_view, gpu_views, job_view
@@ -47,8 +55,25 @@ def problem(status: int, title: str, detail: str, field: str | None = None) -> J
     return JSONResponse(body, status_code=status, media_type=PROBLEM)
 
 
+class UserBody(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    admin: bool = False
+
+
+class TokenBody(BaseModel):
+    user: str | None = None  # default: the caller
+    note: str | None = Field(default=None, max_length=200)
+
+
 def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> FastAPI:
     app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None)
+    auth = Authenticator(daemon.store, daemon.settings.user, daemon.clock)
+
+    async def who(request: Request) -> Principal:
+        return auth.principal(request.scope.get(VIA_KEY, "socket"),
+                              request.headers.get("authorization"))
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
 
     @app.exception_handler(RotaError)
     async def _rota_error(_: Request, e: RotaError) -> JSONResponse:
@@ -64,44 +89,52 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         daemon.job_state(job_id)  # NotFound if unknown
         return job_id
 
-    @app.get("/v1/health")
+    def _own(p: Principal, job_id: int, what: str) -> int:
+        """The job exists and the caller may change it or read its logs."""
+        p.require_owner(daemon.store.get_job(job_id).user, f"{what} job {job_id}")
+        return job_id
+
+    @v1.get("/health")
     async def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__, "pid": os.getpid(),
                 "devices": daemon.devices.kind, "gpus": len(daemon.readings),
                 "pending": len(daemon.queue), "running": len(daemon.running),
                 "draining": daemon.draining}
 
-    @app.post("/v1/jobs", status_code=201)
-    async def submit(body: SubmitBody) -> dict[str, Any]:
-        rows = intake.submit(body.jobs, user=body.user or daemon.settings.user, source="api",
+    @v1.post("/jobs", status_code=201)
+    async def submit(body: SubmitBody, p: Principal = Depends(who)) -> dict[str, Any]:
+        if body.user and body.user != p.user:
+            p.require_admin(f"submitting as {body.user!r}")
+        rows = intake.submit(body.jobs, user=body.user or p.user, source="api",
                              idempotency_key=body.idempotency_key, dedup=body.dedup)
         return {"jobs": [job_view(daemon, r) for r in rows]}
 
-    @app.get("/v1/jobs")
+    @v1.get("/jobs")
     async def list_jobs(state: list[str] = Query(default=[]), user: str | None = None,
-                        name: str | None = None, limit: int = Query(200, ge=1, le=10000),
+                        name: str | None = None, project: str | None = None,
+                        tag: str | None = None, limit: int = Query(200, ge=1, le=10000),
                         before: int | None = None) -> dict[str, Any]:
         for s in state:
             if s not in JobState.__members__.values():
                 raise InvalidSpec(f"state: {s!r} is not one of "
                                   f"{[x.value for x in JobState]}", field="state")
-        rows = daemon.store.list_jobs(states=state or None, user=user, name=name, limit=limit,
-                                      before_id=before)
+        rows = daemon.store.list_jobs(states=state or None, user=user, name=name,
+                                      project=project, tag=tag, limit=limit, before_id=before)
         nxt = rows[-1].id if len(rows) == limit else None
         return {"jobs": [job_view(daemon, r) for r in rows], "next": nxt}
 
-    @app.get("/v1/jobs/{job_id}")
+    @v1.get("/jobs/{job_id}")
     async def get_job(job_id: int) -> dict[str, Any]:
         row = daemon.store.get_job(job_id)
         out = job_view(daemon, row, detail=True)
         out["attempts_detail"] = [attempt_view(a) for a in daemon.store.attempts(job_id)]
         return out
 
-    @app.get("/v1/jobs/{job_id}/events")
+    @v1.get("/jobs/{job_id}/events")
     async def events(job_id: int) -> dict[str, Any]:
         return {"events": [event_view(e) for e in daemon.store.events(_job_id(job_id))]}
 
-    @app.get("/v1/jobs/{job_id}/why")
+    @v1.get("/jobs/{job_id}/why")
     async def why(job_id: int) -> dict[str, Any]:
         row = daemon.store.get_job(job_id)
         view = job_view(daemon, row)
@@ -114,32 +147,44 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
             msg = f"it is {state}" + (f": {row.end_reason}" if row.end_reason else "")
         return {"id": job_id, "state": state, "code": state, "message": msg}
 
-    @app.post("/v1/jobs/{job_id}/cancel")
-    async def cancel(job_id: int) -> dict[str, Any]:
-        return {"id": job_id, "state": str(daemon.cancel(job_id))}
+    @v1.post("/jobs/{job_id}/cancel")
+    async def cancel(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        return {"id": job_id, "state": str(daemon.cancel(_own(p, job_id, "cancel")))}
 
-    @app.post("/v1/jobs/{job_id}/hold")
-    async def hold(job_id: int) -> dict[str, Any]:
-        daemon.hold(job_id)
+    @v1.post("/jobs/{job_id}/hold")
+    async def hold(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        daemon.hold(_own(p, job_id, "hold"))
         return {"id": job_id, "state": "held"}
 
-    @app.post("/v1/jobs/{job_id}/release")
-    async def release(job_id: int) -> dict[str, Any]:
-        daemon.release(job_id)
+    @v1.post("/jobs/{job_id}/release")
+    async def release(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        daemon.release(_own(p, job_id, "release"))
         return {"id": job_id, "state": "pending"}
 
-    @app.get("/v1/jobs/{job_id}/wait")
+    @v1.post("/jobs/{job_id}/requeue")
+    async def requeue(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        """A running job is stopped and queued again; an ended one is submitted anew."""
+        row = daemon.store.get_job(_own(p, job_id, "requeue"))
+        state = daemon.job_state(job_id)
+        if state.terminal:
+            [new] = intake.submit([{**row.spec, "hold": False}], user=row.user,
+                                  source=f"requeue of job {job_id}")
+            return {"requeued": job_id, "job": job_view(daemon, new)}
+        daemon.requeue(job_id)
+        return {"requeued": job_id, "job": job_view(daemon, daemon.store.get_job(job_id))}
+
+    @v1.get("/jobs/{job_id}/wait")
     async def wait(job_id: int, timeout: float | None = Query(None, gt=0)) -> dict[str, Any]:
         state = await daemon.wait_for_end(_job_id(job_id), timeout)
         row = daemon.store.get_job(job_id)
         return {"id": job_id, "state": str(state), "exit_code": row.exit_code,
                 "done": state.terminal}
 
-    @app.get("/v1/jobs/{job_id}/logs")
+    @v1.get("/jobs/{job_id}/logs")
     async def logs(job_id: int, offset: int = Query(0, ge=0),
                    limit: int = Query(1 << 20, ge=1, le=16 << 20),
-                   follow: bool = False) -> Any:
-        path = _log_path(job_id)
+                   follow: bool = False, p: Principal = Depends(who)) -> Any:
+        path = _log_path(_own(p, job_id, "read the logs of"))
         if not follow:
             data = _read(path, offset, limit)
             return JSONResponse({"offset": offset, "next": offset + len(data),
@@ -162,23 +207,27 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                 return
             await asyncio.sleep(0.2)
 
-    @app.get("/v1/gpus")
+    @v1.get("/gpus")
     async def gpus() -> dict[str, Any]:
         return {"devices": daemon.devices.kind, "gpus": gpu_views(daemon),
                 "draining": daemon.draining}
 
-    @app.post("/v1/gpus/{index}/pause")
-    async def pause(index: int) -> dict[str, Any]:
+    @v1.post("/gpus/{index}/pause")
+    async def pause(index: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("pausing a GPU")
         daemon.set_paused(index, True)
         return {"index": index, "paused": True}
 
-    @app.post("/v1/gpus/{index}/resume")
-    async def resume(index: int) -> dict[str, Any]:
+    @v1.post("/gpus/{index}/resume")
+    async def resume(index: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("resuming a GPU")
         daemon.set_paused(index, False)
         return {"index": index, "paused": False}
 
-    @app.post("/v1/gpus/{index}/simulate")
-    async def simulate(index: int, body: SimulateBody) -> dict[str, Any]:
+    @v1.post("/gpus/{index}/simulate")
+    async def simulate(index: int, body: SimulateBody,
+                       p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("injecting GPU faults")
         dev: Any = daemon.devices
         if daemon.devices.kind != "simulated":
             raise InvalidSpec("only simulated GPUs take injected faults", field="devices")
@@ -195,19 +244,75 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         daemon.kick()
         return {"index": index, "ok": True}
 
-    @app.post("/v1/drain")
-    async def drain(on: bool = True) -> dict[str, Any]:
+    @v1.post("/drain")
+    async def drain(on: bool = True, p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("draining the machine")
         daemon.set_draining(on)
         return {"draining": on}
 
-    @app.get("/v1/queue")
+    @v1.get("/queue")
     async def queue() -> dict[str, Any]:
         return {"counts": daemon.store.count_by_state(), "pending": len(daemon.queue),
                 "running": len(daemon.running),
                 "reservations": [{"job": r.job_id, "gpus": list(r.gpu_indices)}
                                  for r in daemon.last_plan.reservations]}
 
-    @app.get("/v1/sessions")
+    @v1.get("/summary")
+    async def summary() -> dict[str, Any]:
+        """Counts by state, and GPU-hours used by user and by project."""
+        return {"counts": daemon.store.count_by_state(),
+                "gpu_hours": daemon.store.gpu_hours(now=daemon.clock())}
+
+    @v1.get("/whoami")
+    async def whoami(p: Principal = Depends(who)) -> dict[str, Any]:
+        return {"user": p.user, "admin": p.admin, "via": p.via}
+
+    @v1.get("/users")
+    async def users(p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("listing users")
+        return {"users": [{"name": u.name, "admin": u.admin, "created_at": u.created_at}
+                          for u in daemon.store.users()]}
+
+    @v1.post("/users", status_code=201)
+    async def add_user(body: UserBody, p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("adding users")
+        u = daemon.store.add_user(check_user_name(body.name), admin=body.admin,
+                                  now=daemon.clock())
+        return {"name": u.name, "admin": u.admin, "created_at": u.created_at}
+
+    def _token_view(t: Any) -> dict[str, Any]:
+        return {"id": t.id, "user": t.user, "prefix": t.prefix, "note": t.note,
+                "created_at": t.created_at, "last_used_at": t.last_used_at,
+                "revoked_at": t.revoked_at}
+
+    @v1.get("/tokens")
+    async def tokens(p: Principal = Depends(who)) -> dict[str, Any]:
+        rows = daemon.store.tokens(None if p.admin else p.user)
+        return {"tokens": [_token_view(t) for t in rows]}
+
+    @v1.post("/tokens", status_code=201)
+    async def create_token(body: TokenBody, p: Principal = Depends(who)) -> dict[str, Any]:
+        """The token itself is in this answer only; the store keeps its SHA-256."""
+        user = body.user or p.user
+        if user != p.user:
+            p.require_admin(f"creating a token for {user!r}")
+        token = new_token()
+        row = daemon.store.add_token(user, digest=token_digest(token),
+                                     prefix=token[:12], note=body.note, now=daemon.clock())
+        return {**_token_view(row), "token": token}
+
+    @v1.post("/tokens/{token_id}/revoke")
+    async def revoke_token(token_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        row = daemon.store.token(token_id)
+        if row.user != p.user:
+            p.require_admin("revoking another user's token")
+        if row.revoked_at is not None:
+            raise Conflict(f"token {token_id} is already revoked")
+        daemon.store.revoke_token(token_id, now=daemon.clock())
+        auth.forget()
+        return _token_view(daemon.store.token(token_id))
+
+    @v1.get("/sessions")
     async def sessions() -> dict[str, Any]:
         out = []
         for r in daemon.running.values():
@@ -217,9 +322,9 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                             "attach": r.backend.attach_argv(r.handle)})
         return {"sessions": out}
 
-    @app.get("/v1/jobs/{job_id}/attach")
-    async def attach(job_id: int) -> dict[str, Any]:
-        run = daemon.running.get(_job_id(job_id))
+    @v1.get("/jobs/{job_id}/attach")
+    async def attach(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+        run = daemon.running.get(_own(p, job_id, "attach to"))
         if run is None or run.handle is None:
             raise NotFound(f"job {job_id} is not running")
         argv = run.backend.attach_argv(run.handle)
@@ -228,27 +333,39 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                               "--session tmux or --session screen to attach", field="session")
         return {"argv": argv}
 
-    @app.get("/v1/jobsfile")
+    @v1.get("/jobsfile")
     async def jobsfile() -> dict[str, Any]:
         return vars(intake.jobs_file)
 
-    @app.post("/v1/jobsfile/reload")
-    async def jobsfile_reload() -> dict[str, Any]:
+    @v1.post("/jobsfile/reload")
+    async def jobsfile_reload(p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("reloading the jobs file")
         return vars(intake.poll_jobs_file(force=True))
 
-    @app.get("/v1/stats")
+    @v1.get("/stats")
     async def stats() -> dict[str, Any]:
         p = sorted(daemon.pass_seconds)
         return {"passes": len(p), "pass_p50_ms": 1000 * p[len(p) // 2] if p else None,
                 "pass_max_ms": 1000 * p[-1] if p else None}
 
-    @app.post("/v1/shutdown")
-    async def shutdown() -> dict[str, Any]:
+    @v1.post("/shutdown")
+    async def shutdown(p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("stopping the daemon")
         if on_shutdown is not None:
             asyncio.get_running_loop().call_soon(on_shutdown)
         return {"stopping": True}
 
+    app.include_router(v1)
     return app
+
+
+def tcp_app(app: Any) -> Any:
+    """The same app for the TCP listener: its requests are marked so they need a token."""
+    async def marked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope = {**scope, VIA_KEY: "tcp"}
+        await app(scope, receive, send)
+    return marked
 
 
 def _read(path: Path, offset: int, limit: int) -> bytes:

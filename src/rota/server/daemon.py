@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -36,6 +37,8 @@ from rota.store.repo import LaunchInfo, Store
 from rota.store.tables import JobRow
 
 log = logging.getLogger("rota.daemon")
+HISTORY_STEP = 10.0  # seconds between GPU history points
+HISTORY_POINTS = 360  # one hour of them
 Clock = Callable[[], float]
 
 
@@ -81,6 +84,9 @@ class Daemon:
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
         self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
         self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
+        # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
+        self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
+        self._history_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -99,6 +105,7 @@ class Daemon:
         with self.store.transaction():
             recover(self)
         self._refresh_simulated()
+        self._sample_history(self.clock())
         self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
                        asyncio.create_task(self._device_loop(), name="devices")]
         self.kick()
@@ -132,8 +139,23 @@ class Daemon:
             try:
                 if self.read_devices():
                     self.kick()
+                self._sample_history(self.clock())
             except Exception:
                 log.exception("reading GPUs failed")
+
+    def _sample_history(self, now: float) -> None:
+        """One point per GPU every HISTORY_STEP seconds, the last hour kept (dashboard)."""
+        if now - self._history_at < HISTORY_STEP:
+            return
+        self._history_at = now
+        alloc: dict[int, int] = {}
+        for r in self.running.values():
+            for i in r.gpus:
+                alloc[i] = alloc.get(i, 0) + r.milli
+        for i, g in self.readings.items():
+            points = self.history.setdefault(i, deque(maxlen=HISTORY_POINTS))
+            points.append((round(now, 1), alloc.get(i, 0) / MILLI, g.memory_used,
+                           round(g.utilization, 3)))
 
     # --- backends ------------------------------------------------------------------------
     def backend(self, name: str) -> Backend:
@@ -427,8 +449,9 @@ class Daemon:
             reason = f"time limit {run.spec.time_limit:g}s reached ({how})"
             self._transition(run.job_id, src, JobState.TIMEOUT, message=reason, ended_at=now,
                              exit_code=code, end_reason=reason)
-        elif run.stop_reason == "gpu_lost":
-            outcome, reason = "requeued", f"its GPU was lost ({how}); queued again"
+        elif run.stop_reason in ("gpu_lost", "requeue"):
+            why = "its GPU was lost" if run.stop_reason == "gpu_lost" else "requeued by request"
+            outcome, reason = "requeued", f"{why} ({how}); queued again"
             self._requeue(run.job_id, src, reason, run.pending, not_before=None)
         elif info.success:
             self._transition(run.job_id, src, JobState.COMPLETED, message=how, ended_at=now,
@@ -510,6 +533,15 @@ class Daemon:
         self._notify_end(job_id)
         self.kick()
         return JobState.CANCELLED
+
+    def requeue(self, job_id: int) -> None:
+        """Stop a running job (SIGTERM, then SIGKILL after its grace) and queue it again."""
+        state = self.job_state(job_id)
+        run = self.running.get(job_id)
+        if run is None:
+            raise Conflict(f"job {job_id} is {state.value}; only running jobs are stopped and "
+                           "queued again (an ended one is submitted anew)")
+        self._stop_job(run, "requeue", "requeued by request")
 
     def hold(self, job_id: int) -> None:
         state = self.job_state(job_id)

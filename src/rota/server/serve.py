@@ -76,26 +76,34 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
 async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ignore[no-untyped-def]
     import uvicorn
 
-    from rota.server.api import build_app
+    from rota.server.api import build_app, tcp_app
     from rota.server.intake import Intake
 
     daemon = Daemon(settings, store, devices)
     await daemon.start()
     intake = Intake(daemon)
-    server: uvicorn.Server | None = None
+    servers: list[uvicorn.Server] = []
 
     def stop() -> None:
-        if server is not None:
-            server.should_exit = True
+        for s in servers:
+            s.should_exit = True
 
     app = build_app(daemon, intake, on_shutdown=stop)
-    config = uvicorn.Config(app, uds=str(settings.socket_path), log_level="warning",
-                            access_log=False, lifespan="off", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off",
+                              "timeout_graceful_shutdown": 2}
+    server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path), **common))
+    servers.append(server)
+    if settings.listen is not None:
+        host, port = settings.listen_address
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("listening on %s:%s without TLS: tokens cross the network in clear "
+                        "text; put a TLS proxy in front of it", host, port)
+        servers.append(uvicorn.Server(uvicorn.Config(tcp_app(app), host=host, port=port,
+                                                     **common)))
     watcher = asyncio.create_task(_watch_jobs_file(intake, settings.jobs_file_poll))
     ready = asyncio.create_task(_announce_ready(server, settings))
     try:
-        await server.serve()
+        await asyncio.gather(*(s.serve() for s in servers))
     finally:
         watcher.cancel()
         ready.cancel()

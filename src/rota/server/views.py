@@ -61,5 +61,6 @@ def gpu_views(d: Daemon) -> list[dict[str, Any]]:
                     "memory_external": v.memory_external, "utilization": g.utilization,
                     "allocated": v.allocated_milli / 1000, "reserved_memory": v.reserved_memory,
                     "jobs": sorted(jobs.get(i, [])), "paused": i in d.paused,
-                    "healthy": g.healthy, "temperature_c": g.temperature_c})
+                    "healthy": g.healthy, "temperature_c": g.temperature_c,
+                    "history": [list(pt) for pt in d.history.get(i, ())]})
     return out

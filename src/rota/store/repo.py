@@ -12,9 +12,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
 from rota.core.spec import JobSpec
-from rota.errors import NotFound, StoreError
+from rota.errors import Conflict, NotFound, StoreError
 from rota.store.db import make_engine, migrate
-from rota.store.tables import AttemptRow, DaemonSettingRow, EventRow, GpuSettingRow, JobRow
+from rota.store.tables import (
+    AttemptRow,
+    DaemonSettingRow,
+    EventRow,
+    GpuSettingRow,
+    JobRow,
+    TokenRow,
+    UserRow,
+)
 
 _RETRYABLE_HASH_STATES = [s.value for s in (JobState.FAILED, JobState.CANCELLED,
                                             JobState.TIMEOUT)]
@@ -120,7 +128,8 @@ class Store:
                 "idempotency_key": key, "source": source, "created_at": now, "updated_at": now,
                 "started_at": None, "ended_at": None, "attempts": 0, "failures": 0,
                 "not_before": None, "exit_code": None, "end_reason": None,
-                "estimate_note": None})
+                "estimate_note": None, "project": spec.project,
+                "tags": f",{','.join(spec.tags)}," if spec.tags else ""})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
@@ -177,15 +186,20 @@ class Store:
         return out
 
     def list_jobs(self, *, states: Sequence[str] | None = None, user: str | None = None,
-                  name: str | None = None, limit: int = 200, before_id: int | None = None,
-                  ) -> list[JobRow]:
+                  name: str | None = None, project: str | None = None, tag: str | None = None,
+                  limit: int = 200, before_id: int | None = None) -> list[JobRow]:
+        """Newest first; ``before_id`` is the cursor (the last id of the previous page)."""
         q = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
         if states:
             q = q.where(JobRow.state.in_(list(states)))
         if user:
             q = q.where(JobRow.user == user)
         if name:
-            q = q.where(JobRow.name.contains(name))
+            q = q.where(JobRow.name.contains(name, autoescape=True))
+        if project:
+            q = q.where(JobRow.project == project)
+        if tag:
+            q = q.where(JobRow.tags.contains(f",{tag},", autoescape=True))
         if before_id is not None:
             q = q.where(JobRow.id < before_id)
         with self.session() as s:
@@ -202,6 +216,18 @@ class Store:
         with self.session() as s:
             return {st: n for st, n in s.execute(
                 select(JobRow.state, func.count()).group_by(JobRow.state))}
+
+    def gpu_hours(self, *, now: float) -> dict[str, dict[str, float]]:
+        """GPU-hours of every attempt (running ones up to now), by user and by project."""
+        hours = (JobRow.gpus * (func.coalesce(AttemptRow.ended_at, now) - AttemptRow.started_at)
+                 / 3600.0)
+        out: dict[str, dict[str, float]] = {"by_user": {}, "by_project": {}}
+        with self.session() as s:
+            for col, key in ((JobRow.user, "by_user"), (JobRow.project, "by_project")):
+                q = select(col, func.sum(hours)).join(AttemptRow, AttemptRow.job_id == JobRow.id)
+                out[key] = {str(k) if k is not None else "": round(float(v or 0), 6)
+                            for k, v in s.execute(q.group_by(col))}
+        return out
 
     def transition(self, job_id: int, src: JobState, dst: JobState, *, now: float,
                    message: str | None = None, kind: str | None = None,
@@ -257,6 +283,64 @@ class Store:
                                    .order_by(AttemptRow.number)):
                     out[a.job_id] = a
         return out
+
+    # --- users and tokens ----------------------------------------------------------------
+    def add_user(self, name: str, *, admin: bool, now: float) -> UserRow:
+        row = UserRow(name=name, admin=admin, created_at=now)
+        with self.session() as s, s.begin():
+            if s.get(UserRow, name) is not None:
+                raise Conflict(f"user {name!r} already exists")
+            s.add(row)
+        return row
+
+    def users(self) -> list[UserRow]:
+        with self.session() as s:
+            return list(s.scalars(select(UserRow).order_by(UserRow.name)))
+
+    def user(self, name: str) -> UserRow:
+        with self.session() as s:
+            row = s.get(UserRow, name)
+            if row is None:
+                raise NotFound(f"no user {name!r}; add one with `rota user add {name}`")
+            return row
+
+    def add_token(self, user: str, *, digest: str, prefix: str, note: str | None,
+                  now: float) -> TokenRow:
+        self.user(user)  # NotFound names the missing user
+        row = TokenRow(user=user, digest=digest, prefix=prefix, note=note, created_at=now)
+        with self.session() as s, s.begin():
+            s.add(row)
+        return row
+
+    def token_by_digest(self, digest: str) -> tuple[TokenRow, UserRow] | None:
+        with self.session() as s:
+            got = s.execute(select(TokenRow, UserRow).join(UserRow, TokenRow.user == UserRow.name)
+                            .where(TokenRow.digest == digest)).first()
+            return None if got is None else (got[0], got[1])
+
+    def tokens(self, user: str | None = None) -> list[TokenRow]:
+        q = select(TokenRow).order_by(TokenRow.id)
+        if user is not None:
+            q = q.where(TokenRow.user == user)
+        with self.session() as s:
+            return list(s.scalars(q))
+
+    def token(self, token_id: int) -> TokenRow:
+        with self.session() as s:
+            row = s.get(TokenRow, token_id)
+            if row is None:
+                raise NotFound(f"no token {token_id}")
+            return row
+
+    def revoke_token(self, token_id: int, *, now: float) -> None:
+        with self.session() as s, s.begin():
+            s.execute(update(TokenRow).where(TokenRow.id == token_id,
+                                             TokenRow.revoked_at.is_(None))
+                      .values(revoked_at=now))
+
+    def touch_token(self, token_id: int, *, now: float) -> None:
+        with self.transaction() as c:
+            c.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=now))
 
     # --- events and settings -------------------------------------------------------------
     def add_event(self, *, job_id: int | None, kind: str, now: float,

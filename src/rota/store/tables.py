@@ -37,6 +37,9 @@ class JobRow(Base):
     end_reason: Mapped[str | None] = mapped_column(Text)
     # filled from the plan when a job waits; informational, the live plan is authoritative
     estimate_note: Mapped[str | None] = mapped_column(Text)
+    project: Mapped[str | None] = mapped_column(String(100), index=True)
+    # ",a,b," so one tag is found with LIKE '%,a,%' on every database
+    tags: Mapped[str] = mapped_column(Text, default="")
 
 
 class AttemptRow(Base):
@@ -84,6 +87,31 @@ class GpuSettingRow(Base):
     index: Mapped[int] = mapped_column(Integer)
     paused: Mapped[bool] = mapped_column(Boolean, default=False)
     note: Mapped[str | None] = mapped_column(Text)
+
+
+class UserRow(Base):
+    """Someone who may use the daemon over TCP (over the socket it is the owner)."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TokenRow(Base):
+    """An API token, stored as its SHA-256: the token itself is shown once, at creation."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # enough to tell tokens apart in a list
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
 
 
 class DaemonSettingRow(Base):
