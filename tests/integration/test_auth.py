@@ -178,3 +178,40 @@ def test_requeue_whoami_summary_filters_and_gpu_history(tcp: Tcp) -> None:
         gpus = c.gpus()["gpus"]
         assert all(g["history"] and len(g["history"][0]) == 4 for g in gpus)
         c.cancel(run["id"])
+
+
+def test_prometheus_metrics(tcp: Tcp) -> None:
+    with tcp.daemon.client() as c:
+        [j] = c.submit([{"command": ["sh", "-c", "exit 0"], "gpus": 0.5}])
+        assert c.wait(j["id"], timeout=30)["state"] == "completed"
+        [h] = c.submit([{"command": ["true"], "gpus": 0.25, "hold": True}])
+        c.pause(2)
+    problem(httpx.get(f"{tcp.url}/metrics", timeout=30), 401)  # a scraper needs a token too
+    tcp.cli("user", "add", "prom")
+    token = tcp.cli("token", "create", "--user", "prom")["token"]
+    with tcp.as_(token) as prom:
+        r = prom.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    value = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in fams.values() for s in f.samples}
+    assert value[("rota_jobs", (("state", "completed"),))] == 1
+    assert value[("rota_jobs", (("state", "held"),))] == 1
+    assert value[("rota_job_starts_total", ())] == 1
+    assert value[("rota_job_attempts_ended_total", (("outcome", "completed"),))] == 1
+    assert value[("rota_job_queue_wait_seconds_count", ())] == 1
+    assert value[("rota_job_run_seconds_count", (("outcome", "completed"),))] == 1
+    assert value[("rota_scheduling_pass_duration_seconds_count", ())] >= 1
+    gpus = {dict(lbl)["gpu"]: v for (name, lbl), v in value.items()
+            if name == "rota_gpu_schedulable"}
+    assert gpus == {"0": 1, "1": 1, "2": 0, "3": 1}  # GPU 2 is paused
+    assert value[("rota_gpu_memory_total_bytes", (("gpu", "0"), ("uuid", next(
+        dict(lbl)["uuid"] for (n, lbl) in value if n == "rota_gpu_memory_total_bytes"
+        and dict(lbl)["gpu"] == "0"))))] == 24 * 2**30
+    routes = {dict(lbl).get("route") for (n, lbl) in value
+              if n == "rota_api_request_duration_seconds_count"}
+    assert "/v1/jobs/{job_id}/wait" in routes and "/v1/jobs" in routes
+    assert not any(r and r.rstrip("/").split("/")[-1].isdigit() for r in routes)
+    assert "Traceback" not in r.text and h["id"] > 0

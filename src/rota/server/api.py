@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from rota import __version__
@@ -29,6 +29,7 @@ from rota.server.auth import (
 )
 from rota.server.daemon import Daemon
 from rota.server.intake import Intake
+from rota.server.metrics import CONTENT_TYPE, RequestTimer
 from rota.server.views import attempt_view, event_view, gpu_views, job_view
 
 PROBLEM = "application/problem+json"
@@ -74,6 +75,12 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                               request.headers.get("authorization"))
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
+    app.add_middleware(RequestTimer, metrics=daemon.metrics)
+
+    @app.get("/metrics", dependencies=[Depends(who)], include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus text format; over TCP a scraper sends a token like any client."""
+        return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.exception_handler(RotaError)
     async def _rota_error(_: Request, e: RotaError) -> JSONResponse:

@@ -31,6 +31,7 @@ from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_
 from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import BackendError, Conflict, NotFound
+from rota.server.metrics import Metrics
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
 from rota.store.repo import LaunchInfo, Store
@@ -87,6 +88,8 @@ class Daemon:
         # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
         self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
         self._history_at = 0.0
+        self.metrics = Metrics()
+        self.metrics.watch(self)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -238,7 +241,9 @@ class Daemon:
         t0 = time.perf_counter()
         now = self.clock()
         plan = schedule(self.snapshot(), self.policy(), now)
-        self.pass_seconds = ([*self.pass_seconds, time.perf_counter() - t0])[-1000:]
+        took = time.perf_counter() - t0
+        self.pass_seconds = ([*self.pass_seconds, took])[-1000:]
+        self.metrics.pass_seconds.observe(took)
         self.last_plan = plan
         if plan.starts:
             with self.store.transaction():
@@ -282,6 +287,7 @@ class Daemon:
         if pending is None or row is None:
             return None
         job_id = start.job_id
+        self.metrics.queue_wait.observe(max(0.0, now - row.updated_at))
         spec = JobSpec.model_validate(row.spec)
         number = row.attempts + 1
         log_path = self.settings.logs_dir / f"{job_id}.log"
@@ -349,6 +355,8 @@ class Daemon:
     def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
         """A process exists for the job: record its handle, watch it, arm its timers."""
         run.handle = handle
+        if src is JobState.STARTING:
+            self.metrics.starts.inc()
         self.store.update_attempt(run.attempt_id, handle=handle.to_json())
         if src is not JobState.RUNNING:
             self._transition(run.job_id, src, JobState.RUNNING,
@@ -461,6 +469,8 @@ class Daemon:
             self._after_failure(run, src, how, code, now)
         self.store.update_attempt(run.attempt_id, ended_at=now, exit_code=code,
                                   signal=info.signal, outcome=outcome, reason=reason)
+        self.metrics.ends.labels(outcome).inc()
+        self.metrics.run_time.labels(outcome).observe(max(0.0, now - run.started_at))
         ev = self._exited.pop(run.job_id, None)
         if ev is not None and self.job_state(run.job_id).terminal:
             ev.set()

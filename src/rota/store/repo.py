@@ -43,6 +43,7 @@ class LaunchInfo(NamedTuple):
     spec: dict[str, Any]
     attempts: int
     failures: int
+    updated_at: float  # when it last became pending: its queue wait starts there
 
 
 class Store:
@@ -170,9 +171,10 @@ class Store:
     def launch_info(self, ids: Iterable[int]) -> dict[int, LaunchInfo]:
         """What starting these jobs needs from the store, without building ORM objects."""
         idl = list(ids)
-        cols = (_jobs.c.id, _jobs.c.spec, _jobs.c.attempts, _jobs.c.failures)
+        cols = (_jobs.c.id, _jobs.c.spec, _jobs.c.attempts, _jobs.c.failures,
+                _jobs.c.updated_at)
         with self.transaction() as c:
-            return {r.id: LaunchInfo(r.spec, r.attempts, r.failures)
+            return {r.id: LaunchInfo(r.spec, r.attempts, r.failures, r.updated_at)
                     for i in range(0, len(idl), 500)
                     for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
 
