@@ -215,3 +215,20 @@ def test_prometheus_metrics(tcp: Tcp) -> None:
     assert "/v1/jobs/{job_id}/wait" in routes and "/v1/jobs" in routes
     assert not any(r and r.rstrip("/").split("/")[-1].isdigit() for r in routes)
     assert "Traceback" not in r.text and h["id"] > 0
+
+
+def test_logs_cannot_be_read_outside_a_jobs_own_file(tcp: Tcp) -> None:
+    secret = tcp.daemon.home / "rota.db"
+    with tcp.daemon.client() as c:
+        [j] = c.submit([{"command": ["echo", "mine"], "gpus": 0}])
+        c.wait(j["id"], timeout=30)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(tcp.daemon.socket)),
+                      base_url="http://rota") as raw:
+        assert raw.get(f"/v1/jobs/{j['id']}/logs").json()["data"].endswith("mine\n")
+        for path in ("/v1/jobs/..%2F..%2Frota.db/logs", "/v1/jobs/../../rota.db/logs",
+                     "/v1/jobs/%2e%2e/logs", "/v1/jobs/1%2F..%2F..%2Frota.db/logs",
+                     f"/v1/jobs/{j['id']}/logs?offset=-1", "/v1/jobs/-1/logs",
+                     "/v1/jobs/99999/logs"):
+            r = raw.get(path)
+            assert r.status_code in (404, 422), (path, r.status_code)
+            assert "SQLite format" not in r.text and str(secret) not in r.text
