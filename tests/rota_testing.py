@@ -73,6 +73,15 @@ class DaemonProcess:
             self.proc.wait(5)
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a daemon's --listen)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def kill_job_processes(home: Path) -> None:
     """Leave no job behind: SIGKILL every shim whose status file lives in this home."""
     import psutil

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,13 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from rota_testing import DaemonProcess, free_port, kill_job_processes, wait_until
 
 
 class Tcp:

@@ -9,9 +9,10 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
@@ -33,6 +34,10 @@ from rota.server.metrics import CONTENT_TYPE, RequestTimer
 from rota.server.views import attempt_view, event_view, gpu_views, job_view
 
 PROBLEM = "application/problem+json"
+MAX_ID = 2**63 - 1  # what every database's integer columns hold
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a job's id")]
+RowId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
+GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]
 
 
 class SubmitBody(BaseModel):
@@ -120,7 +125,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
     async def list_jobs(state: list[str] = Query(default=[]), user: str | None = None,
                         name: str | None = None, project: str | None = None,
                         tag: str | None = None, limit: int = Query(200, ge=1, le=10000),
-                        before: int | None = None) -> dict[str, Any]:
+                        before: int | None = Query(None, ge=1, le=MAX_ID)) -> dict[str, Any]:
         for s in state:
             if s not in JobState.__members__.values():
                 raise InvalidSpec(f"state: {s!r} is not one of "
@@ -131,18 +136,18 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {"jobs": [job_view(daemon, r) for r in rows], "next": nxt}
 
     @v1.get("/jobs/{job_id}")
-    async def get_job(job_id: int) -> dict[str, Any]:
+    async def get_job(job_id: JobId) -> dict[str, Any]:
         row = daemon.store.get_job(job_id)
         out = job_view(daemon, row, detail=True)
         out["attempts_detail"] = [attempt_view(a) for a in daemon.store.attempts(job_id)]
         return out
 
     @v1.get("/jobs/{job_id}/events")
-    async def events(job_id: int) -> dict[str, Any]:
+    async def events(job_id: JobId) -> dict[str, Any]:
         return {"events": [event_view(e) for e in daemon.store.events(_job_id(job_id))]}
 
     @v1.get("/jobs/{job_id}/why")
-    async def why(job_id: int) -> dict[str, Any]:
+    async def why(job_id: JobId) -> dict[str, Any]:
         row = daemon.store.get_job(job_id)
         view = job_view(daemon, row)
         state = view["state"]
@@ -155,21 +160,21 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {"id": job_id, "state": state, "code": state, "message": msg}
 
     @v1.post("/jobs/{job_id}/cancel")
-    async def cancel(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def cancel(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         return {"id": job_id, "state": str(daemon.cancel(_own(p, job_id, "cancel")))}
 
     @v1.post("/jobs/{job_id}/hold")
-    async def hold(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def hold(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         daemon.hold(_own(p, job_id, "hold"))
         return {"id": job_id, "state": "held"}
 
     @v1.post("/jobs/{job_id}/release")
-    async def release(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def release(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         daemon.release(_own(p, job_id, "release"))
         return {"id": job_id, "state": "pending"}
 
     @v1.post("/jobs/{job_id}/requeue")
-    async def requeue(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def requeue(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         """A running job is stopped and queued again; an ended one is submitted anew."""
         row = daemon.store.get_job(_own(p, job_id, "requeue"))
         state = daemon.job_state(job_id)
@@ -181,14 +186,14 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {"requeued": job_id, "job": job_view(daemon, daemon.store.get_job(job_id))}
 
     @v1.get("/jobs/{job_id}/wait")
-    async def wait(job_id: int, timeout: float | None = Query(None, gt=0)) -> dict[str, Any]:
+    async def wait(job_id: JobId, timeout: float | None = Query(None, gt=0)) -> dict[str, Any]:
         state = await daemon.wait_for_end(_job_id(job_id), timeout)
         row = daemon.store.get_job(job_id)
         return {"id": job_id, "state": str(state), "exit_code": row.exit_code,
                 "done": state.terminal}
 
     @v1.get("/jobs/{job_id}/logs")
-    async def logs(job_id: int, offset: int = Query(0, ge=0),
+    async def logs(job_id: JobId, offset: int = Query(0, ge=0, le=MAX_ID),
                    limit: int = Query(1 << 20, ge=1, le=16 << 20),
                    follow: bool = False, p: Principal = Depends(who)) -> Any:
         path = _log_path(_own(p, job_id, "read the logs of"))
@@ -198,12 +203,12 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                                  "data": data.decode("utf-8", "replace")})
         return StreamingResponse(_follow(job_id, path, offset), media_type="text/plain")
 
-    def _log_path(job_id: int) -> Path:
+    def _log_path(job_id: JobId) -> Path:
         _job_id(job_id)
         # the path is built from the integer id only: no client text reaches the filesystem
         return daemon.settings.logs_dir / f"{int(job_id)}.log"
 
-    async def _follow(job_id: int, path: Path, offset: int) -> AsyncIterator[bytes]:
+    async def _follow(job_id: JobId, path: Path, offset: int) -> AsyncIterator[bytes]:
         while True:
             data = _read(path, offset, 1 << 20)
             if data:
@@ -220,19 +225,19 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                 "draining": daemon.draining}
 
     @v1.post("/gpus/{index}/pause")
-    async def pause(index: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def pause(index: GpuIndex, p: Principal = Depends(who)) -> dict[str, Any]:
         p.require_admin("pausing a GPU")
         daemon.set_paused(index, True)
         return {"index": index, "paused": True}
 
     @v1.post("/gpus/{index}/resume")
-    async def resume(index: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def resume(index: GpuIndex, p: Principal = Depends(who)) -> dict[str, Any]:
         p.require_admin("resuming a GPU")
         daemon.set_paused(index, False)
         return {"index": index, "paused": False}
 
     @v1.post("/gpus/{index}/simulate")
-    async def simulate(index: int, body: SimulateBody,
+    async def simulate(index: GpuIndex, body: SimulateBody,
                        p: Principal = Depends(who)) -> dict[str, Any]:
         p.require_admin("injecting GPU faults")
         dev: Any = daemon.devices
@@ -309,7 +314,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {**_token_view(row), "token": token}
 
     @v1.post("/tokens/{token_id}/revoke")
-    async def revoke_token(token_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def revoke_token(token_id: RowId, p: Principal = Depends(who)) -> dict[str, Any]:
         row = daemon.store.token(token_id)
         if row.user != p.user:
             p.require_admin("revoking another user's token")
@@ -330,7 +335,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {"sessions": out}
 
     @v1.get("/jobs/{job_id}/attach")
-    async def attach(job_id: int, p: Principal = Depends(who)) -> dict[str, Any]:
+    async def attach(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         run = daemon.running.get(_own(p, job_id, "attach to"))
         if run is None or run.handle is None:
             raise NotFound(f"job {job_id} is not running")
