@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
-from rota.client import Client  # noqa: E402
+from rota.client import RawClient as Client  # noqa: E402
 from rota.config import Settings, load_settings  # noqa: E402
 from rota.server.serve import socket_alive, start_detached  # noqa: E402
 
@@ -77,6 +77,15 @@ def loadavg() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
+
+
+def free_port_for_bench() -> int:
+    """A TCP port nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def rota_argv() -> list[str]:
@@ -248,7 +257,7 @@ def submit_latency_api(client: Client, samples: int, log: Log) -> dict[str, Any]
 
 _PROXY = """
 import sys, rota.cli.main
-from rota.client import Client
+from rota.client import RawClient as Client
 Client(__import__('pathlib').Path(sys.argv[1])).submit(
     [{"command": ["true"], "gpus": 0.25, "hold": True}])
 """

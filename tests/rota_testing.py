@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rota.client import Client
+from rota.client import RawClient as Client
 
 
 class DaemonProcess:

@@ -21,7 +21,7 @@ os.environ["COLUMNS"] = "250"
 import pytest
 from typer.testing import CliRunner, Result
 
-from rota.client import Client
+from rota.client import RawClient as Client
 from rota.server.serve import socket_alive
 
 START_TIMEOUT = 60.0

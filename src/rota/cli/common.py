@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rota.client import Client
+from rota.client import RawClient as Client
 from rota.config import Settings, load_settings
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
 

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from rota.cli.common import console, load, run_cli
 from rota.cli.jobs import add_row, fmt_gpus, queue_order, queue_table
-from rota.client import Client
+from rota.client import RawClient as Client
 from rota.config import Settings
 from rota.errors import RotaError
 

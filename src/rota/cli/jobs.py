@@ -22,7 +22,7 @@ from rich.text import Text
 
 from rota.cli.common import client, console, emit, load, run_cli
 from rota.cli.common import fail as _fail
-from rota.client import Client
+from rota.client import RawClient as Client
 from rota.core.spec import parse_spec
 from rota.core.sweep import expand_sweep, parse_sweep_arg
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError

@@ -61,7 +61,7 @@ def server_stop(timeout: float = typer.Option(30.0, help="seconds to wait for it
     with run_cli(json_out=json_out):
         settings = load()
         pid_text = settings.pid_path.read_text().strip() if settings.pid_path.exists() else ""
-        from rota.client import Client
+        from rota.client import RawClient as Client
 
         with Client(settings.socket_path) as c:
             c.shutdown()

@@ -1,5 +1,23 @@
-"""Talking to a Rota daemon from Python."""
+"""Talking to a Rota daemon from Python.
 
-from rota.client.client import Client
+The public SDK is :class:`rota.Client` / :class:`rota.AsyncClient` (typed models); this
+package also holds :class:`RawClient`, the dict-level client the CLI uses.
+"""
 
-__all__ = ["Client"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rota.client.raw import RawClient
+
+__all__ = ["RawClient"]
+
+
+def __getattr__(name: str) -> Any:
+    # lazy, so that importing rota.client.models does not pull in httpx
+    if name == "RawClient":
+        from rota.client.raw import RawClient
+
+        return RawClient
+    raise AttributeError(f"module 'rota.client' has no attribute {name!r}")

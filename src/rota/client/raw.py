@@ -1,46 +1,36 @@
-"""A small synchronous client over the daemon's Unix socket (httpx)."""
+"""The dict-level client the CLI uses: the daemon's JSON as it comes, over the same
+transport (socket or URL, token, error mapping) as the typed SDK, :class:`rota.Client`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
-
-from rota.errors import Conflict, DaemonUnavailable, InvalidSpec, NotFound, RotaError
-
-_BY_STATUS: dict[int, type[RotaError]] = {404: NotFound, 409: Conflict, 422: InvalidSpec}
+from rota.client._transport import DEFAULT_TIMEOUT, Endpoint, SyncTransport, TimeoutTypes
 
 
-class Client:
-    def __init__(self, socket_path: Path, *, timeout: float = 30.0) -> None:
-        self.socket_path = socket_path
-        self._http = httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)),
-                                  base_url="http://rota", timeout=timeout)
+class RawClient:
+    """Plain dicts in and out, for code that passes the daemon's answers on unchanged
+    (``rota ... --json``). Programs should use :class:`rota.Client`."""
+
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
+                 url: str | None = None, token: str | None = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT) -> None:
+        self._t = SyncTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
+        self.socket_path = self._t.endpoint.socket_path
 
     def close(self) -> None:
-        self._http.close()
+        self._t.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> RawClient:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    # --- plumbing ------------------------------------------------------------------------
     def request(self, method: str, path: str, **kw: Any) -> Any:
-        try:
-            resp = self._http.request(method, path, **kw)
-        except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError) as e:
-            raise DaemonUnavailable(
-                f"no Rota daemon is answering on {self.socket_path}. Start one with "
-                "`rota server --detach` (or `rota server` in another terminal).") from e
-        except httpx.TimeoutException as e:
-            raise DaemonUnavailable(f"the daemon did not answer in time ({e})") from e
-        if resp.status_code >= 400:
-            raise _error_from(resp)
-        return resp.json()
+        return self._t.request(method, path, **kw)
 
     # --- jobs ----------------------------------------------------------------------------
     def submit(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
@@ -94,16 +84,9 @@ class Client:
         return dict(self.request("GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset}))
 
     def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
-        try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/logs",
-                                   params={"offset": offset, "follow": True},
-                                   timeout=None) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise _error_from(resp)
-                yield from resp.iter_bytes()
-        except httpx.ConnectError as e:
-            raise DaemonUnavailable(f"no Rota daemon is answering on {self.socket_path}") from e
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs",
+                            params={"offset": offset, "follow": True}) as resp:
+            yield from resp.iter_bytes()
 
     def attach_argv(self, job_id: int) -> list[str]:
         return list(self.request("GET", f"/v1/jobs/{job_id}/attach")["argv"])
@@ -142,15 +125,3 @@ class Client:
     def shutdown(self) -> dict[str, Any]:
         return dict(self.request("POST", "/v1/shutdown"))
 
-
-def _error_from(resp: httpx.Response) -> RotaError:
-    try:
-        body = resp.json()
-        detail = body.get("detail") or resp.text
-        field = body.get("field")
-    except ValueError:
-        detail, field = resp.text, None
-    cls = _BY_STATUS.get(resp.status_code, RotaError)
-    if cls is InvalidSpec:
-        return InvalidSpec(str(detail), field=field)
-    return cls(str(detail))

@@ -1,0 +1,205 @@
+"""Each SDK method as data: which request to send and how to read the answer.
+
+No I/O here, so :class:`rota.Client` and :class:`rota.AsyncClient` build the same requests
+and read the same answers; they differ only in how they send them.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import TypeAdapter
+
+from rota.client.models import (
+    Event,
+    Gpu,
+    Health,
+    Identity,
+    Job,
+    JobDetail,
+    JobState,
+    LogChunk,
+    Page,
+    QueueSummary,
+    Why,
+)
+from rota.errors import InvalidSpec, NotFound
+
+T = TypeVar("T")
+
+#: A job id, or a job the SDK returned.
+JobRef = int | Job
+#: One state or several to list.
+States = str | JobState | Sequence[str | JobState] | None
+
+#: Seconds the daemon holds one long poll of ``wait`` before answering "not yet".
+WAIT_STEP = 60.0
+#: Extra seconds a long poll may take on the wire beyond what the daemon was asked to hold.
+WAIT_SLACK = 30.0
+
+_JOBS = TypeAdapter(list[Job])
+_EVENTS = TypeAdapter(list[Event])
+_GPUS = TypeAdapter(list[Gpu])
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and the function that turns its JSON answer into the method's result."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    params: dict[str, Any] | None = None
+    json: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = dict(self.extra)
+        if self.params is not None:
+            kw["params"] = self.params
+        if self.json is not None:
+            kw["json"] = self.json
+        return kw
+
+
+def job_id(ref: JobRef) -> int:
+    """The integer id (only an integer ever reaches a URL path)."""
+    jid = ref.id if isinstance(ref, Job) else ref
+    if isinstance(jid, bool):
+        raise TypeError("a job id is an int, not a bool")
+    return operator.index(jid)
+
+
+def _jobs_path(ref: JobRef, tail: str = "") -> str:
+    return f"/v1/jobs/{job_id(ref)}{tail}"
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+def submit_body(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+                fields: Mapping[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The specs to send and whether the caller gave one (so gets one job back)."""
+    if spec is None:
+        if not fields:
+            raise TypeError("submit() needs a spec dict, a list of them, or fields "
+                            "such as command=[...]")
+        return [dict(fields)], True
+    if isinstance(spec, Mapping):
+        return [{**spec, **fields}], True
+    if isinstance(spec, str | bytes) or not isinstance(spec, Sequence):
+        raise TypeError("submit() takes a spec dict or a list of spec dicts; "
+                        "for a command use submit(command=[...])")
+    if fields:
+        raise TypeError("keyword fields go with one spec, not with a list of specs")
+    specs = [dict(s) for s in spec]
+    if not specs:
+        raise InvalidSpec("no job given", field="jobs")
+    return specs, False
+
+
+def submit(specs: list[dict[str, Any]], idempotency_key: str | None) -> Call[list[Job]]:
+    body: dict[str, Any] = {"jobs": specs}
+    if idempotency_key is not None:
+        body["idempotency_key"] = idempotency_key
+    return Call("POST", "/v1/jobs", lambda d: _JOBS.validate_python(d["jobs"]), json=body)
+
+
+def get(ref: JobRef) -> Call[JobDetail]:
+    return Call("GET", _jobs_path(ref), JobDetail.model_validate)
+
+
+def list_jobs(state: States, limit: int, before: int | None,
+              **filters: str | None) -> Call[Page[Job]]:
+    """``filters``: user, name (a substring), project, tag; None leaves one out."""
+    params: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
+    params["limit"] = limit
+    if state is not None:
+        states = [state] if isinstance(state, str) else list(state)
+        params["state"] = [str(s) for s in states]
+    if before is not None:
+        params["before"] = before
+
+    def parse(d: Any) -> Page[Job]:
+        return Page[Job](items=_JOBS.validate_python(d["jobs"]), next=d.get("next"))
+
+    return Call("GET", "/v1/jobs", parse, params=params)
+
+
+def events(ref: JobRef) -> Call[list[Event]]:
+    return Call("GET", _jobs_path(ref, "/events"), lambda d: _EVENTS.validate_python(d["events"]))
+
+
+def why(ref: JobRef) -> Call[Why]:
+    return Call("GET", _jobs_path(ref, "/why"), Why.model_validate)
+
+
+def action(ref: JobRef, verb: str) -> Call[None]:
+    """cancel, hold or release; the client then reads the job back."""
+    return Call("POST", _jobs_path(ref, f"/{verb}"), lambda _: None)
+
+
+def wait_hold(deadline: float | None) -> float:
+    """Seconds to ask the daemon to hold the next long poll (``deadline``: monotonic)."""
+    if deadline is None:
+        return WAIT_STEP
+    return max(0.001, min(WAIT_STEP, deadline - time.monotonic()))
+
+
+def wait_once(ref: JobRef, hold: float, base: httpx.Timeout) -> Call[dict[str, Any]]:
+    """One long poll: the daemon answers when the job ends or after ``hold`` seconds."""
+    read = None if base.read is None else hold + max(base.read, WAIT_SLACK)
+    timeout = httpx.Timeout(base.connect, read=read, write=base.write, pool=base.pool)
+    return Call("GET", _jobs_path(ref, "/wait"), dict, params={"timeout": hold},
+                extra={"timeout": timeout})
+
+
+def read_log(ref: JobRef, offset: int, limit: int | None) -> Call[LogChunk]:
+    params: dict[str, Any] = {"offset": offset}
+    if limit is not None:
+        params["limit"] = limit
+    return Call("GET", _jobs_path(ref, "/logs"), LogChunk.model_validate, params=params)
+
+
+def follow_log(ref: JobRef, offset: int) -> tuple[str, dict[str, Any]]:
+    """Path and params of the text/plain stream that ends when the job ends."""
+    return _jobs_path(ref, "/logs"), {"offset": offset, "follow": "true"}
+
+
+def requeue(ref: JobRef) -> Call[Job]:
+    """A running job is stopped and queued again (same id); an ended one is submitted anew
+    (a new id). Either way the answer is the job that will run."""
+    return Call("POST", _jobs_path(ref, "/requeue"), lambda d: Job.model_validate(d["job"]))
+
+
+# --- machine -------------------------------------------------------------------------------
+
+def gpus() -> Call[list[Gpu]]:
+    return Call("GET", "/v1/gpus", lambda d: _GPUS.validate_python(d["gpus"]))
+
+
+def gpu_action(index: int, verb: str) -> Call[None]:
+    return Call("POST", f"/v1/gpus/{int(index)}/{verb}", lambda _: None)
+
+
+def pick_gpu(all_gpus: list[Gpu], index: int) -> Gpu:
+    for g in all_gpus:
+        if g.index == index:
+            return g
+    raise NotFound(f"no GPU {index}")
+
+
+def queue() -> Call[QueueSummary]:
+    return Call("GET", "/v1/queue", QueueSummary.model_validate)
+
+
+def health() -> Call[Health]:
+    return Call("GET", "/v1/health", Health.model_validate)
+
+
+def whoami() -> Call[Identity]:
+    return Call("GET", "/v1/whoami", Identity.model_validate)

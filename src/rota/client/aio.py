@@ -1,0 +1,193 @@
+"""``rota.AsyncClient``: the typed SDK for asyncio code; the same methods as
+``rota.Client``, as coroutines and async iterators."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from rota.client import _calls as calls
+from rota.client._calls import JobRef, States
+from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, TimeoutTypes
+from rota.client.models import (
+    Event,
+    Gpu,
+    Health,
+    Identity,
+    Job,
+    JobDetail,
+    LogChunk,
+    Page,
+    QueueSummary,
+    Why,
+)
+from rota.errors import WaitTimeout
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A connection to one Rota daemon, for asyncio code.
+
+    Connects as :class:`rota.Client` does. Use ``async with``, or ``await`` :meth:`aclose`.
+    """
+
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
+                 url: str | None = None, token: str | None = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT) -> None:
+        self._t = AsyncTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self._t.endpoint
+
+    async def aclose(self) -> None:
+        await self._t.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<rota.AsyncClient {self._t.endpoint.where}>"
+
+    async def _send(self, call: calls.Call[T]) -> T:
+        return call.parse(await self._t.request(call.method, call.path, **call.kwargs()))
+
+    # --- jobs ----------------------------------------------------------------------------
+    @overload
+    async def submit(self, spec: Mapping[str, Any] | None = None, /, *,
+               idempotency_key: str | None = None, **fields: Any) -> Job: ...
+    @overload
+    async def submit(self, spec: Sequence[Mapping[str, Any]], /, *,
+               idempotency_key: str | None = None) -> builtins.list[Job]: ...
+
+    async def submit(self, spec: Any = None, /, *, idempotency_key: str | None = None,
+               **fields: Any) -> Job | builtins.list[Job]:
+        """Queue one job (a spec dict, or its fields as keywords) or several (a list of
+        dicts, all or none). A repeated ``idempotency_key`` answers the first job again."""
+        specs, single = calls.submit_body(spec, fields)
+        jobs = await self._send(calls.submit(specs, idempotency_key))
+        return jobs[0] if single else jobs
+
+    async def get(self, job_id: JobRef) -> JobDetail:
+        """One job with its spec and attempts."""
+        return await self._send(calls.get(job_id))
+
+    async def list(self, state: States = None, *, user: str | None = None,
+                   name: str | None = None, project: str | None = None,
+                   tag: str | None = None, limit: int = 200,
+                   before: int | None = None) -> Page[Job]:
+        """One page of jobs, newest first; ``page.next`` is the ``before`` of the next."""
+        return await self._send(calls.list_jobs(state, limit, before, user=user, name=name,
+                                                project=project, tag=tag))
+
+    async def iter_jobs(self, state: States = None, *, user: str | None = None,
+                        name: str | None = None, project: str | None = None,
+                        tag: str | None = None, page_size: int = 200) -> AsyncIterator[Job]:
+        """Every matching job, newest first, fetching pages as needed."""
+        before: int | None = None
+        while True:
+            page = await self.list(state, user=user, name=name, project=project, tag=tag,
+                                   limit=page_size, before=before)
+            for job in page.items:
+                yield job
+            if page.next is None:
+                return
+            before = page.next
+
+    async def why(self, job_id: JobRef) -> Why:
+        """Why a job is not running (or what it is doing)."""
+        return await self._send(calls.why(job_id))
+
+    async def events(self, job_id: JobRef) -> builtins.list[Event]:
+        """A job's history, oldest first."""
+        return await self._send(calls.events(job_id))
+
+    async def cancel(self, job_id: JobRef) -> JobDetail:
+        """Cancel a job (a running one is signalled); answers the job as it is now."""
+        await self._send(calls.action(job_id, "cancel"))
+        return await self.get(job_id)
+
+    async def hold(self, job_id: JobRef) -> JobDetail:
+        """Keep a pending job from starting until :meth:`release`."""
+        await self._send(calls.action(job_id, "hold"))
+        return await self.get(job_id)
+
+    async def release(self, job_id: JobRef) -> JobDetail:
+        """Let a held job be scheduled again."""
+        await self._send(calls.action(job_id, "release"))
+        return await self.get(job_id)
+
+    async def requeue(self, job_id: JobRef) -> Job:
+        """Run a job again. A running job is stopped and queued again (same id); an
+        ended one is submitted anew with its spec (a new id). Answers the job that will run."""
+        return await self._send(calls.requeue(job_id))
+
+    async def wait(self, job_id: JobRef, timeout: float | None = None) -> JobDetail:
+        """Wait until the job ends and answer it (state, exit_code, ...).
+
+        Raises :class:`rota.errors.WaitTimeout` (a ``TimeoutError``) if it has not ended
+        after ``timeout`` seconds; the job itself goes on.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            hold = calls.wait_hold(deadline)
+            res = await self._send(calls.wait_once(job_id, hold, self._t.timeout))
+            if res["done"]:
+                return await self.get(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(calls.job_id(job_id), res["state"], timeout or 0.0)
+
+    async def read_log(self, job_id: JobRef, offset: int = 0,
+                       limit: int | None = None) -> LogChunk:
+        """Up to ``limit`` bytes of a job's log from ``offset`` (one request)."""
+        return await self._send(calls.read_log(job_id, offset, limit))
+
+    async def logs(self, job_id: JobRef, *, follow: bool = False,
+                   offset: int = 0) -> AsyncIterator[str]:
+        """A job's output as text chunks: what is there now, or with ``follow=True`` also
+        what comes, until the job ends. Errors surface when iteration starts."""
+        if follow:
+            path, params = calls.follow_log(job_id, offset)
+            async with self._t.stream("GET", path, params=params) as resp:
+                async for text in resp.aiter_text():
+                    yield text
+            return
+        while True:
+            chunk = await self.read_log(job_id, offset)
+            if chunk.next == offset:
+                return
+            yield chunk.data
+            offset = chunk.next
+
+    # --- machine -------------------------------------------------------------------------
+    async def gpus(self) -> builtins.list[Gpu]:
+        return await self._send(calls.gpus())
+
+    async def pause_gpu(self, index: int) -> Gpu:
+        """Start nothing new on this GPU (running jobs stay)."""
+        await self._send(calls.gpu_action(index, "pause"))
+        return calls.pick_gpu(await self.gpus(), index)
+
+    async def resume_gpu(self, index: int) -> Gpu:
+        await self._send(calls.gpu_action(index, "resume"))
+        return calls.pick_gpu(await self.gpus(), index)
+
+    async def queue(self) -> QueueSummary:
+        """Jobs per state, and the GPUs reserved for jobs that wait for them."""
+        return await self._send(calls.queue())
+
+    async def health(self) -> Health:
+        return await self._send(calls.health())
+
+    async def whoami(self) -> Identity:
+        """The user the daemon takes this client for (the token's, or the local user)."""
+        return await self._send(calls.whoami())

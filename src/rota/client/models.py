@@ -1,0 +1,176 @@
+"""What the daemon answers, as typed objects.
+
+Every model keeps fields it does not know (``extra="allow"``), so a client keeps working
+against a newer daemon; times are aware UTC datetimes (the wire carries epoch seconds).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rota.core.lifecycle import TERMINAL, JobState
+
+__all__ = [
+    "Attempt", "Event", "Gpu", "Health", "Identity", "Job", "JobDetail", "JobState",
+    "LogChunk", "Page", "QueueSummary", "Reason", "Reservation", "Why",
+]
+
+T = TypeVar("T")
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+def _state() -> Any:
+    # a state this client does not know yet stays a plain string instead of failing
+    return Field(union_mode="left_to_right")
+
+
+class Reason(Model):
+    """Why a pending job is not running yet."""
+
+    code: str
+    message: str
+    until: datetime | None = None
+    blocker: int | None = None
+
+
+class Job(Model):
+    """One job as listed: what it asked for and where it is in its life."""
+
+    id: int
+    name: str
+    user: str
+    state: JobState | str = _state()
+    priority: int = 0
+    gpus: float = 1.0
+    gpu_mem: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    attempts: int = 0
+    exit_code: int | None = None
+    end_reason: str | None = None
+    gpu_indices: list[int] = Field(default_factory=list)
+    reason: Reason | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the job has ended (completed, failed, timed out or cancelled)."""
+        return self.state in TERMINAL
+
+
+class Attempt(Model):
+    """One run of a job: a retry or a requeue after a lost GPU is a new attempt."""
+
+    number: int
+    gpus: list[int] = Field(default_factory=list)
+    fraction: float = 0.0
+    gpu_mem: int | None = None
+    backend: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    pid: int | None = None
+    session: str | None = None
+
+
+class JobDetail(Job):
+    """A job with its spec (secret env values masked) and every attempt.
+
+    ``attempts`` stays the count, as on :class:`Job`; the attempts themselves are
+    ``attempts_detail``, the daemon's name for them.
+    """
+
+    spec: dict[str, Any] = Field(default_factory=dict)
+    attempts_detail: list[Attempt] = Field(default_factory=list)
+
+
+class Why(Model):
+    """The answer to "why is this job not running?" (or what it is doing instead)."""
+
+    id: int
+    state: JobState | str = _state()
+    code: str
+    message: str
+    until: datetime | None = None
+    blocker: int | None = None
+
+
+class Event(Model):
+    """A line of a job's history: a state change or something the daemon noted."""
+
+    ts: datetime
+    kind: str
+    from_state: str | None = Field(default=None, alias="from")
+    to_state: str | None = Field(default=None, alias="to")
+    message: str | None = None
+
+
+class Gpu(Model):
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    memory_total: int = 0
+    memory_used: int = 0
+    memory_external: int = 0
+    utilization: float = 0.0
+    allocated: float = 0.0
+    reserved_memory: int = 0
+    jobs: list[int] = Field(default_factory=list)
+    paused: bool = False
+    healthy: bool = True
+    temperature_c: float | None = None
+
+
+class LogChunk(Model):
+    """Bytes ``offset`` to ``next`` of a job's log, decoded; ask again from ``next``."""
+
+    offset: int
+    next: int
+    data: str
+
+
+class Page(Model, Generic[T]):
+    """One page of a listing, newest first; pass ``next`` as ``before`` for the next one."""
+
+    items: list[T]
+    next: int | None = None
+
+
+class Reservation(Model):
+    job: int
+    gpus: list[int]
+
+
+class QueueSummary(Model):
+    counts: dict[str, int] = Field(default_factory=dict)
+    pending: int = 0
+    running: int = 0
+    reservations: list[Reservation] = Field(default_factory=list)
+
+
+class Health(Model):
+    ok: bool
+    version: str
+    pid: int | None = None
+    devices: str | None = None
+    gpus: int = 0
+    pending: int = 0
+    running: int = 0
+    draining: bool = False
+
+
+class Identity(Model):
+    """Who the daemon thinks is asking."""
+
+    user: str
+    admin: bool = False
+    via: str | None = None  #: "socket" (the daemon's owner) or "tcp" (a token)

@@ -1,0 +1,189 @@
+"""``rota.Client``: the typed SDK for blocking code."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from rota.client import _calls as calls
+from rota.client._calls import JobRef, States
+from rota.client._transport import DEFAULT_TIMEOUT, Endpoint, SyncTransport, TimeoutTypes
+from rota.client.models import (
+    Event,
+    Gpu,
+    Health,
+    Identity,
+    Job,
+    JobDetail,
+    LogChunk,
+    Page,
+    QueueSummary,
+    Why,
+)
+from rota.errors import WaitTimeout
+
+T = TypeVar("T")
+
+
+class Client:
+    """A connection to one Rota daemon.
+
+    ``Client()`` talks to the daemon of the current ROTA_HOME over its Unix socket (or to
+    ``$ROTA_URL`` when set); ``Client(url="http://host:8787", token="rota_...")`` to one
+    listening on TCP. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
+                 url: str | None = None, token: str | None = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT) -> None:
+        self._t = SyncTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self._t.endpoint
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<rota.Client {self._t.endpoint.where}>"
+
+    def _send(self, call: calls.Call[T]) -> T:
+        return call.parse(self._t.request(call.method, call.path, **call.kwargs()))
+
+    # --- jobs ----------------------------------------------------------------------------
+    @overload
+    def submit(self, spec: Mapping[str, Any] | None = None, /, *,
+               idempotency_key: str | None = None, **fields: Any) -> Job: ...
+    @overload
+    def submit(self, spec: Sequence[Mapping[str, Any]], /, *,
+               idempotency_key: str | None = None) -> builtins.list[Job]: ...
+
+    def submit(self, spec: Any = None, /, *, idempotency_key: str | None = None,
+               **fields: Any) -> Job | builtins.list[Job]:
+        """Queue one job (a spec dict, or its fields as keywords) or several (a list of
+        dicts, all or none). A repeated ``idempotency_key`` answers the first job again."""
+        specs, single = calls.submit_body(spec, fields)
+        jobs = self._send(calls.submit(specs, idempotency_key))
+        return jobs[0] if single else jobs
+
+    def get(self, job_id: JobRef) -> JobDetail:
+        """One job with its spec and attempts."""
+        return self._send(calls.get(job_id))
+
+    def list(self, state: States = None, *, user: str | None = None, name: str | None = None,
+             project: str | None = None, tag: str | None = None, limit: int = 200,
+             before: int | None = None) -> Page[Job]:
+        """One page of jobs, newest first; ``page.next`` is the ``before`` of the next."""
+        return self._send(calls.list_jobs(state, limit, before, user=user, name=name,
+                                          project=project, tag=tag))
+
+    def iter_jobs(self, state: States = None, *, user: str | None = None,
+                  name: str | None = None, project: str | None = None,
+                  tag: str | None = None, page_size: int = 200) -> Iterator[Job]:
+        """Every matching job, newest first, fetching pages as needed."""
+        before: int | None = None
+        while True:
+            page = self.list(state, user=user, name=name, project=project, tag=tag,
+                             limit=page_size, before=before)
+            yield from page.items
+            if page.next is None:
+                return
+            before = page.next
+
+    def why(self, job_id: JobRef) -> Why:
+        """Why a job is not running (or what it is doing)."""
+        return self._send(calls.why(job_id))
+
+    def events(self, job_id: JobRef) -> builtins.list[Event]:
+        """A job's history, oldest first."""
+        return self._send(calls.events(job_id))
+
+    def cancel(self, job_id: JobRef) -> JobDetail:
+        """Cancel a job (a running one is signalled); answers the job as it is now."""
+        self._send(calls.action(job_id, "cancel"))
+        return self.get(job_id)
+
+    def hold(self, job_id: JobRef) -> JobDetail:
+        """Keep a pending job from starting until :meth:`release`."""
+        self._send(calls.action(job_id, "hold"))
+        return self.get(job_id)
+
+    def release(self, job_id: JobRef) -> JobDetail:
+        """Let a held job be scheduled again."""
+        self._send(calls.action(job_id, "release"))
+        return self.get(job_id)
+
+    def requeue(self, job_id: JobRef) -> Job:
+        """Run a job again. A running job is stopped and queued again (same id); an
+        ended one is submitted anew with its spec (a new id). Answers the job that will run."""
+        return self._send(calls.requeue(job_id))
+
+    def wait(self, job_id: JobRef, timeout: float | None = None) -> JobDetail:
+        """Block until the job ends and answer it (state, exit_code, ...).
+
+        Raises :class:`rota.errors.WaitTimeout` (a ``TimeoutError``) if it has not ended
+        after ``timeout`` seconds; the job itself goes on.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            hold = calls.wait_hold(deadline)
+            res = self._send(calls.wait_once(job_id, hold, self._t.timeout))
+            if res["done"]:
+                return self.get(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(calls.job_id(job_id), res["state"], timeout or 0.0)
+
+    def read_log(self, job_id: JobRef, offset: int = 0, limit: int | None = None) -> LogChunk:
+        """Up to ``limit`` bytes of a job's log from ``offset`` (one request)."""
+        return self._send(calls.read_log(job_id, offset, limit))
+
+    def logs(self, job_id: JobRef, *, follow: bool = False, offset: int = 0) -> Iterator[str]:
+        """A job's output as text chunks: what is there now, or with ``follow=True`` also
+        what comes, until the job ends. Errors surface when iteration starts."""
+        if follow:
+            path, params = calls.follow_log(job_id, offset)
+            with self._t.stream("GET", path, params=params) as resp:
+                yield from resp.iter_text()
+            return
+        while True:
+            chunk = self.read_log(job_id, offset)
+            if chunk.next == offset:
+                return
+            yield chunk.data
+            offset = chunk.next
+
+    # --- machine -------------------------------------------------------------------------
+    def gpus(self) -> builtins.list[Gpu]:
+        return self._send(calls.gpus())
+
+    def pause_gpu(self, index: int) -> Gpu:
+        """Start nothing new on this GPU (running jobs stay)."""
+        self._send(calls.gpu_action(index, "pause"))
+        return calls.pick_gpu(self.gpus(), index)
+
+    def resume_gpu(self, index: int) -> Gpu:
+        self._send(calls.gpu_action(index, "resume"))
+        return calls.pick_gpu(self.gpus(), index)
+
+    def queue(self) -> QueueSummary:
+        """Jobs per state, and the GPUs reserved for jobs that wait for them."""
+        return self._send(calls.queue())
+
+    def health(self) -> Health:
+        return self._send(calls.health())
+
+    def whoami(self) -> Identity:
+        """The user the daemon takes this client for (the token's, or the local user)."""
+        return self._send(calls.whoami())
