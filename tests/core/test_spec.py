@@ -167,3 +167,14 @@ def test_redacted_keeps_everything_else() -> None:
     shown = s.redacted()
     assert shown["gpus"] == 0.5 and shown["tags"] == ["a"] and shown["secret_env"] == ["K"]
     assert shown["command"] == ["python", "train.py"]
+
+
+def test_tags_and_project_are_checked() -> None:
+    ok = parse_spec({"command": ["x"], "tags": ["lr=3e-4", "sweep/1"], "project": "llm-7b"})
+    assert ok.tags == ["lr=3e-4", "sweep/1"] and ok.project == "llm-7b"
+    for bad, field in (({"tags": ["a,b"]}, "tags"), ({"tags": ["two words"]}, "tags"),
+                       ({"tags": [""]}, "tags"), ({"project": "no spaces"}, "project"),
+                       ({"project": "x" * 101}, "project")):
+        with pytest.raises(InvalidSpec) as e:
+            parse_spec({"command": ["x"], **bad})
+        assert e.value.field is not None and e.value.field.startswith(field)

@@ -48,15 +48,15 @@ class JobSpec(BaseModel):
     session: SessionKind = "none"
     cuda_arg: bool = False
     tags: list[str] = Field(default_factory=list, max_length=32)
-    project: str | None = Field(default=None, max_length=100, pattern=_LABEL,
+    project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
 
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: list[str]) -> list[str]:
-        for t in v:
-            if not re.fullmatch(_LABEL, t):
-                raise ValueError(f"tag {t!r}: use 1-64 letters, digits and . _ : -")
+        for t in v:  # a comma separates tags where they are stored; blanks separate words
+            if not re.fullmatch(r"[^\s,]{1,64}", t):
+                raise ValueError(f"tag {t!r}: 1-64 characters, no blanks and no commas")
         return v
 
     @field_validator("command")
