@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the tests need and run the whole suite: lint, types, unit, integration,
-# SQLite and PostgreSQL. Debian packages (tmux, screen, postgresql) come from apt; a private
-# PostgreSQL server runs in a temp dir for the length of the run and is stopped after.
+# SQLite and PostgreSQL, the dashboard in a browser. Debian packages (tmux, screen, postgresql,
+# chromium) come from apt; a private PostgreSQL server runs in a temp dir for the length of the
+# run and is stopped after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,7 @@ need=()
 command -v tmux >/dev/null || need+=(tmux)
 command -v screen >/dev/null || need+=(screen)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
@@ -32,6 +34,7 @@ stop_pg() { run_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1
 trap stop_pg EXIT
 export ROTA_TEST_PG_URL="postgresql://rota@127.0.0.1:$PGPORT/postgres"
 export ROTA_REQUIRE_PG=1
+export ROTA_REQUIRE_BROWSER=1  # tests/ui fail, not skip, without /usr/bin/chromium
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy

@@ -29,6 +29,7 @@ from rota.server.auth import (
     token_digest,
 )
 from rota.server.daemon import Daemon
+from rota.server.dashboard import mount_dashboard
 from rota.server.intake import Intake
 from rota.server.metrics import CONTENT_TYPE, RequestTimer
 from rota.server.views import attempt_view, event_view, gpu_views, job_view
@@ -368,6 +369,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return {"stopping": True}
 
     app.include_router(v1)
+    mount_dashboard(app)
     return app
 
 

@@ -1,0 +1,86 @@
+// Talking to /v1: the bearer token, JSON, and problem+json errors.
+
+const TOKEN_KEY = "rota.token";
+
+/** An API error: HTTP status plus the problem+json fields (title, detail, field). */
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.title = problem.title || "";
+    this.detail = problem.detail || this.message;
+    this.field = problem.field || null;
+  }
+}
+
+export function getToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+export function setToken(token) {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+const listeners = new Set();
+/** Called with the ApiError whenever the API answers 401: the page asks for a token. */
+export function onUnauthorized(fn) {
+  listeners.add(fn);
+}
+
+async function problemOf(resp) {
+  const text = await resp.text();
+  try {
+    const body = JSON.parse(text);
+    if (body && typeof body === "object") return body;
+  } catch {
+    /* not JSON: fall through */
+  }
+  return { title: resp.statusText, detail: text.slice(0, 300) || `HTTP ${resp.status}` };
+}
+
+/** fetch /v1/...; returns parsed JSON or throws ApiError (status 0: the daemon is unreachable). */
+export async function api(path, { method = "GET", body, signal, quiet401 = false } = {}) {
+  const headers = { Accept: "application/json" };
+  const token = getToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let resp;
+  try {
+    resp = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw new ApiError(0, { title: "Unreachable", detail: "cannot reach the Rota daemon" });
+  }
+  if (!resp.ok) {
+    const err = new ApiError(resp.status, await problemOf(resp));
+    if (resp.status === 401 && !quiet401) for (const fn of listeners) fn(err);
+    throw err;
+  }
+  if (resp.status === 204) return null;
+  return resp.json();
+}
+
+export const post = (path, body) => api(path, { method: "POST", body });
+
+/** Query string from an object; arrays repeat the key; empty values are left out. */
+export function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else if (v !== undefined && v !== null && v !== "") q.append(k, v);
+  }
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}

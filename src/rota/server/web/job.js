@@ -1,0 +1,393 @@
+// One job: its spec, timeline, attempts, a live log tail with search, and the actions.
+
+import { api, post } from "./api.js";
+import { h, highlighted, replace } from "./dom.js";
+import * as fmt from "./format.js";
+import { act, confirmDialog, liveIndicator, poll, stateBadge, toast } from "./ui.js";
+
+const EVERY_MS = 2000;
+const LOG_EVERY_MS = 1000;
+const LOG_CHUNK = 1 << 20;
+const MAX_LINES = 5000;
+
+/** An argv word as a POSIX shell would read it back: bare when safe, else single-quoted. */
+export function shellQuote(arg) {
+  if (/^[A-Za-z0-9_\-+=.,/:@%^]+$/.test(arg)) return arg;
+  return `'${arg.replace(/'/g, "'\\''")}'`;
+}
+
+/** Which actions apply to a job in this state. */
+export function actionsFor(state) {
+  const out = [];
+  if (state === "held") out.push("release");
+  if (state === "pending") out.push("hold");
+  if (state === "running" || fmt.TERMINAL.has(state)) out.push("requeue");
+  if (!fmt.TERMINAL.has(state)) out.push("cancel");
+  return out;
+}
+
+const ACTIONS = {
+  hold: { label: "Hold", done: "held", title: "Keep it from starting until released" },
+  release: { label: "Release", done: "released", title: "Let it be scheduled again" },
+  requeue: {
+    label: "Requeue",
+    title: "Running: stop it and queue it again. Ended: submit the same spec as a new job",
+    done: "queued again",
+    confirm: (j) => (j.state === "running" ? {
+      title: `Requeue job ${j.id}?`,
+      message: `“${j.name}” is running. It gets SIGTERM (SIGKILL after its grace period) and waits in the queue again.`,
+      ok: "Stop and requeue",
+      danger: true,
+    } : null),
+  },
+  cancel: {
+    label: "Cancel job",
+    danger: true,
+    done: "cancel requested",
+    title: "Stop it for good",
+    confirm: (j) => ({
+      title: `Cancel job ${j.id}?`,
+      message: fmt.ACTIVE.has(j.state)
+        ? `“${j.name}” is ${j.state}. It gets SIGTERM, then SIGKILL after its grace period. This cannot be undone.`
+        : `“${j.name}” will not run. This cannot be undone.`,
+      ok: "Cancel job",
+      danger: true,
+    }),
+  },
+};
+
+export function renderJob(root, id) {
+  let job = null;
+  let shownState = null;
+  const live = liveIndicator();
+  const title = h("h1", null, `Job ${id}`);
+  const badge = h("span");
+  const actions = h("div", { class: "actions push-end", role: "group", "aria-label": "Job actions" });
+  const reasonBox = h("div", { class: "callout", hidden: true });
+  const overview = h("dl", { class: "kv" });
+  const command = h("pre", { class: "argv", tabindex: "0", "aria-label": "Command" });
+  const envBox = h("div");
+  const specBox = h("dl", { class: "kv" });
+  const specHead = h("h3", { hidden: true }, "Settings");
+  const timeline = h("ol", { class: "timeline" });
+  const attempts = h("div", { class: "table-wrap" });
+  const notFound = h("div", { class: "error-box", role: "alert", hidden: true });
+  const log = logPanel(id);
+
+  replace(root, h("section", { class: "page" },
+    h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/jobs" }, "← Queue")),
+    h("div", { class: "page-head" }, title, badge, live.el, actions),
+    notFound,
+    reasonBox,
+    h("div", { class: "grid-2" },
+      h("section", { class: "card", "aria-labelledby": "h-overview" },
+        h("h2", { id: "h-overview" }, "Overview"), overview),
+      h("section", { class: "card", "aria-labelledby": "h-spec" },
+        h("h2", { id: "h-spec" }, "Spec"),
+        h("h3", null, "Command"), command, envBox, specHead, specBox)),
+    log.el,
+    h("div", { class: "grid-2" },
+      h("section", { class: "card", "aria-labelledby": "h-timeline" },
+        h("h2", { id: "h-timeline" }, "Timeline"), timeline),
+      h("section", { class: "card", "aria-labelledby": "h-attempts" },
+        h("h2", { id: "h-attempts" }, "Attempts"), attempts))));
+
+  function paintActions() {
+    if (job.state === shownState) return;
+    shownState = job.state;
+    replace(actions, actionsFor(job.state).map((name) => {
+      const a = ACTIONS[name];
+      const b = h("button", { type: "button", class: ["btn", a.danger && "danger"], "data-action": name,
+        title: a.title }, a.label);
+      b.addEventListener("click", async () => {
+        const question = a.confirm && a.confirm(job);
+        if (question && !(await confirmDialog(question))) return;
+        const out = await act(b, () => post(`/v1/jobs/${id}/${name}`));
+        if (out === undefined) return;
+        const other = out.job && out.job.id !== id ? out.job.id : null;
+        toast(other ? `Job ${id} submitted again as job ${other}` : `Job ${id}: ${a.done}`, "ok");
+        if (other) location.hash = `#/jobs/${other}`;
+        else refresh();
+      });
+      return b;
+    }));
+  }
+
+  function paintOverview() {
+    const j = job;
+    const rows = [
+      ["User", j.user],
+      ["Priority", `${j.priority} (lower runs first)`],
+      ["GPUs", fmt.gpus(j.gpus) + (j.gpu_mem ? ` · ${fmt.bytes(j.gpu_mem)} each` : "")],
+      ["On GPUs", j.gpu_indices.length ? j.gpu_indices.join(", ") : "–"],
+      ["Created", h("span", { title: fmt.ago(j.created_at) }, fmt.stamp(j.created_at))],
+      ["Started", j.started_at ? fmt.stamp(j.started_at) : "–"],
+      ["Ended", j.ended_at ? fmt.stamp(j.ended_at) : "–"],
+      ["Run time", runTime(j)],
+      ["Attempts", String(j.attempts)],
+      ["Exit code", j.exit_code ?? "–"],
+      ["End reason", j.end_reason || "–"],
+      ["Session", j.session],
+      ["Source", j.source],
+    ];
+    replace(overview, rows.flatMap(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  }
+
+  function runTime(j) {
+    const run = fmt.elapsed(j);
+    if (run === null) {
+      const w = fmt.waiting(j);
+      return w === null ? "–" : `waiting ${fmt.duration(w)}`;
+    }
+    const limit = j.spec && j.spec.time_limit;
+    if (!limit) return fmt.duration(run);
+    const p = Math.min(1, run / limit);
+    const bar = h("div", { class: "progress", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
+      "aria-valuenow": String(Math.round(p * 100)), "aria-label": "share of the time limit used" }, h("span"));
+    bar.firstChild.style.setProperty("width", `${(p * 100).toFixed(1)}%`);
+    return h("div", null, `${fmt.duration(run)} of ${fmt.duration(limit)} limit`, bar);
+  }
+
+  function paintReason() {
+    const r = job.reason;
+    reasonBox.hidden = !r;
+    if (!r) return;
+    const bits = [h("strong", null, job.state === "held" ? "Held. " : "Waiting: "), r.message];
+    if (r.until) bits.push(` (until ${fmt.stamp(r.until)})`);
+    if (r.blocker) bits.push(" · blocked by ", h("a", { href: `#/jobs/${Number(r.blocker)}` }, `job ${r.blocker}`));
+    replace(reasonBox, ...bits);
+  }
+
+  let specPainted = false;
+  function paintSpec() {
+    if (specPainted || !job.spec) return;
+    specPainted = true;
+    const sp = job.spec;
+    command.textContent = sp.shell ? sp.command[0] : sp.command.map(shellQuote).join(" ");
+    const secret = new Set(sp.secret_env || []);
+    const keys = Object.keys(sp.env || {}).sort();
+    replace(envBox, keys.length ? [h("h3", null, "Environment"),
+      h("table", { class: "env" }, h("tbody", null, keys.map((k) => h("tr", null,
+        h("th", { scope: "row" }, k),
+        h("td", null, secret.has(k)
+          ? [h("span", { class: "masked" }, sp.env[k]), " ", h("span", { class: "badge badge-secret" }, "secret")]
+          : h("code", null, sp.env[k]))))))] : []);
+    const rows = [
+      ["Run through a shell", sp.shell ? "yes" : null],
+      ["Working directory", sp.cwd],
+      ["Conda env", sp.conda],
+      ["Model (--llm)", sp.llm],
+      ["Allowed GPUs", sp.allowed_gpus && sp.allowed_gpus.join(",")],
+      ["Time limit", sp.time_limit ? fmt.duration(sp.time_limit) : null],
+      ["Grace (SIGTERM→SIGKILL)", fmt.duration(sp.grace)],
+      ["Retries", sp.retries ? `${sp.retries}, backoff ${fmt.duration(sp.retry_backoff)}–${fmt.duration(sp.retry_backoff_max)}` : null],
+      ["After jobs", sp.after && sp.after.length ? sp.after.map((a) => h("a", { href: `#/jobs/${Number(a)}` }, `#${a} `)) : null],
+      ["--cuda argument", sp.cuda_arg ? "yes" : null],
+      ["Tags", sp.tags && sp.tags.length ? sp.tags.join(", ") : null],
+    ].filter(([, v]) => v !== null && v !== undefined && v !== "");
+    specHead.hidden = !rows.length;
+    replace(specBox, rows.flatMap(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  }
+
+  function paintAttempts() {
+    const list = job.attempts_detail || [];
+    if (!list.length) {
+      replace(attempts, h("p", { class: "muted" }, "No attempt yet."));
+      return;
+    }
+    const heads = ["#", "GPUs", "Started", "Ended", "Run time", "Exit", "Outcome", "PID"];
+    replace(attempts, h("table", { class: "compact" },
+      h("thead", null, h("tr", null, heads.map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", null, list.map((a) => h("tr", null,
+        h("td", null, String(a.number)),
+        h("td", null, (a.gpus && a.gpus.length ? a.gpus.join(",") : "CPU") + (a.fraction && a.fraction < 1 ? ` (${a.fraction})` : "")),
+        h("td", null, fmt.stamp(a.started_at)),
+        h("td", null, a.ended_at ? fmt.stamp(a.ended_at) : "–"),
+        h("td", null, a.started_at ? fmt.duration((a.ended_at || fmt.now()) - a.started_at) : "–"),
+        h("td", null, a.exit_code ?? (a.signal ? `signal ${a.signal}` : "–")),
+        h("td", { title: a.reason || "" }, a.outcome || (a.ended_at ? "–" : "running"), a.reason ? h("div", { class: "muted small" }, a.reason) : null),
+        h("td", null, a.pid ?? "–"))))));
+  }
+
+  let eventsSeen = -1;
+  function paintEvents(events) {
+    if (events.length === eventsSeen) return;
+    eventsSeen = events.length;
+    replace(timeline, events.map((e) => h("li", { class: ["tl-item", e.to && `tl-${e.to}`] },
+      h("time", { title: fmt.stamp(e.ts) }, fmt.clock(e.ts)),
+      h("div", { class: "tl-body" },
+        h("span", { class: "tl-kind" }, e.kind),
+        e.from || e.to ? h("span", { class: "tl-move" }, ` ${e.from || "·"} → ${e.to || "·"}`) : null,
+        e.message ? h("div", { class: "tl-msg" }, e.message) : null))));
+    if (!events.length) replace(timeline, h("li", { class: "muted" }, "No events."));
+  }
+
+  let stopJobPoll = null;
+  async function refresh() {
+    try {
+      const [j, ev] = await Promise.all([api(`/v1/jobs/${id}`), api(`/v1/jobs/${id}/events`)]);
+      job = j;
+      live.ok();
+      document.title = `${j.name} · job ${id} · Rota`;
+      title.textContent = j.name;
+      title.append(" ", h("span", { class: "muted id" }, `#${id}`));
+      replace(badge, stateBadge(j.state));
+      paintActions();
+      paintReason();
+      paintOverview();
+      paintSpec();
+      paintAttempts();
+      paintEvents(ev.events);
+      log.jobState(j.state);
+    } catch (e) {
+      if (e.status === 401) return;
+      live.fail(e);
+      if (e.status === 404) {
+        notFound.textContent = e.detail;
+        notFound.hidden = false;
+        if (stopJobPoll) stopJobPoll();
+        log.stop();
+      }
+    }
+  }
+  stopJobPoll = poll(refresh, EVERY_MS);
+  return () => {
+    stopJobPoll();
+    log.stop();
+    document.title = "Rota";
+  };
+}
+
+// --- the log panel --------------------------------------------------------------------------
+
+function logPanel(id) {
+  let lines = [];
+  let partial = "";
+  let offset = 0;
+  let dropped = 0;
+  let state = null;
+  let finished = false;
+  let stopped = false;
+  let timer = null;
+
+  const search = h("input", { id: "log-search", type: "search", placeholder: "Search the log", autocomplete: "off",
+    spellcheck: "false" });
+  const only = h("input", { id: "log-only", type: "checkbox" });
+  const follow = h("input", { id: "log-follow", type: "checkbox", checked: true });
+  const count = h("span", { class: "muted small", role: "status" });
+  const pre = h("pre", { class: "log", tabindex: "0", "aria-label": "Job log", "aria-live": "off" });
+  const note = h("p", { class: "muted small" });
+  const el = h("section", { class: "card", "aria-labelledby": "h-log" },
+    h("div", { class: "card-head" }, h("h2", { id: "h-log" }, "Log"), count),
+    h("div", { class: "log-tools" },
+      h("div", { class: "field inline grow" }, h("label", { for: "log-search", class: "sr-only" }, "Search the log"), search),
+      h("label", { class: "check" }, only, " Only matching lines"),
+      h("label", { class: "check" }, follow, " Follow")),
+    pre, note);
+
+  function all() {
+    return partial ? [...lines, partial] : lines;
+  }
+
+  function paint() {
+    const needle = search.value;
+    const shown = all();
+    if (!needle) {
+      pre.textContent = shown.join("\n");
+      count.textContent = `${lines.length + dropped} lines`;
+    } else {
+      const n = needle.toLowerCase();
+      const frag = document.createDocumentFragment();
+      let hits = 0;
+      for (const line of shown) {
+        const hit = line.toLowerCase().includes(n);
+        if (hit) hits += 1;
+        if (only.checked && !hit) continue;
+        const div = h("span", { class: hit ? "log-line hit" : "log-line" }, ...highlighted(line, needle), "\n");
+        frag.append(div);
+      }
+      pre.replaceChildren(frag);
+      count.textContent = `${hits} matching line${hits === 1 ? "" : "s"} of ${shown.length}`;
+    }
+    if (!shown.length) pre.textContent = finished ? "(the log is empty)" : "(nothing written yet)";
+    note.textContent = dropped ? `Showing the last ${MAX_LINES} lines; ${dropped} earlier lines are not shown.` : "";
+    if (follow.checked) pre.scrollTop = pre.scrollHeight;
+  }
+
+  function take(text) {
+    const parts = (partial + text).split("\n");
+    partial = parts.pop();
+    lines.push(...parts);
+    if (lines.length > MAX_LINES) {
+      dropped += lines.length - MAX_LINES;
+      lines = lines.slice(-MAX_LINES);
+    }
+  }
+
+  async function fetchMore() {
+    let got = false;
+    for (;;) {
+      const r = await api(`/v1/jobs/${id}/logs?offset=${offset}&limit=${LOG_CHUNK}`);
+      if (!r.data) break;
+      take(r.data);
+      offset = r.next;
+      got = true;
+      if (r.next - r.offset < LOG_CHUNK) break;
+    }
+    return got;
+  }
+
+  async function tick() {
+    timer = null;
+    if (stopped) return;
+    const endedBefore = state !== null && fmt.TERMINAL.has(state);
+    try {
+      if (await fetchMore()) paint();
+      else if (!lines.length && !partial) paint();
+      if (endedBefore) {
+        finished = true; // one full read after the job ended: nothing more will come
+        paint();
+        return;
+      }
+    } catch (e) {
+      if (e.status === 401 || e.status === 404) return;
+      if (e.status === 403) {
+        pre.textContent = `(not shown: ${e.detail})`;
+        return;
+      }
+    }
+    if (!stopped) timer = setTimeout(tick, document.hidden ? 5000 : LOG_EVERY_MS);
+  }
+
+  let typing = null;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(paint, 120);
+  });
+  only.addEventListener("change", paint);
+  follow.addEventListener("change", () => {
+    if (follow.checked) pre.scrollTop = pre.scrollHeight;
+  });
+  pre.addEventListener("scroll", () => {
+    // scrolling up stops following; back at the bottom starts it again
+    follow.checked = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
+  });
+
+  tick();
+  return {
+    el,
+    jobState(s) {
+      const restarted = state !== null && fmt.TERMINAL.has(state) && !fmt.TERMINAL.has(s);
+      state = s;
+      if (restarted && finished && !stopped) {
+        finished = false; // requeued: the log goes on
+        tick();
+      }
+    },
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      clearTimeout(typing);
+    },
+  };
+}
