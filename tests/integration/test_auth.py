@@ -225,3 +225,23 @@ def test_logs_cannot_be_read_outside_a_jobs_own_file(tcp: Tcp) -> None:
             r = raw.get(path)
             assert r.status_code in (404, 422), (path, r.status_code)
             assert "SQLite format" not in r.text and str(secret) not in r.text
+
+
+def test_cli_reaches_a_remote_daemon_with_rota_url_and_token(tcp: Tcp, tmp_path: Path) -> None:
+    tcp.cli("user", "add", "dana")
+    token = tcp.cli("token", "create", "--user", "dana")["token"]
+    env = {**tcp.daemon.env, "ROTA_HOME": str(tmp_path / "elsewhere"), "ROTA_URL": tcp.url}
+
+    def cli(*args: str, token_env: str | None = token) -> subprocess.CompletedProcess[str]:
+        e = {**env, **({"ROTA_TOKEN": token_env} if token_env else {})}
+        return subprocess.run([sys.executable, "-m", "rota", *args], env=e,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    r = cli("submit", "--json", "--gpus", "0", "--time-limit", "1h", "--", "echo", "remote")
+    assert r.returncode == 0, r.stderr
+    [job] = json.loads(r.stdout)["jobs"]
+    assert job["user"] == "dana" and job["time_limit"] == 3600
+    r = cli("wait", str(job["id"]), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "completed", r.stderr
+    r = cli("queue", "--json", token_env=None)
+    assert r.returncode != 0 and "token" in (r.stderr + r.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,9 @@ def load(**overrides: Any) -> Settings:
 
 
 def client() -> Client:
+    """The daemon at $ROTA_URL (with $ROTA_TOKEN) when set, else this ROTA_HOME's socket."""
+    if os.environ.get("ROTA_URL"):
+        return Client()
     return Client(load().socket_path)
 
 

@@ -529,7 +529,7 @@ def wait(job_id: int = typer.Argument(..., metavar="JOB"),
     with run_cli(json_out=json_out):
         if timeout is not None and timeout <= 0:
             raise InvalidSpec("--timeout: must be more than 0 seconds", field="timeout")
-        with Client(load().socket_path, timeout=30.0) as c:
+        with client() as c:
             res = c.wait(job_id, timeout=timeout)
         code = wait_exit_code(res)
 

@@ -18,6 +18,8 @@ def job_view(d: Daemon, row: JobRow, *, detail: bool = False) -> dict[str, Any]:
         "ended_at": row.ended_at, "attempts": row.attempts, "exit_code": row.exit_code,
         "end_reason": row.end_reason, "source": row.source,
         "session": row.spec.get("session", "none"),
+        "time_limit": row.spec.get("time_limit"), "project": row.project,
+        "tags": row.spec.get("tags") or [],
     }
     run = d.running.get(row.id)
     out["gpu_indices"] = list(run.gpus) if run else []
