@@ -30,7 +30,7 @@ from rota.core.schedule import schedule
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_milli
 from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
-from rota.errors import BackendError, Conflict, NotFound
+from rota.errors import BackendError, Conflict, NotFound, StoreError
 from rota.server.metrics import Metrics
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
@@ -246,10 +246,19 @@ class Daemon:
         self.metrics.pass_seconds.observe(took)
         self.last_plan = plan
         if plan.starts:
-            with self.store.transaction():
-                rows = self.store.launch_info(s.job_id for s in plan.starts)
-                runs = [run for start in plan.starts
-                        if (run := self._intend(start, rows.get(start.job_id), now)) is not None]
+            runs: list[Running] = []
+            try:
+                with self.store.transaction():
+                    rows = self.store.launch_info(s.job_id for s in plan.starts)
+                    for start in plan.starts:
+                        run = self._intend(start, rows.get(start.job_id), now)
+                        if run is not None:
+                            runs.append(run)
+            except Exception:
+                # the commit failed: no intent is stored, so none may look started
+                for run in runs:
+                    self._forget_intent(run)
+                raise
             if runs:
                 self._launch_all(runs)
         doomed = [(job_id, reason.message) for job_id, reason in plan.reasons.items()
@@ -299,9 +308,14 @@ class Daemon:
                    "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
                    "backend": backend_name, "log_path": str(log_path),
                    "status_path": str(status_path), "started_at": now}
-        attempt_id = self.store.start_attempt(job_id, attempt, now=now,
-                                              message=f"attempt {number} on GPUs "
-                                                      f"{_gpu_text(start.gpu_indices)}")
+        try:
+            attempt_id = self.store.start_attempt(job_id, attempt, now=now,
+                                                  message=f"attempt {number} on GPUs "
+                                                          f"{_gpu_text(start.gpu_indices)}")
+        except StoreError:  # it changed under us: it stays queued, the next pass decides
+            log.exception("job %s: could not record its start", job_id)
+            self.queue.add(pending)
+            return None
         self.states[job_id] = JobState.STARTING
         run = Running(job_id=job_id, attempt_id=attempt_id, attempt_no=number, spec=spec,
                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
@@ -310,6 +324,12 @@ class Daemon:
                       log_path=log_path, status_path=status_path)
         self.running[job_id] = run
         return run
+
+    def _forget_intent(self, run: Running) -> None:
+        """Undo _intend in memory after its transaction was rolled back."""
+        self.running.pop(run.job_id, None)
+        self.states[run.job_id] = JobState.PENDING
+        self.queue.add(run.pending)
 
     def _launch_all(self, runs: list[Running]) -> None:
         """Spawn the processes, then record their handles in one commit."""

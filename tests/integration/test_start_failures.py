@@ -1,0 +1,91 @@
+"""A start whose intent cannot be stored never looks started: in memory and in the store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota.config import load_settings
+from rota.core.spec import JobSpec
+from rota.devices.simulated import SimulatedDevices
+from rota.errors import StoreError
+from rota.server.daemon import Daemon
+from rota.store.repo import Store
+from rota_testing import kill_job_processes
+
+
+def _daemon(tmp_path: Path) -> tuple[Daemon, Store]:
+    settings = load_settings(home=tmp_path / "home")
+    settings.home.mkdir(parents=True)
+    store = Store.open(settings.db_url)
+    return Daemon(settings, store, SimulatedDevices("2x24G")), store
+
+
+def _submit(d: Daemon, store: Store, n: int) -> list[int]:
+    rows = store.add_jobs([JobSpec(command=["sleep", "30"], gpus=0.5)] * n, user="u",
+                          source="test", now=d.clock())
+    d.accept(rows)
+    return [r.id for r in rows]
+
+
+def test_one_refused_intent_leaves_that_job_queued(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        d, store = _daemon(tmp_path)
+        await d.start()
+        try:
+            a, b = _submit(d, store, 2)
+            real = store.start_attempt
+
+            def refuse_b(job_id: int, *args: Any, **kw: Any) -> int:
+                if job_id == b:
+                    raise StoreError(f"job {job_id} is no longer pending")
+                return real(job_id, *args, **kw)
+
+            monkeypatch.setattr(store, "start_attempt", refuse_b)
+            d.schedule_pass()
+            assert a in d.running and b not in d.running
+            assert b in d.queue and str(d.job_state(b)) == "pending"
+            assert store.get_job(b).state == "pending" and store.get_job(a).state == "running"
+            monkeypatch.setattr(store, "start_attempt", real)
+            d.schedule_pass()  # the next pass starts it
+            assert b in d.running and store.get_job(b).state == "running"
+        finally:
+            await d.stop()
+            kill_job_processes(tmp_path)
+            store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_commit_of_the_intents_undoes_them_all(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        d, store = _daemon(tmp_path)
+        await d.start()
+        try:
+            ids = _submit(d, store, 3)
+            real = store.launch_info
+
+            def then_fail(job_ids: Any) -> Any:
+                got = real(job_ids)
+                store._events.append({"job_id": None, "ts": 0.0, "kind": None,  # NOT NULL
+                                      "message": None, "from_state": None, "to_state": None})
+                return got
+
+            monkeypatch.setattr(store, "launch_info", then_fail)
+            with pytest.raises(StoreError):
+                d.schedule_pass()
+            assert not d.running and all(i in d.queue for i in ids)
+            assert {str(d.job_state(i)) for i in ids} == {"pending"}
+            assert {store.get_job(i).state for i in ids} == {"pending"}
+            assert all(not store.attempts(i) for i in ids)
+        finally:
+            await d.stop()
+            kill_job_processes(tmp_path)
+            store.close()
+
+    asyncio.run(scenario())
