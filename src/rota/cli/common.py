@@ -66,3 +66,36 @@ def _report(e: RotaError, json_out: bool, code: int) -> None:
     else:
         fail(str(e))
     raise typer.Exit(code)
+
+
+def apply_each(targets: list[int], key: str, json_out: bool,
+               act: Callable[[Client, int], dict[str, Any]],
+               done: Callable[[dict[str, Any]], str]) -> None:
+    """Apply one action to several jobs or GPUs; report each; exit 1 if any of them failed.
+
+    ``key`` names the target in an error entry ("id" for jobs, "index" for GPUs).
+    """
+    from rich.text import Text
+
+    with run_cli(json_out=json_out):
+        results: list[dict[str, Any]] = []
+        failed = False
+        with client() as c:
+            for t in targets:
+                try:
+                    results.append(act(c, t))
+                except DaemonUnavailable:
+                    raise
+                except RotaError as e:
+                    failed = True
+                    results.append({key: t, "error": type(e).__name__, "message": str(e)})
+        if json_out:
+            emit(results, True, str)
+        else:
+            for r in results:
+                if "error" in r:
+                    fail(r["message"])
+                else:
+                    console.print(Text(done(r)))
+        if failed:
+            raise typer.Exit(1)

@@ -20,12 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rota.cli.common import client, console, emit, load, run_cli
+from rota.cli.common import apply_each, client, console, emit, load, run_cli
 from rota.cli.common import fail as _fail
 from rota.client import RawClient as Client
 from rota.core.spec import parse_spec
 from rota.core.sweep import expand_sweep, parse_sweep_arg
-from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
+from rota.errors import DaemonUnavailable, InvalidSpec
 from rota.jobsfile import JobsFileError, fmt_for_path, format_jobs_line, parse_jobs_text
 from rota.units import format_duration, format_memory, parse_duration, parse_memory
 
@@ -547,29 +547,7 @@ def wait(job_id: int = typer.Argument(..., metavar="JOB"),
 
 def _each(job_ids: list[int], json_out: bool, act: Callable[[Client, int], dict[str, Any]],
           done: Callable[[dict[str, Any]], str]) -> None:
-    """Apply one action to several jobs; report each; exit 1 if any of them failed."""
-    with run_cli(json_out=json_out):
-        results: list[dict[str, Any]] = []
-        failed = False
-        with client() as c:
-            for jid in job_ids:
-                try:
-                    results.append(act(c, jid))
-                except DaemonUnavailable:
-                    raise
-                except RotaError as e:
-                    failed = True
-                    results.append({"id": jid, "error": type(e).__name__, "message": str(e)})
-        if json_out:
-            emit(results, True, str)
-        else:
-            for r in results:
-                if "error" in r:
-                    fail(r["message"])
-                else:
-                    console.print(Text(done(r)))
-        if failed:
-            raise typer.Exit(1)
+    apply_each(job_ids, "id", json_out, act, done)
 
 
 def cancel(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),

@@ -10,8 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from rota.cli.common import client, console, emit, fail, run_cli
-from rota.errors import DaemonUnavailable, RotaError
+from rota.cli.common import apply_each, client, emit, run_cli
 from rota.units import format_memory
 
 
@@ -56,31 +55,13 @@ def gpus(json_out: bool = typer.Option(False, "--json")) -> None:
 
 
 def _each_gpu(indices: list[int], paused: bool, json_out: bool) -> None:
-    with run_cli(json_out=json_out):
-        results: list[dict[str, Any]] = []
-        failed = False
-        with client() as c:
-            for i in indices:
-                try:
-                    results.append(c.pause(i) if paused else c.resume(i))
-                except DaemonUnavailable:
-                    raise
-                except RotaError as e:
-                    failed = True
-                    results.append({"index": i, "error": type(e).__name__, "message": str(e)})
-        if json_out:
-            emit(results, True, str)
-        else:
-            for r in results:
-                if "error" in r:
-                    fail(r["message"])
-                elif paused:
-                    console.print(f"paused GPU {r['index']}: running jobs stay, nothing new "
-                                  "starts there", highlight=False)
-                else:
-                    console.print(f"resumed GPU {r['index']}", highlight=False)
-        if failed:
-            raise typer.Exit(1)
+    def done(r: dict[str, Any]) -> str:
+        if paused:
+            return f"paused GPU {r['index']}: running jobs stay, nothing new starts there"
+        return f"resumed GPU {r['index']}"
+
+    apply_each(indices, "index", json_out,
+               lambda c, i: c.pause(i) if paused else c.resume(i), done)
 
 
 def pause(indices: list[int] = typer.Argument(..., metavar="GPU..."),
