@@ -35,10 +35,9 @@ if str(ROOT / "src") not in sys.path:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_e2e import dist, free_port_for_bench, stop_daemon  # noqa: E402
+from bench.bench_e2e import dist, free_port_for_bench, start_daemon, stop_daemon  # noqa: E402
 from rota.client import RawClient as Client  # noqa: E402
 from rota.config import load_settings  # noqa: E402
-from rota.server.serve import start_detached  # noqa: E402
 
 TARGET_P99_MS = 50.0
 HELD = {"command": ["true"], "gpus": 0.25, "hold": True}
@@ -133,8 +132,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     settings = load_settings(home=home, simulate="8x80G")
     port = free_port_for_bench()
     env = dict(os.environ)
-    pid = start_detached(settings, ["server", "--simulate", "8x80G", "--listen",
-                                    f"127.0.0.1:{port}"], timeout=60)
+    pid = start_daemon(settings, args.profile_daemon, log, ["--listen", f"127.0.0.1:{port}"])
     client = Client(settings.socket_path, timeout=300)
     result: dict[str, Any] = {"jobs_in_store": args.jobs, "clients": args.clients,
                               "seconds": args.seconds}
@@ -197,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--profile-daemon", type=Path, default=None,
+                   help="run the daemon under cProfile and write its profile here")
     args = p.parse_args(argv)
     res = run(args)
     if args.json:

@@ -94,8 +94,9 @@ def rota_argv() -> list[str]:
 
 
 # --- the daemon ----------------------------------------------------------------------------
-def start_daemon(settings: Settings, profile: Path | None, log: Log) -> int:
-    argv = ["server", "--simulate", SIMULATE]
+def start_daemon(settings: Settings, profile: Path | None, log: Log,
+                 extra: Sequence[str] = ()) -> int:
+    argv = ["server", "--simulate", SIMULATE, *extra]
     if profile is None:
         return start_detached(settings, argv, timeout=60.0)
     # Same command under cProfile; the profile is written when the daemon exits cleanly.

@@ -138,9 +138,9 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
 
     @v1.get("/jobs/{job_id}")
     async def get_job(job_id: JobId) -> dict[str, Any]:
-        row = daemon.store.get_job(job_id)
+        row, attempts = daemon.store.job_with_attempts(job_id)
         out = job_view(daemon, row, detail=True)
-        out["attempts_detail"] = [attempt_view(a) for a in daemon.store.attempts(job_id)]
+        out["attempts_detail"] = [attempt_view(a) for a in attempts]
         return out
 
     @v1.get("/jobs/{job_id}/events")

@@ -34,8 +34,7 @@ from rota.errors import BackendError, Conflict, NotFound, StoreError
 from rota.server.metrics import Metrics
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
-from rota.store.repo import LaunchInfo, Store
-from rota.store.tables import JobRow
+from rota.store.repo import JobRecord, LaunchInfo, Store
 
 log = logging.getLogger("rota.daemon")
 HISTORY_STEP = 10.0  # seconds between GPU history points
@@ -639,7 +638,7 @@ class Daemon:
             self._notify_end(job_id)
 
     @staticmethod
-    def pending_of(row: JobRow) -> PendingJob:
+    def pending_of(row: JobRecord) -> PendingJob:
         spec = row.spec
         allowed = spec.get("allowed_gpus")
         return PendingJob(id=row.id, priority=row.priority, seq=row.id,
@@ -647,7 +646,7 @@ class Daemon:
                           allowed=frozenset(allowed) if allowed else None,
                           after=tuple(spec.get("after") or ()), not_before=row.not_before)
 
-    def accept(self, rows: list[JobRow]) -> None:
+    def accept(self, rows: list[JobRecord]) -> None:
         """Newly stored jobs join the queue and a pass runs."""
         for row in rows:
             st = JobState(row.state)

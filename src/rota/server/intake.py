@@ -14,7 +14,7 @@ from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.server.daemon import Daemon
-from rota.store.tables import JobRow
+from rota.store.repo import JobRecord
 
 log = logging.getLogger("rota.intake")
 
@@ -73,7 +73,7 @@ class Intake:
         return JobSpec.model_validate({**spec.model_dump(), **update})
 
     def submit(self, raws: list[dict[str, Any]], *, user: str, source: str,
-               idempotency_key: str | None = None, dedup: bool = False) -> list[JobRow]:
+               idempotency_key: str | None = None, dedup: bool = False) -> list[JobRecord]:
         """All or nothing: every spec is checked before any is stored."""
         if idempotency_key:
             first = self.daemon.store.job_by_idempotency_key(idempotency_key)

@@ -18,7 +18,7 @@ from rota.backends.common import is_shim_of, pid_alive, read_status
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota.server.running import Running
-from rota.store.tables import AttemptRow, JobRow
+from rota.store.repo import AttemptRecord, JobRecord
 
 log = logging.getLogger("rota.recovery")
 
@@ -37,8 +37,8 @@ def recover(daemon) -> None:  # type: ignore[no-untyped-def]  # Daemon (import c
             _take_up(daemon, row, state, attempts.get(row.id))
 
 
-def _take_up(daemon, row: JobRow, state: JobState,  # type: ignore[no-untyped-def]
-             attempt: AttemptRow | None) -> None:
+def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped-def]
+             attempt: AttemptRecord | None) -> None:
     if attempt is None or attempt.ended_at is not None:
         # STARTING with no live attempt: the intent was never carried out
         daemon._requeue(row.id, state, "recovered: the launch had not happened",
@@ -76,7 +76,7 @@ def _take_up(daemon, row: JobRow, state: JobState,  # type: ignore[no-untyped-de
     daemon._adopted(run, handle, state)
 
 
-def _find_handle(attempt: AttemptRow) -> Handle | None:
+def _find_handle(attempt: AttemptRecord) -> Handle | None:
     if attempt.handle:
         return Handle.from_json(attempt.handle)
     # The daemon died between the launch and storing the handle: the shim's status file,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -73,6 +74,15 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
+def _tune_gc() -> None:
+    """What exists after start-up (modules, the recovered queue) lives as long as the
+    daemon: freeze it out of the collector's scans, and collect the young generation less
+    often. With a big queue, full collections were the tail of the API's latency under
+    load (p99 86 -> 68 ms in bench/bench_api_load.py)."""
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
+
+
 async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ignore[no-untyped-def]
     import uvicorn
 
@@ -81,6 +91,7 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
 
     daemon = Daemon(settings, store, devices)
     await daemon.start()
+    _tune_gc()
     intake = Intake(daemon)
     servers: list[uvicorn.Server] = []
 

@@ -6,37 +6,39 @@ from typing import Any
 
 from rota.core.spec import JobSpec
 from rota.server.daemon import Daemon
-from rota.store.tables import AttemptRow, EventRow, JobRow
+from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 
 
-def job_view(d: Daemon, row: JobRow, *, detail: bool = False) -> dict[str, Any]:
-    state = d.states.get(row.id, row.state)
+def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, Any]:
+    state = str(d.states.get(row.id, row.state))
+    spec = row.spec
+    run = d.running.get(row.id)
     out: dict[str, Any] = {
-        "id": row.id, "name": row.name or " ".join(row.spec["command"])[:60],
-        "user": row.user, "state": str(state), "priority": row.priority, "gpus": row.gpus,
+        "id": row.id, "name": row.name or " ".join(spec["command"])[:60],
+        "user": row.user, "state": state, "priority": row.priority, "gpus": row.gpus,
         "gpu_mem": row.gpu_mem, "created_at": row.created_at, "started_at": row.started_at,
         "ended_at": row.ended_at, "attempts": row.attempts, "exit_code": row.exit_code,
         "end_reason": row.end_reason, "source": row.source,
-        "session": row.spec.get("session", "none"),
-        "time_limit": row.spec.get("time_limit"), "project": row.project,
-        "tags": row.spec.get("tags") or [],
+        "session": spec.get("session", "none"), "time_limit": spec.get("time_limit"),
+        "project": row.project, "tags": spec.get("tags") or [],
+        "gpu_indices": list(run.gpus) if run else [],
     }
-    run = d.running.get(row.id)
-    out["gpu_indices"] = list(run.gpus) if run else []
-    reason = d.last_plan.reason(row.id) if str(state) == "pending" else None
-    if str(state) == "held":
+    if state == "held":
         out["reason"] = {"code": "held", "message": "held: `rota release` lets it run"}
-    elif reason is not None:
-        out["reason"] = {"code": str(reason.code), "message": d.last_plan.reason_text(row.id),
-                         "until": reason.until, "blocker": reason.blocker}
-    elif str(state) == "pending":
-        out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
+    elif state == "pending":
+        reason = d.last_plan.reason(row.id)
+        if reason is None:
+            out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
+        else:
+            out["reason"] = {"code": str(reason.code),
+                             "message": d.last_plan.reason_text(row.id),
+                             "until": reason.until, "blocker": reason.blocker}
     if detail:
-        out["spec"] = JobSpec.model_validate(row.spec).redacted()
+        out["spec"] = JobSpec.model_validate(spec).redacted()
     return out
 
 
-def attempt_view(a: AttemptRow) -> dict[str, Any]:
+def attempt_view(a: AttemptRecord) -> dict[str, Any]:
     return {"number": a.number, "gpus": a.gpu_indices, "fraction": a.milli / 1000,
             "gpu_mem": a.gpu_mem, "backend": a.backend, "started_at": a.started_at,
             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal,
@@ -44,7 +46,7 @@ def attempt_view(a: AttemptRow) -> dict[str, Any]:
             "pid": (a.handle or {}).get("pid"), "session": (a.handle or {}).get("session_name")}
 
 
-def event_view(e: EventRow) -> dict[str, Any]:
+def event_view(e: EventRecord) -> dict[str, Any]:
     return {"ts": e.ts, "kind": e.kind, "from": e.from_state, "to": e.to_state,
             "message": e.message}
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,6 +37,18 @@ _SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
 _SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
 _ADD_ATTEMPT = insert(_attempts).returning(_attempts.c.id)
 _ADD_EVENTS = insert(_events)
+_GET_JOB = select(_jobs).where(_jobs.c.id == bindparam("id_"))
+_JOB_ATTEMPTS = (select(_attempts).where(_attempts.c.job_id == bindparam("job_id"))
+                 .order_by(_attempts.c.number))
+_JOB_EVENTS = (select(_events).where(_events.c.job_id == bindparam("job_id"))
+               .order_by(_events.c.id))
+
+#: A job, attempt or event as read: a row whose attributes are the table's columns (the
+#: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
+#: statements: building ORM objects cost more than the API request around them.
+JobRecord = Row[Any]
+AttemptRecord = Row[Any]
+EventRecord = Row[Any]
 
 
 class LaunchInfo(NamedTuple):
@@ -47,12 +59,13 @@ class LaunchInfo(NamedTuple):
 
 
 class Store:
-    """Reads through ORM sessions; the daemon's writes through SQLAlchemy Core.
+    """Jobs, attempts and events through SQLAlchemy Core; users, tokens and settings
+    (cold paths) through ORM sessions.
 
-    The writes are on the daemon's hot path (several per job), where the ORM's unit of
-    work costs far more than SQLite does, so they are plain statements; and they join the
-    ambient ``transaction()`` when the daemon opens one, so that a batch of exits or of
-    starts is one commit rather than several per job.
+    Job reads and writes are on the daemon's hot paths (several writes per job, reads per
+    API request), where the ORM's objects cost far more than SQLite does, so they are plain
+    statements; writes join the ambient ``transaction()`` when the daemon opens one, so
+    that a batch of exits or of starts is one commit rather than several per job.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -78,6 +91,19 @@ class Store:
             self._flush_events(self._conn)
             return Session(bind=self._conn, expire_on_commit=False)
         return self._session()
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection for Core reads; inside a batch, the batch's (it sees its writes)."""
+        if self._conn is not None:
+            self._flush_events(self._conn)
+            yield self._conn
+            return
+        try:
+            with self.engine.connect() as c:
+                yield c
+        except SQLAlchemyError as e:
+            raise StoreError(f"could not read the database: {e}") from e
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -115,7 +141,7 @@ class Store:
 
     # --- jobs ----------------------------------------------------------------------------
     def add_jobs(self, specs: Sequence[JobSpec], *, user: str, source: str, now: float,
-                 idempotency_key: str | None = None) -> list[JobRow]:
+                 idempotency_key: str | None = None) -> list[JobRecord]:
         """Insert jobs as PENDING (or HELD) with a 'submitted' event, in one transaction."""
         params: list[dict[str, Any]] = []
         for n, spec in enumerate(specs):
@@ -134,39 +160,39 @@ class Store:
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
-                ids = c.execute(insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True),
-                                params).scalars().all()
-                for i, p in zip(ids, params, strict=True):
-                    self._event(i, now, "submitted", message, None, p["state"])
+                rows = c.execute(insert(_jobs).returning(*_jobs.c, sort_by_parameter_order=True),
+                                 params).all()
+                for r in rows:
+                    self._event(r.id, now, "submitted", message, None, r.state)
         except StoreError as e:
             cause = e.__cause__
             if isinstance(cause, IntegrityError):
                 raise StoreError(f"could not store the job: {cause.orig}") from cause
             raise
-        return [JobRow(id=i, **p) for i, p in zip(ids, params, strict=True)]
+        return list(rows)
 
-    def job_by_idempotency_key(self, key: str) -> JobRow | None:
-        with self.session() as s:
-            return s.scalars(select(JobRow).where(JobRow.idempotency_key == key)).first()
+    def job_by_idempotency_key(self, key: str) -> JobRecord | None:
+        with self._reading() as c:
+            return c.execute(select(_jobs).where(_jobs.c.idempotency_key == key)).first()
 
     def live_hashes(self, hashes: Iterable[str]) -> set[str]:
         """Hashes that already have a job that did not fail (failed jobs may be queued again)."""
         hs = list(set(hashes))
         found: set[str] = set()
-        with self.session() as s:
+        j = _jobs.c
+        with self._reading() as c:
             for i in range(0, len(hs), 500):
-                q = select(JobRow.content_hash).where(
-                    JobRow.content_hash.in_(hs[i:i + 500]),
-                    JobRow.state.not_in(_RETRYABLE_HASH_STATES))
-                found.update(s.scalars(q))
+                q = select(j.content_hash).where(j.content_hash.in_(hs[i:i + 500]),
+                                                 j.state.not_in(_RETRYABLE_HASH_STATES))
+                found.update(c.scalars(q))
         return found
 
-    def get_job(self, job_id: int) -> JobRow:
-        with self.session() as s:
-            row = s.get(JobRow, job_id)
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            return row
+    def get_job(self, job_id: int) -> JobRecord:
+        with self._reading() as c:
+            row = c.execute(_GET_JOB, {"id_": job_id}).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        return row
 
     def launch_info(self, ids: Iterable[int]) -> dict[int, LaunchInfo]:
         """What starting these jobs needs from the store, without building ORM objects."""
@@ -178,57 +204,58 @@ class Store:
                     for i in range(0, len(idl), 500)
                     for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
 
-    def jobs(self, ids: Iterable[int]) -> dict[int, JobRow]:
+    def jobs(self, ids: Iterable[int]) -> dict[int, JobRecord]:
         idl = list(ids)
-        out: dict[int, JobRow] = {}
-        with self.session() as s:
+        out: dict[int, JobRecord] = {}
+        with self._reading() as c:
             for i in range(0, len(idl), 500):
-                out.update((r.id, r) for r in s.scalars(
-                    select(JobRow).where(JobRow.id.in_(idl[i:i + 500]))))
+                out.update((r.id, r) for r in c.execute(
+                    select(_jobs).where(_jobs.c.id.in_(idl[i:i + 500]))))
         return out
 
     def list_jobs(self, *, states: Sequence[str] | None = None, user: str | None = None,
                   name: str | None = None, project: str | None = None, tag: str | None = None,
-                  limit: int = 200, before_id: int | None = None) -> list[JobRow]:
+                  limit: int = 200, before_id: int | None = None) -> list[JobRecord]:
         """Newest first; ``before_id`` is the cursor (the last id of the previous page)."""
-        q = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+        j = _jobs.c
+        q = select(_jobs).order_by(j.id.desc()).limit(limit)
         if states:
-            q = q.where(JobRow.state.in_(list(states)))
+            q = q.where(j.state.in_(list(states)))
         if user:
-            q = q.where(JobRow.user == user)
+            q = q.where(j.user == user)
         if name:
-            q = q.where(JobRow.name.contains(name, autoescape=True))
+            q = q.where(j.name.contains(name, autoescape=True))
         if project:
-            q = q.where(JobRow.project == project)
+            q = q.where(j.project == project)
         if tag:
-            q = q.where(JobRow.tags.contains(f",{tag},", autoescape=True))
+            q = q.where(j.tags.contains(f",{tag},", autoescape=True))
         if before_id is not None:
-            q = q.where(JobRow.id < before_id)
-        with self.session() as s:
-            return list(s.scalars(q))
+            q = q.where(j.id < before_id)
+        with self._reading() as c:
+            return list(c.execute(q))
 
-    def active_jobs(self) -> list[JobRow]:
+    def active_jobs(self) -> list[JobRecord]:
         """Every job that is not finished, oldest first: what a restarted daemon takes up."""
         terminal = [t.value for t in TERMINAL]
-        with self.session() as s:
-            return list(s.scalars(select(JobRow).where(JobRow.state.not_in(terminal))
-                                  .order_by(JobRow.id)))
+        with self._reading() as c:
+            return list(c.execute(select(_jobs).where(_jobs.c.state.not_in(terminal))
+                                  .order_by(_jobs.c.id)))
 
     def count_by_state(self) -> dict[str, int]:
-        with self.session() as s:
-            return {st: n for st, n in s.execute(
-                select(JobRow.state, func.count()).group_by(JobRow.state))}
+        with self._reading() as c:
+            return {st: n for st, n in c.execute(
+                select(_jobs.c.state, func.count()).group_by(_jobs.c.state))}
 
     def gpu_hours(self, *, now: float) -> dict[str, dict[str, float]]:
         """GPU-hours of every attempt (running ones up to now), by user and by project."""
-        hours = (JobRow.gpus * (func.coalesce(AttemptRow.ended_at, now) - AttemptRow.started_at)
-                 / 3600.0)
+        j, a = _jobs.c, _attempts.c
+        hours = j.gpus * (func.coalesce(a.ended_at, now) - a.started_at) / 3600.0
         out: dict[str, dict[str, float]] = {"by_user": {}, "by_project": {}}
-        with self.session() as s:
-            for col, key in ((JobRow.user, "by_user"), (JobRow.project, "by_project")):
-                q = select(col, func.sum(hours)).join(AttemptRow, AttemptRow.job_id == JobRow.id)
+        with self._reading() as c:
+            for col, key in ((j.user, "by_user"), (j.project, "by_project")):
+                q = select(col, func.sum(hours)).join(_attempts, a.job_id == j.id)
                 out[key] = {str(k) if k is not None else "": round(float(v or 0), 6)
-                            for k, v in s.execute(q.group_by(col))}
+                            for k, v in c.execute(q.group_by(col))}
         return out
 
     def transition(self, job_id: int, src: JobState, dst: JobState, *, now: float,
@@ -271,19 +298,27 @@ class Store:
         with self.transaction() as c:
             c.execute(_SET_ATTEMPT, {"id_": attempt_id, **fields})
 
-    def attempts(self, job_id: int) -> list[AttemptRow]:
-        with self.session() as s:
-            return list(s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id)
-                                  .order_by(AttemptRow.number)))
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        with self._reading() as c:
+            return list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}))
 
-    def last_attempts(self, job_ids: Iterable[int]) -> dict[int, AttemptRow]:
+    def job_with_attempts(self, job_id: int) -> tuple[JobRecord, list[AttemptRecord]]:
+        """A job and its attempts, oldest first, read on one connection."""
+        with self._reading() as c:
+            row = c.execute(_GET_JOB, {"id_": job_id}).first()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            return row, list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}))
+
+    def last_attempts(self, job_ids: Iterable[int]) -> dict[int, AttemptRecord]:
         idl = list(job_ids)
-        out: dict[int, AttemptRow] = {}
-        with self.session() as s:
+        out: dict[int, AttemptRecord] = {}
+        a = _attempts.c
+        with self._reading() as c:
             for i in range(0, len(idl), 500):
-                for a in s.scalars(select(AttemptRow).where(AttemptRow.job_id.in_(idl[i:i + 500]))
-                                   .order_by(AttemptRow.number)):
-                    out[a.job_id] = a
+                for r in c.execute(select(_attempts).where(a.job_id.in_(idl[i:i + 500]))
+                                   .order_by(a.number)):
+                    out[r.job_id] = r
         return out
 
     # --- users and tokens ----------------------------------------------------------------
@@ -361,10 +396,9 @@ class Store:
             rows, self._events = self._events, []
             c.execute(_ADD_EVENTS, rows)
 
-    def events(self, job_id: int) -> list[EventRow]:
-        with self.session() as s:
-            return list(s.scalars(select(EventRow).where(EventRow.job_id == job_id)
-                                  .order_by(EventRow.id)))
+    def events(self, job_id: int) -> list[EventRecord]:
+        with self._reading() as c:
+            return list(c.execute(_JOB_EVENTS, {"job_id": job_id}))
 
     def paused_gpus(self) -> dict[str, int]:
         with self.session() as s:
