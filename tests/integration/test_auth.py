@@ -91,6 +91,7 @@ def test_token_lifecycle_and_ownership(tcp: Tcp) -> None:
                      f"/v1/jobs/{jid}/requeue"):
             assert "belongs to alice" in problem(b.post(path), 403)["detail"]
         problem(b.get(f"/v1/jobs/{jid}/logs"), 403)
+        problem(b.get(f"/v1/jobs/{jid}/logs/stream"), 403)
         # nor submit in her name, nor do admin things
         problem(b.post("/v1/jobs", json={"jobs": [{"command": ["true"]}], "user": "alice"}), 403)
         assert "needs an admin" in problem(b.post("/v1/gpus/0/pause"), 403)["detail"]
@@ -104,6 +105,7 @@ def test_token_lifecycle_and_ownership(tcp: Tcp) -> None:
                 assert "s3cr3t-value" not in c.get(path).text
         # the owner and an admin may
         assert a.get(f"/v1/jobs/{jid}/logs").status_code == 200
+        assert r.get(f"/v1/jobs/{jid}/logs", params={"limit": 1}).status_code == 200
         assert r.post("/v1/gpus/1/pause").json()["paused"] is True
         assert r.post("/v1/gpus/1/resume").json()["paused"] is False
         assert a.post(f"/v1/jobs/{jid}/cancel").status_code == 200

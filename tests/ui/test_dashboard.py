@@ -156,6 +156,24 @@ def test_submit_form_checks_fields_then_the_job_runs_and_its_log_is_searchable(
     assert seen.bodies and not any(SECRET in b for b in seen.bodies)
 
 
+def test_the_log_of_a_running_job_streams_in_live(open_page: Open, dashboard: Dashboard) -> None:
+    job = dashboard.submit(command=["sh", "-c", "echo first-line; sleep 2; echo second-line"],
+                           name="ui-live-log", gpus=0)
+    page = open_page(hash=f"#/jobs/{job['id']}")
+    log = page.locator("pre.log")
+    expect(log).to_contain_text("first-line")
+    assert dashboard.job(job["id"])["state"] == "running"  # it came while the job ran
+    expect(log).not_to_contain_text("second-line")
+    expect(log).to_contain_text("second-line")  # pushed by the stream, no reload
+    expect(page.locator(".page-head .badge")).to_have_text("completed")
+    expect(log).to_contain_text("first-line\nsecond-line")  # each line once, in order
+    assert page.locator("pre.log").inner_text().count("first-line") == 1
+    # it came over one event stream (ended by the job's end), not by polling byte ranges
+    urls = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert sum(f"/v1/jobs/{job['id']}/logs/stream" in u for u in urls) == 1, urls
+    assert not any(f"/v1/jobs/{job['id']}/logs?" in u for u in urls), urls
+
+
 def test_a_running_job_is_cancelled_after_a_confirmation(open_page: Open,
                                                          dashboard: Dashboard) -> None:
     job = dashboard.submit(command=["sleep", "600"], name="ui-long-sleep", gpus=0.25)

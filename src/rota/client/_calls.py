@@ -6,6 +6,7 @@ and read the same answers; they differ only in how they send them.
 
 from __future__ import annotations
 
+import json
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from rota.client.models import (
     QueueSummary,
     Why,
 )
-from rota.errors import InvalidSpec, NotFound
+from rota.errors import DaemonUnavailable, InvalidSpec, NotFound
 
 T = TypeVar("T")
 
@@ -165,9 +166,49 @@ def read_log(ref: JobRef, offset: int, limit: int | None) -> Call[LogChunk]:
     return Call("GET", _jobs_path(ref, "/logs"), LogChunk.model_validate, params=params)
 
 
-def follow_log(ref: JobRef, offset: int) -> tuple[str, dict[str, Any]]:
-    """Path and params of the text/plain stream that ends when the job ends."""
-    return _jobs_path(ref, "/logs"), {"offset": offset, "follow": "true"}
+def stream_cut() -> DaemonUnavailable:
+    return DaemonUnavailable("the log stream closed before the job ended")
+
+
+class LogFollower:
+    """A followed log across reconnects: the server-sent events of ``/logs/stream``, where
+    to resume after a dropped connection (a daemon restart), and when to stop trying."""
+
+    #: Seconds to keep reconnecting without getting anything; pauses between tries.
+    GIVE_UP_S = 30.0
+    PAUSES = (0.2, 0.5, 1.0, 2.0)
+
+    def __init__(self, ref: JobRef, offset: int) -> None:
+        self.path = _jobs_path(ref, "/logs/stream")
+        self.offset = offset
+        self.ended = False
+        self._failures = 0
+        self._failing_since: float | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"offset": self.offset}
+
+    def take(self, event: str, data: str) -> str | None:
+        """The text an event carries (None for other events); notes the end."""
+        self._failures, self._failing_since = 0, None
+        if event == "end":
+            self.ended = True
+        elif event == "log":
+            body = json.loads(data)
+            self.offset = int(body["next"])
+            return str(body["text"])
+        return None
+
+    def pause_after(self, error: Exception) -> float:
+        """Seconds to wait before reconnecting; raises ``error`` once it is time to give up."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._failing_since > self.GIVE_UP_S:
+            raise error
+        pause = self.PAUSES[min(self._failures, len(self.PAUSES) - 1)]
+        self._failures += 1
+        return pause
 
 
 def requeue(ref: JobRef) -> Call[Job]:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, overload
+
+from httpx_sse import EventSource
 
 from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
@@ -25,7 +28,7 @@ from rota.client.models import (
     QueueSummary,
     Why,
 )
-from rota.errors import WaitTimeout
+from rota.errors import DaemonUnavailable, WaitTimeout
 
 T = TypeVar("T")
 
@@ -156,10 +159,8 @@ class AsyncClient:
         """A job's output as text chunks: what is there now, or with ``follow=True`` also
         what comes, until the job ends. Errors surface when iteration starts."""
         if follow:
-            path, params = calls.follow_log(job_id, offset)
-            async with self._t.stream("GET", path, params=params) as resp:
-                async for text in resp.aiter_text():
-                    yield text
+            async for text in self._follow(calls.LogFollower(job_id, offset)):
+                yield text
             return
         while True:
             chunk = await self.read_log(job_id, offset)
@@ -167,6 +168,21 @@ class AsyncClient:
                 return
             yield chunk.data
             offset = chunk.next
+
+    async def _follow(self, f: calls.LogFollower) -> AsyncIterator[str]:
+        """As ``Client._follow``: server-sent events, resumed after a dropped connection."""
+        while not f.ended:
+            try:
+                async with self._t.stream("GET", f.path, params=f.params()) as resp:
+                    async for ev in EventSource(resp).aiter_sse():
+                        text = f.take(ev.event, ev.data)
+                        if text:
+                            yield text
+            except DaemonUnavailable as e:
+                await asyncio.sleep(f.pause_after(e))
+            else:
+                if not f.ended:  # closed before the end: the daemon is going away
+                    await asyncio.sleep(f.pause_after(calls.stream_cut()))
 
     # --- machine -------------------------------------------------------------------------
     async def gpus(self) -> builtins.list[Gpu]:

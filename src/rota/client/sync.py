@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from httpx_sse import EventSource
+
 from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
 from rota.client._transport import DEFAULT_TIMEOUT, Endpoint, SyncTransport, TimeoutTypes
@@ -24,7 +26,7 @@ from rota.client.models import (
     QueueSummary,
     Why,
 )
-from rota.errors import WaitTimeout
+from rota.errors import DaemonUnavailable, WaitTimeout
 
 T = TypeVar("T")
 
@@ -153,9 +155,7 @@ class Client:
         """A job's output as text chunks: what is there now, or with ``follow=True`` also
         what comes, until the job ends. Errors surface when iteration starts."""
         if follow:
-            path, params = calls.follow_log(job_id, offset)
-            with self._t.stream("GET", path, params=params) as resp:
-                yield from resp.iter_text()
+            yield from self._follow(calls.LogFollower(job_id, offset))
             return
         while True:
             chunk = self.read_log(job_id, offset)
@@ -163,6 +163,22 @@ class Client:
                 return
             yield chunk.data
             offset = chunk.next
+
+    def _follow(self, f: calls.LogFollower) -> Iterator[str]:
+        """The log's server-sent events until the job ends, reconnecting where it left off
+        when the connection drops (a daemon restart) until ``LogFollower.GIVE_UP_S``."""
+        while not f.ended:
+            try:
+                with self._t.stream("GET", f.path, params=f.params()) as resp:
+                    for ev in EventSource(resp).iter_sse():
+                        text = f.take(ev.event, ev.data)
+                        if text:
+                            yield text
+            except DaemonUnavailable as e:
+                time.sleep(f.pause_after(e))
+            else:
+                if not f.ended:  # closed before the end: the daemon is going away
+                    time.sleep(f.pause_after(calls.stream_cut()))
 
     # --- machine -------------------------------------------------------------------------
     def gpus(self) -> builtins.list[Gpu]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -31,6 +31,9 @@ from rota.server.auth import (
 from rota.server.daemon import Daemon
 from rota.server.dashboard import mount_dashboard
 from rota.server.intake import Intake
+from rota.server.logstream import follow as follow_log
+from rota.server.logstream import read_range
+from rota.server.logstream import sse as log_sse
 from rota.server.metrics import CONTENT_TYPE, RequestTimer
 from rota.server.views import attempt_view, event_view, gpu_views, job_view
 
@@ -199,26 +202,44 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
                    follow: bool = False, p: Principal = Depends(who)) -> Any:
         path = _log_path(_own(p, job_id, "read the logs of"))
         if not follow:
-            data = _read(path, offset, limit)
+            data = read_range(path, offset, limit)
             return JSONResponse({"offset": offset, "next": offset + len(data),
                                  "data": data.decode("utf-8", "replace")})
-        return StreamingResponse(_follow(job_id, path, offset), media_type="text/plain")
+        chunks = (data async for _, data in follow_log(path, offset, _ended(job_id)))
+        return StreamingResponse(chunks, media_type="text/plain")
+
+    @v1.get("/jobs/{job_id}/logs/stream", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "server-sent events: `log`, then `end`"}})
+    async def log_events(job_id: JobId, offset: int = Query(0, ge=0, le=MAX_ID),
+                         last_event_id: str | None = Header(None),
+                         p: Principal = Depends(who)) -> StreamingResponse:
+        """The log as server-sent events that follow the job until it ends. A client
+        that reconnects with ``Last-Event-ID`` resumes where it left off."""
+        path = _log_path(_own(p, job_id, "read the logs of"))
+        if last_event_id is not None:
+            if not last_event_id.isdigit() or int(last_event_id) > MAX_ID:
+                raise InvalidSpec(f"Last-Event-ID: {last_event_id[:40]!r} is not a byte "
+                                  "offset", field="Last-Event-ID")
+            offset = int(last_event_id)
+
+        def end() -> dict[str, Any]:
+            row = daemon.store.get_job(job_id)
+            return {"id": job_id, "state": str(daemon.job_state(job_id)),
+                    "exit_code": row.exit_code, "end_reason": row.end_reason}
+
+        return StreamingResponse(log_sse(path, offset, _ended(job_id), end),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+
+    def _ended(job_id: int) -> Callable[[], bool]:
+        return lambda: daemon.job_state(job_id).terminal
 
     def _log_path(job_id: JobId) -> Path:
         _job_id(job_id)
         # the path is built from the integer id only: no client text reaches the filesystem
         return daemon.settings.logs_dir / f"{int(job_id)}.log"
-
-    async def _follow(job_id: JobId, path: Path, offset: int) -> AsyncIterator[bytes]:
-        while True:
-            data = _read(path, offset, 1 << 20)
-            if data:
-                offset += len(data)
-                yield data
-                continue
-            if daemon.job_state(job_id).terminal:
-                return
-            await asyncio.sleep(0.2)
 
     @v1.get("/gpus")
     async def gpus() -> dict[str, Any]:
@@ -381,11 +402,3 @@ def tcp_app(app: Any) -> Any:
         await app(scope, receive, send)
     return marked
 
-
-def _read(path: Path, offset: int, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-    except FileNotFoundError:
-        return b""

@@ -43,11 +43,66 @@ async function problemOf(resp) {
   return { title: resp.statusText, detail: text.slice(0, 300) || `HTTP ${resp.status}` };
 }
 
-/** fetch /v1/...; returns parsed JSON or throws ApiError (status 0: the daemon is unreachable). */
-export async function api(path, { method = "GET", body, signal, quiet401 = false } = {}) {
-  const headers = { Accept: "application/json" };
+function authHeaders(accept) {
+  const headers = { Accept: accept };
   const token = getToken();
   if (token) headers.Authorization = `Bearer ${token}`;
+  return headers;
+}
+
+async function failed(resp, quiet401) {
+  const err = new ApiError(resp.status, await problemOf(resp));
+  if (resp.status === 401 && !quiet401) for (const fn of listeners) fn(err);
+  return err;
+}
+
+const UNREACHABLE = () => new ApiError(0, { title: "Unreachable", detail: "cannot reach the Rota daemon" });
+
+/**
+ * Read a server-sent event stream from /v1/... (fetch, not EventSource: it must send the
+ * token). Calls onEvent(kind, data) per event; resolves when the server ends the stream,
+ * throws ApiError (status 0 when the connection drops) or AbortError.
+ */
+export async function streamEvents(path, onEvent, { signal } = {}) {
+  let resp;
+  try {
+    resp = await fetch(path, { headers: authHeaders("text/event-stream"), signal, cache: "no-store",
+      credentials: "omit" });
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw UNREACHABLE();
+  }
+  if (!resp.ok) throw await failed(resp, false);
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    let chunk;
+    try {
+      chunk = await reader.read();
+    } catch (e) {
+      if (e.name === "AbortError") throw e;
+      throw UNREACHABLE();
+    }
+    if (chunk.done) return;
+    buf += chunk.value;
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      let kind = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) kind = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+      }
+      if (data.length) onEvent(kind, data.join("\n"));
+    }
+  }
+}
+
+/** fetch /v1/...; returns parsed JSON or throws ApiError (status 0: the daemon is unreachable). */
+export async function api(path, { method = "GET", body, signal, quiet401 = false } = {}) {
+  const headers = authHeaders("application/json");
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp;
   try {
@@ -61,13 +116,9 @@ export async function api(path, { method = "GET", body, signal, quiet401 = false
     });
   } catch (e) {
     if (e.name === "AbortError") throw e;
-    throw new ApiError(0, { title: "Unreachable", detail: "cannot reach the Rota daemon" });
+    throw UNREACHABLE();
   }
-  if (!resp.ok) {
-    const err = new ApiError(resp.status, await problemOf(resp));
-    if (resp.status === 401 && !quiet401) for (const fn of listeners) fn(err);
-    throw err;
-  }
+  if (!resp.ok) throw await failed(resp, quiet401);
   if (resp.status === 204) return null;
   return resp.json();
 }

@@ -1,13 +1,13 @@
 // One job: its spec, timeline, attempts, a live log tail with search, and the actions.
 
-import { api, post } from "./api.js";
+import { api, post, streamEvents } from "./api.js";
 import { h, highlighted, replace } from "./dom.js";
 import * as fmt from "./format.js";
 import { act, confirmDialog, liveIndicator, poll, stateBadge, toast } from "./ui.js";
 
 const EVERY_MS = 2000;
-const LOG_EVERY_MS = 1000;
-const LOG_CHUNK = 1 << 20;
+/** Pause before following the log again after the connection dropped. */
+const LOG_RECONNECT_MS = 2000;
 const MAX_LINES = 5000;
 
 /** An argv word as a POSIX shell would read it back: bare when safe, else single-quoted. */
@@ -324,39 +324,44 @@ function logPanel(id) {
     }
   }
 
-  async function fetchMore() {
-    let got = false;
-    for (;;) {
-      const r = await api(`/v1/jobs/${id}/logs?offset=${offset}&limit=${LOG_CHUNK}`);
-      if (!r.data) break;
-      take(r.data);
-      offset = r.next;
-      got = true;
-      if (r.next - r.offset < LOG_CHUNK) break;
-    }
-    return got;
+  let painting = false;
+  function paintSoon() {
+    // a burst of events is painted once, on the next frame
+    if (painting) return;
+    painting = true;
+    requestAnimationFrame(() => {
+      painting = false;
+      paint();
+    });
   }
 
-  async function tick() {
+  let ctrl = null;
+  // Server-sent events that follow the job until it ends; after a dropped connection the
+  // stream starts again at the byte offset already shown, so nothing comes twice.
+  async function stream() {
     timer = null;
-    if (stopped) return;
-    const endedBefore = state !== null && fmt.TERMINAL.has(state);
+    if (stopped || finished) return;
+    ctrl = new AbortController();
     try {
-      if (await fetchMore()) paint();
-      else if (!lines.length && !partial) paint();
-      if (endedBefore) {
-        finished = true; // one full read after the job ended: nothing more will come
-        paint();
-        return;
-      }
+      await streamEvents(`/v1/jobs/${id}/logs/stream?offset=${offset}`, (kind, data) => {
+        const ev = JSON.parse(data);
+        if (kind === "log") {
+          take(ev.text);
+          offset = ev.next;
+        } else if (kind === "end") {
+          finished = true;
+        }
+        paintSoon();
+      }, { signal: ctrl.signal });
     } catch (e) {
+      if (e.name === "AbortError" || stopped) return;
       if (e.status === 401 || e.status === 404) return;
       if (e.status === 403) {
         pre.textContent = `(not shown: ${e.detail})`;
         return;
       }
     }
-    if (!stopped) timer = setTimeout(tick, document.hidden ? 5000 : LOG_EVERY_MS);
+    if (!finished && !stopped) timer = setTimeout(stream, LOG_RECONNECT_MS);
   }
 
   let typing = null;
@@ -373,7 +378,8 @@ function logPanel(id) {
     follow.checked = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
   });
 
-  tick();
+  paint();
+  stream();
   return {
     el,
     jobState(s) {
@@ -381,11 +387,12 @@ function logPanel(id) {
       state = s;
       if (restarted && finished && !stopped) {
         finished = false; // requeued: the log goes on
-        tick();
+        stream();
       }
     },
     stop() {
       stopped = true;
+      if (ctrl) ctrl.abort();
       clearTimeout(timer);
       clearTimeout(typing);
     },

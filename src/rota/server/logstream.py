@@ -1,0 +1,90 @@
+"""Following a job's log file while it runs, as raw bytes or as server-sent events.
+
+The shim writes the log straight to a file, so following it is reading from an offset
+until the job has ended and nothing is left to read (``tail -f`` with an end). Byte
+offsets are the positions: a client that reconnects sends the last one it saw (the SSE
+``Last-Event-ID``) and misses nothing and gets nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+#: How often a followed log is read again while it does not grow.
+POLL_S = 0.2
+#: An SSE comment this often keeps proxies from closing a quiet stream.
+KEEPALIVE_S = 15.0
+CHUNK = 1 << 20
+
+
+def read_range(path: Path, offset: int, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+async def follow(path: Path, offset: int, ended: Callable[[], bool], *,
+                 heartbeat_s: float | None = None) -> AsyncIterator[tuple[int, bytes]]:
+    """(offset, data) chunks from ``offset`` on, until ``ended()`` and the file is read.
+
+    ``ended`` is asked before the last read, so output written just before the end is
+    never cut off. With ``heartbeat_s``, a quiet log yields an empty chunk that often.
+    """
+    quiet = 0.0
+    while True:
+        done = ended()
+        data = read_range(path, offset, CHUNK)
+        if data:
+            yield offset, data
+            offset += len(data)
+            quiet = 0.0
+            continue
+        if done:
+            return
+        if heartbeat_s is not None and quiet >= heartbeat_s:
+            quiet = 0.0
+            yield offset, b""
+        await asyncio.sleep(POLL_S)
+        quiet += POLL_S
+
+
+async def sse(path: Path, offset: int, ended: Callable[[], bool],
+              end_event: Callable[[], dict[str, Any]]) -> AsyncIterator[bytes]:
+    """The log as ``text/event-stream``.
+
+    ``event: log`` carries ``{"offset", "next", "text"}`` as JSON (plain ``data:`` lines
+    could not tell a partial line, such as a progress bar's, from a whole one) with
+    ``id: next``; the last event is ``event: end`` with the job's final state. Text is
+    decoded as UTF-8 without splitting a character across events: ``next`` counts only
+    the bytes already sent as text, so a reconnect from it resumes at a character.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    sent = end = offset
+    yield b"retry: 2000\n\n"
+    async for at, data in follow(path, offset, ended, heartbeat_s=KEEPALIVE_S):
+        if not data:
+            yield b": keep-alive\n\n"
+            continue
+        end = at + len(data)
+        text = decoder.decode(data)
+        nxt = end - len(decoder.getstate()[0])  # an unfinished character waits
+        if text:
+            yield _event("log", {"offset": sent, "next": nxt, "text": text}, nxt)
+            sent = nxt
+    rest = decoder.decode(b"", final=True)  # a character the log ends in the middle of
+    if rest:
+        yield _event("log", {"offset": sent, "next": end, "text": rest}, end)
+    yield _event("end", end_event(), None)
+
+
+def _event(kind: str, body: dict[str, Any], event_id: int | None) -> bytes:
+    head = f"event: {kind}\n" + (f"id: {event_id}\n" if event_id is not None else "")
+    return f"{head}data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
