@@ -47,3 +47,26 @@ def test_negative_ids_are_a_bug() -> None:
         cuda_visible_devices([-1])
     with pytest.raises(ValueError, match="negative"):
         inject_cuda_arg(["t"], [0, -1])
+
+
+# --- {checkpoint} ---------------------------------------------------------------------------
+from rota.core.argv import substitute_checkpoint  # noqa: E402
+
+
+@pytest.mark.parametrize(("argv", "path", "want"), [
+    (["python", "train.py", "--resume", "{checkpoint}"], "/c/5.pt",
+     ["python", "train.py", "--resume", "/c/5.pt"]),
+    (["python", "train.py", "--resume={checkpoint}", "--lr", "3"], "/c/5.pt",
+     ["python", "train.py", "--resume=/c/5.pt", "--lr", "3"]),
+    (["python", "train.py", "--resume", "{checkpoint}", "--lr", "3"], None,
+     ["python", "train.py", "--lr", "3"]),
+    (["python", "train.py", "--resume={checkpoint}", "--lr", "3"], None,
+     ["python", "train.py", "--lr", "3"]),
+    (["python", "train.py", "{checkpoint}"], None, ["python", "train.py"]),  # positional
+    (["python", "train.py", "--lr=3", "{checkpoint}"], None, ["python", "train.py", "--lr=3"]),
+    (["python", "train.py", "--lr", "3"], None, ["python", "train.py", "--lr", "3"]),
+    (["python", "train.py", "--lr", "3"], "/c/5.pt", ["python", "train.py", "--lr", "3"]),
+])
+def test_checkpoint_placeholder(argv: list[str], path: str | None, want: list[str]) -> None:
+    assert substitute_checkpoint(argv, path) == want
+    assert substitute_checkpoint(argv, path) is not argv

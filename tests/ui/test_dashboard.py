@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,30 @@ def test_the_log_of_a_running_job_streams_in_live(open_page: Open, dashboard: Da
     urls = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
     assert sum(f"/v1/jobs/{job['id']}/logs/stream" in u for u in urls) == 1, urls
     assert not any(f"/v1/jobs/{job['id']}/logs?" in u for u in urls), urls
+
+
+def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
+                                                        dashboard: Dashboard) -> None:
+    script = ("import time\n"
+              "for i in range(1, 41):\n"
+              "    print(f'step {i}/40: loss={4.0 / i:.4f} acc: {i / 40:.3f}', flush=True)\n"
+              "    time.sleep(0.15)\n")
+    job = dashboard.submit(command=[sys.executable, "-u", "-c", script], name="ui-metrics",
+                           gpus=0)
+    page = open_page(hash=f"#/jobs/{job['id']}")
+    bar = page.locator("progress.job-progress")
+    expect(bar).to_be_visible()  # shown while it runs
+    assert 0 < float(bar.get_attribute("value") or 0) < 1
+    expect(page.locator("dl.kv").first).to_contain_text("step ")
+    expect(page.locator(".page-head .badge")).to_have_text("completed")
+    loss = page.locator("figure[data-metric=loss]")
+    expect(loss).to_be_visible()
+    expect(loss.locator("h3")).to_contain_text("last 0.1")
+    expect(loss.locator("h3")).to_contain_text("40 samples")  # every step, fetched in parts
+    expect(loss.locator("svg.metric-chart polyline")).to_have_count(1)
+    pts = loss.locator("svg.metric-chart polyline").get_attribute("points") or ""
+    assert len(pts.split()) == 40
+    expect(page.locator("figure[data-metric=acc]")).to_be_visible()
 
 
 def test_a_running_job_is_cancelled_after_a_confirmation(open_page: Open,

@@ -86,6 +86,9 @@ def test_pages_of_a_busy_machine(busy: Any, open_page: Callable[..., Any],
     page.goto(busy.url + f"#/jobs/{train}")
     expect(page.locator("pre.log")).to_contain_text("saved checkpoint")
     expect(page.locator("table.env")).to_contain_text("***")
+    # `step 40 | loss 1.02 | lr 2e-4 | 2.41 it/s` lines became a loss curve and progress
+    expect(page.locator("figure[data-metric=loss] polyline")).to_have_count(1)
+    expect(page.locator("figure[data-metric=lr]")).to_be_visible()
     page.wait_for_timeout(1000)
     shots(page, "job")
 

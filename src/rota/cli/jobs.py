@@ -104,7 +104,7 @@ def queue_table(jobs: list[dict[str, Any]], *, title: str | None = None) -> Tabl
         rows.append([str(j["id"]), j["name"], j["user"], j["state"], str(j["priority"]),
                      fmt_gpus(j["gpus"]), on, job_clock(j, now),
                      _short_reason(j, j.get("reason") or {})])
-    heads = ["id", "name", "user", "state", "prio", "gpus", "on", "time", "reason"]
+    heads = ["id", "name", "user", "state", "prio", "gpus", "on", "time", "reason / progress"]
     widths = [max([len(h)] + [len(r[k]) for r in rows]) for k, h in enumerate(heads)]
     widths[1] = min(widths[1], _NAME_MAX)
     room = max(20, console.width - sum(widths[:-1]) - 3 * len(heads) - 1)
@@ -112,7 +112,7 @@ def queue_table(jobs: list[dict[str, Any]], *, title: str | None = None) -> Tabl
     for k, head in enumerate(heads):
         if head == "name":
             table.add_column(head, overflow="fold", max_width=_NAME_MAX)
-        elif head == "reason":
+        elif head.startswith("reason"):
             table.add_column(head, overflow="fold")
         else:
             table.add_column(head, no_wrap=True, min_width=widths[k],
@@ -127,6 +127,10 @@ def _short_reason(job: dict[str, Any], reason: dict[str, Any]) -> str:
         return str(reason.get("message", ""))
     if job["state"] in ("failed", "timeout", "cancelled"):
         return str(job.get("end_reason") or "")
+    if job["state"] == "running":
+        from rota.cli.ml import progress_text
+
+        return progress_text(job.get("progress"))
     return ""
 
 
@@ -173,7 +177,8 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
               env: list[str], secret_env: list[str], time_limit: str | None,
               grace: str | None, retries: int | None, retry_backoff: str | None,
               after: list[int], hold: bool, session: str | None, cuda_arg: bool,
-              shell: bool, tags: list[str]) -> dict[str, Any]:
+              shell: bool, tags: list[str], checkpoint_dir: str | None = None,
+              metric_patterns: list[str] | None = None) -> dict[str, Any]:
     """The spec fields the user set (the daemon fills in the rest)."""
     if not command:
         raise InvalidSpec("no command given: put it after `--`, like "
@@ -208,6 +213,10 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
             raw[key] = True
     if after:
         raw["after"] = list(after)
+    if checkpoint_dir is not None:
+        raw["checkpoint_dir"] = checkpoint_dir
+    if metric_patterns:
+        raw["metric_patterns"] = list(metric_patterns)
     if tags:
         raw["tags"] = list(tags)
     return raw
@@ -296,6 +305,13 @@ def submit(
     shell: bool = typer.Option(False, "--shell", help="run ONE command string through a shell"),
     sweep: list[str] = typer.Option(None, "--sweep", help="key=v1,v2 or key=1..5, repeatable"),
     tag: list[str] = typer.Option(None, "--tag", help="a tag, repeatable"),
+    checkpoint_dir: str = typer.Option(
+        None, "--checkpoint-dir",
+        help="where it saves checkpoints (dir or glob, relative to --cwd); a retry resumes "
+             "from the newest: ROTA_RESUME_FROM, and {checkpoint} in the command"),
+    metric_pattern: list[str] = typer.Option(
+        None, "--metric-pattern",
+        help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),
     dedup: bool = typer.Option(False, "--dedup", help="skip jobs identical to a queued/done one"),
     idempotency_key: str = typer.Option(None, "--idempotency-key",
                                         help="a retried submit with this key adds nothing"),
@@ -311,7 +327,8 @@ def submit(
                       "--env": env, "--secret-env": secret_env, "--time-limit": time_limit,
                       "--grace": grace, "--retries": retries, "--retry-backoff": retry_backoff,
                       "--after": after, "--hold": hold, "--session": session,
-                      "--cuda-arg": cuda_arg, "--shell": shell, "--sweep": sweep, "--tag": tag}
+                      "--cuda-arg": cuda_arg, "--shell": shell, "--sweep": sweep, "--tag": tag,
+                      "--checkpoint-dir": checkpoint_dir, "--metric-pattern": metric_pattern}
             given = [k for k, v in others.items()
                      if v is not None and v is not False and v != []]
             if given:
@@ -324,7 +341,8 @@ def submit(
                         env=env or [], secret_env=secret_env or [], time_limit=time_limit,
                         grace=grace, retries=retries, retry_backoff=retry_backoff,
                         after=after or [], hold=hold, session=session, cuda_arg=cuda_arg,
-                        shell=shell, tags=tag or [])
+                        shell=shell, tags=tag or [], checkpoint_dir=checkpoint_dir,
+                        metric_patterns=metric_pattern or [])
         raws = expand(raw, sweep or [])
         with client() as c:
             jobs = c.submit(raws, idempotency_key=idempotency_key, dedup=dedup)

@@ -83,7 +83,8 @@ def _register() -> None:
     """Attach the other command groups (kept in their own modules)."""
     import importlib
 
-    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access"):
+    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access",
+                "rota.cli.ml"):
         try:
             importlib.import_module(mod).register(app)
         except ModuleNotFoundError as e:

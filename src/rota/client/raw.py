@@ -83,6 +83,23 @@ class RawClient:
     def logs(self, job_id: int, offset: int = 0) -> dict[str, Any]:
         return dict(self.request("GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset}))
 
+    def metrics(self, job_id: int, names: list[str] | None = None) -> dict[str, Any]:
+        """Every sample of the job's metrics (all pages), merged per metric."""
+        out: dict[str, Any] = {"series": {}}
+        after = 0
+        while True:
+            page = dict(self.request("GET", f"/v1/jobs/{job_id}/metrics",
+                                     params={"name": names or [], "after": after}))
+            for name, points in page["series"].items():
+                out["series"].setdefault(name, []).extend(points)
+            out.update(id=page["id"], progress=page["progress"])
+            if not page["more"]:
+                return out
+            after = page["next"]
+
+    def checkpoints(self, job_id: int) -> dict[str, Any]:
+        return dict(self.request("GET", f"/v1/jobs/{job_id}/checkpoints"))
+
     def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
         with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs",
                             params={"offset": offset, "follow": True}) as resp:

@@ -59,3 +59,29 @@ def inject_cuda_arg(argv: Sequence[str], gpu_ids: Sequence[int]) -> list[str]:
     if not found:
         out[end:end] = [_FLAG, value]
     return out
+
+
+#: The placeholder a job's argv may hold for the checkpoint to resume from.
+CHECKPOINT = "{checkpoint}"
+
+
+def substitute_checkpoint(argv: Sequence[str], path: str | None) -> list[str]:
+    """``{checkpoint}`` in argv replaced by ``path``; with no checkpoint it is dropped cleanly.
+
+    With a path, every occurrence is replaced, inside a word too (``--resume={checkpoint}``).
+    Without one (a first attempt, or nothing saved yet): a word that is only the placeholder
+    goes, and so does the option right before it (``--resume {checkpoint}``); a word that
+    holds it with more text (``--resume={checkpoint}``) goes whole. Other words stay.
+    """
+    if path is not None:
+        return [a.replace(CHECKPOINT, path) for a in argv]
+    out: list[str] = []
+    for arg in argv:
+        if arg == CHECKPOINT:
+            if len(out) > 1 and out[-1].startswith("-") and "=" not in out[-1]:
+                out.pop()  # its flag: `--resume {checkpoint}` goes together
+            continue
+        if CHECKPOINT in arg:
+            continue
+        out.append(arg)
+    return out

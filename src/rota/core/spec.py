@@ -50,6 +50,24 @@ class JobSpec(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=32)
     project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
+    checkpoint_dir: str | None = Field(
+        default=None, max_length=4096,
+        description="where the job saves checkpoints: a directory or a glob, relative to "
+                    "cwd; a retry resumes from the newest (ROTA_RESUME_FROM, {checkpoint})")
+    metric_patterns: list[str] = Field(
+        default_factory=list, max_length=20,
+        description="extra regexes for metrics in the job's output; each named group "
+                    "(?P<loss>...) is a metric")
+
+    @field_validator("metric_patterns")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        from rota.ml.parse import validate_patterns
+
+        try:
+            return validate_patterns(v)
+        except InvalidSpec as e:  # reported by pydantic at this field
+            raise ValueError(str(e)) from None
 
     @field_validator("tags")
     @classmethod

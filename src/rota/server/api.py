@@ -14,12 +14,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from rota import __version__
 from rota.core.lifecycle import JobState
 from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
+from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
+from rota.ml.checkpoints import find as find_checkpoints
 from rota.server.auth import (
     VIA_KEY,
     Authenticator,
@@ -35,7 +37,7 @@ from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
 from rota.server.metrics import CONTENT_TYPE, RequestTimer
-from rota.server.views import attempt_view, event_view, gpu_views, job_view
+from rota.server.views import attempt_view, event_view, gpu_views, job_view, progress_view
 
 PROBLEM = "application/problem+json"
 MAX_ID = 2**63 - 1  # what every database's integer columns hold
@@ -149,6 +151,61 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
     @v1.get("/jobs/{job_id}/events")
     async def events(job_id: JobId) -> dict[str, Any]:
         return {"events": [event_view(e) for e in daemon.store.events(_job_id(job_id))]}
+
+    @v1.get("/jobs/{job_id}/metrics")
+    async def metrics_of(job_id: JobId, name: list[str] = Query(default=[]),
+                         attempt: int | None = Query(None, ge=1, le=1_000_000),
+                         after: int = Query(0, ge=0, le=MAX_ID),
+                         limit: int = Query(10_000, ge=1, le=100_000)) -> dict[str, Any]:
+        """Metric samples read from the job's output, per metric as [step, value, time,
+        attempt] points, oldest first. ``next`` is the ``after`` that asks for what came
+        since (poll with it); ``more`` says whether this answer stopped at ``limit``."""
+        row = daemon.store.get_job(job_id)
+        got = daemon.store.metrics(job_id, names=name, attempt=attempt, after_id=after,
+                                   limit=limit)
+        series: dict[str, list[list[Any]]] = {}
+        for m in got:
+            series.setdefault(m.name, []).append([m.step, m.value, m.ts, m.attempt])
+        return {"id": job_id, "series": series, "next": got[-1].id if got else after,
+                "more": len(got) == limit, "progress": progress_view(row.progress)}
+
+    def _checkpoints(job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
+        row = daemon.store.get_job(job_id)
+        spec = row.spec
+        reported = (row.progress or {}).get("checkpoint")
+        found = find_checkpoints(
+            spec.get("checkpoint_dir"), spec.get("cwd"), now=daemon.clock(),
+            reported=[(reported["path"], reported.get("step"))] if reported else ())
+        own = [c for c in found if c.reported or c.mtime >= row.created_at]
+        return own, newest_valid(own)
+
+    @v1.get("/jobs/{job_id}/checkpoints")
+    async def checkpoints_of(job_id: JobId) -> dict[str, Any]:
+        """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
+        step first, and the one a retry would resume from."""
+        own, best = _checkpoints(job_id)
+        return {"id": job_id, "checkpoints": [c.to_json() for c in own],
+                "resume_from": best.path if best else None}
+
+    @v1.get("/jobs/{job_id}/checkpoints/download", response_class=StreamingResponse,
+            responses={200: {"content": {"application/octet-stream": {}, "application/x-tar": {}},
+                             "description": "the file, or a directory as a tar stream"}})
+    async def checkpoint_download(job_id: JobId, path: str = Query(..., max_length=4096),
+                                  p: Principal = Depends(who)) -> Response:
+        """One of the listed checkpoints: a file as it is, a directory as a tar stream. Only
+        a path the listing gives is served."""
+        _own(p, job_id, "download the checkpoints of")
+        own, _ = _checkpoints(job_id)
+        hit = next((c for c in own if c.path == path), None)
+        if hit is None:
+            raise NotFound(f"job {job_id} has no checkpoint {path!r}; "
+                           f"`rota checkpoints {job_id}` lists them")
+        name = os.path.basename(hit.path.rstrip("/"))
+        if os.path.isdir(hit.path):
+            return StreamingResponse(tar_stream(hit.path), media_type="application/x-tar",
+                                     headers={"Content-Disposition":
+                                              f'attachment; filename="{name}.tar"'})
+        return FileResponse(hit.path, filename=name, media_type="application/octet-stream")
 
     @v1.get("/jobs/{job_id}/why")
     async def why(job_id: JobId) -> dict[str, Any]:

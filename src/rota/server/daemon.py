@@ -16,14 +16,14 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import reap
 from rota.backends.registry import make_backend
 from rota.config import Settings
-from rota.core.argv import cuda_visible_devices, inject_cuda_arg
+from rota.core.argv import cuda_visible_devices, inject_cuda_arg, substitute_checkpoint
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Start
 from rota.core.schedule import schedule
@@ -31,7 +31,10 @@ from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_
 from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import BackendError, Conflict, NotFound, StoreError
+from rota.ml import checkpoints
+from rota.ml.parse import LineParser
 from rota.server.metrics import Metrics
+from rota.server.outputs import READ_EVERY_S, OutputReader, Progress, events_path
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
 from rota.store.repo import JobRecord, LaunchInfo, Store
@@ -109,7 +112,8 @@ class Daemon:
         self._refresh_simulated()
         self._sample_history(self.clock())
         self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
-                       asyncio.create_task(self._device_loop(), name="devices")]
+                       asyncio.create_task(self._device_loop(), name="devices"),
+                       asyncio.create_task(self._outputs_loop(), name="outputs")]
         self.kick()
 
     async def stop(self) -> None:
@@ -144,6 +148,43 @@ class Daemon:
                 self._sample_history(self.clock())
             except Exception:
                 log.exception("reading GPUs failed")
+
+    async def _outputs_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(READ_EVERY_S)
+            try:
+                self.read_outputs()
+            except Exception:
+                log.exception("reading jobs' output failed")
+
+    def read_outputs(self, runs: Iterable[Running] | None = None, *, final: bool = False) -> None:
+        """Metrics and progress from what running jobs wrote since the last read, stored
+        in one transaction (or in the caller's)."""
+        now = self.clock()
+        rows: list[dict[str, object]] = []
+        progress: dict[int, dict[str, object]] = {}
+        for run in list(self.running.values()) if runs is None else runs:
+            out = run.output
+            if out is None:
+                continue
+            out.read(now, final=final)
+            rows += out.drain()
+            if out.changed:  # offsets alone change with every line: stored with progress
+                out.changed = False
+                progress[run.job_id] = out.progress.to_json()
+        if rows or progress:
+            self.store.add_metrics(rows, progress)
+
+    def output_reader(self, run: Running, stored: dict[str, object] | None) -> OutputReader:
+        """The reader of an attempt's output; a re-adopted attempt goes on where the stored
+        progress says reading had got to, a new one starts at the log's current end."""
+        progress = Progress.from_json(stored, run.attempt_no)
+        if stored is None or stored.get("attempt") != run.attempt_no:
+            with contextlib.suppress(OSError):
+                progress.log_offset = run.log_path.stat().st_size
+        return OutputReader(job_id=run.job_id, log_path=run.log_path,
+                            events_path=events_path(run.status_path),
+                            parser=LineParser(run.spec.metric_patterns), progress=progress)
 
     def _sample_history(self, now: float) -> None:
         """One point per GPU every HISTORY_STEP seconds, the last hour kept (dashboard)."""
@@ -320,7 +361,8 @@ class Daemon:
                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
                       gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
                       started_at=now, pending=pending, failures=row.failures,
-                      log_path=log_path, status_path=status_path)
+                      log_path=log_path, status_path=status_path, submitted_at=row.created_at)
+        run.output = self.output_reader(run, row.progress)
         self.running[job_id] = run
         return run
 
@@ -353,14 +395,20 @@ class Daemon:
 
     def _launch_request(self, run: Running) -> LaunchRequest:
         spec = run.spec
+        resume = self._resume_point(run)
         argv = list(spec.command)
         if spec.cuda_arg and not spec.shell:
             argv = inject_cuda_arg(argv, list(run.gpus))
+        if not spec.shell:
+            argv = substitute_checkpoint(argv, resume)
         env = dict(spec.env)
+        if resume is not None:
+            env["ROTA_RESUME_FROM"] = resume
         env.update(CUDA_VISIBLE_DEVICES=cuda_visible_devices(list(run.gpus)),
                    ROTA_JOB_ID=str(run.job_id), ROTA_ATTEMPT=str(run.attempt_no),
                    ROTA_GPU_FRACTION=f"{run.milli / MILLI:g}",
-                   ROTA_GRACE_SECONDS=f"{spec.grace:g}")
+                   ROTA_GRACE_SECONDS=f"{spec.grace:g}",
+                   ROTA_EVENTS_FILE=str(events_path(run.status_path)))
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
@@ -370,6 +418,31 @@ class Daemon:
                              session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
                                         f"on GPUs {_gpu_text(run.gpus)}")
+
+    def _resume_point(self, run: Running) -> str | None:
+        """The newest valid checkpoint of this job for a retry to continue from (a first
+        attempt starts fresh): found under its checkpoint_dir, or reported by rota.job."""
+        if run.attempt_no < 2:
+            return None
+        reported = (run.output.progress.checkpoint if run.output else None) or {}
+        where = run.spec.checkpoint_dir
+        if where is None and not reported:
+            return None
+        try:
+            found = checkpoints.find(
+                where, run.spec.cwd, now=self.clock(),
+                reported=[(reported["path"], reported.get("step"))] if reported else ())
+        except OSError as e:
+            log.warning("job %s: looking for checkpoints failed: %s", run.job_id, e)
+            return None
+        own = [c for c in found if c.reported or c.mtime >= run.submitted_at]
+        best = checkpoints.newest_valid(own)
+        if best is None:
+            return None
+        self.store.add_event(job_id=run.job_id, kind="resume", now=self.clock(),
+                             message=f"attempt {run.attempt_no} resumes from {best.path}"
+                                     + (f" (step {best.step})" if best.step is not None else ""))
+        return best.path
 
     def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
         """A process exists for the job: record its handle, watch it, arm its timers."""
@@ -459,6 +532,10 @@ class Daemon:
         """Record how an attempt ended and decide the job's next state."""
         now = self.clock()
         run.cancel_timers()
+        try:
+            self.read_outputs([run], final=True)
+        except (OSError, StoreError):  # the end must be recorded even so
+            log.exception("job %s: reading its last output failed", run.job_id)
         self.running.pop(run.job_id, None)
         release = getattr(self.devices, "release", None)
         if release is not None and release(f"job-{run.job_id}"):

@@ -49,7 +49,9 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
                   gpus=tuple(attempt.gpu_indices), milli=attempt.milli, gpu_mem=attempt.gpu_mem,
                   backend=daemon.backend(attempt.backend), started_at=attempt.started_at,
                   pending=daemon.pending_of(row), failures=row.failures,
-                  log_path=Path(attempt.log_path), status_path=Path(attempt.status_path))
+                  log_path=Path(attempt.log_path), status_path=Path(attempt.status_path),
+                  submitted_at=row.created_at)
+    run.output = daemon.output_reader(run, row.progress)
     handle = _find_handle(attempt)
     if handle is None:
         daemon._requeue(row.id, state, "recovered: the launch had not happened", run.pending,

@@ -9,6 +9,7 @@ from pathlib import Path
 from rota.backends.base import Backend, Handle
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
+from rota.server.outputs import OutputReader
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Running:
     # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost"; None while it runs freely
     stop_reason: str | None = None
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    output: OutputReader | None = None  # metrics and progress read from what it writes
+    submitted_at: float = 0.0  # checkpoints older than the job are not its own
 
     def cancel_timers(self) -> None:
         for t in self.timers:

@@ -22,6 +22,7 @@ def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, An
         "session": spec.get("session", "none"), "time_limit": spec.get("time_limit"),
         "project": row.project, "tags": spec.get("tags") or [],
         "gpu_indices": list(run.gpus) if run else [],
+        "progress": progress_view(row.progress),
     }
     if state == "held":
         out["reason"] = {"code": "held", "message": "held: `rota release` lets it run"}
@@ -36,6 +37,15 @@ def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, An
     if detail:
         out["spec"] = JobSpec.model_validate(spec).redacted()
     return out
+
+
+def progress_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a job's output said about how far it has got (None until it said something)."""
+    if not p or p.get("updated_at") is None:
+        return None
+    keys = ("attempt", "step", "total_steps", "epoch", "total_epochs", "fraction", "rate",
+            "eta_s", "updated_at", "checkpoint")
+    return {k: p.get(k) for k in keys}
 
 
 def attempt_view(a: AttemptRecord) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from rota.store.tables import (
     EventRow,
     GpuSettingRow,
     JobRow,
+    MetricRow,
     TokenRow,
     UserRow,
 )
@@ -29,6 +30,7 @@ _RETRYABLE_HASH_STATES = [s.value for s in (JobState.FAILED, JobState.CANCELLED,
 _jobs = cast(Table, JobRow.__table__)
 _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
+_metrics = cast(Table, MetricRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -37,6 +39,8 @@ _SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
 _SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
 _ADD_ATTEMPT = insert(_attempts).returning(_attempts.c.id)
 _ADD_EVENTS = insert(_events)
+_ADD_METRICS = insert(_metrics)
+_SET_PROGRESS = update(_jobs).where(_jobs.c.id == bindparam("id_"))
 _GET_JOB = select(_jobs).where(_jobs.c.id == bindparam("id_"))
 _JOB_ATTEMPTS = (select(_attempts).where(_attempts.c.job_id == bindparam("job_id"))
                  .order_by(_attempts.c.number))
@@ -49,6 +53,7 @@ _JOB_EVENTS = (select(_events).where(_events.c.job_id == bindparam("job_id"))
 JobRecord = Row[Any]
 AttemptRecord = Row[Any]
 EventRecord = Row[Any]
+MetricRecord = Row[Any]
 
 
 class LaunchInfo(NamedTuple):
@@ -56,6 +61,8 @@ class LaunchInfo(NamedTuple):
     attempts: int
     failures: int
     updated_at: float  # when it last became pending: its queue wait starts there
+    created_at: float
+    progress: dict[str, Any] | None  # the last attempt's (its reported checkpoint)
 
 
 class Store:
@@ -197,10 +204,11 @@ class Store:
     def launch_info(self, ids: Iterable[int]) -> dict[int, LaunchInfo]:
         """What starting these jobs needs from the store, without building ORM objects."""
         idl = list(ids)
-        cols = (_jobs.c.id, _jobs.c.spec, _jobs.c.attempts, _jobs.c.failures,
-                _jobs.c.updated_at)
+        j = _jobs.c
+        cols = (j.id, j.spec, j.attempts, j.failures, j.updated_at, j.created_at, j.progress)
         with self.transaction() as c:
-            return {r.id: LaunchInfo(r.spec, r.attempts, r.failures, r.updated_at)
+            return {r.id: LaunchInfo(r.spec, r.attempts, r.failures, r.updated_at, r.created_at,
+                                     r.progress)
                     for i in range(0, len(idl), 500)
                     for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
 
@@ -320,6 +328,30 @@ class Store:
                                    .order_by(a.number)):
                     out[r.job_id] = r
         return out
+
+    # --- metrics and progress ------------------------------------------------------------
+    def add_metrics(self, rows: Sequence[dict[str, Any]],
+                    progress: dict[int, dict[str, Any]]) -> None:
+        """Samples (job_id, attempt, ts, step, name, value) and each job's latest progress,
+        in one transaction."""
+        with self.transaction() as c:
+            if rows:
+                c.execute(_ADD_METRICS, list(rows))
+            if progress:
+                c.execute(_SET_PROGRESS, [{"id_": k, "progress": v} for k, v in progress.items()])
+
+    def metrics(self, job_id: int, *, names: Sequence[str] = (), attempt: int | None = None,
+                after_id: int = 0, limit: int = 10_000) -> list[MetricRecord]:
+        """A job's samples in the order they were stored, from ``after_id`` (a cursor)."""
+        m = _metrics.c
+        q = (select(m.id, m.attempt, m.ts, m.step, m.name, m.value)
+             .where(m.job_id == job_id, m.id > after_id).order_by(m.id).limit(limit))
+        if names:
+            q = q.where(m.name.in_(list(names)))
+        if attempt is not None:
+            q = q.where(m.attempt == attempt)
+        with self._reading() as c:
+            return list(c.execute(q))
 
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float) -> UserRow:

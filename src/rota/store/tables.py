@@ -40,6 +40,9 @@ class JobRow(Base):
     project: Mapped[str | None] = mapped_column(String(100), index=True)
     # ",a,b," so one tag is found with LIKE '%,a,%' on every database
     tags: Mapped[str] = mapped_column(Text, default="")
+    # the latest progress read from the job's output (step, totals, rate, eta, where the
+    # reading of its log got to); see rota.server.outputs
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class AttemptRow(Base):
@@ -64,6 +67,21 @@ class AttemptRow(Base):
     outcome: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     peak_gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class MetricRow(Base):
+    """One value of one metric, read from a job's output or reported by ``rota.job``."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_job_name", "job_id", "name", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(String(100))
+    value: Mapped[float] = mapped_column(Float)
 
 
 class EventRow(Base):

@@ -44,3 +44,30 @@ export function sparkline(points, { max = 1, label = "", cls = "", window = 3600
     "vector-effect": "non-scaling-stroke" }));
   return svg;
 }
+
+const LW = 600;
+const LH = 150;
+
+/**
+ * A metric over steps: points [[x, value], ...] in x order. The y axis spans the values'
+ * range; the chart is an <svg> whose <title> names the metric and its last value.
+ */
+export function lineChart(points, { label = "" } = {}) {
+  const svg = s("svg", { class: "metric-chart", viewBox: `0 0 ${LW} ${LH}`, preserveAspectRatio: "none",
+    role: "img", "aria-label": label, focusable: "false" });
+  svg.append(s("title", null, label));
+  if (!points.length) return svg;
+  const xs = points.map((p) => p[0]);
+  const ys = points.map((p) => p[1]);
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  if (y0 === y1) [y0, y1] = [y0 - 1, y1 + 1];
+  const x = (v) => (x1 === x0 ? LW / 2 : ((v - x0) / (x1 - x0)) * (LW - 2 * PAD) + PAD).toFixed(1);
+  const y = (v) => (LH - PAD - ((v - y0) / (y1 - y0)) * (LH - 2 * PAD)).toFixed(1);
+  for (const f of [0.25, 0.5, 0.75]) {
+    svg.append(s("line", { class: "chart-grid", x1: 0, x2: LW, y1: (LH * f).toFixed(1), y2: (LH * f).toFixed(1) }));
+  }
+  svg.append(s("polyline", { class: "chart-line", fill: "none", "vector-effect": "non-scaling-stroke",
+    points: points.map(([a, b]) => `${x(a)},${y(b)}`).join(" ") }));
+  return svg;
+}

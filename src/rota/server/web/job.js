@@ -2,6 +2,7 @@
 
 import { api, post, streamEvents } from "./api.js";
 import { h, highlighted, replace } from "./dom.js";
+import { lineChart } from "./charts.js";
 import * as fmt from "./format.js";
 import { act, confirmDialog, liveIndicator, poll, stateBadge, toast } from "./ui.js";
 
@@ -73,6 +74,7 @@ export function renderJob(root, id) {
   const attempts = h("div", { class: "table-wrap" });
   const notFound = h("div", { class: "error-box", role: "alert", hidden: true });
   const log = logPanel(id);
+  const metrics = metricsPanel(id);
 
   replace(root, h("section", { class: "page" },
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/jobs" }, "← Queue")),
@@ -85,6 +87,7 @@ export function renderJob(root, id) {
       h("section", { class: "card", "aria-labelledby": "h-spec" },
         h("h2", { id: "h-spec" }, "Spec"),
         h("h3", null, "Command"), command, envBox, specHead, specBox)),
+    metrics.el,
     log.el,
     h("div", { class: "grid-2" },
       h("section", { class: "card", "aria-labelledby": "h-timeline" },
@@ -124,6 +127,7 @@ export function renderJob(root, id) {
       ["Started", j.started_at ? fmt.stamp(j.started_at) : "–"],
       ["Ended", j.ended_at ? fmt.stamp(j.ended_at) : "–"],
       ["Run time", runTime(j)],
+      ["Progress", progressOf(j.progress)],
       ["Attempts", String(j.attempts)],
       ["Exit code", j.exit_code ?? "–"],
       ["End reason", j.end_reason || "–"],
@@ -239,6 +243,7 @@ export function renderJob(root, id) {
       paintAttempts();
       paintEvents(ev.events);
       log.jobState(j.state);
+      await metrics.refresh();
     } catch (e) {
       if (e.status === 401) return;
       live.fail(e);
@@ -256,6 +261,69 @@ export function renderJob(root, id) {
     log.stop();
     document.title = "Rota";
   };
+}
+
+// --- progress and metrics ------------------------------------------------------------------
+
+/** How far the job's output says it has got: a bar and a line of text. */
+function progressOf(p) {
+  if (!p) return "–";
+  const parts = [];
+  if (p.step != null) parts.push(`step ${p.step}${p.total_steps ? `/${p.total_steps}` : ""}`);
+  if (p.epoch != null) parts.push(`epoch ${p.epoch}${p.total_epochs ? `/${p.total_epochs}` : ""}`);
+  if (p.rate) parts.push(p.rate >= 1 ? `${p.rate.toPrecision(3)} steps/s` : `${(1 / p.rate).toPrecision(3)} s/step`);
+  if (p.eta_s != null) parts.push(`ETA ${fmt.duration(p.eta_s)}`);
+  const text = h("span", { class: "progress-text" }, (p.fraction != null ? `${Math.round(p.fraction * 100)}% · ` : "") + parts.join(" · "));
+  if (p.fraction == null) return text;
+  return h("div", null, h("progress", { class: "job-progress", max: "1", value: String(p.fraction),
+    "aria-label": `${Math.round(p.fraction * 100)}% done` }), text);
+}
+
+/** One chart per metric read from the job's output, fetched incrementally with a cursor. */
+function metricsPanel(id) {
+  const series = new Map();
+  let after = 0;
+  const grid = h("div", { class: "metric-grid" });
+  const el = h("section", { class: "card", "aria-labelledby": "h-metrics", hidden: true },
+    h("div", { class: "card-head" }, h("h2", { id: "h-metrics" }, "Metrics")), grid);
+
+  function paint() {
+    const names = [...series.keys()].sort();
+    el.hidden = !names.length;
+    replace(grid, names.map((name) => {
+      const pts = series.get(name);
+      const values = pts.map((p) => p[1]);
+      const last = values[values.length - 1];
+      const xy = pts.map((p, i) => [p[0] ?? i, p[1]]);
+      return h("figure", { class: "metric", "data-metric": name },
+        h("h3", null, h("span", null, name), h("span", { class: "muted small" }, `last ${fmt3(last)} · ${pts.length} samples`)),
+        lineChart(xy, { label: `${name}: last ${fmt3(last)}, from ${fmt3(Math.min(...values))} to ${fmt3(Math.max(...values))}` }),
+        h("figcaption", { class: "muted small metric-range" },
+          h("span", null, `min ${fmt3(Math.min(...values))}`), h("span", null, `max ${fmt3(Math.max(...values))}`)));
+    }));
+  }
+
+  return {
+    el,
+    async refresh() {
+      let got = false;
+      for (;;) {
+        const r = await api(`/v1/jobs/${id}/metrics?after=${after}`);
+        for (const [name, pts] of Object.entries(r.series)) {
+          if (!series.has(name)) series.set(name, []);
+          series.get(name).push(...pts);
+          got = true;
+        }
+        after = r.next;
+        if (!r.more) break;
+      }
+      if (got) paint();
+    },
+  };
+}
+
+function fmt3(v) {
+  return Number.isInteger(v) ? String(v) : Number(v).toPrecision(4);
 }
 
 // --- the log panel --------------------------------------------------------------------------

@@ -1,0 +1,591 @@
+"""Read metrics and progress out of one line of a training job's console output.
+
+:class:`LineParser` is pure: no I/O, no clock, no global state. The caller splits the
+job's output on both ``\\n`` and ``\\r`` (tqdm redraws its bar with ``\\r``) and hands
+over one line at a time, without its terminator. ``parse`` returns a :class:`Reading`,
+or ``None`` for the many lines that say nothing it recognises; it never raises.
+
+Before parsing, a line is cut to its first 10,000 characters and ANSI escape sequences
+(colours, ``ESC[K``, cursor moves, hyperlinks) are removed. A line without any digit is
+dismissed at once.
+
+Recognised formats
+------------------
+
+Key/value pairs in free text::
+
+    loss: 1.23 | acc: 0.91          -> loss=1.23, acc=0.91
+    train/loss=0.5, eval.acc=0.9    -> train/loss=0.5, eval.acc=0.9
+    loss:1.5  lr:3e-4               -> loss=1.5, lr=0.0003
+
+  A name starts with a letter and goes on with letters, digits, ``_ / . -`` (it ends
+  with a letter, digit or ``_``); it is lower-cased. It must stand at the start of the
+  line or after whitespace or one of ``| , [ ( { ; - ' "``, so the ``host`` of
+  ``http://host:8080`` (after ``/``) is never a name. The separator is ``=`` or ``:``
+  with spaces allowed around ``=`` and at least one space after ``:``; ``name:number``
+  with no space counts only when the number has a fraction or an exponent
+  (``loss:1.5``), so ``localhost:8080`` and ``cuda:0`` say nothing. A number is an
+  optional sign, digits, an optional fraction and an optional exponent (``3e-4``,
+  ``-0.5``); it must end the line or be followed by whitespace or one of ``, | ] ) } ;
+  ' "``, by ``:`` or ``.`` then whitespace or the end. So ``Downloading: 100%``,
+  ``time: 2.5s``, ``samples: 1,234``, ``version: 1.2.3`` and ``12:30:45`` give nothing.
+  Space-separated pairs are too ambiguous in general (``epoch 3 of 10``, ``saved 12
+  files``) and are read only for well-known metric names: ``loss``, ``acc``,
+  ``accuracy``, ``ppl``, ``perplexity``, ``lr``, ``grad_norm``, ``reward``, ``bleu``,
+  ``f1``, ``mfu``... optionally after ``train``/``val``/``valid``/``eval``/``test``, so
+  nanoGPT's ``iter 100: loss 2.3456, time 12.34ms`` and ``step 500: train loss 1.61,
+  val loss 1.78`` give ``loss``, ``train_loss`` and ``val_loss``. When a name appears
+  twice in a line, the first value wins.
+
+Progress words::
+
+    Step 100/1000   step: 100   step=100   iter 5/50   iteration 5 / 50   batch 3/10
+    global_step=1200   Epoch 3/10   Epoch [3/10]   epoch: 3   Epoch 3 of 10
+
+  ``global_step``/``global step``, ``step``, ``iteration``/``iter``, ``batch`` and
+  ``epoch`` (any case), followed by ``:``, ``=``, spaces or ``[``, then a count and
+  optionally ``/ total`` or ``of total``. When several step words appear the most
+  global one wins: global_step, then step, then iteration, then a progress bar's count,
+  then batch. A bare ``[100/1000]`` with no word before it is not progress: it is as
+  often samples or files as steps. A step count must be a whole number; an epoch may be
+  fractional (``epoch: 0.37``).
+
+tqdm bars (the description, a postfix and an unknown total are all optional)::
+
+    Training:  45%|████▌     | 450/1000 [00:30<00:37, 14.8it/s, loss=0.123, lr=1e-4]
+    450it [00:30, 14.8it/s]
+    100%|██████████| 20/20 [1:02:03<00:00,  2.50s/it]
+
+  step=450, total_steps=1000, rate=14.8 it/s (``2.50s/it`` gives 0.4), eta_s=37 (the
+  time after ``<``: ``mm:ss``, ``h:mm:ss`` or ``N days, h:mm:ss``; ``?`` is unknown),
+  and the postfix pairs as metrics. Unit-scaled counts (``1.2k/10k``) are rounded by
+  tqdm and not reported as steps. A bar whose unit is not an iteration (``B/s``,
+  ``examples/s``, ``tok/s``...) or whose description has a word starting like a side
+  task (validation, evaluation, testing, prediction, sanity checks, loading,
+  downloading, uploading, fetching, dataset ``Map``/filter/tokenising, shards,
+  extracting, converting, saving, writing, generating, inference, preprocessing,
+  resolving) reports no progress, rate or eta, and its description is not read for
+  pairs (``Map (num_proc=4)``): it counts something other than training steps.
+  Hugging Face's evaluation bar has no description and cannot be told apart. A
+  ``Downloading: 100%`` with no ``|bar|`` is not a bar and gives nothing.
+
+PyTorch Lightning bars, tqdm and rich::
+
+    Epoch 3:  45%|████▌     | 45/100 [00:10<00:12, 4.50it/s, v_num=1, train_loss=0.532]
+    Epoch 3/9  ━━━━━━━━━━━━━━━━╸━━━ 45/100 0:00:10 • 0:00:12 4.50it/s v_num: 1 train_loss: 0.532
+
+  epoch=3 (Lightning counts from 0; stored as printed), step=45, total_steps=100, rate,
+  eta_s and metrics; ``v_num`` is not a metric. Any rich bar (``━╸╺``) followed by
+  ``n/total`` reads the same way.
+
+Keras (2 and 3, verbose 1 and 2)::
+
+    Epoch 3/10
+    100/100 [==============================] - 2s 20ms/step - loss: 0.3010 - accuracy: 0.9130
+     45/100 [============>.................] - ETA: 1s - loss: 0.4000
+     45/100 ━━━━━━━━━━━━━━━━━━━━ 1s 20ms/step - accuracy: 0.8800 - loss: 0.4000
+    100/100 - 2s - 20ms/step - loss: 0.3010
+
+  A line starting with ``n/total`` and a bar (or `` - ``) gives the step; ``20ms/step``
+  gives rate=50; ``ETA: 1s`` (or ``ETA: 1:05``) and Keras 3's time after an unfinished
+  bar give eta_s.
+
+mmengine / detectron2 style::
+
+    Epoch(train)  [1][ 50/200]  lr: 1.0000e-02  eta: 0:10:00  time: 0.5  loss: 0.9
+    Iter(train) [  50/1000]  lr: 1.0000e-02  eta: 1 day, 2:03:04  loss: 0.9
+    eta: 0:12:34  iter: 19  total_loss: 2.1  lr: 0.0001
+
+  ``Epoch(train) [e][n/total]`` gives the epoch and the step within it, ``Iter(train)
+  [n/total]`` the step; other modes (``val``, ``test``) give the epoch only.
+  ``eta:``/``ETA`` followed by a time or ``Ns`` anywhere gives eta_s; ``N it/s``,
+  ``N s/it`` and ``N ms/step`` anywhere give the rate (not on a tqdm bar's line, whose
+  own fields decide).
+
+JSON lines and Hugging Face Trainer dicts::
+
+    {"step": 100, "loss": 1.2, "train": {"acc": 0.9}}
+    {'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 4.5e-05, 'epoch': 0.37}
+    {'eval_loss': 1.9, 'eval_runtime': 3.2, 'epoch': 1.0}
+
+  A line that is one object (``{`` ... ``}`` once stripped) is read as JSON, or else as
+  a Python literal with :func:`ast.literal_eval` when it is shaped like the repr of a
+  dict of plain values. Numeric top-level values are metrics, names kept as given (but
+  lower-cased: ``learning_rate`` stays ``learning_rate``); one level of nesting is
+  flattened with ``/`` and deeper levels are dropped; booleans and strings are not
+  numbers, and string values are not searched for text formats. Reserved keys fill the
+  progress fields instead: ``step``, ``global_step``, ``iteration``, ``iter`` (step;
+  also ``batch``, ranked lowest as above), ``epoch``, ``total_steps``/``max_steps``,
+  ``epochs``/``num_epochs``/``total_epochs``. The same keys mean the same in key/value
+  text (``max_steps=1000``, ``num_epochs=3``). A dict that neither parser takes (HF
+  prints ``'grad_norm': nan`` when training diverges) still gives its top-level
+  ``'key': number`` pairs, and so does one cut at 10,000 characters.
+
+Custom patterns, per job::
+
+    LineParser([r"acc@1 (?P<top1>[0-9.]+)", r"it (?P<step>\\d+)"])
+
+  Applied to every line after the built-ins; each named group whose text parses as a
+  number becomes a metric of that name (lower-cased), overriding a built-in value of
+  the same name. The reserved keys above (``step``, ``epoch``...) fill the progress
+  fields instead; a custom ``step`` replaces the built-in one but keeps its total. A
+  pattern runs with Python's ``re`` on the cleaned line: one that backtracks badly is
+  the job owner's to fix.
+
+Everywhere: non-finite values (``nan``, ``inf``) are dropped, and so are the built-in
+metrics ``v_num``, ``pid``, ``rank``, ``local_rank``, ``world_size`` and ``seed``,
+which are identifiers, not measurements, and ``eta``, which its own rule reads.
+
+Known limits: a numbered instruction such as ``Step 1: download data`` reads as step 1
+(it has the same shape as ``step 100: loss 2.31``); percentages (``acc: 91.3%``) and
+values with units (``time: 2.5s``, ``mem: 1234M``) are not metrics.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rota.errors import InvalidSpec
+
+#: Longer lines are cut to this many characters before parsing.
+MAX_LINE = 10_000
+
+__all__ = ["MAX_LINE", "LineParser", "Reading", "validate_patterns"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one line says. Empty fields mean the line did not say."""
+
+    metrics: dict[str, float]
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: int | None = None
+    rate: float | None = None
+    eta_s: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing at all was found."""
+        return not self.metrics and all(
+            v is None for v in (self.step, self.total_steps, self.epoch,
+                                self.total_epochs, self.rate, self.eta_s))
+
+
+# --- patterns ------------------------------------------------------------------------------
+# re.ASCII everywhere: \d and \w would otherwise take other scripts' digits and letters.
+
+_A = re.ASCII
+_AI = re.ASCII | re.IGNORECASE
+
+_ANSI = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]"          # CSI: colours, erase line, cursor moves
+    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)?"     # OSC: titles, hyperlinks
+    r"|[()][A-Za-z0-9]|[@-Z\\-_])?")       # charset and other two-byte escapes; lone ESC
+_DIGIT = re.compile(r"[0-9]")
+
+_NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+# What may follow a value: a comma only when no digit comes next (no thousands
+# separators), ':' and '.' only as punctuation (not "12:30", "1.2.3").
+_END = r"(?=$|[\s|\])};'\"]|,(?![0-9])|[:.](?:\s|$))"
+_TIME = r"(?:[0-9]{1,6}\s*days?,\s*)?[0-9]{1,9}:[0-9]{2}(?::[0-9]{2})?"
+
+_KV = re.compile(
+    r"(?<![^\s|,\[({;'\"-])"                               # start, space or a delimiter
+    r"(?P<name>[A-Za-z](?:[\w./-]{0,62}\w)?)"
+    r"(?:\s*=\s*|\s*:\s+|:(?=[-+]?(?:[0-9]*\.[0-9]|[0-9]+[eE])))"
+    r"(?P<value>" + _NUM + ")" + _END, _A)
+
+# "loss 1.23", "train loss 1.6": only names that cannot mean anything but a metric
+_KNOWN_SPACED = re.compile(
+    r"(?<![^\s|,\[({;'\"-])"
+    r"(?P<name>(?:(?:train|training|val|valid|validation|eval|test)[ _])?"
+    r"(?:loss|acc|accuracy|ppl|perplexity|lr|learning[ _]rate|grad[ _]norm|reward|bleu|f1"
+    r"|wer|mfu))"
+    r"\s+(?P<value>" + _NUM + ")" + _END, _A | re.IGNORECASE)
+
+_PROGRESS = re.compile(
+    r"(?<![\w./-])(?P<word>global[_ ]step|step|iteration|iter|batch|epoch)"
+    r"(?:\s*[:=]?\s*\[\s*|\s*[:=]\s*|\s+)"
+    r"(?P<n>[0-9]{1,15}(?:\.[0-9]+)?)"
+    r"(?:(?:\s*/\s*|\s+of\s+)(?P<total>[0-9]{1,15}))?"
+    r"(?:\s*\])?(?![\w]|[.,][0-9])", _AI)
+
+_TQDM = re.compile(
+    r"(?P<pct>[0-9]{1,3})%\|[^|]{0,400}\|\s*"
+    r"(?P<n>[0-9.]{1,20}[kMGTPEZY]?)/(?P<total>[0-9.]{1,20}[kMGTPEZY]?)\s*"
+    r"\[(?P<elapsed>" + _TIME + r")<(?P<remaining>" + _TIME + r"|\?)"
+    r"(?:,\s*(?P<rate>[^,\]]{1,40}))?[^\]]*\]", _A)
+_TQDM_NO_TOTAL = re.compile(
+    r"(?<![\w.])(?P<n>[0-9]{1,15})(?P<unit>[A-Za-z]{1,12})\s\[(?P<elapsed>" + _TIME + r")"
+    r"(?:,\s*(?P<rate>[^,\]]{1,40}))?[^\]]*\]", _A)
+_TQDM_RATE = re.compile(
+    r"\s*(?P<v>[0-9]{1,15}(?:\.[0-9]+)?|\?)\s?"
+    r"(?:(?P<si>[kMGTPEZY])?(?P<unit>[A-Za-z]{1,12})/s|s/(?P<inv>[A-Za-z]{1,12}))\s*", _A)
+_SI = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
+_ITER_UNITS = frozenset({"it", "its", "iter", "iters", "iteration", "iterations",
+                         "step", "steps", "batch", "batches"})
+# Words that start a side task's bar description. At a word start only: "DataLoader"
+# and "latest" are no side tasks.
+_SIDE_TASK = re.compile(
+    r"\b(?:valid|eval|test|predict|sanity|load|download|upload|fetch|map|filter|token|shard"
+    r"|extract|convert|saving|writ|generat|infer|preprocess|resolv)", _AI)
+
+_KERAS = re.compile(
+    r"^\s*(?P<n>[0-9]{1,15})/(?:(?P<total>[0-9]{1,15})\s+(?:\[[=>.]*\]|(?P<rich>━+)"
+    r"(?:\s+(?P<eta>[0-9]{1,9}s|[0-9]{1,9}:[0-9]{2}(?::[0-9]{2})?)(?=\s|$))?|-\s)"
+    r"|Unknown\b)", _A)
+_RICH = re.compile(
+    r"(?<![━╸╺])[━╸╺]{3,}\s+(?P<n>[0-9]{1,15})/(?P<total>[0-9]{1,15})(?![\w.])"
+    r"(?:\s+" + _TIME + r"\s*•\s*(?P<remaining>" + _TIME + r"))?", _A)
+_MMENGINE = re.compile(
+    r"(?<!\w)(?P<kind>Epoch|Iter)\((?P<mode>[A-Za-z]{1,10})\)\s*"
+    r"\[\s*(?P<a>[0-9]{1,15})(?:\s*/\s*(?P<at>[0-9]{1,15}))?\s*\]"
+    r"(?:\s*\[\s*(?P<b>[0-9]{1,15})\s*/\s*(?P<bt>[0-9]{1,15})\s*\])?", _A)
+
+_RATE = re.compile(
+    r"(?<![\w.])(?P<v>[0-9]{1,15}(?:\.[0-9]+)?)\s?(?P<unit>it/s|s/it|ms/step|us/step|µs/step"
+    r"|s/step)(?![\w/])", _A)
+_ETA = re.compile(
+    r"(?<![\w.])eta\s*[:=]?\s*(?:(?P<t>" + _TIME + r")|(?P<s>[0-9]{1,9}(?:\.[0-9]+)?)\s?"
+    r"(?:s|sec|secs|seconds))(?![\w:])", _AI)
+
+# A Python dict repr of plain values, checked before ast.literal_eval: the tokenizer
+# prints SyntaxWarnings for text like "1if" and "\d", and a daemon must not spray its
+# stderr because a job printed odd braces.
+_PY_STR = r"'[^'\\\n]*'|\"[^\"\\\n]*\""
+_PY_ATOM = rf"(?:{_PY_STR}|{_NUM}|True|False|None)"
+_PY_SEQ = (rf"(?:\[\s*(?:{_PY_ATOM}\s*,\s*)*(?:{_PY_ATOM}\s*)?\]"
+           rf"|\(\s*(?:{_PY_ATOM}\s*,\s*)*(?:{_PY_ATOM}\s*)?\))")
+_PY_PAIR = rf"(?:{_PY_STR})\s*:\s*(?:{_PY_ATOM}|{_PY_SEQ})"
+_PY_INNER = rf"\{{\s*(?:{_PY_PAIR}\s*,\s*)*(?:{_PY_PAIR}\s*)?\}}"
+_PY_VALUE = rf"(?:{_PY_ATOM}|{_PY_SEQ}|{_PY_INNER})"
+_PY_TOP_PAIR = rf"(?:{_PY_STR})\s*:\s*{_PY_VALUE}"
+_PY_DICT = re.compile(rf"\{{\s*(?:{_PY_TOP_PAIR}\s*,\s*)*(?:{_PY_TOP_PAIR}\s*)?\}}", _A)
+_QUOTED_KV = re.compile(
+    r"(?P<q>['\"])(?P<name>[^'\"\\]{1,200})(?P=q)\s*:\s*(?P<value>" + _NUM + r")(?=\s*[,}])",
+    _A)
+
+# --- what names mean -----------------------------------------------------------------------
+
+# Ranks of step sources: a lower rank is a more global count and wins.
+_CUSTOM, _GLOBAL, _STEP, _ITER, _BAR, _BATCH, _NONE = -1, 0, 1, 2, 3, 4, 99
+_STEP_KEYS = {"global_step": _GLOBAL, "global step": _GLOBAL, "step": _STEP,
+              "iteration": _ITER, "iter": _ITER, "batch": _BATCH}
+_TOTAL_STEP_KEYS = frozenset({"total_steps", "max_steps"})
+_TOTAL_EPOCH_KEYS = frozenset({"epochs", "num_epochs", "total_epochs"})
+#: Identifiers that tools print in metric form; never metrics of the built-in rules.
+#: ``eta`` too: its own rule reads it as eta_s ("eta: 1 day, 2:03:04" is not eta=1).
+_IGNORED = frozenset({"v_num", "pid", "rank", "local_rank", "world_size", "seed", "eta"})
+
+
+class _Draft:
+    """Accumulates one line's findings; first built-in value wins, custom overrides."""
+
+    __slots__ = ("epoch", "eta_s", "key_total", "metrics", "rank", "rate", "step",
+                 "total_epochs", "total_steps")
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+        self.step: int | None = None
+        self.total_steps: int | None = None
+        self.rank = _NONE
+        self.key_total: int | None = None
+        self.epoch: float | None = None
+        self.total_epochs: int | None = None
+        self.rate: float | None = None
+        self.eta_s: float | None = None
+
+    def progress(self, rank: int, step: int, total: int | None) -> None:
+        # Step and total travel as a pair: a global step over a per-epoch total is wrong.
+        if rank < self.rank:
+            self.rank, self.step, self.total_steps = rank, step, total
+
+    def set_epoch(self, epoch: float, total: int | None = None, *, force: bool = False) -> None:
+        if epoch < 0:
+            return
+        if force or self.epoch is None:
+            self.epoch = epoch
+        if total is not None and total > 0 and (force or self.total_epochs is None):
+            self.total_epochs = total
+
+    def put(self, name: str, value: float, *, custom: bool = False) -> None:
+        """A name and a number from text, JSON or a custom group."""
+        if not math.isfinite(value):
+            return
+        name = name.strip().lower()
+        if not name:
+            return
+        whole = value.is_integer() and value >= 0
+        if name in _STEP_KEYS:
+            if whole:
+                if custom:
+                    self.rank, self.step = _CUSTOM, int(value)
+                else:
+                    self.progress(_STEP_KEYS[name], int(value), None)
+        elif name == "epoch":
+            self.set_epoch(value, force=custom)
+        elif name in _TOTAL_STEP_KEYS:
+            if whole and value > 0 and (custom or self.key_total is None):
+                self.key_total = int(value)
+        elif name in _TOTAL_EPOCH_KEYS:
+            if whole and value > 0 and (custom or self.total_epochs is None):
+                self.total_epochs = int(value)
+        elif custom:
+            self.metrics[name] = value
+        elif name not in _IGNORED:
+            self.metrics.setdefault(name, value)
+
+    def reading(self) -> Reading | None:
+        total = self.total_steps if self.total_steps is not None else self.key_total
+        r = Reading(dict(self.metrics), self.step, total, self.epoch, self.total_epochs,
+                    self.rate, self.eta_s)
+        return None if r.empty else r
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _seconds(text: str) -> float | None:
+    """``mm:ss``, ``h:mm:ss`` or ``N days, h:mm:ss`` -> seconds."""
+    days = 0
+    if "day" in text:
+        head, _, text = text.partition(",")
+        days = int(head.split()[0].replace("days", "").replace("day", ""))
+    parts = [int(p) for p in text.strip().split(":")]
+    if len(parts) == 2:
+        secs = parts[0] * 60 + parts[1]
+    elif len(parts) == 3:
+        secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    else:
+        return None
+    return float(days * 86400 + secs)
+
+
+def _count(text: str) -> int | None:
+    # tqdm's unit-scaled counts ("1.2k") are rounded: not exact enough for a step.
+    return int(text) if text.isdigit() and len(text) <= 15 else None
+
+
+def _bar_rate(text: str | None) -> tuple[bool, float | None]:
+    """(unit is an iteration, iterations per second) from a tqdm rate like ``14.8it/s``."""
+    if text is None:
+        return True, None  # a custom bar_format without the rate: assume iterations
+    m = _TQDM_RATE.fullmatch(text)
+    if m is None:
+        return False, None
+    unit = (m["unit"] or m["inv"]).lower()
+    if unit not in _ITER_UNITS:
+        return False, None
+    if m["v"] == "?":
+        return True, None
+    v = float(m["v"])
+    if m["inv"]:
+        return True, (1.0 / v if v > 0 else None)
+    return True, (v * _SI[m["si"]] if m["si"] else v)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (OverflowError, ValueError, TypeError):  # ints past float range
+        return None
+    return f if math.isfinite(f) else None
+
+
+# --- the parser ----------------------------------------------------------------------------
+
+def _compile(pattern: object) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise InvalidSpec(f"metric pattern {pattern!r} is not a string",
+                          field="metric_patterns")
+    try:
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as e:
+        raise InvalidSpec(f"metric pattern {pattern!r} is not a valid regular expression: {e}",
+                          field="metric_patterns") from None
+    if not compiled.groupindex:
+        raise InvalidSpec(f"metric pattern {pattern!r} has no named group; name what it "
+                          "captures, e.g. 'top1 (?P<top1>[0-9.]+)'", field="metric_patterns")
+    return compiled
+
+
+def validate_patterns(patterns: Sequence[str]) -> list[str]:
+    """Check a job's custom metric patterns; return them unchanged or raise InvalidSpec."""
+    if isinstance(patterns, str):  # a str is a Sequence[str] of its characters
+        raise InvalidSpec("metric_patterns must be a list of patterns, not one string",
+                          field="metric_patterns")
+    for p in patterns:
+        _compile(p)
+    return list(patterns)
+
+
+class LineParser:
+    """Turns console lines into :class:`Reading` objects; see the module docstring."""
+
+    __slots__ = ("_custom",)
+
+    def __init__(self, custom: Sequence[str] = ()) -> None:
+        """custom: extra regexes given by the user per job. Each must contain at least one
+        named group; every named group whose text parses as a float becomes a metric of that
+        name (a group named `step` sets Reading.step, `epoch` sets epoch). An invalid regex,
+        or one without named groups, raises rota.errors.InvalidSpec naming the pattern."""
+        self._custom = tuple(_compile(p) for p in validate_patterns(custom))
+
+    def parse(self, line: str) -> Reading | None:
+        """None when the line holds nothing recognised (most lines). Never raises on any input."""
+        if not isinstance(line, str):
+            return None
+        try:
+            return self._parse(line)
+        except Exception:  # a log reader must outlive any line; the tests fuzz _parse bare
+            return None
+
+    def _parse(self, line: str) -> Reading | None:
+        text = line[:MAX_LINE]
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        if _DIGIT.search(text) is None:  # every rule, custom ones too, needs a number
+            return None
+        d = _Draft()
+        if not _structured(text, d, cut=len(line) > MAX_LINE):
+            _free_text(text, d)
+        for pattern in self._custom:
+            m = pattern.search(text)
+            if m is None:
+                continue
+            for name, value in m.groupdict().items():
+                f = _as_float(value.strip()) if value is not None else None
+                if f is not None:
+                    d.put(name, f, custom=True)
+        return d.reading()
+
+
+def _structured(text: str, d: _Draft, *, cut: bool) -> bool:
+    """A JSON object or Python dict repr line; False when the line is not one."""
+    s = text.strip()
+    if not s.startswith("{") or not (cut or s.endswith("}")):
+        return False
+    obj: object = None
+    try:
+        obj = json.loads(s)
+    except (ValueError, RecursionError):
+        if s.endswith("}") and _PY_DICT.fullmatch(s):
+            try:
+                obj = ast.literal_eval(s)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                obj = None
+    if not isinstance(obj, dict):
+        # Unparsable but dict-shaped (a nan value, a line cut at MAX_LINE): take the plain
+        # pairs, then let the free-text rules look too.
+        # Only top-level pairs: a nested key without its parent's name would mislead.
+        depth, pos = 0, 0
+        for m in _QUOTED_KV.finditer(s):
+            depth += s.count("{", pos, m.start()) - s.count("}", pos, m.start())
+            pos = m.start()
+            f = _as_float(m["value"])
+            if depth == 1 and f is not None:
+                d.put(m["name"], f)
+        return False
+    for key, value in obj.items():
+        if not isinstance(key, str) or len(key) > 200:
+            continue
+        if isinstance(value, dict):  # one level: {"train": {"loss": 1}} -> train/loss
+            for k2, v2 in value.items():
+                if isinstance(k2, str) and len(k2) <= 200 and _is_number(v2):
+                    f = _as_float(v2)
+                    if f is not None:
+                        d.put(f"{key}/{k2}", f)
+        elif _is_number(value):
+            f = _as_float(value)
+            if f is not None:
+                d.put(key, f)
+    return True
+
+
+def _free_text(text: str, d: _Draft) -> None:
+    # A tqdm bar's rate and times are read with it: the standalone rules would read them
+    # again, or read a side task's bar as training speed.
+    bar = False
+    # Where the key/value and progress-word rules start: past the description of a bar
+    # that is no training ("Map (num_proc=4): 100%|...").
+    start = 0
+    if "%|" in text and (m := _TQDM.search(text)):
+        bar = True
+        iters, rate = _bar_rate(m["rate"])
+        if iters and not _SIDE_TASK.search(text, 0, m.start()):
+            done, of = _count(m["n"]), _count(m["total"])
+            if done is not None:
+                d.progress(_BAR, done, of or None)
+            d.rate = rate
+            if m["remaining"] != "?":
+                d.eta_s = _seconds(m["remaining"])
+        else:
+            start = m.start()
+    elif "[" in text and (m := _TQDM_NO_TOTAL.search(text)):
+        bar = True
+        iters, rate = _bar_rate(m["rate"])
+        if (m["unit"].lower() in _ITER_UNITS and iters
+                and not _SIDE_TASK.search(text, 0, m.start())):
+            d.progress(_BAR, int(m["n"]), None)
+            d.rate = rate
+        else:
+            start = m.start()
+    if ("━" in text or "╸" in text or "╺" in text) and (m := _RICH.search(text)):
+        if _SIDE_TASK.search(text, 0, m.start()):
+            bar, start = True, m.start()
+        else:  # its rate stands alone after the bar: the standalone rule reads it
+            d.progress(_BAR, int(m["n"]), int(m["total"]) or None)
+            if m["remaining"]:
+                d.eta_s = _seconds(m["remaining"])
+    if (text[:1].isspace() or text[:1].isdigit()) and (m := _KERAS.match(text)):
+        done = int(m["n"])
+        of = int(m["total"]) if m["total"] else None
+        d.progress(_BAR, done, of or None)
+        if m["eta"] and of is not None and done < of:  # a finished bar shows time elapsed
+            eta = m["eta"]
+            d.eta_s = float(eta[:-1]) if eta.endswith("s") else _seconds(eta)
+    if "(" in text and (m := _MMENGINE.search(text)):
+        training = m["mode"].lower() == "train"
+        if m["kind"] == "Epoch":
+            d.set_epoch(float(m["a"]), int(m["at"]) if m["at"] else None)
+            if training and m["b"]:
+                d.progress(_BAR, int(m["b"]), int(m["bt"]) or None)
+        elif training:
+            d.progress(_ITER, int(m["a"]), int(m["at"]) if m["at"] else None)
+    for m in _PROGRESS.finditer(text, start):
+        word = m["word"].lower()
+        count = float(m["n"])
+        of = int(m["total"]) if m["total"] else None
+        if word == "epoch":
+            d.set_epoch(count, of)
+        elif count.is_integer():
+            d.progress(_STEP_KEYS[word.replace("_", " ")], int(count), of or None)
+    if ":" in text or "=" in text:
+        for m in _KV.finditer(text, start):
+            f = _as_float(m["value"])
+            if f is not None:
+                d.put(m["name"], f)
+    for m in _KNOWN_SPACED.finditer(text, start):
+        f = _as_float(m["value"])
+        if f is not None:
+            d.put(m["name"].replace(" ", "_"), f)
+    if (not bar and d.rate is None and ("/s" in text or "s/" in text)
+            and (m := _RATE.search(text))):
+        v, unit = float(m["v"]), m["unit"]
+        if unit == "it/s":
+            d.rate = v
+        elif v > 0:  # seconds (or ms, us) per iteration
+            d.rate = 1.0 / (v / {"s": 1, "m": 1e3, "u": 1e6, "µ": 1e6}[unit[0]])
+    if not bar and d.eta_s is None and (m := _ETA.search(text)):
+        d.eta_s = _seconds(m["t"]) if m["t"] else float(m["s"])

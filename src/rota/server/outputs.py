@@ -1,0 +1,234 @@
+"""What running jobs write, read as it comes: metrics and progress from their log (no change
+to the job's code) and what ``rota.job`` reports in the attempt's events file.
+
+One ``OutputReader`` per running attempt remembers where reading got to in both files, so
+the daemon reads only what is new on each tick, and a restarted daemon goes on from the
+offsets stored with the job's progress. Lines are split on ``\\n`` and ``\\r`` (progress
+bars redraw themselves with ``\\r``); see ``rota.ml.parse`` for the formats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rota.ml.parse import LineParser, Reading
+from rota.server.logstream import read_range
+
+#: How often the daemon reads running jobs' output.
+READ_EVERY_S = 2.0
+#: Bytes read per file per tick: a job that floods its log is caught up over a few ticks.
+MAX_READ = 1 << 20
+#: Samples kept per metric per tick: a loss printed at every step is thinned evenly
+#: (the last one always kept), so a fast loop cannot flood the database.
+MAX_PER_TICK = 100
+#: A line longer than this is cut (the parser looks at the start only).
+MAX_LINE = 10_000
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+def events_path(status_path: Path) -> Path:
+    """Where ``rota.job`` in the attempt writes: next to the attempt's status file."""
+    return status_path.with_suffix(".events")
+
+
+@dataclass
+class Progress:
+    """How far an attempt has got: what the job said last, and the rate Rota measured."""
+
+    attempt: int
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: int | None = None
+    rate: float | None = None  # steps per second
+    eta_s: float | None = None
+    updated_at: float | None = None
+    checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
+    log_offset: int = 0
+    events_offset: int = 0
+    first: tuple[float, int] | None = None  # (time, step) when a step was first seen
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "first" and v is not None}
+        frac = self.fraction
+        if frac is not None:
+            out["fraction"] = frac
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None, attempt: int) -> Progress:
+        """The stored progress of this attempt; for a new attempt, a fresh one that keeps
+        the checkpoint the previous attempt reported (the next one may resume from it)."""
+        if not d or d.get("attempt") != attempt:
+            return cls(attempt=attempt, checkpoint=(d or {}).get("checkpoint"))
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "first"}
+        return cls(**known)
+
+    @property
+    def fraction(self) -> float | None:
+        if self.step is not None and self.total_steps:
+            return min(1.0, self.step / self.total_steps)
+        if self.epoch is not None and self.total_epochs:
+            return min(1.0, self.epoch / self.total_epochs)
+        return None
+
+    def take(self, r: Reading, now: float) -> None:
+        if r.step is not None:
+            self.step = r.step
+            if self.first is None or r.step < self.first[1]:
+                self.first = (now, r.step)
+        if r.total_steps is not None:
+            self.total_steps = r.total_steps
+        if r.epoch is not None:
+            self.epoch = r.epoch
+        if r.total_epochs is not None:
+            self.total_epochs = r.total_epochs
+        if r.rate is not None:
+            self.rate = r.rate
+        if r.eta_s is not None:
+            self.eta_s = r.eta_s
+        elif r.step is not None:
+            self._estimate(now)
+        self.updated_at = now
+
+    def _estimate(self, now: float) -> None:
+        """Rate and time left from the steps seen so far, when the line did not say."""
+        if self.first is None or self.step is None:
+            return
+        t0, s0 = self.first
+        if now - t0 >= 1.0 and self.step > s0:
+            self.rate = (self.step - s0) / (now - t0)
+            if self.total_steps:
+                self.eta_s = max(0.0, (self.total_steps - self.step) / self.rate)
+
+
+@dataclass
+class OutputReader:
+    """One attempt's log and events file, read from where the last read ended."""
+
+    job_id: int
+    log_path: Path
+    events_path: Path
+    parser: LineParser
+    progress: Progress
+    partial: bytes = b""  # the log's unfinished last line
+    partial_after_cr: bool = False  # it follows a \r: a progress bar's redraw
+    partial_seen: bytes = b""  # that line when it was parsed as it stood
+    changed: bool = False  # progress moved since it was last stored
+    samples: list[tuple[float, int | None, str, float]] = field(default_factory=list)
+
+    def read(self, now: float, *, final: bool = False) -> None:
+        """Take in what was written since the last call; ``final`` after the job ended."""
+        self._read_log(now, final)
+        self._read_events(now)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The samples read since the last drain, as metric rows, thinned per metric."""
+        if not self.samples:
+            return []
+        by_name: dict[str, list[tuple[float, int | None, str, float]]] = {}
+        for s in self.samples:
+            by_name.setdefault(s[2], []).append(s)
+        self.samples = []
+        rows = []
+        for name, got in by_name.items():
+            for ts, step, _, value in _thin(got, MAX_PER_TICK):
+                rows.append({"job_id": self.job_id, "attempt": self.progress.attempt, "ts": ts,
+                             "step": step, "name": name, "value": value})
+        return rows
+
+    # --- the log -----------------------------------------------------------------------
+    def _read_log(self, now: float, final: bool) -> None:
+        at = self.progress.log_offset + len(self.partial)
+        data = read_range(self.log_path, at, MAX_READ)
+        if not data and not final:
+            return
+        text = self.partial + data
+        cut = max(text.rfind(b"\n"), text.rfind(b"\r"))
+        if cut >= 0:
+            for line in _LINE_BREAK.split(text[:cut]):
+                if line and line != self.partial_seen:
+                    self._line(line, now)
+                self.partial_seen = b""
+            self.partial, self.partial_after_cr = text[cut + 1:], text[cut] == ord("\r")
+        else:
+            self.partial = text
+        # stored offsets point at the unfinished line, so a restarted daemon reads it again
+        self.progress.log_offset = at + len(data) - len(self.partial)
+        # The text after the last line break is parsed only when it cannot be half a line:
+        # a progress bar redrawn after a \r (written whole, flushed, no newline until it
+        # finishes), or anything once the job has ended. Block-buffered output is cut at
+        # any byte, so a line after a \n waits for its own \n.
+        if self.partial and (final or self.partial_after_cr) and self.partial != self.partial_seen:
+            self._line(self.partial, now)
+            self.partial_seen = self.partial
+
+    def _line(self, raw: bytes, now: float) -> None:
+        reading = self.parser.parse(raw[:MAX_LINE].decode("utf-8", "replace"))
+        if reading is None:
+            return
+        self._take(reading, now)
+
+    def _take(self, reading: Reading, now: float) -> None:
+        self.progress.take(reading, now)
+        self.changed = True
+        step = reading.step if reading.step is not None else self.progress.step
+        for name, value in reading.metrics.items():
+            self.samples.append((now, step, name[:100], value))
+
+    # --- rota.job's events -------------------------------------------------------------
+    def _read_events(self, now: float) -> None:
+        data = read_range(self.events_path, self.progress.events_offset, MAX_READ)
+        end = data.rfind(b"\n") + 1  # whole lines only: the helper writes one per call
+        if not end:
+            return
+        self.progress.events_offset += end
+        for line in data[:end].splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ev, dict):
+                self._event(ev, now)
+
+    def _event(self, ev: dict[str, Any], now: float) -> None:
+        kind = ev.get("kind")
+        step = _int(ev.get("step"))
+        if kind == "metrics":
+            raw = ev.get("metrics")
+            metrics = {str(k)[:100]: float(v) for k, v in (raw or {}).items()
+                       if _number(v)} if isinstance(raw, dict) else {}
+            self._take(Reading(metrics=metrics, step=step,
+                               total_steps=_int(ev.get("total_steps")),
+                               epoch=_float(ev.get("epoch")),
+                               total_epochs=_int(ev.get("total_epochs"))), now)
+        elif kind == "checkpoint" and isinstance(ev.get("path"), str):
+            self.progress.checkpoint = {"path": ev["path"], "step": step, "ts": now}
+            self.changed = True
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v: object) -> int | None:
+    return int(v) if _number(v) else None  # type: ignore[call-overload]
+
+
+def _float(v: object) -> float | None:
+    return float(v) if _number(v) else None  # type: ignore[arg-type]
+
+
+def _thin(items: list[Any], keep: int) -> Iterable[Any]:
+    """At most ``keep`` items spread evenly over the list, the last one always among them."""
+    n = len(items)
+    if n <= keep:
+        return items
+    picks = {round(i * (n - 1) / (keep - 1)) for i in range(keep)}
+    return [items[i] for i in sorted(picks)]
