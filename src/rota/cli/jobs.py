@@ -178,7 +178,8 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
               grace: str | None, retries: int | None, retry_backoff: str | None,
               after: list[int], hold: bool, session: str | None, cuda_arg: bool,
               shell: bool, tags: list[str], checkpoint_dir: str | None = None,
-              metric_patterns: list[str] | None = None) -> dict[str, Any]:
+              metric_patterns: list[str] | None = None, preemptible: bool = False,
+              stop_signal: str | None = None) -> dict[str, Any]:
     """The spec fields the user set (the daemon fills in the rest)."""
     if not command:
         raise InvalidSpec("no command given: put it after `--`, like "
@@ -215,6 +216,10 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
         raw["after"] = list(after)
     if checkpoint_dir is not None:
         raw["checkpoint_dir"] = checkpoint_dir
+    if preemptible:
+        raw["preemptible"] = True
+    if stop_signal is not None:
+        raw["stop_signal"] = stop_signal
     if metric_patterns:
         raw["metric_patterns"] = list(metric_patterns)
     if tags:
@@ -309,6 +314,11 @@ def submit(
         None, "--checkpoint-dir",
         help="where it saves checkpoints (dir or glob, relative to --cwd); a retry resumes "
              "from the newest: ROTA_RESUME_FROM, and {checkpoint} in the command"),
+    preemptible: bool = typer.Option(
+        False, "--preemptible",
+        help="may be stopped (and queued again) so a higher-priority job can start"),
+    stop_signal: str = typer.Option(None, "--stop-signal",
+                                    help="signal of the stop handshake (default SIGTERM)"),
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),
@@ -328,7 +338,8 @@ def submit(
                       "--grace": grace, "--retries": retries, "--retry-backoff": retry_backoff,
                       "--after": after, "--hold": hold, "--session": session,
                       "--cuda-arg": cuda_arg, "--shell": shell, "--sweep": sweep, "--tag": tag,
-                      "--checkpoint-dir": checkpoint_dir, "--metric-pattern": metric_pattern}
+                      "--checkpoint-dir": checkpoint_dir, "--metric-pattern": metric_pattern,
+                      "--preemptible": preemptible, "--stop-signal": stop_signal}
             given = [k for k, v in others.items()
                      if v is not None and v is not False and v != []]
             if given:
@@ -342,7 +353,8 @@ def submit(
                         grace=grace, retries=retries, retry_backoff=retry_backoff,
                         after=after or [], hold=hold, session=session, cuda_arg=cuda_arg,
                         shell=shell, tags=tag or [], checkpoint_dir=checkpoint_dir,
-                        metric_patterns=metric_pattern or [])
+                        metric_patterns=metric_pattern or [], preemptible=preemptible,
+                        stop_signal=stop_signal)
         raws = expand(raw, sweep or [])
         with client() as c:
             jobs = c.submit(raws, idempotency_key=idempotency_key, dedup=dedup)
@@ -590,6 +602,25 @@ def release(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
     _each(job_ids, json_out, lambda c, j: c.release(j), lambda r: f"released job {r['id']}")
 
 
+def preempt(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+            json_out: bool = typer.Option(False, "--json")) -> None:
+    """Stop running jobs through the stop handshake and queue them again in their place
+    (they resume from their newest checkpoint)."""
+    _each(job_ids, json_out, lambda c, j: c.preempt(j),
+          lambda r: f"preempting job {r['id']}: it saves and stops, then waits in its place")
+
+
+def requeue(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+            json_out: bool = typer.Option(False, "--json")) -> None:
+    """Run jobs again: a running one is stopped and queued again, an ended one is
+    submitted anew (a new job with the same spec)."""
+    def done(r: dict[str, Any]) -> str:
+        new = r["job"]["id"]
+        return (f"job {r['requeued']} is stopping and will run again" if new == r["requeued"]
+                else f"job {r['requeued']} submitted again as job {new}")
+    _each(job_ids, json_out, lambda c, j: c.requeue(j), done)
+
+
 # --- sessions ----------------------------------------------------------------------------
 
 def attach(job_id: int = typer.Argument(..., metavar="JOB"),
@@ -700,6 +731,8 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(hold)
     app.command()(release)
+    app.command()(preempt)
+    app.command()(requeue)
     app.command()(attach)
     app.command()(sessions)
     app.command()(add)

@@ -61,6 +61,12 @@ class RawClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return dict(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
 
+    def preempt(self, job_id: int) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/jobs/{job_id}/preempt"))
+
+    def requeue(self, job_id: int) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/jobs/{job_id}/requeue"))
+
     def hold(self, job_id: int) -> dict[str, Any]:
         return dict(self.request("POST", f"/v1/jobs/{job_id}/hold"))
 

@@ -44,6 +44,12 @@ class Start:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    victim: int  # the running job to stop (through the stop handshake)
+    for_job: int  # the waiting job it makes room for
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     job_id: int
     gpu_indices: tuple[int, ...]
@@ -61,6 +67,7 @@ class Plan:
 
     starts: list[Start] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
     reasons: dict[int, Reason] = field(default_factory=dict)
     # for jobs waiting on resources: how many waiting jobs are ahead of it in the queue
     queue_position: dict[int, int] = field(default_factory=dict)

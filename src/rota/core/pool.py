@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 
@@ -159,6 +160,12 @@ class GpuPool:
                     break
                 chosen.add(i)
         return tuple(sorted(chosen)) if len(chosen) == count else None
+
+    def current_views(self) -> list[GpuView]:
+        """The GPUs as they stand after this pass's starts so far."""
+        return [replace(g, allocated_milli=MILLI - self.free_milli[i],
+                        reserved_memory=g.memory_total - g.memory_external - self.free_mem[i])
+                for i, g in self.views.items()]
 
     def take(self, indices: Iterable[int], milli: int, gpu_mem: int | None) -> None:
         for i in indices:

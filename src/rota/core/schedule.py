@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from operator import attrgetter
 
 from rota.core.lifecycle import JobState
-from rota.core.plan import Plan, Reason, ReasonCode, Reservation, Start
+from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
+from rota.core.preempt import victims_for
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
 from rota.units import format_gpu_set, format_memory
 
@@ -86,7 +87,28 @@ class _Pass:
                 if self.pool.max_free_share() < smallest:
                     self._cut(pending[n + 1:], waiting)
                     break
+        if self.policy.preemption and any(r.preemptible or r.stopping
+                                          for r in self.snapshot.running):
+            self._preempt_for_first_blocked(pending)
         return plan
+
+    def _preempt_for_first_blocked(self, pending: list[PendingJob]) -> None:
+        """Make room for the first job that waits for GPUs, if stopping preemptible jobs of
+        lower priority would; one job per pass, so stops do not cascade."""
+        plan = self.plan
+        for job in pending:
+            reason = plan.reason(job.id)
+            if reason is None or reason.code is not ReasonCode.RESOURCES:
+                continue
+            victims = victims_for(job, self.pool.current_views(), self.snapshot.running,
+                                  self.policy)
+            if victims:
+                plan.preemptions = [Preemption(v, job.id) for v in victims]
+                plan.reasons[job.id] = Reason(
+                    ReasonCode.RESOURCES, f"{reason.message}; preempting job"
+                    f"{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} "
+                    "to make room")
+            return
 
     def _cut(self, tail: list[PendingJob], waiting: int) -> None:
         """No GPU can hold even the smallest pending job: the rest waits for the same reason."""

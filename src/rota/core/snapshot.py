@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rota.core.lifecycle import JobState
+
+if TYPE_CHECKING:
+    from rota.core.preempt import RunningJob
 
 MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
 
@@ -66,6 +70,8 @@ class Policy:
     backfill: bool = True
     reserve_for_blocked: bool = True
     draining: bool = False  # start nothing new
+    # stop preemptible lower-priority jobs (through the stop handshake) for a blocked one
+    preemption: bool = True
 
 
 @dataclass(frozen=True)
@@ -76,3 +82,5 @@ class Snapshot:
     presorted: bool = False
     # states of jobs named in some pending job's `after`
     dependency_states: Mapping[int, JobState] = field(default_factory=dict)
+    # running jobs, for preemption (rota.core.preempt.RunningJob)
+    running: Sequence[RunningJob] = ()

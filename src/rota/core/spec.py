@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import signal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -50,6 +51,11 @@ class JobSpec(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=32)
     project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
+    preemptible: bool = Field(
+        default=False, description="may be stopped (stop handshake) and queued again so a "
+                                   "higher-priority job can start")
+    stop_signal: str = Field(default="SIGTERM",
+                             description="the signal of the stop handshake, e.g. SIGINT, SIGUSR1")
     checkpoint_dir: str | None = Field(
         default=None, max_length=4096,
         description="where the job saves checkpoints: a directory or a glob, relative to "
@@ -58,6 +64,18 @@ class JobSpec(BaseModel):
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
                     "(?P<loss>...) is a metric")
+
+    @field_validator("stop_signal", mode="before")
+    @classmethod
+    def _signal(cls, v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        name = v.strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in signal.Signals.__members__ or name in ("SIGKILL", "SIGSTOP"):
+            raise ValueError(f"{v!r} is not a signal a job can catch (e.g. SIGTERM, SIGINT, "
+                             "SIGUSR1)")
+        return name
 
     @field_validator("metric_patterns")
     @classmethod

@@ -234,6 +234,13 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         daemon.release(_own(p, job_id, "release"))
         return {"id": job_id, "state": "pending"}
 
+    @v1.post("/jobs/{job_id}/preempt")
+    async def preempt(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
+        """The stop handshake (its stop signal, its grace, then SIGKILL); once it has exited
+        it waits again in its old place in the queue, and resumes from its checkpoint."""
+        daemon.preempt(_own(p, job_id, "preempt"))
+        return {"id": job_id, "state": str(daemon.job_state(job_id))}
+
     @v1.post("/jobs/{job_id}/requeue")
     async def requeue(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
         """A running job is stopped and queued again; an ended one is submitted anew."""

@@ -26,6 +26,7 @@ from rota.config import Settings
 from rota.core.argv import cuda_visible_devices, inject_cuda_arg, substitute_checkpoint
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Start
+from rota.core.preempt import RunningJob
 from rota.core.schedule import schedule
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_milli
 from rota.core.spec import JobSpec
@@ -34,7 +35,7 @@ from rota.errors import BackendError, Conflict, NotFound, StoreError
 from rota.ml import checkpoints
 from rota.ml.parse import LineParser
 from rota.server.metrics import Metrics
-from rota.server.outputs import READ_EVERY_S, OutputReader, Progress, events_path
+from rota.server.outputs import READ_EVERY_S, OutputReader, Progress, events_path, stop_file
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
 from rota.store.repo import JobRecord, LaunchInfo, Store
@@ -270,7 +271,23 @@ class Daemon:
             for d in job.after:
                 deps[d] = self.job_state(d)
         return Snapshot(gpus=self.gpu_views(), pending=self.queue.ordered(),
-                        dependency_states=deps, presorted=True)
+                        dependency_states=deps, presorted=True, running=self._running_view())
+
+    def _running_view(self) -> list[RunningJob]:
+        """Running jobs as preemption weighs them (only worth building when one may be
+        preempted or is being stopped)."""
+        if not any(r.spec.preemptible or r.stop_reason for r in self.running.values()):
+            return []
+        now = self.clock()
+        out = []
+        for r in self.running.values():
+            saved = ((r.output.progress.checkpoint or {}).get("ts") if r.output else None) or 0.0
+            out.append(RunningJob(
+                id=r.job_id, priority=r.pending.priority, gpu_indices=r.gpus, milli=r.milli,
+                gpu_mem=r.gpu_mem, preemptible=r.spec.preemptible and r.handle is not None,
+                since_checkpoint_s=max(0.0, now - max(r.started_at, float(saved))),
+                stopping=r.stop_reason is not None))
+        return out
 
     def schedule_pass(self) -> Plan:
         """Plan, then start what the plan says in two commits for the whole batch.
@@ -301,6 +318,11 @@ class Daemon:
                 raise
             if runs:
                 self._launch_all(runs)
+        for p in plan.preemptions:
+            victim = self.running.get(p.victim)
+            if victim is not None and victim.stop_reason is None:
+                self.preempt(p.victim, f"preempted to make room for job {p.for_job} "
+                                       f"(priority {victim.pending.priority} yields)")
         doomed = [(job_id, reason.message) for job_id, reason in plan.reasons.items()
                   if reason.code == "dependency_failed" and job_id in self.queue]
         if doomed:
@@ -408,7 +430,9 @@ class Daemon:
                    ROTA_JOB_ID=str(run.job_id), ROTA_ATTEMPT=str(run.attempt_no),
                    ROTA_GPU_FRACTION=f"{run.milli / MILLI:g}",
                    ROTA_GRACE_SECONDS=f"{spec.grace:g}",
-                   ROTA_EVENTS_FILE=str(events_path(run.status_path)))
+                   ROTA_EVENTS_FILE=str(events_path(run.status_path)),
+                   ROTA_STOP_FILE=str(stop_file(run.status_path)),
+                   ROTA_STOP_SIGNAL=spec.stop_signal)
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
@@ -463,8 +487,12 @@ class Daemon:
         if run.stop_reason is not None:  # stopped while its launch was in flight
             self._signal_stop(run)
         if run.spec.time_limit and self.loop is not None:
-            left = run.started_at + run.spec.time_limit - self.clock()
-            run.timers.append(self.loop.call_later(max(0.0, left), self._time_limit, run.job_id))
+            # warned `grace` before the limit (but not before half of it), so that a save
+            # fits in before SIGKILL at the limit itself
+            limit = run.spec.time_limit
+            warn_at = run.started_at + max(limit / 2, limit - run.spec.grace)
+            run.timers.append(self.loop.call_later(max(0.0, warn_at - self.clock()),
+                                                   self._time_limit, run.job_id))
 
     def _launch_failed(self, run: Running, why: str) -> None:
         now = self.clock()
@@ -553,6 +581,10 @@ class Daemon:
             reason = f"time limit {run.spec.time_limit:g}s reached ({how})"
             self._transition(run.job_id, src, JobState.TIMEOUT, message=reason, ended_at=now,
                              exit_code=code, end_reason=reason)
+        elif run.stop_reason == "preempt":
+            outcome, reason = "preempted", f"preempted ({how}){self._saved_text(run)}; " \
+                "queued again in its place"
+            self._requeue(run.job_id, src, reason, run.pending, not_before=None)
         elif run.stop_reason in ("gpu_lost", "requeue"):
             why = "its GPU was lost" if run.stop_reason == "gpu_lost" else "requeued by request"
             outcome, reason = "requeued", f"{why} ({how}); queued again"
@@ -573,6 +605,25 @@ class Daemon:
         elif ev is not None:
             self._exited[run.job_id] = ev
         self.kick()
+
+    def _saved_text(self, run: Running) -> str:
+        """What the stopped attempt left to resume from, for its record."""
+        reported = run.output.progress.checkpoint if run.output else None
+        where = run.spec.checkpoint_dir
+        if where is None and not reported:
+            return ""
+        try:
+            found = checkpoints.find(where, run.spec.cwd, now=self.clock() + checkpoints.SETTLE_S,
+                                     reported=[(reported["path"], reported.get("step"))]
+                                     if reported else ())
+        except OSError:
+            return ""
+        best = checkpoints.newest_valid([c for c in found
+                                         if c.reported or c.mtime >= run.started_at])
+        if best is None:
+            return "; it saved no checkpoint"
+        return f"; last checkpoint {best.path}" + (f" (step {best.step})"
+                                                   if best.step is not None else "")
 
     def _after_failure(self, run: Running, src: JobState, why: str, code: int | None,
                        now: float) -> None:
@@ -595,24 +646,32 @@ class Daemon:
         self.queue.add(replace(pending, not_before=not_before))
 
     # --- stopping jobs ---------------------------------------------------------------------
-    def _stop_job(self, run: Running, reason: str, message: str) -> None:
-        """SIGTERM the job's group, SIGKILL after its grace period.
+    def _stop_job(self, run: Running, reason: str, message: str, *,
+                  kill_in: float | None = None) -> None:
+        """The stop handshake: the job's stop signal (SIGTERM unless its spec says another)
+        to its process group and its stop file created (``rota.job.should_stop``), then
+        SIGKILL after its grace period (or ``kill_in`` seconds).
 
         A job whose launch is still in flight is signalled as soon as it has a process.
         """
         if run.stop_reason is not None:
             return
-        run.stop_reason = reason
+        run.stop_reason, run.kill_in = reason, kill_in
+        wait = run.spec.grace if kill_in is None else kill_in
         self.store.add_event(job_id=run.job_id, kind=f"stopping:{reason}", now=self.clock(),
-                             message=f"{message}; SIGTERM, SIGKILL after {run.spec.grace:g}s")
+                             message=f"{message}; {run.spec.stop_signal}, SIGKILL after "
+                                     f"{wait:g}s")
         if run.handle is not None:
             self._signal_stop(run)
 
     def _signal_stop(self, run: Running) -> None:
         assert run.handle is not None
-        run.backend.signal(run.handle, signal.SIGTERM)
+        with contextlib.suppress(OSError):  # the flag is a courtesy; the signal is the stop
+            stop_file(run.status_path).touch()
+        run.backend.signal(run.handle, signal.Signals[run.spec.stop_signal])
         if self.loop is not None:
-            run.timers.append(self.loop.call_later(run.spec.grace, self._kill, run.job_id))
+            wait = run.spec.grace if run.kill_in is None else run.kill_in
+            run.timers.append(self.loop.call_later(max(0.0, wait), self._kill, run.job_id))
 
     def _kill(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -621,8 +680,22 @@ class Daemon:
 
     def _time_limit(self, job_id: int) -> None:
         run = self.running.get(job_id)
-        if run is not None:
-            self._stop_job(run, "timeout", f"time limit of {run.spec.time_limit:g}s reached")
+        if run is not None and run.spec.time_limit:
+            left = run.started_at + run.spec.time_limit - self.clock()
+            self._stop_job(run, "timeout", f"time limit of {run.spec.time_limit:g}s reached in "
+                           f"{max(0.0, left):.3g}s", kill_in=left)
+
+    def preempt(self, job_id: int, why: str = "preempted by request") -> None:
+        """Stop a running job through the handshake and queue it again in its old place
+        (RUNNING -> PREEMPTED now, -> PENDING when it has exited)."""
+        state = self.job_state(job_id)
+        run = self.running.get(job_id)
+        if run is None or state is not JobState.RUNNING:
+            raise Conflict(f"job {job_id} is {state.value}; only running jobs can be preempted")
+        if run.stop_reason is not None:
+            raise Conflict(f"job {job_id} is already being stopped ({run.stop_reason})")
+        self._transition(job_id, state, JobState.PREEMPTED, message=why, kind="preempting")
+        self._stop_job(run, "preempt", why)
 
     # --- requests from people (called on the loop thread by the API) ----------------------
     def cancel(self, job_id: int) -> JobState:
@@ -631,6 +704,10 @@ class Daemon:
             raise Conflict(f"job {job_id} already ended ({state.value})")
         run = self.running.get(job_id)
         if run is not None:
+            if run.stop_reason not in (None, "cancel"):  # being stopped to run again: not now
+                run.stop_reason = "cancel"
+                self.store.add_event(job_id=job_id, kind="stopping:cancel", now=self.clock(),
+                                     message="cancelled by request while being stopped")
             self._stop_job(run, "cancel", "cancelled by request")
             return state
         self.queue.remove(job_id)

@@ -37,6 +37,11 @@ def events_path(status_path: Path) -> Path:
     return status_path.with_suffix(".events")
 
 
+def stop_file(status_path: Path) -> Path:
+    """Created when Rota asks the attempt to stop (``ROTA_STOP_FILE``, for rota.job)."""
+    return status_path.with_suffix(".stop")
+
+
 @dataclass
 class Progress:
     """How far an attempt has got: what the job said last, and the rate Rota measured."""

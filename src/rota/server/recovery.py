@@ -60,8 +60,8 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
                                     reason="the daemon stopped before the launch")
         return
     daemon.running[row.id] = run
-    if state is JobState.PREEMPTED:
-        run.stop_reason = "gpu_lost"
+    if state is JobState.PREEMPTED:  # it was being stopped: finish the handshake
+        run.stop_reason = "preempt"
     status = read_status(Path(attempt.status_path)) or {}
     if "ended_at" in status or not _is_our_shim(handle):
         # it ended while the daemon was down (or its process is gone without a record)

@@ -29,8 +29,10 @@ class Running:
     status_path: Path
     handle: Handle | None = None
     pidfd: int | None = None
-    # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost"; None while it runs freely
+    # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost" | "requeue" | "preempt";
+    # None while it runs freely
     stop_reason: str | None = None
+    kill_in: float | None = None  # seconds from the stop signal to SIGKILL (None: its grace)
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     output: OutputReader | None = None  # metrics and progress read from what it writes
     submitted_at: float = 0.0  # checkpoints older than the job are not its own
