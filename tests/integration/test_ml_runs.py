@@ -158,8 +158,11 @@ def test_a_retry_resumes_from_the_newest_checkpoint(daemon: DaemonProcess,
                     str(tmp_path / "ckpt" / ".." / "train.py")):
             r = c.get(f"/v1/jobs/{job_id}/checkpoints/download", params={"path": bad})
             assert r.status_code == 404 and "SQLite" not in r.text
-    table = cli(daemon, "checkpoints", str(job_id))
-    assert table.returncode == 0 and "step_15.pt" in table.stdout and "(resume)" in table.stdout
+    wide = subprocess.run([sys.executable, "-m", "rota", "checkpoints", str(job_id)],
+                          env={**daemon.env, "COLUMNS": "400"}, capture_output=True, text=True,
+                          timeout=60, check=False)
+    row = [line for line in wide.stdout.splitlines() if "step_15.pt" in line]
+    assert wide.returncode == 0 and len(row) == 1 and "(resume)" in row[0], wide.stdout
 
 
 def test_checkpoints_reported_by_rota_job_are_resumed_from(daemon: DaemonProcess,

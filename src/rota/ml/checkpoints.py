@@ -26,6 +26,7 @@ import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: A file changed more recently than this may still be being written.
 SETTLE_S = 2.0
@@ -88,6 +89,18 @@ def find(where: str | None, cwd: str | None, *, now: float,
             found[c.path] = Checkpoint(c.path, step if step is not None else c.step, c.size,
                                        c.mtime, True, reported=True)
     return sorted(found.values(), key=lambda c: (c.step is None, c.step or 0, c.mtime))
+
+
+def of_job(where: str | None, cwd: str | None, *, reported: dict[str, Any] | None,
+           since: float, now: float) -> list[Checkpoint]:
+    """A job's own checkpoints: under its ``checkpoint_dir`` and written since ``since``
+    (older files there belong to an earlier run), plus the one it reported (rota.job's
+    ``{"path", "step"}``)."""
+    if where is None and not reported:
+        return []
+    told = [(str(reported["path"]), reported.get("step"))] if reported else []
+    return [c for c in find(where, cwd, now=now, reported=told)
+            if c.reported or c.mtime >= since]
 
 
 def newest_valid(checkpoints: list[Checkpoint]) -> Checkpoint | None:

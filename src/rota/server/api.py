@@ -21,7 +21,7 @@ from rota import __version__
 from rota.core.lifecycle import JobState
 from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
-from rota.ml.checkpoints import find as find_checkpoints
+from rota.ml.checkpoints import of_job as checkpoints_of_job
 from rota.server.auth import (
     VIA_KEY,
     Authenticator,
@@ -171,12 +171,9 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
 
     def _checkpoints(job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
         row = daemon.store.get_job(job_id)
-        spec = row.spec
-        reported = (row.progress or {}).get("checkpoint")
-        found = find_checkpoints(
-            spec.get("checkpoint_dir"), spec.get("cwd"), now=daemon.clock(),
-            reported=[(reported["path"], reported.get("step"))] if reported else ())
-        own = [c for c in found if c.reported or c.mtime >= row.created_at]
+        own = checkpoints_of_job(row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
+                                 reported=(row.progress or {}).get("checkpoint"),
+                                 since=row.created_at, now=daemon.clock())
         return own, newest_valid(own)
 
     @v1.get("/jobs/{job_id}/checkpoints")

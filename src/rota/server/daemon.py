@@ -448,19 +448,7 @@ class Daemon:
         attempt starts fresh): found under its checkpoint_dir, or reported by rota.job."""
         if run.attempt_no < 2:
             return None
-        reported = (run.output.progress.checkpoint if run.output else None) or {}
-        where = run.spec.checkpoint_dir
-        if where is None and not reported:
-            return None
-        try:
-            found = checkpoints.find(
-                where, run.spec.cwd, now=self.clock(),
-                reported=[(reported["path"], reported.get("step"))] if reported else ())
-        except OSError as e:
-            log.warning("job %s: looking for checkpoints failed: %s", run.job_id, e)
-            return None
-        own = [c for c in found if c.reported or c.mtime >= run.submitted_at]
-        best = checkpoints.newest_valid(own)
+        best = checkpoints.newest_valid(self._checkpoints_of(run, since=run.submitted_at))
         if best is None:
             return None
         self.store.add_event(job_id=run.job_id, kind="resume", now=self.clock(),
@@ -608,22 +596,26 @@ class Daemon:
 
     def _saved_text(self, run: Running) -> str:
         """What the stopped attempt left to resume from, for its record."""
-        reported = run.output.progress.checkpoint if run.output else None
-        where = run.spec.checkpoint_dir
-        if where is None and not reported:
+        if run.spec.checkpoint_dir is None and not (run.output and run.output.progress.checkpoint):
             return ""
-        try:
-            found = checkpoints.find(where, run.spec.cwd, now=self.clock() + checkpoints.SETTLE_S,
-                                     reported=[(reported["path"], reported.get("step"))]
-                                     if reported else ())
-        except OSError:
-            return ""
-        best = checkpoints.newest_valid([c for c in found
-                                         if c.reported or c.mtime >= run.started_at])
+        # the attempt has just ended: what it wrote counts without waiting for it to settle
+        best = checkpoints.newest_valid(self._checkpoints_of(
+            run, since=run.started_at, now=self.clock() + checkpoints.SETTLE_S))
         if best is None:
             return "; it saved no checkpoint"
         return f"; last checkpoint {best.path}" + (f" (step {best.step})"
                                                    if best.step is not None else "")
+
+    def _checkpoints_of(self, run: Running, *, since: float,
+                        now: float | None = None) -> list[checkpoints.Checkpoint]:
+        try:
+            return checkpoints.of_job(
+                run.spec.checkpoint_dir, run.spec.cwd, since=since,
+                reported=run.output.progress.checkpoint if run.output else None,
+                now=self.clock() if now is None else now)
+        except OSError as e:
+            log.warning("job %s: looking for checkpoints failed: %s", run.job_id, e)
+            return []
 
     def _after_failure(self, run: Running, src: JobState, why: str, code: int | None,
                        now: float) -> None:
