@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "Attempt", "Client", "Conflict", "DaemonUnavailable", "Event", "Forbidden",
-    "Gpu", "Health", "Identity", "InvalidSpec", "Job", "JobDetail", "JobState", "LogChunk",
-    "NotFound", "Page", "QueueSummary", "Reason", "RotaError", "Unauthorized", "WaitTimeout",
-    "Why", "__version__",
+    "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
+    "DaemonUnavailable", "Event", "Forbidden", "Gpu", "Health", "Identity", "InvalidSpec",
+    "Job", "JobDetail", "JobState", "LogChunk", "Metrics", "NotFound", "Page", "Progress",
+    "QueueSummary", "Reason", "RotaError", "Unauthorized", "WaitTimeout", "Why", "__version__",
 ]
 
 _ERRORS = ("Conflict", "DaemonUnavailable", "Forbidden", "InvalidSpec", "NotFound",
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from rota.client.aio import AsyncClient
     from rota.client.models import (
         Attempt,
+        Checkpoint,
+        Checkpoints,
         Event,
         Gpu,
         Health,
@@ -42,7 +44,9 @@ if TYPE_CHECKING:
         JobDetail,
         JobState,
         LogChunk,
+        Metrics,
         Page,
+        Progress,
         QueueSummary,
         Reason,
         Why,

@@ -21,3 +21,34 @@ def test_progress_text() -> None:
                           "eta_s": 37}) == "45%, step 450/1000, 14.8 steps/s, ETA 37s"
     assert progress_text({"epoch": 2, "total_epochs": 10, "rate": 0.4}) == \
         "epoch 2/10, 2.5 s/step"
+
+
+def test_estimate_sizes_for_this_machine_and_learns_time_limits(rota, daemon, tmp_path,  # type: ignore[no-untyped-def]
+                                                                until) -> None:
+    import json
+    import sys
+
+    r = rota("estimate", "qwen2.5-7b", "--mode", "lora", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    # the daemon's simulated GPUs have 24 GiB: 7B x 2 B x 1.3 = 18.2 GB -> 0.75 of one
+    assert got["gpus"] == 0.75 and any("largest GPU of this machine" in x
+                                       for x in got["reasons"])
+    script = tmp_path / "train_small.py"
+    script.write_text("import torch\nnet = torch.nn.Linear(2, 2).cuda()\nnet(1).backward()\n")
+    job = json.loads(rota("submit", "--json", "--gpus", "0", "--", sys.executable, "-c",
+                          "import time; time.sleep(0.5)", str(script)).stdout)["jobs"][0]
+    until(lambda: daemon.client.job(job["id"])["state"] == "completed", what="the past run")
+    r = rota("estimate", str(script))
+    assert r.exit_code == 0, r.output
+    assert "1 past run of train_small.py" in r.stdout and "time limit 5m" in r.stdout
+    assert "suggested: rota submit --gpus 1 --time-limit 5m -- ..." in r.stdout
+    bad = tmp_path / "broken.py"
+    bad.write_text("def f(:\n")
+    r = rota("estimate", str(bad))
+    assert r.exit_code != 0 and "line 1" in r.output
+    cfg = tmp_path / "model"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"hidden_size": 4096}))
+    r = rota("estimate", str(cfg))
+    assert r.exit_code != 0 and "num_hidden_layers" in r.output

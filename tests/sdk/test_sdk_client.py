@@ -253,3 +253,25 @@ def test_import_rota_stays_cheap() -> None:
             "print(sorted(m for m in ('httpx', 'pydantic', 'rota.client') if m in sys.modules))")
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- ML: metrics, progress, checkpoints, preempt ---------------------------------------------
+
+def test_metrics_progress_and_checkpoints(client: rota.Client, unique: Unique,
+                                          tmp_path: Path) -> None:
+    lines = [f"step {i}/4: loss={1.0 / i:.2f}" for i in range(1, 5)]
+    job = client.submit(command=printer(*lines), gpus=0, name=unique("ml"),
+                        checkpoint_dir=str(tmp_path))
+    done = client.wait(job.id, timeout=60)
+    assert done.command[:2] == printer()[:2]
+    assert done.progress is not None and (done.progress.step, done.progress.total_steps) == (4, 4)
+    assert done.progress.fraction == 1.0
+    m = client.metrics(job.id)
+    assert isinstance(m, rota.Metrics) and m.values("loss") == [1.0, 0.5, 0.33, 0.25]
+    assert [p[0] for p in m.series["loss"]] == [1, 2, 3, 4]
+    assert client.metrics(job.id, after=m.next).series == {}  # nothing new since
+    assert client.metrics(job.id, names=["nothing"]).series == {}
+    cps = client.checkpoints(job.id)
+    assert isinstance(cps, rota.Checkpoints) and cps.checkpoints == [] and cps.resume_from is None
+    with pytest.raises(Conflict, match="only running jobs can be preempted"):
+        client.preempt(job.id)

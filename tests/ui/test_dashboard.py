@@ -188,6 +188,8 @@ def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
     expect(bar).to_be_visible()  # shown while it runs
     assert 0 < float(bar.get_attribute("value") or 0) < 1
     expect(page.locator("dl.kv").first).to_contain_text("step ")
+    wait_until(lambda: dashboard.job(job["id"])["state"] == "completed", timeout=30,
+               what="the job to end")
     expect(page.locator(".page-head .badge")).to_have_text("completed")
     loss = page.locator("figure[data-metric=loss]")
     expect(loss).to_be_visible()

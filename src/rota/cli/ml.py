@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -10,7 +12,8 @@ from rich.table import Table
 
 from rota.cli.common import client, emit, run_cli
 from rota.cli.jobs import fmt_time
-from rota.units import format_duration, format_memory
+from rota.errors import InvalidSpec, RotaError
+from rota.units import format_duration, format_memory, parse_memory
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
@@ -104,6 +107,95 @@ def checkpoints(job_id: int = typer.Argument(..., metavar="JOB"),
         emit(c.checkpoints(job_id), json_out, checkpoints_table)
 
 
+DEFAULT_GPU_MEMORY = "80G"
+
+
+def _machine(gpu_memory: str | None) -> tuple[int, str]:
+    """GPU memory to size for: the option, else this machine's largest GPU (asking the
+    daemon), else 80 GB."""
+    if gpu_memory is not None:
+        return parse_memory(gpu_memory, field="gpu_memory"), "as --gpu-memory says"
+    try:
+        with client() as c:
+            gpus = c.gpus()["gpus"]
+        if gpus:
+            top = max(g["memory_total"] for g in gpus)
+            return top, f"the largest GPU of this machine ({len(gpus)} GPUs)"
+    except RotaError:
+        pass
+    return parse_memory(DEFAULT_GPU_MEMORY), "no daemon to ask: sized for 80 GiB GPUs " \
+        "(--gpu-memory to change)"
+
+
+def _past_runs(script: Path) -> list[float]:
+    """Run times of completed jobs whose command names this script, from the daemon; none
+    when it cannot be reached."""
+    try:
+        with client() as c:
+            jobs = c.jobs(states=["completed"], limit=1000)
+    except RotaError:
+        return []
+    return [j["ended_at"] - j["started_at"] for j in jobs
+            if j.get("started_at") and j.get("ended_at")
+            and any(Path(word).name == script.name for word in j.get("command", []))]
+
+
+def advice_text(data: dict[str, Any]) -> str:
+    lines = [f"{data['target']}: " + ", ".join(
+        x for x in (f"{data['gpus']:g} GPU" + ("" if data["gpus"] == 1 else "s")
+                    if data["gpus"] is not None else "",
+                    f"{format_memory(data['gpu_mem'])} each" if data["gpu_mem"] else "",
+                    f"time limit {format_duration(data['time_limit'])}"
+                    if data["time_limit"] else "") if x)]
+    lines += [f"  - {r}" for r in data["reasons"]]
+    if data["submit_options"]:
+        lines.append("suggested: rota submit " + " ".join(data["submit_options"]) + " -- ...")
+    return "\n".join(lines)
+
+
+def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
+                                          help="a model name (qwen2.5-7b), a Hugging Face "
+                                               "config.json or its folder, or a script"),
+             mode: str = typer.Option(None, help="inference, lora, qlora or full (default: "
+                                                 "inference; for a script, what its code does)"),
+             dtype: str = typer.Option("bf16", help="weights' dtype: fp32, bf16, fp16, int8, "
+                                                    "int4"),
+             gpu_memory: str = typer.Option(None, "--gpu-memory",
+                                            help="size for GPUs of this much memory (default: "
+                                                 "this machine's)"),
+             json_out: bool = typer.Option(False, "--json")) -> None:
+    """How many GPUs, how much GPU memory and how long a model or a script needs, and why."""
+    from rota.cli.common import load
+    from rota.ml import advise
+    from rota.ml.estimate import LlmTable
+    from rota.ml.scan import scan
+
+    with run_cli(json_out=json_out):
+        table = LlmTable.load(load().llm_config_path)
+        memory, where = _machine(gpu_memory)
+        path = Path(target)
+        if path.suffix == ".py" and path.is_file():
+            facts = scan(path.read_text(encoding="utf-8", errors="replace"), name=path.name)
+            a = advise.for_script(facts, name=path.name, table=table, gpu_memory=memory,
+                                  mode=mode, dtype=dtype, past_runs=_past_runs(path))
+        elif (path / "config.json").is_file() or (path.suffix == ".json" and path.is_file()):
+            cfg_path = path / "config.json" if path.is_dir() else path
+            try:
+                config = json.loads(cfg_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise InvalidSpec(f"{cfg_path}: cannot read it as JSON: {e}",
+                                  field="config") from None
+            a = advise.for_config(config, label=str(cfg_path), gpu_memory=memory,
+                                  mode=mode or "inference", dtype=dtype)
+        else:
+            a = advise.for_model(target, table=table, gpu_memory=memory,
+                                 mode=mode or "inference", dtype=dtype)
+        a.reasons.append(f"GPU memory: {format_memory(memory)}, {where}")
+        emit({"target": target, **a.to_json(), "submit_options": a.submit_options()},
+             json_out, advice_text)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(metrics)
     app.command()(checkpoints)
+    app.command()(estimate)

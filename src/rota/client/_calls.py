@@ -17,6 +17,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from rota.client.models import (
+    Checkpoints,
     Event,
     Gpu,
     Health,
@@ -25,6 +26,7 @@ from rota.client.models import (
     JobDetail,
     JobState,
     LogChunk,
+    Metrics,
     Page,
     QueueSummary,
     Why,
@@ -139,8 +141,30 @@ def why(ref: JobRef) -> Call[Why]:
     return Call("GET", _jobs_path(ref, "/why"), Why.model_validate)
 
 
+def metrics(ref: JobRef, names: Sequence[str], attempt: int | None,
+            after: int) -> Call[Metrics]:
+    params: dict[str, Any] = {"name": list(names), "after": after}
+    if attempt is not None:
+        params["attempt"] = attempt
+    return Call("GET", _jobs_path(ref, "/metrics"), Metrics.model_validate, params=params)
+
+
+def merge_metrics(into: Metrics | None, page: Metrics) -> Metrics:
+    """Pages of samples as one answer."""
+    if into is None:
+        return page
+    for name, points in page.series.items():
+        into.series.setdefault(name, []).extend(points)
+    into.next, into.more, into.progress = page.next, page.more, page.progress
+    return into
+
+
+def checkpoints(ref: JobRef) -> Call[Checkpoints]:
+    return Call("GET", _jobs_path(ref, "/checkpoints"), Checkpoints.model_validate)
+
+
 def action(ref: JobRef, verb: str) -> Call[None]:
-    """cancel, hold or release; the client then reads the job back."""
+    """cancel, hold, release or preempt; the client then reads the job back."""
     return Call("POST", _jobs_path(ref, f"/{verb}"), lambda _: None)
 
 

@@ -17,6 +17,7 @@ from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
 from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, TimeoutTypes
 from rota.client.models import (
+    Checkpoints,
     Event,
     Gpu,
     Health,
@@ -24,6 +25,7 @@ from rota.client.models import (
     Job,
     JobDetail,
     LogChunk,
+    Metrics,
     Page,
     QueueSummary,
     Why,
@@ -128,6 +130,28 @@ class AsyncClient:
         """Let a held job be scheduled again."""
         await self._send(calls.action(job_id, "release"))
         return await self.get(job_id)
+
+    async def preempt(self, job_id: JobRef) -> JobDetail:
+        """Stop a running job through the stop handshake and queue it again in its place;
+        it resumes from its newest checkpoint (docs/ml.md). Answers the job as it is now."""
+        await self._send(calls.action(job_id, "preempt"))
+        return await self.get(job_id)
+
+    async def metrics(self, job_id: JobRef, *, names: Sequence[str] = (),
+                attempt: int | None = None, after: int = 0) -> Metrics:
+        """Metric samples read from the job's output (every page from ``after`` on); poll
+        with ``after=answer.next`` for what came since."""
+        out: Metrics | None = None
+        while True:
+            page = await self._send(calls.metrics(job_id, names, attempt, after))
+            out = calls.merge_metrics(out, page)
+            if not page.more:
+                return out
+            after = page.next
+
+    async def checkpoints(self, job_id: JobRef) -> Checkpoints:
+        """The job's checkpoints and the one a retry would resume from."""
+        return await self._send(calls.checkpoints(job_id))
 
     async def requeue(self, job_id: JobRef) -> Job:
         """Run a job again. A running job is stopped and queued again (same id); an

@@ -39,11 +39,27 @@ class Reason(Model):
     blocker: int | None = None
 
 
+class Progress(Model):
+    """How far a job's output says it has got (see docs/ml.md)."""
+
+    attempt: int | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: int | None = None
+    fraction: float | None = None  # 0..1 when a total is known
+    rate: float | None = None  # steps per second
+    eta_s: float | None = None
+    updated_at: datetime | None = None
+    checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
+
+
 class Job(Model):
     """One job as listed: what it asked for and where it is in its life."""
 
     id: int
     name: str
+    command: list[str] = Field(default_factory=list)
     user: str
     state: JobState | str = _state()
     priority: int = 0
@@ -57,6 +73,7 @@ class Job(Model):
     end_reason: str | None = None
     gpu_indices: list[int] = Field(default_factory=list)
     reason: Reason | None = None
+    progress: Progress | None = None
 
     @property
     def done(self) -> bool:
@@ -174,3 +191,32 @@ class Identity(Model):
     user: str
     admin: bool = False
     via: str | None = None  #: "socket" (the daemon's owner) or "tcp" (a token)
+
+
+class Metrics(Model):
+    """A job's metric samples: per metric, [step, value, time, attempt] points."""
+
+    id: int
+    series: dict[str, list[list[Any]]] = Field(default_factory=dict)
+    next: int = 0  # the cursor: pass it as ``after`` for what came since
+    more: bool = False
+    progress: Progress | None = None
+
+    def values(self, name: str) -> list[float]:
+        """One metric's values in order (empty when the job never printed it)."""
+        return [float(p[1]) for p in self.series.get(name, [])]
+
+
+class Checkpoint(Model):
+    path: str
+    step: int | None = None
+    size: int = 0
+    mtime: datetime | None = None
+    valid: bool = True
+    reported: bool = False
+
+
+class Checkpoints(Model):
+    id: int
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    resume_from: str | None = None  # what a retry would resume from

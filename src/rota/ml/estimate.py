@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,15 +222,22 @@ def estimate_llm(model: str, *, table: LlmTable, gpu_memory: int, mode: str = "i
                                f"in {where}")
         raise InvalidSpec(f"cannot tell the size of model {model!r}: add it to "
                           "llm_config.json or pass --gpus", field="llm")
+    return sized(model, params, gpu_memory=gpu_memory, mode=mode, dtype=dtype,
+                 source="model name")
+
+
+def sized(label: str, params: float, *, gpu_memory: int, mode: str = "inference",
+          dtype: str = "bf16", source: str = "model size") -> LlmEstimate:
+    """GPUs for a model of ``params`` parameters on GPUs of ``gpu_memory`` bytes: a share of
+    one (in quarters) when it fits, else whole GPUs."""
     need = estimate_memory(params, dtype=dtype, mode=mode)
-    how = _formula(model, params, dtype, mode, need)
+    how = _formula(label, params, dtype, mode, need)
     if need <= gpu_memory:
         quarters = max(1, -(-need * 4 // gpu_memory))  # integer ceil: no float drift
         gpus = quarters * FRACTION_STEP
-        return LlmEstimate(gpus, need, "model name",
-                           f"{how} -> {gpus:g} of a {_gb(gpu_memory)} GPU")
+        return LlmEstimate(gpus, need, source, f"{how} -> {gpus:g} of a {_gb(gpu_memory)} GPU")
     n = math.ceil(need / (MULTI_GPU_USABLE * gpu_memory))
-    return LlmEstimate(float(n), None, "model name",
+    return LlmEstimate(float(n), None, source,
                        f"{how} -> {n} GPUs of {_gb(gpu_memory)} "
                        f"({MULTI_GPU_USABLE:.0%} of each counted on when split)")
 
@@ -243,3 +251,47 @@ def _formula(model: str, params: float, dtype: str, mode: str, need: int) -> str
     bpp = BYTES_PER_PARAM[dtype.lower()]
     return (f"{model}: {p} x {bpp:g} B ({dtype}) x {_mode_factor(mode):g} ({mode}) "
             f"= {_gb(need)}")
+
+
+def _first(config: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if config.get(k) is not None:
+            return config[k]
+    return None
+
+
+def params_from_config(config: Mapping[str, Any], *, source: str = "config.json") -> float:
+    """Parameter count of a decoder-only transformer from its Hugging Face ``config.json``.
+
+    Per layer: attention q and o (h x h each), k and v (h x kv_heads x head_dim each), the
+    MLP (3 x h x I when gated, as in Llama, Qwen, Mistral; 2 x h x I otherwise, as in GPT-2
+    and GPT-NeoX; times the experts of a mixture), plus the embeddings and, unless tied,
+    the output head. Norms and biases are left out (well under 0.1 %). Llama-2-7B's config
+    gives 6.74B and Qwen2.5-7B's 7.62B, as published.
+    """
+    nested = config.get("text_config")
+    if isinstance(nested, Mapping):  # multimodal wrappers keep the language model inside
+        config = nested
+    h = _first(config, "hidden_size", "n_embd", "d_model")
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    vocab = _first(config, "vocab_size")
+    missing = [name for name, v in (("hidden_size", h), ("num_hidden_layers", layers),
+                                    ("vocab_size", vocab)) if not isinstance(v, int) or v <= 0]
+    if missing:
+        raise InvalidSpec(f"{source}: cannot count parameters without {', '.join(missing)}",
+                          field="config")
+    heads = _first(config, "num_attention_heads", "n_head") or 1
+    kv_heads = _first(config, "num_key_value_heads") or heads
+    head_dim = _first(config, "head_dim") or h // heads
+    inter = _first(config, "intermediate_size", "n_inner", "ffn_dim") or 4 * h
+    model_type = str(config.get("model_type", "")).lower()
+    act = str(_first(config, "hidden_act", "activation_function") or "").lower()
+    gated = model_type not in ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon") and (
+        "silu" in act or "swiglu" in act or "gelu_pytorch_tanh" in act or "geglu" in act
+        or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral",
+                          "phi3"))
+    experts = _first(config, "num_local_experts", "num_experts", "n_routed_experts") or 1
+    attn = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim
+    mlp = (3 if gated else 2) * h * inter * experts
+    embed = vocab * h * (1 if config.get("tie_word_embeddings", model_type == "gpt2") else 2)
+    return float(layers * (attn + mlp) + embed)

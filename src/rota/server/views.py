@@ -15,6 +15,7 @@ def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, An
     run = d.running.get(row.id)
     out: dict[str, Any] = {
         "id": row.id, "name": row.name or " ".join(spec["command"])[:60],
+        "command": spec["command"],
         "user": row.user, "state": state, "priority": row.priority, "gpus": row.gpus,
         "gpu_mem": row.gpu_mem, "created_at": row.created_at, "started_at": row.started_at,
         "ended_at": row.ended_at, "attempts": row.attempts, "exit_code": row.exit_code,
