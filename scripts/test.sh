@@ -20,7 +20,9 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+# the CPU build of torch first: a bare `torch` (or the ml extra's range) pulls a multi-GB CUDA build
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e '.[test,ml]'
 
 # --- a private PostgreSQL server ------------------------------------------------------
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
@@ -35,6 +37,7 @@ trap stop_pg EXIT
 export ROTA_TEST_PG_URL="postgresql://rota@127.0.0.1:$PGPORT/postgres"
 export ROTA_REQUIRE_PG=1
 export ROTA_REQUIRE_BROWSER=1  # tests/ui fail, not skip, without /usr/bin/chromium
+export ROTA_REQUIRE_TORCH=1    # the training templates' tests fail, not skip, without torch
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy

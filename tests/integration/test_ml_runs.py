@@ -187,3 +187,47 @@ def test_checkpoints_reported_by_rota_job_are_resumed_from(daemon: DaemonProcess
         assert "resuming at 7" in (daemon.home / "logs" / f"{job_id}.log").read_text()
         m = c.get(f"/v1/jobs/{job_id}/metrics").json()
         assert m["series"]["loss"] == [[7, 0.5, m["series"]["loss"][0][2], 1]]
+
+
+OOM = textwrap.dedent("""
+    import os, sys, time
+    time.sleep(1.5)  # long enough for the daemon to read the GPUs while it runs
+    if os.environ["ROTA_ATTEMPT"] == "1":
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+    print("fits now", flush=True)
+""")
+
+
+def test_an_out_of_memory_death_is_retried_once_with_more_memory(daemon: DaemonProcess) -> None:
+    job_id = submit(daemon, "--name", "oom-job", "--gpus", "0.25", "--gpu-mem", "4G", "--",
+                    sys.executable, "-u", "-c", OOM)
+    with api(daemon) as c:
+        wait_until(lambda: state(c, job_id)["state"] in ("completed", "failed"), timeout=60)
+        job = state(c, job_id)
+        assert (job["state"], job["attempts"]) == ("completed", 2)  # no --retries needed
+        # simulated GPUs report a job's processes at 90 % of what it asked
+        first = job["attempts_detail"][0]
+        assert first["peak_gpu_mem"] == int(0.9 * 4 * 2**30) and first["outcome"] == "failed"
+        assert job["gpu_mem"] == 6 * 2**30  # 1.5 x 4 GiB
+        assert job["attempts_detail"][1]["gpu_mem"] == 6 * 2**30
+        events = c.get(f"/v1/jobs/{job_id}/events").json()["events"]
+        [retry] = [e for e in events if e["kind"] == "oom_retry"]
+        assert "retried once with 6" in retry["message"]
+        # the next submit of the same name asking far more than it used is warned
+        r = cli(daemon, "submit", "--json", "--name", "oom-job", "--gpus", "1", "--hold", "--",
+                "true")
+        assert r.returncode == 0
+        assert "warning:" in r.stderr and "peaked at 5.4G" in r.stderr, r.stderr  # 0.9 x 6 GiB
+        assert json.loads(r.stdout)["warnings"]
+
+
+def test_a_second_out_of_memory_is_a_failure(daemon: DaemonProcess) -> None:
+    script = OOM.replace('os.environ["ROTA_ATTEMPT"] == "1"', "True")
+    job_id = submit(daemon, "--gpus", "0.25", "--gpu-mem", "4G", "--", sys.executable, "-u",
+                    "-c", script)
+    with api(daemon) as c:
+        wait_until(lambda: state(c, job_id)["state"] in ("completed", "failed"), timeout=60)
+        job = state(c, job_id)
+        assert (job["state"], job["attempts"]) == ("failed", 2)

@@ -42,6 +42,11 @@ def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
             console.print(out, highlight=False, soft_wrap=True)
 
 
+def warn(message: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False,
+                      soft_wrap=True)
+
+
 def fail(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rota.cli.common import apply_each, client, console, emit, load, run_cli
+from rota.cli.common import apply_each, client, console, emit, load, run_cli, warn
 from rota.cli.common import fail as _fail
 from rota.client import RawClient as Client
 from rota.core.spec import parse_spec
@@ -322,6 +322,9 @@ def submit(
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),
+    template: str = typer.Option(None, "--template",
+                                 help="a ready-made job (`rota templates` lists them)"),
+    set_: list[str] = typer.Option(None, "--set", help="a template option KEY=VALUE, repeatable"),
     dedup: bool = typer.Option(False, "--dedup", help="skip jobs identical to a queued/done one"),
     idempotency_key: str = typer.Option(None, "--idempotency-key",
                                         help="a retried submit with this key adds nothing"),
@@ -347,6 +350,16 @@ def submit(
                                   f"it with {', '.join(given)}", field="file")
             _submit_file(file, json_out=json_out, dedup=dedup, idempotency_key=idempotency_key)
             return
+        if template is not None:
+            _submit_template(template, set_ or [], command or [], json_out=json_out,
+                             overrides={"name": name, "priority": priority, "gpus": gpus,
+                                        "hold": hold or None, "tags": tag or None,
+                                        "time_limit": parse_duration(time_limit)
+                                        if time_limit else None})
+            return
+        if set_:
+            raise InvalidSpec("--set gives a template's options: use it with --template",
+                              field="set")
         raw = build_raw(command or [], name=name, gpus=gpus, gpu_mem=gpu_mem, llm=llm,
                         priority=priority, allowed_gpus=allowed_gpus, conda=conda, cwd=cwd,
                         env=env or [], secret_env=secret_env or [], time_limit=time_limit,
@@ -357,8 +370,26 @@ def submit(
                         stop_signal=stop_signal)
         raws = expand(raw, sweep or [])
         with client() as c:
-            jobs = c.submit(raws, idempotency_key=idempotency_key, dedup=dedup)
-        emit({"jobs": jobs}, json_out, lambda d: _submitted_text(d["jobs"]))
+            answer = c.submit_full(raws, idempotency_key=idempotency_key, dedup=dedup)
+        jobs = answer["jobs"]
+        for w in answer.get("warnings", []):
+            warn(w)
+        emit({"jobs": jobs, **({"warnings": answer["warnings"]} if "warnings" in answer else {})},
+             json_out, lambda d: _submitted_text(d["jobs"]))
+
+
+def _submit_template(name: str, sets: list[str], command: list[str], *, json_out: bool,
+                     overrides: dict[str, Any]) -> None:
+    from rota.templates import get
+
+    if command:
+        raise InvalidSpec(f"--template {name} makes the command; give its options with --set, "
+                          f"not {shlex.join(command)!r}", field="command")
+    raw = get(name).spec(sets)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    with client() as c:
+        jobs = c.submit([raw])
+    emit({"jobs": jobs}, json_out, lambda d: _submitted_text(d["jobs"]))
 
 
 def _submit_file(path: Path, *, json_out: bool, dedup: bool,
@@ -434,7 +465,7 @@ def _spec_lines(spec: dict[str, Any]) -> Table:
 def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
     t = Table(title="attempts", title_justify="left", header_style="bold")
     for col in ("#", "gpus", "share", "started", "ended", "took", "exit", "outcome",
-                "reason", "backend", "pid/session"):
+                "reason", "peak mem", "backend", "pid/session"):
         t.add_column(col, overflow="fold")
     now = time.time()
     for a in attempts:
@@ -445,8 +476,9 @@ def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
         add_row(t, str(a["number"]), ",".join(map(str, a.get("gpus") or [])) or "-",
                   f"{a['fraction']:g}", fmt_time(a.get("started_at"), short=True),
                   fmt_time(a.get("ended_at"), short=True), format_duration(took), exit_text,
-                  a.get("outcome") or "running", a.get("reason") or "", a.get("backend") or "",
-                  who)
+                  a.get("outcome") or "running", a.get("reason") or "",
+                  format_memory(a["peak_gpu_mem"]) if a.get("peak_gpu_mem") else "-",
+                  a.get("backend") or "", who)
     return t
 
 

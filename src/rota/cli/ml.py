@@ -195,7 +195,35 @@ def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
              json_out, advice_text)
 
 
+def templates(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Ready-made jobs that really train: `rota submit --template NAME --set KEY=VALUE`."""
+    from rich.console import Group
+
+    from rota.templates import TEMPLATES
+
+    data = [{"name": t.name, "summary": t.summary, "needs": t.needs,
+             "options": [{"name": o.name, "default": o.default, "help": o.help}
+                         for o in t.options]} for t in TEMPLATES.values()]
+
+    def show(items: list[dict[str, Any]]) -> Group:
+        parts: list[Any] = []
+        for t in items:
+            table = Table(title=f"{t['name']}: {t['summary']}", title_justify="left",
+                          caption=f"needs {t['needs']}", caption_justify="left",
+                          header_style="bold")
+            for col in ("option", "default", "meaning"):
+                table.add_column(col, overflow="fold")
+            for o in t["options"]:
+                table.add_row(o["name"], str(o["default"]), o["help"])
+            parts.append(table)
+        return Group(*parts)
+
+    with run_cli(json_out=json_out):
+        emit(data, json_out, show)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(metrics)
     app.command()(checkpoints)
     app.command()(estimate)
+    app.command()(templates)

@@ -95,6 +95,7 @@ class Attempt(Model):
     signal: int | None = None
     outcome: str | None = None
     reason: str | None = None
+    peak_gpu_mem: int | None = None  # the most GPU memory it held on one GPU (bytes)
     pid: int | None = None
     session: str | None = None
 

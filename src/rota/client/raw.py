@@ -35,8 +35,13 @@ class RawClient:
     # --- jobs ----------------------------------------------------------------------------
     def submit(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
                dedup: bool = False) -> list[dict[str, Any]]:
+        return list(self.submit_full(jobs, idempotency_key=idempotency_key, dedup=dedup)["jobs"])
+
+    def submit_full(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
+                    dedup: bool = False) -> dict[str, Any]:
+        """The whole answer: ``jobs``, and ``warnings`` about their sizes when there are any."""
         body = {"jobs": jobs, "idempotency_key": idempotency_key, "dedup": dedup}
-        return list(self.request("POST", "/v1/jobs", json=body)["jobs"])
+        return dict(self.request("POST", "/v1/jobs", json=body))
 
     def jobs(self, *, states: list[str] | None = None, user: str | None = None,
              name: str | None = None, limit: int = 200) -> list[dict[str, Any]]:

@@ -125,7 +125,11 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
             p.require_admin(f"submitting as {body.user!r}")
         rows = intake.submit(body.jobs, user=body.user or p.user, source="api",
                              idempotency_key=body.idempotency_key, dedup=body.dedup)
-        return {"jobs": [job_view(daemon, r) for r in rows]}
+        out: dict[str, Any] = {"jobs": [job_view(daemon, r) for r in rows]}
+        warnings = intake.sizing_warnings(rows)
+        if warnings:
+            out["warnings"] = warnings
+        return out
 
     @v1.get("/jobs")
     async def list_jobs(state: list[str] = Query(default=[]), user: str | None = None,

@@ -32,13 +32,15 @@ from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_
 from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import BackendError, Conflict, NotFound, StoreError
-from rota.ml import checkpoints
+from rota.ml import checkpoints, oom
 from rota.ml.parse import LineParser
+from rota.server.logstream import read_tail
 from rota.server.metrics import Metrics
 from rota.server.outputs import READ_EVERY_S, OutputReader, Progress, events_path, stop_file
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
 from rota.store.repo import JobRecord, LaunchInfo, Store
+from rota.units import format_memory
 
 log = logging.getLogger("rota.daemon")
 HISTORY_STEP = 10.0  # seconds between GPU history points
@@ -230,11 +232,31 @@ class Daemon:
             if r.stop_reason is None and lost.intersection(r.gpus):
                 bad = sorted(lost.intersection(r.gpus))
                 self._stop_job(r, "gpu_lost", f"GPU {bad} vanished or became unhealthy")
+        self._note_peaks(new.values())
         if changed:
             self.store.add_event(job_id=None, kind="gpus_changed", now=self.clock(),
                                  message=f"GPUs present: {sorted(new)}; unhealthy: "
                                          f"{sorted(i for i, r in new.items() if not r.healthy)}")
         return changed
+
+    def _note_peaks(self, readings: Iterable[GpuReading]) -> None:
+        """Each running job's peak GPU memory: what the driver lists for the processes of
+        its session, per GPU (NVML per process; simulated GPUs report their jobs too)."""
+        by_session = {r.handle.pid: r for r in self.running.values() if r.handle is not None}
+        if not by_session:
+            return
+        for g in readings:
+            per_job: dict[int, int] = {}
+            for pid, used in g.process_memory.items():
+                run = by_session.get(pid)
+                if run is None:
+                    with contextlib.suppress(OSError):
+                        run = by_session.get(os.getsid(pid))
+                if run is not None:
+                    per_job[run.job_id] = per_job.get(run.job_id, 0) + used
+            for job_id, used in per_job.items():
+                run = self.running[job_id]
+                run.peak_gpu_mem = max(run.peak_gpu_mem, used)
 
     def gpu_views(self) -> list[GpuView]:
         alloc: dict[int, int] = {}
@@ -584,7 +606,8 @@ class Daemon:
             outcome = "failed"
             self._after_failure(run, src, how, code, now)
         self.store.update_attempt(run.attempt_id, ended_at=now, exit_code=code,
-                                  signal=info.signal, outcome=outcome, reason=reason)
+                                  signal=info.signal, outcome=outcome, reason=reason,
+                                  peak_gpu_mem=run.peak_gpu_mem or None)
         self.metrics.ends.labels(outcome).inc()
         self.metrics.run_time.labels(outcome).observe(max(0.0, now - run.started_at))
         ev = self._exited.pop(run.job_id, None)
@@ -619,6 +642,15 @@ class Daemon:
 
     def _after_failure(self, run: Running, src: JobState, why: str, code: int | None,
                        now: float) -> None:
+        bigger = self._oom_retry(run)
+        if bigger is not None:
+            pending, message = bigger
+            self.store.update_job(run.job_id, gpus=pending.gpus_milli / MILLI,
+                                  gpu_mem=pending.gpu_mem)
+            self._requeue(run.job_id, src, f"{why}; {message}", pending, not_before=None,
+                          exit_code=code)
+            self.store.add_event(job_id=run.job_id, kind="oom_retry", now=now, message=message)
+            return
         failures = run.failures + 1
         spec = run.spec
         if failures <= spec.retries:
@@ -629,6 +661,26 @@ class Daemon:
         else:
             self._transition(run.job_id, src, JobState.FAILED, message=why, ended_at=now,
                              exit_code=code, end_reason=why, failures=failures)
+
+    def _oom_retry(self, run: Running) -> tuple[PendingJob, str] | None:
+        """A job that died of GPU out-of-memory runs once more with more memory, when some
+        GPU it may use has that much: (its place in the queue with the new need, why)."""
+        if not run.gpus or not oom.died_of_oom(read_tail(run.log_path, oom.TAIL_BYTES)):
+            return None
+        if any(e.kind == "oom_retry" for e in self.store.events(run.job_id)):
+            return None  # once only: a second out-of-memory is a failure like any other
+        totals = [g.memory_total for i, g in self.readings.items()
+                  if run.pending.allowed is None or i in run.pending.allowed]
+        need = oom.bigger_request(asked=run.gpu_mem, peak=run.peak_gpu_mem,
+                                  milli=run.milli, gpu_total=max(totals, default=0))
+        if need is None:
+            return None
+        milli, mem = need
+        gpus = len(run.gpus) * MILLI if run.milli >= MILLI else milli
+        message = (f"GPU out of memory (peak {format_memory(run.peak_gpu_mem)} on one GPU, "
+                   f"{format_memory(run.gpu_mem) if run.gpu_mem else 'no amount'} asked): "
+                   f"retried once with {format_memory(mem)} per GPU")
+        return replace(run.pending, gpus_milli=gpus, gpu_mem=mem), message
 
     def _requeue(self, job_id: int, src: JobState, why: str, pending: PendingJob, *,
                  not_before: float | None, **fields: object) -> None:

@@ -4,6 +4,7 @@ and the watched jobs file."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from rota.jobsfile import JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.server.daemon import Daemon
 from rota.store.repo import JobRecord
+from rota.units import format_memory
+
+GIB = 1 << 30
 
 log = logging.getLogger("rota.intake")
 
@@ -95,6 +99,20 @@ class Intake:
         self.daemon.accept(rows)
         return rows
 
+    def sizing_warnings(self, rows: list[JobRecord]) -> list[str]:
+        """Jobs named like an earlier one whose request is far from what that one used."""
+        total = max((g.memory_total for g in self.daemon.readings.values()), default=0)
+        out: list[str] = []
+        for row in rows:
+            last = self.daemon.store.last_peak(row.name) if row.name else None
+            if last is None or not total:
+                continue
+            warning = sizing_warning(row.id, row.name, gpus=row.gpus, gpu_mem=row.gpu_mem,
+                                     gpu_total=total, last_job=last[0], peak=last[1])
+            if warning:
+                out.append(warning)
+        return out
+
     # --- the watched jobs file -----------------------------------------------------------
     def poll_jobs_file(self, *, force: bool = False) -> JobsFileStatus:
         """Queue new lines of the jobs file; report bad lines with their numbers."""
@@ -126,3 +144,20 @@ class Intake:
             status.queued.extend(r.id for r in rows)
         self.jobs_file = status
         return status
+
+
+def sizing_warning(job_id: int, name: str, *, gpus: float, gpu_mem: int | None, gpu_total: int,
+                   last_job: int, peak: int) -> str | None:
+    """A warning when a request (memory per GPU, or the share of one) is far above what the
+    last run of the same name used (more than twice, and at least 4 GiB over) or below it."""
+    if gpus <= 0:
+        return None
+    asked = gpu_mem if gpu_mem else int(min(gpus, 1.0) * gpu_total)
+    used = f"job {last_job}, the last {name!r}, peaked at {format_memory(peak)} per GPU"
+    if asked < peak:
+        return (f"job {job_id} asks {format_memory(asked)} per GPU but {used}: it may run "
+                "out of memory")
+    if asked > 2 * peak and asked - peak >= 4 * GIB:
+        return (f"job {job_id} asks {format_memory(asked)} per GPU but {used}: "
+                f"--gpu-mem {format_memory(math.ceil(peak * 1.5 / GIB) * GIB)} would do")
+    return None

@@ -31,6 +31,17 @@ def read_range(path: Path, offset: int, limit: int) -> bytes:
         return b""
 
 
+def read_tail(path: Path, limit: int) -> bytes:
+    """The last ``limit`` bytes of a file (all of it when smaller; nothing when missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return f.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
 async def follow(path: Path, offset: int, ended: Callable[[], bool], *,
                  heartbeat_s: float | None = None) -> AsyncIterator[tuple[int, bytes]]:
     """(offset, data) chunks from ``offset`` on, until ``ended()`` and the file is read.

@@ -53,7 +53,7 @@ def attempt_view(a: AttemptRecord) -> dict[str, Any]:
     return {"number": a.number, "gpus": a.gpu_indices, "fraction": a.milli / 1000,
             "gpu_mem": a.gpu_mem, "backend": a.backend, "started_at": a.started_at,
             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal,
-            "outcome": a.outcome, "reason": a.reason,
+            "outcome": a.outcome, "reason": a.reason, "peak_gpu_mem": a.peak_gpu_mem,
             "pid": (a.handle or {}).get("pid"), "session": (a.handle or {}).get("session_name")}
 
 

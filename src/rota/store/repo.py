@@ -353,6 +353,17 @@ class Store:
         with self._reading() as c:
             return list(c.execute(q))
 
+    def last_peak(self, name: str) -> tuple[int, int] | None:
+        """(job id, peak GPU memory) of the newest finished attempt of a job of this name
+        that recorded one."""
+        j, a = _jobs.c, _attempts.c
+        q = (select(j.id, a.peak_gpu_mem).join(_attempts, a.job_id == j.id)
+             .where(j.name == name, a.peak_gpu_mem.is_not(None), a.ended_at.is_not(None))
+             .order_by(a.id.desc()).limit(1))
+        with self._reading() as c:
+            row = c.execute(q).first()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float) -> UserRow:
         row = UserRow(name=name, admin=admin, created_at=now)
