@@ -8,15 +8,13 @@ import threading
 import time
 from collections.abc import Iterator
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from httpx_sse import EventSource
 
 import rota
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, wait_until
 
 # Prints whole lines, a multi-byte character split across two writes, and a last partial
 # line (a progress bar's), with pauses so the stream sees them arrive one by one.
@@ -33,14 +31,6 @@ sys.exit(3)
 """
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path / "home").start()
-    try:
-        yield d
-    finally:
-        d.stop()
-        kill_job_processes(d.home)
 
 
 def raw(d: DaemonProcess) -> httpx.Client:

@@ -7,14 +7,13 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, wait_until
 
 # A training loop as people write it: prints its step and loss, saves a checkpoint every 5
 # steps, resumes from `--resume PATH` when given, and (first attempt only) dies at step 12.
@@ -39,14 +38,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path / "home").start()
-    try:
-        yield d
-    finally:
-        d.stop()
-        kill_job_processes(d.home)
 
 
 def api(d: DaemonProcess) -> httpx.Client:

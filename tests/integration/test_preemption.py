@@ -7,13 +7,10 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, wait_until
 
 # Saves a checkpoint every 5 steps and when Rota asks it to stop (then exits 0); a new
 # attempt resumes after the saved step. Every step it does is printed once per attempt.
@@ -43,14 +40,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path / "home").start()  # 4 simulated GPUs
-    try:
-        yield d
-    finally:
-        d.stop()
-        kill_job_processes(d.home)
 
 
 def submit(d: DaemonProcess, *args: str) -> int:

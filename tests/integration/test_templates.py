@@ -7,13 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, wait_until
 
 try:
     import torch  # noqa: F401
@@ -27,14 +26,6 @@ TINY = ["--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--set"
         "ckpt_every=25", "--set", "eval_every=100", "--set", "gpus=0", "--set", "device=cpu"]
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path / "home").start()
-    try:
-        yield d
-    finally:
-        d.stop()
-        kill_job_processes(d.home)
 
 
 def cli(d: DaemonProcess, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
