@@ -81,3 +81,48 @@ def test_nanogpt_killed_mid_run_resumes_from_its_checkpoint(daemon: DaemonProces
     assert start_loss > 3.8 and second[0][1] < start_loss - 0.5  # it did not start over
     assert abs(second[0][1] - sum(before) / len(before)) < 0.5  # the loss goes on
     assert (run / "tb").is_dir() and any((run / "tb").iterdir())  # TensorBoard's events
+    with daemon.client() as c:  # whose scalars are metrics too
+        tb = c.request("GET", f"/v1/jobs/{job_id}/metrics",
+                       params={"name": "train/loss"})["series"]["train/loss"]
+    assert [p[0] for p in tb if p[3] == 2][:1] == [resumed_at]
+    # from both attempts' event files, each read once (a fast loop is thinned to 100 per read)
+    assert min(p[0] for p in tb) == 0 and max(p[0] for p in tb) == 599
+    assert all(p[0] < resumed_at + 25 for p in tb if p[3] == 1)
+
+
+def test_rota_tensorboard_serves_a_jobs_logs(daemon: DaemonProcess, tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    run = tmp_path / "tbrun"
+    r = cli(daemon, "submit", "--json", "--template", "nanogpt-shakespeare", "--set",
+            f"out={run}", *TINY, "--set", "steps=30", cwd=tmp_path)
+    job_id = json.loads(r.stdout)["jobs"][0]["id"]
+    wait_until(lambda: job(daemon, job_id)["state"] == "completed", timeout=120)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "rota", "tensorboard", str(job_id),
+                             "--port", str(port)], env=daemon.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        def serving() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs",
+                                            timeout=2) as resp:
+                    return resp.status == 200 and b"." in resp.read()
+            except OSError:
+                return False
+        deadline = time.monotonic() + 90
+        while not serving():
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "TensorBoard did not come up"
+            time.sleep(0.5)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    plain = cli(daemon, "submit", "--json", "--gpus", "0", "--", "true")
+    other = json.loads(plain.stdout)["jobs"][0]["id"]
+    r = cli(daemon, "tensorboard", str(other))
+    assert r.returncode != 0 and "no tensorboard_dir" in r.stderr

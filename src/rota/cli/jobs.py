@@ -179,7 +179,8 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
               after: list[int], hold: bool, session: str | None, cuda_arg: bool,
               shell: bool, tags: list[str], checkpoint_dir: str | None = None,
               metric_patterns: list[str] | None = None, preemptible: bool = False,
-              stop_signal: str | None = None) -> dict[str, Any]:
+              stop_signal: str | None = None,
+              tensorboard_dir: str | None = None) -> dict[str, Any]:
     """The spec fields the user set (the daemon fills in the rest)."""
     if not command:
         raise InvalidSpec("no command given: put it after `--`, like "
@@ -220,6 +221,8 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
         raw["preemptible"] = True
     if stop_signal is not None:
         raw["stop_signal"] = stop_signal
+    if tensorboard_dir is not None:
+        raw["tensorboard_dir"] = tensorboard_dir
     if metric_patterns:
         raw["metric_patterns"] = list(metric_patterns)
     if tags:
@@ -319,6 +322,9 @@ def submit(
         help="may be stopped (and queued again) so a higher-priority job can start"),
     stop_signal: str = typer.Option(None, "--stop-signal",
                                     help="signal of the stop handshake (default SIGTERM)"),
+    tensorboard_dir: str = typer.Option(
+        None, "--tensorboard-dir",
+        help="where it writes TensorBoard logs: their scalars become metrics"),
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),
@@ -342,7 +348,8 @@ def submit(
                       "--after": after, "--hold": hold, "--session": session,
                       "--cuda-arg": cuda_arg, "--shell": shell, "--sweep": sweep, "--tag": tag,
                       "--checkpoint-dir": checkpoint_dir, "--metric-pattern": metric_pattern,
-                      "--preemptible": preemptible, "--stop-signal": stop_signal}
+                      "--preemptible": preemptible, "--stop-signal": stop_signal,
+                      "--tensorboard-dir": tensorboard_dir}
             given = [k for k, v in others.items()
                      if v is not None and v is not False and v != []]
             if given:
@@ -367,7 +374,7 @@ def submit(
                         after=after or [], hold=hold, session=session, cuda_arg=cuda_arg,
                         shell=shell, tags=tag or [], checkpoint_dir=checkpoint_dir,
                         metric_patterns=metric_pattern or [], preemptible=preemptible,
-                        stop_signal=stop_signal)
+                        stop_signal=stop_signal, tensorboard_dir=tensorboard_dir)
         raws = expand(raw, sweep or [])
         with client() as c:
             answer = c.submit_full(raws, idempotency_key=idempotency_key, dedup=dedup)

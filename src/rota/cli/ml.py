@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.table import Table
 
-from rota.cli.common import client, emit, run_cli
+from rota.cli.common import client, console, emit, run_cli
 from rota.cli.jobs import fmt_time
 from rota.errors import InvalidSpec, RotaError
 from rota.units import format_duration, format_memory, parse_memory
@@ -222,8 +226,33 @@ def templates(json_out: bool = typer.Option(False, "--json")) -> None:
         emit(data, json_out, show)
 
 
+def tensorboard(job_id: int = typer.Argument(..., metavar="JOB"),
+                port: int = typer.Option(6006, min=1, max=65535),
+                host: str = typer.Option("127.0.0.1", help="address to serve on")) -> None:
+    """Serve a job's TensorBoard logs (its tensorboard_dir) with TensorBoard, if installed."""
+    with run_cli(json_out=False), client() as c:
+        spec = c.job(job_id)["spec"]
+        where = spec.get("tensorboard_dir")
+        if not where:
+            raise InvalidSpec(f"job {job_id} has no tensorboard_dir; submit it with "
+                              "--tensorboard-dir DIR", field="tensorboard_dir")
+        logdir = where if os.path.isabs(where) else os.path.join(spec.get("cwd") or ".", where)
+        exe = shutil.which("tensorboard")
+        if exe is not None:
+            argv = [exe]
+        elif importlib.util.find_spec("tensorboard") is not None:  # installed, not on PATH
+            argv = [sys.executable, "-m", "tensorboard.main"]
+        else:
+            raise InvalidSpec("TensorBoard is not installed here: pip install tensorboard",
+                              field="tensorboard")
+        argv += ["--logdir", logdir, "--port", str(port), "--host", host]
+        console.print(f"TensorBoard for job {job_id} on http://{host}:{port}/ ({logdir})")
+    os.execv(argv[0], argv)  # it takes over the terminal; Ctrl-C stops it
+
+
 def register(app: typer.Typer) -> None:
     app.command()(metrics)
     app.command()(checkpoints)
     app.command()(estimate)
     app.command()(templates)
+    app.command()(tensorboard)

@@ -60,6 +60,10 @@ class JobSpec(BaseModel):
         default=None, max_length=4096,
         description="where the job saves checkpoints: a directory or a glob, relative to "
                     "cwd; a retry resumes from the newest (ROTA_RESUME_FROM, {checkpoint})")
+    tensorboard_dir: str | None = Field(
+        default=None, max_length=4096,
+        description="where it writes TensorBoard logs (relative to cwd): its scalars are "
+                    "metrics too, and `rota tensorboard JOB` serves them")
     metric_patterns: list[str] = Field(
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "

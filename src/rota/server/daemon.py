@@ -185,9 +185,13 @@ class Daemon:
         if stored is None or stored.get("attempt") != run.attempt_no:
             with contextlib.suppress(OSError):
                 progress.log_offset = run.log_path.stat().st_size
+        tb = run.spec.tensorboard_dir
+        if tb is not None and not os.path.isabs(tb):
+            tb = os.path.join(run.spec.cwd or ".", tb)
         return OutputReader(job_id=run.job_id, log_path=run.log_path,
                             events_path=events_path(run.status_path),
-                            parser=LineParser(run.spec.metric_patterns), progress=progress)
+                            parser=LineParser(run.spec.metric_patterns), progress=progress,
+                            tensorboard_dir=tb)
 
     def _sample_history(self, now: float) -> None:
         """One point per GPU every HISTORY_STEP seconds, the last hour kept (dashboard)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rota.ml import tfevents
 from rota.ml.parse import LineParser, Reading
 from rota.server.logstream import read_range
 
@@ -57,6 +58,7 @@ class Progress:
     checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
     log_offset: int = 0
     events_offset: int = 0
+    tb_offsets: dict[str, int] = field(default_factory=dict)  # TensorBoard event files
     first: tuple[float, int] | None = None  # (time, step) when a step was first seen
 
     def to_json(self) -> dict[str, Any]:
@@ -69,9 +71,11 @@ class Progress:
     @classmethod
     def from_json(cls, d: dict[str, Any] | None, attempt: int) -> Progress:
         """The stored progress of this attempt; for a new attempt, a fresh one that keeps
-        the checkpoint the previous attempt reported (the next one may resume from it)."""
-        if not d or d.get("attempt") != attempt:
-            return cls(attempt=attempt, checkpoint=(d or {}).get("checkpoint"))
+        the checkpoint the previous attempt reported (the next one may resume from it) and
+        how far its TensorBoard files were read (they are its, not the new attempt's)."""
+        if not d or d.get("attempt") != attempt:  # TensorBoard files read so far stay read
+            return cls(attempt=attempt, checkpoint=(d or {}).get("checkpoint"),
+                       tb_offsets=dict((d or {}).get("tb_offsets") or {}))
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "first"}
         return cls(**known)
 
@@ -127,11 +131,22 @@ class OutputReader:
     partial_seen: bytes = b""  # that line when it was parsed as it stood
     changed: bool = False  # progress moved since it was last stored
     samples: list[tuple[float, int | None, str, float]] = field(default_factory=list)
+    tensorboard_dir: str | None = None  # scalars in its event files are metrics too
 
     def read(self, now: float, *, final: bool = False) -> None:
         """Take in what was written since the last call; ``final`` after the job ended."""
         self._read_log(now, final)
         self._read_events(now)
+        if self.tensorboard_dir and tfevents.available():
+            self._read_tensorboard(now)
+
+    def _read_tensorboard(self, now: float) -> None:
+        offsets = self.progress.tb_offsets
+        for path in tfevents.event_files(self.tensorboard_dir or ""):
+            scalars, offsets[path] = tfevents.read_scalars(path, offsets.get(path, 0))
+            for tag, step, value in scalars:
+                self.samples.append((now, step, tag[:100], value))
+                self.changed = True
 
     def drain(self) -> list[dict[str, Any]]:
         """The samples read since the last drain, as metric rows, thinned per metric."""

@@ -64,6 +64,7 @@ def _nanogpt(v: dict[str, Any]) -> dict[str, Any]:
     argv += ["--resume", "{checkpoint}"]
     return {"name": v["name"], "command": argv, "gpus": v["gpus"], "cwd": os.getcwd(),
             "checkpoint_dir": os.path.join(out, "ckpt"), "retries": v["retries"],
+            "tensorboard_dir": os.path.join(out, "tb"),
             "preemptible": True, "grace": 60.0, "tags": ["template:nanogpt-shakespeare"]}
 
 
