@@ -105,3 +105,38 @@ def test_the_hf_trainer_saves_and_stops_when_asked(tmp_path: Path) -> None:
     reported = [json.loads(line) for line in events.read_text().splitlines()]
     assert [(e["kind"], e["path"], e["step"]) for e in reported] == \
         [("checkpoint", str(ckpt), 4)]
+
+
+HF_DDP = HF.replace(
+    '''class Ask(TrainerCallback):  # what Rota does: the stop file appears during step 3
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 3:
+                open(os.environ["ROTA_STOP_FILE"], "w").close()''',
+    '''class Ask(TrainerCallback):  # the stop signal reaches rank 1 only, during step 3
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 3 and os.environ["RANK"] == "1":
+                import signal
+                os.kill(os.getpid(), signal.SIGTERM)''').replace(
+    'report_to=[], logging_steps=1, use_cpu=True)',
+    'report_to=[], logging_steps=1, use_cpu=True, ddp_backend="gloo")')
+
+
+def test_the_hf_trainer_stops_every_rank_under_torchrun(tmp_path: Path) -> None:
+    """Two ranks, the signal at one: both save at the same step and leave; nobody hangs."""
+    assert HF_DDP != HF and "ddp_backend" in HF_DDP
+    script = tmp_path / "hf_ddp.py"
+    script.write_text(HF_DDP)
+    out = tmp_path / "out"
+    events = tmp_path / "events.jsonl"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROTA_")},
+           "ROTA_EVENTS_FILE": str(events), "ROTA_STOP_FILE": str(tmp_path / "stop"),
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(script), str(out)], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert sorted(re.findall(r"stopped at global step \d+", r.stdout)) == \
+        ["stopped at global step 4"] * 2, r.stdout
+    assert (out / "checkpoint-4" / "trainer_state.json").is_file()
+    reported = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [(e["path"], e["step"]) for e in reported] == [(str(out / "checkpoint-4"), 4)]
