@@ -22,7 +22,7 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # the CPU build of torch first: a bare `torch` (or the ml extra's range) pulls a multi-GB CUDA build
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[test,ml]'
+.venv/bin/python -m pip install -q -e '.[test,ml,trackers]'
 
 # --- a private PostgreSQL server ------------------------------------------------------
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
