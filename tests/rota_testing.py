@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -54,6 +55,18 @@ class DaemonProcess:
 
     def client(self) -> Client:
         return Client(self.socket)
+
+    def cli(self, *args: str, cwd: Path | None = None, stdin: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`rota ARGS` against this daemon, as a user runs it."""
+        return subprocess.run([sys.executable, "-m", "rota", *args], env=self.env, cwd=cwd,
+                              input=stdin, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+
+    def submit(self, *args: str, cwd: Path | None = None) -> int:
+        r = self.cli("submit", "--json", *args, cwd=cwd)
+        assert r.returncode == 0, r.stderr
+        return int(json.loads(r.stdout)["jobs"][0]["id"])
 
     def kill(self) -> None:
         """SIGKILL: no cleanup at all, as in a crash."""

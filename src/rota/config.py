@@ -61,6 +61,14 @@ class Settings(BaseSettings):
     listen: str | None = Field(default=None, description="HOST:PORT for the API over TCP "
                                "(bearer tokens required there), e.g. 127.0.0.1:8787")
     user: str = Field(default_factory=lambda: _login_name())
+    # experiment trackers (rota.server.tracking)
+    mlflow: bool = Field(default=False, description="every job gets an MLflow run unless "
+                         "it says mlflow=false")
+    mlflow_tracking_uri: str | None = Field(default=None, description="default: SQLite in "
+                                            "home (mlflow.db), artifacts in home/mlartifacts")
+    mlflow_experiment: str = "rota"
+    wandb_entity: str | None = None
+    wandb_project: str | None = None
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -104,6 +112,23 @@ class Settings(BaseSettings):
     @property
     def status_dir(self) -> Path:
         return self.home / "status"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.home / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifacts(self) -> str | None:
+        """Where experiments Rota makes keep artifacts: a tracking server decides for
+        itself; for a local store, home/mlartifacts (MLflow's default, ./mlruns, would be
+        relative to wherever the daemon was started)."""
+        if self.mlflow_uri.startswith(("http://", "https://", "databricks")):
+            return None
+        return (self.home / "mlartifacts").as_uri()
+
+    @property
+    def secrets_key_path(self) -> Path:
+        return self.home / "secrets.key"
 
     @property
     def jobs_file_path(self) -> Path:

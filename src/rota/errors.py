@@ -79,3 +79,7 @@ class DeviceError(RotaError):
 
 class StoreError(RotaError):
     """The database could not be reached or migrated."""
+
+
+class TrackerError(RotaError):
+    """An experiment tracker (MLflow, Weights & Biases) refused or could not be reached."""

@@ -1,7 +1,9 @@
-"""Who may use the daemon over TCP: `rota user ...` and `rota token ...`."""
+"""Who may use the daemon over TCP (`rota user ...`, `rota token ...`) and what their jobs
+may be given (`rota secret ...`)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
@@ -9,11 +11,17 @@ from rich.table import Table
 
 from rota.cli.common import client, emit, run_cli
 from rota.cli.jobs import fmt_time
+from rota.core.spec import check_secret_name
+from rota.errors import InvalidSpec
 
 user_app = typer.Typer(help="Users of the TCP API (the socket's owner needs none).",
                        no_args_is_help=True)
 token_app = typer.Typer(help="API tokens for the TCP API (shown once, stored hashed).",
                         no_args_is_help=True)
+
+secret_app = typer.Typer(help="Your stored secrets (API keys, tokens): encrypted, given to "
+                              "jobs with --secret or --wandb, never shown.",
+                         no_args_is_help=True)
 
 JSON = typer.Option(False, "--json", help="print JSON")
 
@@ -81,6 +89,58 @@ def token_revoke(token_id: int = typer.Argument(..., help="the token's id (rota 
         emit(t, json_out, lambda d: f"token {d['id']} of {d['user']} revoked")
 
 
+def _read_secret(name: str) -> str:
+    """From a hidden prompt on a terminal, else the first line of stdin: never from argv,
+    which other users can read in the process list."""
+    if sys.stdin.isatty():
+        value = typer.prompt(f"value of {name}", hide_input=True, confirmation_prompt=False)
+    else:
+        value = sys.stdin.readline().rstrip("\r\n")
+    if not value:
+        raise InvalidSpec(f"secret {name}: no value given (type it at the prompt or pipe "
+                          "it on stdin)", field="value")
+    return str(value)
+
+
+@secret_app.command("set")
+def secret_set(name: str = typer.Argument(..., help="e.g. WANDB_API_KEY, HF_TOKEN"),
+               user: str = typer.Option(None, "--user", "-u",
+                                        help="whose (an admin may set another user's)"),
+               json_out: bool = JSON) -> None:
+    """Store a secret (the value is asked for, or read from stdin)."""
+    with run_cli(json_out=json_out):
+        value = _read_secret(check_secret_name(name))
+        with client() as c:
+            got = c.request("PUT", f"/v1/secrets/{name}", json={"value": value, "user": user})
+        emit(got, json_out, lambda d: f"secret {d['name']} of {d['user']} "
+                                      + ("stored" if d["created"] else "replaced"))
+
+
+@secret_app.command("list")
+def secret_list(user: str = typer.Option(None, "--user", "-u"), json_out: bool = JSON) -> None:
+    """Your secrets' names (never their values)."""
+    with run_cli(json_out=json_out), client() as c:
+        data = c.request("GET", "/v1/secrets", params={"user": user} if user else None)
+
+        def table(d: dict[str, Any]) -> Table:
+            t = Table("secret", "stored", "changed", header_style="bold")
+            for r in d["secrets"]:
+                t.add_row(r["name"], fmt_time(r["created_at"]), fmt_time(r["updated_at"]))
+            return t
+        emit(data, json_out, table)
+
+
+@secret_app.command("rm")
+def secret_rm(name: str = typer.Argument(...), user: str = typer.Option(None, "--user", "-u"),
+              json_out: bool = JSON) -> None:
+    """Delete a secret (a queued job that needs it then fails to start, saying why)."""
+    with run_cli(json_out=json_out), client() as c:
+        got = c.request("DELETE", f"/v1/secrets/{name}",
+                        params={"user": user} if user else None)
+        emit(got, json_out, lambda d: f"secret {d['name']} of {d['user']} deleted")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(user_app, name="user")
     app.add_typer(token_app, name="token")
+    app.add_typer(secret_app, name="secret")

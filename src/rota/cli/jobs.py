@@ -180,7 +180,8 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
               shell: bool, tags: list[str], checkpoint_dir: str | None = None,
               metric_patterns: list[str] | None = None, preemptible: bool = False,
               stop_signal: str | None = None,
-              tensorboard_dir: str | None = None) -> dict[str, Any]:
+              tensorboard_dir: str | None = None, trackers: dict[str, Any] | None = None,
+              secret_refs: list[str] | None = None) -> dict[str, Any]:
     """The spec fields the user set (the daemon fills in the rest)."""
     if not command:
         raise InvalidSpec("no command given: put it after `--`, like "
@@ -227,7 +228,27 @@ def build_raw(command: list[str], *, name: str | None, gpus: float | None,
         raw["metric_patterns"] = list(metric_patterns)
     if tags:
         raw["tags"] = list(tags)
+    raw.update(tracker_fields(trackers or {}, secret_refs or []))
     return raw
+
+
+def tracker_fields(trackers: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
+    """--mlflow, --wandb and their names, and --secret VAR[=NAME] (the secret NAME of the
+    submitting user goes in the job's environment as VAR; NAME defaults to VAR)."""
+    out = {k: v for k, v in trackers.items() if v is not None and v is not False}
+    if trackers.get("mlflow") is False:
+        out["mlflow"] = False  # --no-mlflow: even when the daemon gives every job a run
+    mapped: dict[str, str] = {}
+    for item in secrets:
+        var, _, name = item.partition("=")
+        var, name = var.strip(), (name.strip() or var.strip())
+        if not var:
+            raise InvalidSpec(f"--secret {item!r}: expected VAR or VAR=SECRET_NAME",
+                              field="secrets")
+        mapped[var] = name
+    if mapped:
+        out["secrets"] = mapped
+    return out
 
 
 def expand(raw: dict[str, Any], sweeps: list[str]) -> list[dict[str, Any]]:
@@ -328,6 +349,20 @@ def submit(
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),
+    mlflow: bool = typer.Option(
+        None, "--mlflow/--no-mlflow",
+        help="an MLflow run for the job: spec as params, git commit, metrics, log"),
+    mlflow_experiment: str = typer.Option(None, "--mlflow-experiment",
+                                          help="MLflow experiment (default: rota)"),
+    wandb: bool = typer.Option(
+        False, "--wandb",
+        help="name its W&B run (WANDB_* variables; API key from `rota secret set "
+             "WANDB_API_KEY`)"),
+    wandb_project: str = typer.Option(None, "--wandb-project", help="default: --project"),
+    wandb_entity: str = typer.Option(None, "--wandb-entity"),
+    secret: list[str] = typer.Option(
+        None, "--secret",
+        help="VAR or VAR=NAME: your stored secret NAME in its environment as VAR, repeatable"),
     template: str = typer.Option(None, "--template",
                                  help="a ready-made job (`rota templates` lists them)"),
     set_: list[str] = typer.Option(None, "--set", help="a template option KEY=VALUE, repeatable"),
@@ -349,7 +384,10 @@ def submit(
                       "--cuda-arg": cuda_arg, "--shell": shell, "--sweep": sweep, "--tag": tag,
                       "--checkpoint-dir": checkpoint_dir, "--metric-pattern": metric_pattern,
                       "--preemptible": preemptible, "--stop-signal": stop_signal,
-                      "--tensorboard-dir": tensorboard_dir}
+                      "--tensorboard-dir": tensorboard_dir, "--mlflow": mlflow,
+                      "--mlflow-experiment": mlflow_experiment, "--wandb": wandb,
+                      "--wandb-project": wandb_project, "--wandb-entity": wandb_entity,
+                      "--secret": secret}
             given = [k for k, v in others.items()
                      if v is not None and v is not False and v != []]
             if given:
@@ -357,12 +395,15 @@ def submit(
                                   f"it with {', '.join(given)}", field="file")
             _submit_file(file, json_out=json_out, dedup=dedup, idempotency_key=idempotency_key)
             return
+        trackers = {"mlflow": mlflow, "mlflow_experiment": mlflow_experiment, "wandb": wandb,
+                    "wandb_project": wandb_project, "wandb_entity": wandb_entity}
         if template is not None:
             _submit_template(template, set_ or [], command or [], json_out=json_out,
                              overrides={"name": name, "priority": priority, "gpus": gpus,
                                         "hold": hold or None, "tags": tag or None,
                                         "time_limit": parse_duration(time_limit)
-                                        if time_limit else None})
+                                        if time_limit else None,
+                                        **tracker_fields(trackers, secret or [])})
             return
         if set_:
             raise InvalidSpec("--set gives a template's options: use it with --template",
@@ -374,7 +415,8 @@ def submit(
                         after=after or [], hold=hold, session=session, cuda_arg=cuda_arg,
                         shell=shell, tags=tag or [], checkpoint_dir=checkpoint_dir,
                         metric_patterns=metric_pattern or [], preemptible=preemptible,
-                        stop_signal=stop_signal, tensorboard_dir=tensorboard_dir)
+                        stop_signal=stop_signal, tensorboard_dir=tensorboard_dir,
+                        trackers=trackers, secret_refs=secret or [])
         raws = expand(raw, sweep or [])
         with client() as c:
             answer = c.submit_full(raws, idempotency_key=idempotency_key, dedup=dedup)
@@ -511,12 +553,35 @@ def render_job(job: dict[str, Any]) -> Group:
         parts.append(Text.assemble(("waits: ", "bold yellow"), job["reason"]["message"]))
     if job.get("end_reason") and job["state"] not in ("pending", "held", "running"):
         parts.append(Text.assemble(("ended: ", "bold"), job["end_reason"]))
+    parts += _tracking_lines(job.get("tracking") or {})
     parts += ["", _spec_lines(job["spec"])]
     if job.get("attempts_detail"):
         parts += ["", _attempts_table(job["attempts_detail"])]
     if job.get("events"):
         parts += ["", _events_table(job["events"])]
     return Group(*parts)
+
+
+def _tracking_lines(t: dict[str, Any]) -> list[Text]:
+    """Where the job's experiment-tracker runs are."""
+    out = []
+    ml = t.get("mlflow")
+    if ml:
+        if "run_id" in ml:
+            where = ml.get("url") or f"experiment {ml['experiment']!r} in {ml['uri']}"
+            out.append(Text.assemble(("MLflow: ", "bold"), f"run {ml['run_id']}, {where}"))
+        elif "error" in ml:
+            out.append(Text.assemble(("MLflow: ", "bold red"), ml["error"]))
+        else:
+            out.append(Text.assemble(("MLflow: ", "bold"), "the run is being created"))
+    wb = t.get("wandb")
+    if wb:
+        where = wb.get("url") or (f"run {wb['run_id']} in project {wb['project']}"
+                                  + (f" of {wb['entity']}" if wb.get("entity") else ""))
+        if wb.get("offline_dir"):
+            where += f" (offline: `wandb sync {wb['offline_dir']}` uploads it)"
+        out.append(Text.assemble(("W&B: ", "bold"), where))
+    return out
 
 
 def show(job_id: int = typer.Argument(..., metavar="JOB"),

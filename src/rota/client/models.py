@@ -74,6 +74,9 @@ class Job(Model):
     gpu_indices: list[int] = Field(default_factory=list)
     reason: Reason | None = None
     progress: Progress | None = None
+    #: its experiment-tracker runs: {"mlflow": {"run_id", "experiment_id", "uri", "url"},
+    #: "wandb": {"run_id", "project", "entity", "url", "offline_dir"}}
+    tracking: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:

@@ -19,6 +19,15 @@ MAX_GPUS_PER_JOB = 1024
 
 
 _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def check_secret_name(name: str) -> str:
+    """A stored secret's name: like an environment variable's (it often becomes one)."""
+    if not _SECRET_NAME.fullmatch(name):
+        raise InvalidSpec(f"secret name {name!r}: 1-100 letters, digits and _, not starting "
+                          "with a digit (like an environment variable)", field="name")
+    return name
 
 
 class JobSpec(BaseModel):
@@ -39,6 +48,10 @@ class JobSpec(BaseModel):
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secret_env: list[str] = Field(default_factory=list, description="env keys never shown")
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variable -> name of a secret the submitting user stored "
+                    "(rota secret set); the value is put in the job's environment at launch")
     time_limit: float | None = Field(default=None, gt=0, description="seconds")
     grace: float = Field(default=30.0, ge=0, le=3600, description="seconds from SIGTERM to SIGKILL")
     retries: int = Field(default=0, ge=0, le=100)
@@ -64,6 +77,17 @@ class JobSpec(BaseModel):
         default=None, max_length=4096,
         description="where it writes TensorBoard logs (relative to cwd): its scalars are "
                     "metrics too, and `rota tensorboard JOB` serves them")
+    mlflow: bool | None = Field(
+        default=None, description="an MLflow run for the job (params, git tags, metrics, "
+                                  "log and checkpoint list); None: the daemon's setting")
+    mlflow_experiment: str | None = Field(default=None, max_length=200,
+                                          description="default: the daemon's setting")
+    wandb: bool = Field(default=False,
+                        description="name the job's Weights & Biases run (WANDB_* variables, "
+                                    "the API key from the user's stored WANDB_API_KEY)")
+    wandb_project: str | None = Field(default=None, max_length=128,
+                                      description="default: the job's project, else rota")
+    wandb_entity: str | None = Field(default=None, max_length=128)
     metric_patterns: list[str] = Field(
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
@@ -146,6 +170,16 @@ class JobSpec(BaseModel):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
         return v
 
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, name in v.items():
+            if not _ENV_KEY.match(k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+            if not _SECRET_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a secret name (letters, digits and _)")
+        return v
+
     @model_validator(mode="after")
     def _shape(self) -> JobSpec:
         if self.gpus > 1 and self.gpus != int(self.gpus):
@@ -159,6 +193,9 @@ class JobSpec(BaseModel):
         missing = [k for k in self.secret_env if k not in self.env]
         if missing:
             raise ValueError(f"secret_env names keys not in env: {missing}")
+        both = sorted(set(self.env) & set(self.secrets))
+        if both:
+            raise ValueError(f"{both} set both in env and in secrets")
         if self.retry_backoff_max < self.retry_backoff:
             raise ValueError("retry_backoff_max is smaller than retry_backoff")
         return self

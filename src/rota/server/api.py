@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from rota import __version__
 from rota.core.lifecycle import JobState
+from rota.core.spec import check_secret_name
 from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
@@ -37,6 +38,7 @@ from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
 from rota.server.metrics import CONTENT_TYPE, RequestTimer
+from rota.server.secrets import MAX_VALUE_BYTES
 from rota.server.views import attempt_view, event_view, gpu_views, job_view, progress_view
 
 PROBLEM = "application/problem+json"
@@ -44,6 +46,8 @@ MAX_ID = 2**63 - 1  # what every database's integer columns hold
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a job's id")]
 RowId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]
+SecretName = Annotated[str, PathParam(max_length=200,
+                                      description="like an environment variable's name")]
 
 
 class SubmitBody(BaseModel):
@@ -70,6 +74,11 @@ def problem(status: int, title: str, detail: str, field: str | None = None) -> J
 class UserBody(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     admin: bool = False
+
+
+class SecretBody(BaseModel):
+    value: str = Field(min_length=1, max_length=MAX_VALUE_BYTES, repr=False)
+    user: str | None = None  # default: the caller; another user's needs an admin
 
 
 class TokenBody(BaseModel):
@@ -410,6 +419,35 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         daemon.store.revoke_token(token_id, now=daemon.clock())
         auth.forget()
         return _token_view(daemon.store.token(token_id))
+
+    def _secret_owner(p: Principal, user: str | None, what: str) -> str:
+        owner = user or p.user
+        if owner != p.user:
+            p.require_admin(f"{what} of {owner!r}")
+        return owner
+
+    @v1.get("/secrets")
+    async def secrets_list(user: str | None = None,
+                           p: Principal = Depends(who)) -> dict[str, Any]:
+        """Names and dates only: no answer ever carries a secret's value."""
+        owner = _secret_owner(p, user, "listing the secrets")
+        return {"user": owner, "secrets": [
+            {"name": n, "created_at": c, "updated_at": u}
+            for n, c, u in daemon.store.secret_list(owner)]}
+
+    @v1.put("/secrets/{name}")
+    async def secret_put(name: SecretName, body: SecretBody,
+                         p: Principal = Depends(who)) -> dict[str, Any]:
+        owner = _secret_owner(p, body.user, "setting a secret")
+        created = daemon.secrets.put(owner, name, body.value)
+        return {"user": owner, "name": name, "created": created}
+
+    @v1.delete("/secrets/{name}")
+    async def secret_delete(name: SecretName, user: str | None = None,
+                            p: Principal = Depends(who)) -> dict[str, Any]:
+        owner = _secret_owner(p, user, "deleting a secret")
+        daemon.secrets.delete(owner, check_secret_name(name))
+        return {"user": owner, "name": name, "deleted": True}
 
     @v1.get("/sessions")
     async def sessions() -> dict[str, Any]:

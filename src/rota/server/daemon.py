@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from rota.core.schedule import schedule
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot, to_milli
 from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
-from rota.errors import BackendError, Conflict, NotFound, StoreError
+from rota.errors import BackendError, Conflict, NotFound, StoreError, TrackerError
 from rota.ml import checkpoints, oom
 from rota.ml.parse import LineParser
 from rota.server.logstream import read_tail
@@ -39,6 +40,8 @@ from rota.server.metrics import Metrics
 from rota.server.outputs import READ_EVERY_S, OutputReader, Progress, events_path, stop_file
 from rota.server.queue import PendingQueue
 from rota.server.running import Running
+from rota.server.secrets import Secrets
+from rota.server.tracking import Tracking
 from rota.store.repo import JobRecord, LaunchInfo, Store
 from rota.units import format_memory
 
@@ -95,6 +98,8 @@ class Daemon:
         self._history_at = 0.0
         self.metrics = Metrics()
         self.metrics.watch(self)
+        self.secrets = Secrets(store, settings.secrets_key_path, clock)
+        self.tracking = Tracking(settings, self.secrets, post=self._post)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -106,6 +111,7 @@ class Daemon:
         from rota.server.recovery import recover
 
         self.loop = asyncio.get_running_loop()
+        self.tracking.instance = self._instance_id()
         self.read_devices()
         paused_uuids = self.store.paused_gpus()
         self.paused = {r.index for r in self.readings.values() if r.uuid in paused_uuids}
@@ -128,6 +134,20 @@ class Daemon:
             r.cancel_timers()
             self._unwatch(r)
         self.devices.close()
+        self.tracking.close()
+
+    def _post(self, fn: Callable[..., None], *args: object) -> None:
+        """Run ``fn`` on the event loop thread (called from worker threads)."""
+        assert self.loop is not None, "the daemon has not started"
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def _instance_id(self) -> str:
+        """This daemon's id, made once and kept in its store (names W&B runs)."""
+        found = self.store.get_setting("instance_id")
+        if found is None:
+            found = secrets.token_hex(4)
+            self.store.set_setting("instance_id", found)
+        return found
 
     def kick(self) -> None:
         self._wake.set()
@@ -177,6 +197,8 @@ class Daemon:
                 progress[run.job_id] = out.progress.to_json()
         if rows or progress:
             self.store.add_metrics(rows, progress)
+        if rows:
+            self.tracking.mirror(rows)
 
     def output_reader(self, run: Running, stored: dict[str, object] | None) -> OutputReader:
         """The reader of an attempt's output; a re-adopted attempt goes on where the stored
@@ -409,7 +431,8 @@ class Daemon:
                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
                       gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
                       started_at=now, pending=pending, failures=row.failures,
-                      log_path=log_path, status_path=status_path, submitted_at=row.created_at)
+                      log_path=log_path, status_path=status_path, submitted_at=row.created_at,
+                      user=row.user)
         run.output = self.output_reader(run, row.progress)
         self.running[job_id] = run
         return run
@@ -432,7 +455,7 @@ class Daemon:
         """Spawn the job's process; its handle, or why it could not start."""
         try:
             return run.backend.launch(self._launch_request(run))
-        except (BackendError, OSError) as e:
+        except (BackendError, TrackerError, OSError) as e:
             return str(e)
 
     def _launched(self, run: Running, outcome: Handle | str) -> None:
@@ -450,6 +473,7 @@ class Daemon:
         if not spec.shell:
             argv = substitute_checkpoint(argv, resume)
         env = dict(spec.env)
+        env.update(self.tracking.launch_env(job_id=run.job_id, user=run.user, spec=spec))
         if resume is not None:
             env["ROTA_RESUME_FROM"] = resume
         env.update(CUDA_VISIBLE_DEVICES=cuda_visible_devices(list(run.gpus)),
@@ -579,6 +603,8 @@ class Daemon:
         except (OSError, StoreError):  # the end must be recorded even so
             log.exception("job %s: reading its last output failed", run.job_id)
         self.running.pop(run.job_id, None)
+        if run.output is not None:
+            self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         release = getattr(self.devices, "release", None)
         if release is not None and release(f"job-{run.job_id}"):
             self._simulated_dirty = True
@@ -787,7 +813,7 @@ class Daemon:
             raise Conflict(f"job {job_id} is {state.value}; only held jobs can be released")
         row = self.store.get_job(job_id)
         self._transition(job_id, state, JobState.PENDING, message="released")
-        self.queue.add(self.pending_of(row))
+        self._enqueue(self.pending_of(row))
         self.kick()
 
     def set_paused(self, index: int, paused: bool) -> None:
@@ -838,6 +864,7 @@ class Daemon:
         self.states[job_id] = dst
         if dst.terminal:
             self._notify_end(job_id)
+            self.tracking.ended(job_id, dst.value, now=self.clock())
 
     @staticmethod
     def pending_of(row: JobRecord) -> PendingJob:
@@ -853,7 +880,46 @@ class Daemon:
         for row in rows:
             st = JobState(row.state)
             self.states[row.id] = st
-            if st is JobState.PENDING:
-                self.queue.add(self.pending_of(row))
+            if st in (JobState.PENDING, JobState.HELD):
+                self.enqueue(row, queue=st is JobState.PENDING)
         self.kick()
+
+    def enqueue(self, row: JobRecord, *, queue: bool = True) -> None:
+        """A pending job joins the queue (a held one only gets ready): a job that wants an
+        MLflow run it does not have yet waits for it, so its first attempt logs there."""
+        wants = self.settings.mlflow if row.spec.get("mlflow") is None else row.spec["mlflow"]
+        if wants and row.id not in self.tracking.creating:
+            spec = JobSpec.model_validate(row.spec)
+            log_path = self.settings.logs_dir / f"{row.id}.log"
+            if not self.tracking.adopt(row.id, spec, row.tracking, row.created_at, log_path,
+                                       row.attempts):
+                self.tracking.open_run(job_id=row.id, user=row.user, spec=spec,
+                                       submitted_at=row.created_at, log_path=log_path,
+                                       done=self._run_opened)
+        if queue:
+            self._enqueue(self.pending_of(row))
+
+    def _enqueue(self, pending: PendingJob) -> None:
+        if pending.id in self.tracking.creating:
+            self.tracking.parked[pending.id] = pending
+        else:
+            self.queue.add(pending)
+
+    def _run_opened(self, job_id: int, found: dict[str, object] | None,
+                    error: str | None) -> None:
+        """The job's MLflow run exists (or could not be made): record it, and queue the job
+        if it was waiting for it."""
+        if found is not None:
+            self.store.set_tracking(job_id, {"mlflow": found})
+            self.store.add_event(job_id=job_id, kind="mlflow", now=self.clock(),
+                                 message=f"MLflow run {found['run_id']} in experiment "
+                                         f"{found['experiment']!r} at {found['uri']}")
+        else:
+            self.store.set_tracking(job_id, {"mlflow": {"error": error}})
+            self.store.add_event(job_id=job_id, kind="mlflow_error", now=self.clock(),
+                                 message=f"{error}; the job runs without an MLflow run")
+        pending = self.tracking.parked.pop(job_id, None)
+        if pending is not None and self.job_state(job_id) is JobState.PENDING:
+            self.queue.add(pending)
+            self.kick()
 

@@ -41,10 +41,11 @@ class Intake:
         self.jobs_file = JobsFileStatus(path=str(self.settings.jobs_file_path))
 
     # --- submit --------------------------------------------------------------------------
-    def prepare(self, raw: dict[str, Any], *, where: str = "") -> JobSpec:
+    def prepare(self, raw: dict[str, Any], *, user: str, where: str = "") -> JobSpec:
         """Validate one spec and fill in what the daemon knows (GPU needs from --llm)."""
         spec = parse_spec(raw, where=where)
         prefix = f"{where}: " if where else ""
+        self.daemon.tracking.check(spec, user, prefix)
         if spec.llm and "gpus" not in raw:
             spec = self._resolve_llm(spec, prefix)
         if spec.conda and not (os.environ.get("CONDA_EXE") or shutil.which("conda")):
@@ -86,8 +87,8 @@ class Intake:
         if not raws:
             raise InvalidSpec("no job given", field="jobs")
         multi = len(raws) > 1
-        specs = [self.prepare(r, where=f"jobs[{n}]" if multi else "") for n, r in
-                 enumerate(raws)]
+        specs = [self.prepare(r, user=user, where=f"jobs[{n}]" if multi else "")
+                 for n, r in enumerate(raws)]
         if dedup:
             live = self.daemon.store.live_hashes(s.content_hash() for s in specs)
             specs = [s for s in specs if s.content_hash() not in live]

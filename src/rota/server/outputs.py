@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.ml import tfevents
+from rota.ml import tfevents, wandb_bridge
 from rota.ml.parse import LineParser, Reading
 from rota.server.logstream import read_range
 
@@ -56,13 +56,15 @@ class Progress:
     eta_s: float | None = None
     updated_at: float | None = None
     checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
+    links: dict[str, Any] = field(default_factory=dict)  # e.g. the W&B run's, from the log
     log_offset: int = 0
     events_offset: int = 0
     tb_offsets: dict[str, int] = field(default_factory=dict)  # TensorBoard event files
     first: tuple[float, int] | None = None  # (time, step) when a step was first seen
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "first" and v is not None}
+        out = {k: v for k, v in self.__dict__.items()
+               if k != "first" and v is not None and v != {}}
         frac = self.fraction
         if frac is not None:
             out["fraction"] = frac
@@ -75,7 +77,8 @@ class Progress:
         how far its TensorBoard files were read (they are its, not the new attempt's)."""
         if not d or d.get("attempt") != attempt:  # TensorBoard files read so far stay read
             return cls(attempt=attempt, checkpoint=(d or {}).get("checkpoint"),
-                       tb_offsets=dict((d or {}).get("tb_offsets") or {}))
+                       tb_offsets=dict((d or {}).get("tb_offsets") or {}),
+                       links=dict((d or {}).get("links") or {}))
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "first"}
         return cls(**known)
 
@@ -190,7 +193,12 @@ class OutputReader:
             self.partial_seen = self.partial
 
     def _line(self, raw: bytes, now: float) -> None:
-        reading = self.parser.parse(raw[:MAX_LINE].decode("utf-8", "replace"))
+        text = raw[:MAX_LINE].decode("utf-8", "replace")
+        link = wandb_bridge.link_in(text)
+        if link is not None and self.progress.links.get("wandb", {}).get(link[0]) != link[1]:
+            self.progress.links.setdefault("wandb", {})[link[0]] = link[1]
+            self.changed = True
+        reading = self.parser.parse(text)
         if reading is None:
             return
         self._take(reading, now)

@@ -30,9 +30,9 @@ def recover(daemon) -> None:  # type: ignore[no-untyped-def]  # Daemon (import c
         state = JobState(row.state)
         daemon.states[row.id] = state
         if state is JobState.PENDING:
-            daemon.queue.add(daemon.pending_of(row))
+            daemon.enqueue(row)
         elif state is JobState.HELD:
-            continue
+            daemon.enqueue(row, queue=False)
         else:
             _take_up(daemon, row, state, attempts.get(row.id))
 
@@ -50,7 +50,9 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
                   backend=daemon.backend(attempt.backend), started_at=attempt.started_at,
                   pending=daemon.pending_of(row), failures=row.failures,
                   log_path=Path(attempt.log_path), status_path=Path(attempt.status_path),
-                  submitted_at=row.created_at)
+                  submitted_at=row.created_at, user=row.user)
+    daemon.tracking.adopt(row.id, spec, row.tracking, row.created_at, run.log_path,
+                          row.attempts)
     run.output = daemon.output_reader(run, row.progress)
     handle = _find_handle(attempt)
     if handle is None:

@@ -36,6 +36,7 @@ class Running:
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     output: OutputReader | None = None  # metrics and progress read from what it writes
     submitted_at: float = 0.0  # checkpoints older than the job are not its own
+    user: str = ""  # who submitted it: whose stored secrets it gets
     peak_gpu_mem: int = 0  # the most GPU memory its processes held on one GPU, so far
 
     def cancel_timers(self) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from rota.core.spec import JobSpec
 from rota.server.daemon import Daemon
+from rota.store.db import redact_url
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 
 
@@ -25,8 +26,16 @@ def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, An
         "gpu_indices": list(run.gpus) if run else [],
         "progress": progress_view(row.progress),
     }
+    tracking = d.tracking.view(row.id, spec, row.tracking, row.progress) \
+        if row.tracking or spec.get("wandb") or spec.get("mlflow") or \
+        (d.settings.mlflow and spec.get("mlflow") is None) else None
+    if tracking:
+        out["tracking"] = tracking
     if state == "held":
         out["reason"] = {"code": "held", "message": "held: `rota release` lets it run"}
+    elif state == "pending" and row.id in d.tracking.parked:
+        out["reason"] = {"code": "tracker", "message": "waits for its MLflow run to be "
+                         f"created in {redact_url(d.tracking.uri())}"}
     elif state == "pending":
         reason = d.last_plan.reason(row.id)
         if reason is None:

@@ -21,6 +21,7 @@ from rota.store.tables import (
     GpuSettingRow,
     JobRow,
     MetricRow,
+    SecretRow,
     TokenRow,
     UserRow,
 )
@@ -63,6 +64,7 @@ class LaunchInfo(NamedTuple):
     updated_at: float  # when it last became pending: its queue wait starts there
     created_at: float
     progress: dict[str, Any] | None  # the last attempt's (its reported checkpoint)
+    user: str
 
 
 class Store:
@@ -205,10 +207,11 @@ class Store:
         """What starting these jobs needs from the store, without building ORM objects."""
         idl = list(ids)
         j = _jobs.c
-        cols = (j.id, j.spec, j.attempts, j.failures, j.updated_at, j.created_at, j.progress)
+        cols = (j.id, j.spec, j.attempts, j.failures, j.updated_at, j.created_at, j.progress,
+                j.user)
         with self.transaction() as c:
             return {r.id: LaunchInfo(r.spec, r.attempts, r.failures, r.updated_at, r.created_at,
-                                     r.progress)
+                                     r.progress, r.user)
                     for i in range(0, len(idl), 500)
                     for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
 
@@ -421,6 +424,42 @@ class Store:
     def touch_token(self, token_id: int, *, now: float) -> None:
         with self.transaction() as c:
             c.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=now))
+
+    # --- secrets (stored encrypted; see rota.server.secrets) ------------------------------
+    def put_secret(self, user: str, name: str, ciphertext: bytes, *, now: float) -> bool:
+        """Store or replace one; True when it is new."""
+        with self.session() as s, s.begin():
+            row = s.get(SecretRow, (user, name))
+            if row is None:
+                s.add(SecretRow(user=user, name=name, ciphertext=ciphertext, created_at=now,
+                                updated_at=now))
+                return True
+            row.ciphertext, row.updated_at = ciphertext, now
+            return False
+
+    def secret_list(self, user: str) -> list[tuple[str, float, float]]:
+        """(name, created_at, updated_at) of a user's secrets; never their values."""
+        q = (select(SecretRow.name, SecretRow.created_at, SecretRow.updated_at)
+             .where(SecretRow.user == user).order_by(SecretRow.name))
+        with self._reading() as c:
+            return [(r[0], r[1], r[2]) for r in c.execute(q)]
+
+    def secret_ciphertexts(self, user: str, names: Iterable[str]) -> dict[str, bytes]:
+        q = select(SecretRow.name, SecretRow.ciphertext).where(
+            SecretRow.user == user, SecretRow.name.in_(list(names)))
+        with self._reading() as c:
+            return {r[0]: bytes(r[1]) for r in c.execute(q)}
+
+    def delete_secret(self, user: str, name: str) -> None:
+        with self.session() as s, s.begin():
+            row = s.get(SecretRow, (user, name))
+            if row is None:
+                raise NotFound(f"{user} has no secret {name!r}")
+            s.delete(row)
+
+    def set_tracking(self, job_id: int, tracking: dict[str, Any]) -> None:
+        """The job's runs in experiment trackers (rota.server.tracking)."""
+        self.update_job(job_id, tracking=tracking)
 
     # --- events and settings -------------------------------------------------------------
     def add_event(self, *, job_id: int | None, kind: str, now: float,

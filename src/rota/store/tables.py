@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -43,6 +54,9 @@ class JobRow(Base):
     # the latest progress read from the job's output (step, totals, rate, eta, where the
     # reading of its log got to); see rota.server.outputs
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # the job's runs in experiment trackers: {"mlflow": {...}, "wandb": {...}}; see
+    # rota.server.tracking
+    tracking: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class AttemptRow(Base):
@@ -130,6 +144,19 @@ class TokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     last_used_at: Mapped[float | None] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class SecretRow(Base):
+    """A user's named secret (an API key, a token), encrypted with the daemon's key; jobs
+    get it in their environment, and no answer of the API ever carries it."""
+
+    __tablename__ = "secrets"
+
+    user: Mapped[str] = mapped_column(String(100), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 class DaemonSettingRow(Base):
