@@ -346,6 +346,16 @@ def test_a_pending_job_shows_why_it_waits(open_page: Open, dashboard: Dashboard)
                 c.post(f"/v1/jobs/{j['id']}/cancel")
 
 
+def test_a_jobs_wandb_run_is_linked(open_page: Open, dashboard: Dashboard) -> None:
+    job = dashboard.submit(command=["true"], name="ui-wandb", gpus=0, wandb=True,
+                           wandb_project="tiny", wandb_entity="lab")
+    page = open_page(hash=f"#/jobs/{job['id']}")
+    link = page.get_by_role("link", name=re.compile(r"^run rota-"))
+    expect(link).to_have_attribute(
+        "href", re.compile(rf"^https://wandb\.ai/lab/tiny/runs/rota-[0-9a-f]+-{job['id']}$"))
+    expect(link).to_have_attribute("rel", "noopener noreferrer")
+
+
 def test_no_script_runs_from_job_names(open_page: Open, dashboard: Dashboard) -> None:
     name = '<img src=x onerror="window.__xss=1">'
     job = dashboard.submit(command=["true"], name=name,

@@ -133,8 +133,29 @@ export function renderJob(root, id) {
       ["End reason", j.end_reason || "–"],
       ["Session", j.session],
       ["Source", j.source],
+      ...trackerRows(j.tracking),
     ];
     replace(overview, rows.flatMap(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  }
+
+  // Where the job's MLflow and W&B runs are: a link where there is one.
+  function trackerRows(t) {
+    if (!t) return [];
+    const link = (url, text) => h("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, text);
+    const rows = [];
+    const ml = t.mlflow;
+    if (ml) {
+      rows.push(["MLflow", ml.error ? `not tracked: ${ml.error}`
+        : !ml.run_id ? "the run is being created"
+        : ml.url ? link(ml.url, `run ${ml.run_id}`)
+        : `run ${ml.run_id} · experiment ${ml.experiment} · ${ml.uri}`]);
+    }
+    const wb = t.wandb;
+    if (wb) {
+      rows.push(["W&B", wb.url ? link(wb.url, `run ${wb.run_id}`)
+        : `run ${wb.run_id} · project ${wb.project}` + (wb.offline_dir ? ` · offline: ${wb.offline_dir}` : "")]);
+    }
+    return rows;
   }
 
   function runTime(j) {
