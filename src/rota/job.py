@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["checkpoint_saved", "grace_seconds", "report", "resume_from", "should_stop"]
+__all__ = ["checkpoint_saved", "grace_seconds", "report", "resume_from", "should_stop",
+           "take_stop_signal"]
 
 _lock = threading.Lock()
 _stop = threading.Event()
@@ -102,14 +103,21 @@ def should_stop() -> bool:
     return _stop.is_set()
 
 
-def _install() -> None:
+def take_stop_signal() -> None:
+    """Handle the stop signal with Rota's handler alone, in place of whatever handles it now:
+    for frameworks that install their own (Lightning's ends ``fit`` at once, without a
+    checkpoint). A no-op outside the main thread."""
+    _install(replace=True)
+
+
+def _install(replace: bool = False) -> None:
     global _handler_installed
-    if _handler_installed:
+    if _handler_installed and not replace:
         return
     _handler_installed = True
     name = os.environ.get("ROTA_STOP_SIGNAL", "SIGTERM")
     sig = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", signal.SIGTERM)
-    previous = signal.getsignal(sig)
+    previous = None if replace else signal.getsignal(sig)
 
     def on_stop(signum: int, frame: Any) -> None:
         _stop.set()

@@ -4,7 +4,9 @@
 ``torch.distributed`` run: as soon as any rank has been asked to stop, every rank sees it
 at the same step, so no rank is left waiting in a collective for one that has gone (the
 original PyTorchJob trainer's callback checked rank 0 only and hung the others).
-``rota.integrations.hf.RotaCallback`` uses it for the Hugging Face Trainer.
+``rota.integrations.hf.RotaCallback`` uses it for the Hugging Face Trainer and
+``rota.integrations.lightning.RotaCallback`` for Lightning (each imports its framework, so
+importing this package needs neither).
 """
 
 from __future__ import annotations

@@ -93,7 +93,119 @@ NANOGPT = Template(
     build=_nanogpt,
 )
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (NANOGPT,)}
+def _under_torchrun(v: dict[str, Any], module: str) -> list[str]:
+    """``python -m MODULE``, or with ``nproc`` > 1 the same under torchrun, one process each."""
+    if v["nproc"] < 1:
+        raise InvalidSpec(f"--set nproc={v['nproc']}: at least 1", field="set")
+    if v["nproc"] == 1:
+        return [v["python"], "-u", "-m", module]
+    if 0 < v["gpus"] < v["nproc"]:
+        raise InvalidSpec(f"--set nproc={v['nproc']}: one GPU per process, so gpus="
+                          f"{v['nproc']} (or gpus=0 with device=cpu)", field="set")
+    return [v["python"], "-u", "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(v["nproc"]), "-m", module]
+
+
+def _flags(v: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    return [word for k in keys for word in (f"--{k.replace('_', '-')}", str(v[k]))]
+
+
+def _local(path: str) -> str:
+    """A path made absolute (the job may run elsewhere); "" (the shipped sample) kept."""
+    return os.path.abspath(path) if path else ""
+
+
+def _model(name: str) -> str:
+    """A model folder made absolute; a Hugging Face model name as it is."""
+    return os.path.abspath(name) if os.path.isdir(name) else name
+
+
+def _lora(v: dict[str, Any]) -> dict[str, Any]:
+    out = os.path.abspath(v["out"])
+    argv = [*_under_torchrun(v, "rota.templates.lora_finetune"), "--model", _model(v["model"]),
+            "--data", _local(v["data"]), "--out", out,
+            *_flags(v, ("steps", "batch_size", "grad_accum", "lr", "lora_r", "lora_alpha",
+                        "lora_dropout", "target_modules", "max_len", "save_every", "device")),
+            "--resume", "{checkpoint}"]
+    grace = 60.0
+    # torchrun SIGKILLs its workers 30 s after passing the stop on: give them the grace
+    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(int(grace) - 5)}
+    return {"name": v["name"], "command": argv, "gpus": v["gpus"], "cwd": os.getcwd(),
+            "env": env, "checkpoint_dir": out, "retries": v["retries"], "preemptible": True,
+            "grace": grace, "tags": ["template:lora-finetune"]}
+
+
+LORA = Template(
+    name="lora-finetune",
+    summary="LoRA fine-tuning (transformers + peft) of a causal LM on instruction JSON lines: "
+            "Alpaca prompts, loss on the responses only, checkpoints, resume, torchrun",
+    needs="torch, transformers and peft in the job's Python (pip install 'rota[ml]'); the "
+          "model's files, or access to the Hugging Face Hub",
+    options=(
+        Option("name", "lora-finetune", "the job's name"),
+        Option("model", "Qwen/Qwen2.5-0.5B", "a Hugging Face model name or folder"),
+        Option("data", "", "JSON lines of instruction, input (optional), output (default: "
+                           "40 shipped examples)"),
+        Option("out", "runs/lora-finetune", "run folder: checkpoint-*/ and adapter/"),
+        Option("python", sys.executable, "the Python that runs it"),
+        Option("gpus", 1.0, "GPUs (0 for the CPU; nproc for nproc processes)"),
+        Option("device", "auto", "auto, cpu or cuda"),
+        Option("nproc", 1, "processes (data parallel, under torchrun)"),
+        Option("steps", 1000, "optimizer steps"),
+        Option("batch_size", 8, "examples per step per process"),
+        Option("grad_accum", 1, "batches per optimizer step"),
+        Option("lr", 2e-4, "peak learning rate (3% warm-up, then cosine)"),
+        Option("lora_r", 16, "LoRA rank"),
+        Option("lora_alpha", 32, "LoRA alpha (the update is scaled by alpha / r)"),
+        Option("lora_dropout", 0.05, "dropout on the LoRA input"),
+        Option("target_modules", "all-linear", "all-linear, or names: q_proj,k_proj,v_proj"),
+        Option("max_len", 512, "tokens per example (longer ones are cut)"),
+        Option("save_every", 200, "steps between checkpoints"),
+        Option("retries", 3, "retries after a failure (each resumes from the newest checkpoint)"),
+    ),
+    build=_lora,
+)
+
+
+def _eval(v: dict[str, Any]) -> dict[str, Any]:
+    out = os.path.abspath(v["out"])
+    argv = [v["python"], "-u", "-m", "rota.templates.eval_heldout", "--model", _model(v["model"]),
+            "--adapter", _local(v["adapter"]), "--data", _local(v["data"]), "--out", out,
+            *_flags(v, ("batch_size", "max_len", "device"))]
+    if v["mlflow_uri"]:
+        argv += ["--mlflow-uri", v["mlflow_uri"]]
+    return {"name": v["name"], "command": argv, "gpus": v["gpus"], "cwd": os.getcwd(),
+            "env": {"TOKENIZERS_PARALLELISM": "false"}, "retries": v["retries"],
+            "tags": ["template:eval-heldout"]}
+
+
+EVAL = Template(
+    name="eval-heldout",
+    summary="loss and perplexity of a model, or a model plus a LoRA adapter, on held-out "
+            "JSON lines (instructions or text); results.json, metrics, MLflow",
+    needs="torch and transformers in the job's Python, peft for an adapter (pip install "
+          "'rota[ml]'); mlflow to log there",
+    options=(
+        Option("name", "eval-heldout", "the job's name"),
+        Option("model", "Qwen/Qwen2.5-0.5B", "a Hugging Face model name or folder"),
+        Option("adapter", "", "a LoRA adapter folder, e.g. runs/lora-finetune/adapter"),
+        Option("data", "", "JSON lines: instruction/input/output or text (default: a shipped "
+                           "sample)"),
+        Option("out", "runs/eval-heldout", "folder for results.json"),
+        Option("python", sys.executable, "the Python that runs it"),
+        Option("gpus", 1.0, "GPUs (0 for the CPU)"),
+        Option("device", "auto", "auto, cpu or cuda"),
+        Option("batch_size", 8, "examples per forward pass"),
+        Option("max_len", 1024, "tokens per example (longer ones are cut)"),
+        Option("mlflow_uri", "", "an MLflow tracking URI to log to in a new run (experiment "
+                                 "rota-eval); a job given --mlflow logs to its own run"),
+        Option("retries", 1, "retries after a failure"),
+    ),
+    build=_eval,
+)
+
+TEMPLATES: dict[str, Template] = {t.name: t for t in (NANOGPT, LORA, EVAL)}
 
 
 def get(name: str) -> Template:
