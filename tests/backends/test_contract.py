@@ -134,6 +134,26 @@ def test_signal_reaches_grandchildren(env: Env, backend: Backend) -> None:
     wait_for(lambda: not pid_alive(grandchild), what="the grandchild to die")
 
 
+def test_sigkill_reaches_children_in_sessions_of_their_own(env: Env, backend: Backend) -> None:
+    """Launchers like torchrun put each worker in a new session: SIGKILL must not orphan
+    them (they would keep their GPUs)."""
+    pidfile = env.tmp / "worker.pid"
+    launcher = (
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(w.pid))\n"
+        "print('ready', flush=True)\n"
+        "w.wait()\n")
+    req = env.req(py(launcher))
+    h = env.launch(backend, req)
+    wait_text(req.log_path, "ready")
+    worker = int(pidfile.read_text())
+    assert os.getpgid(worker) != h.pid and pid_alive(worker)
+    backend.signal(h, signal.SIGKILL)
+    wait_exit(backend, h)
+    wait_for(lambda: not pid_alive(worker), what="the worker in its own session to die")
+
+
 def test_process_group_is_the_shims(env: Env, backend: Backend) -> None:
     req = env.req(py(WAIT_FOR_TERM, "plain"))
     h = env.launch(backend, req)

@@ -6,6 +6,7 @@ shim (nothing, a tmux pane, a screen window); what they share lives here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -99,15 +100,40 @@ def pid_alive(pid: int, started_at: float | None = None) -> bool:
 
 
 def signal_group(pid: int, sig: int) -> None:
-    """Send ``sig`` to the process group led by the shim; a group already gone is fine."""
+    """Send ``sig`` to the process group led by the shim; a group already gone is fine.
+
+    SIGKILL also reaches the shim's descendants that left the group: launchers such as
+    torchrun start each worker in a session of its own and pass signals on themselves,
+    so killing the group alone would orphan the workers, still holding their GPUs. (The
+    stop signal goes to the group only: passing it on is the launcher's business.)
+    """
     if pid <= 0:  # killpg(0) would signal the daemon's own group
         raise BackendError(f"refusing to signal process group {pid}")
+    strays = _left_the_group(pid) if sig == signal.SIGKILL else []
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
     except PermissionError as e:
         raise BackendError(f"not allowed to signal process group {pid}: {e}") from e
+    for p in strays:
+        with contextlib.suppress(psutil.Error):
+            p.kill()  # psutil checks the pid still names the same process
+
+
+def _left_the_group(pid: int) -> list[psutil.Process]:
+    """Descendants of ``pid`` in another process group (found before anything is killed:
+    once their parent is gone they are the init process's and cannot be told apart)."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for p in kids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(p.pid) != pid:
+                out.append(p)
+    return out
 
 
 def reap(pid: int) -> int | None:
