@@ -192,12 +192,23 @@ def job_rows(client: Client, ids: list[int]) -> list[dict[str, Any]]:
 
 
 # --- (a) throughput ------------------------------------------------------------------------
+def _runner_cpu(daemon: psutil.Process) -> float:
+    """CPU seconds of the daemon's local runner and the jobs it reaped (0 before it starts)."""
+    for p in daemon.children():
+        with contextlib.suppress(psutil.Error):
+            if "rota.backends.runner" in " ".join(p.cmdline()):
+                t = p.cpu_times()
+                return t.user + t.system + t.children_user + t.children_system
+    return 0.0
+
+
 def throughput(client: Client, pid: int, n: int, per_request: int, timeout: float, log: Log
                ) -> dict[str, Any]:
     spec = {"command": ["true"], "gpus": 0.25}
     ids: list[int] = []
     daemon = psutil.Process(pid)
     c0 = daemon.cpu_times()
+    r0 = _runner_cpu(daemon)
     t_first = time.time()
     t0 = time.perf_counter()
     for k in range(0, n, per_request):
@@ -206,6 +217,7 @@ def throughput(client: Client, pid: int, n: int, per_request: int, timeout: floa
     submit_s = time.perf_counter() - t0
     seen = wait_all(client, ids, timeout)
     c1 = daemon.cpu_times()
+    r1 = _runner_cpu(daemon)
     rows = job_rows(client, ids)
     last_end = max(r["ended_at"] or 0.0 for r in rows)
     states: dict[str, int] = {}
@@ -216,10 +228,12 @@ def throughput(client: Client, pid: int, n: int, per_request: int, timeout: floa
            "first_submit_to_last_end_s": elapsed, "jobs_per_s": n / elapsed,
            "client_observed_s": seen - t_first, "states": states,
            "all_completed": states.get("completed", 0) == n,
-           # CPU spent per job: the daemon itself, and the shims + jobs it reaped
+           # CPU spent per job: the daemon itself, and what starts and runs the jobs (the
+           # local runner and the jobs it reaps, or the shims + jobs the daemon reaped)
            "daemon_cpu_ms_per_job": 1000 * (c1.user - c0.user + c1.system - c0.system) / n,
            "children_cpu_ms_per_job": 1000 * (c1.children_user - c0.children_user
-                                              + c1.children_system - c0.children_system) / n}
+                                              + c1.children_system - c0.children_system
+                                              + r1 - r0) / n}
     log(f"(a) {n} x `true` at 0.25 GPU, {per_request}/request: {res['jobs_per_s']:.1f} jobs/s "
         f"({elapsed:.2f} s; submitting took {submit_s:.2f} s; states {states}); CPU per job: "
         f"daemon {res['daemon_cpu_ms_per_job']:.1f} ms, shim+job "

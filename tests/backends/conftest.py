@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
@@ -65,7 +66,12 @@ class Env:
         self.handles: list[Handle] = []
 
     def backend(self, name: str) -> Backend:
-        return make_backend(name, tmux_socket=self.tmux_socket, screendir=self.screendir)
+        if name == "local-shim":  # a shell shim per job, as without a runner socket
+            return make_backend("local")
+        # the local runner's socket must fit in sun_path too
+        runner = Path(self.screendir) / "runner.sock" if name == "local" else None
+        return make_backend(name, tmux_socket=self.tmux_socket, screendir=self.screendir,
+                            runner_socket=runner)
 
     def req(self, argv: list[str], *, shell: bool = False, env: dict[str, str] | None = None,
             cwd: str | None = None, conda: str | None = None,
@@ -101,6 +107,10 @@ class Env:
                 if sid[:1].isdigit() and "." in sid:
                     subprocess.run(["screen", "-S", sid, "-X", "quit"], env=senv,
                                    capture_output=True, check=False)
+        for p in psutil.process_iter(["cmdline"]):  # the local runner of this test
+            if self.screendir in " ".join(p.info.get("cmdline") or []):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
         shutil.rmtree(self.screendir, ignore_errors=True)
 
 
@@ -119,7 +129,7 @@ def require(program: str) -> None:
         pytest.skip(f"{program} is not installed")
 
 
-@pytest.fixture(params=["local", "tmux", "screen"])
+@pytest.fixture(params=["local", "local-shim", "tmux", "screen"])
 def backend_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     require(name)

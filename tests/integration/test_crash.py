@@ -6,6 +6,7 @@ import random
 import time
 from collections import Counter
 
+import psutil
 import pytest
 
 from rota_testing import wait_until
@@ -56,3 +57,46 @@ def _kinds(d, expected) -> Counter:  # type: ignore[no-untyped-def]
     with d.client() as c:
         return Counter(e["kind"] + ":" + (e["message"] or "")[:30] for j in expected
                        for e in c.events(j) if e["kind"] not in ("submitted", "completed"))
+
+
+def _runner_of(home) -> psutil.Process:  # type: ignore[no-untyped-def]
+    sock = str(home / "runner.sock")
+    found = [p for p in psutil.process_iter(["cmdline"]) if sock in (p.info["cmdline"] or [])]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_runner_outlives_the_daemon_and_its_own_death_is_survived(daemon_factory,
+                                                                      tmp_path):
+    """Jobs are started by the local runner, which stays when the daemon is killed (and
+    records the end of a job that finishes meanwhile). When the runner itself is killed, a
+    running job is not taken for ended: it is watched directly and ends as killed (its exit
+    status died with the runner), and the next job gets a new runner."""
+    go = tmp_path / "go"
+    d = daemon_factory().start()
+    with d.client() as c:
+        quick, slow = c.submit([
+            {"command": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 4"],
+             "gpus": 0.25},
+            {"command": ["sh", "-c", f"while [ ! -e {go}2 ]; do sleep 0.05; done"],
+             "gpus": 0.25}])
+        wait_until(lambda: {c.job(quick["id"])["state"], c.job(slow["id"])["state"]}
+                   == {"running"}, what="both to run")
+    runner = _runner_of(d.home)
+    d.kill()
+    go.touch()  # the quick job ends while the daemon is down
+    time.sleep(0.5)
+    assert runner.is_running()
+    d.start()
+    with d.client() as c:
+        wait_until(lambda: c.job(quick["id"])["state"] == "failed", what="the quick job's end")
+        assert c.job(quick["id"])["exit_code"] == 4  # recorded by the runner meanwhile
+        runner.kill()
+        time.sleep(1.0)
+        assert c.job(slow["id"])["state"] == "running"  # still running: not taken for ended
+        (tmp_path / "go2").touch()
+        wait_until(lambda: c.job(slow["id"])["state"] == "failed", what="the slow job's end")
+        assert "signal 9" in c.job(slow["id"])["end_reason"]
+        [after] = c.submit([{"command": ["true"], "gpus": 0.25}])
+        assert c.wait(after["id"], timeout=30)["state"] == "completed"
+    assert _runner_of(d.home).pid != runner.pid

@@ -1,8 +1,10 @@
 """The backend protocol: where and how a job's process runs.
 
-A backend launches a job through the shim (``rota.backends.shim``), which records the pid
-and the real exit status in a status file, so that a restarted daemon can re-adopt jobs
-that kept running and learn how the ones that ended meanwhile finished.
+A backend launches a job through something that outlives the daemon and records the pid
+and the real exit status in a status file: the local runner (``rota.backends.runner``)
+for the local backend, a shim per job (``rota.backends.shim``, ``shell_shim``) otherwise,
+so that a restarted daemon can re-adopt jobs that kept running and learn how the ones that
+ended meanwhile finished.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ class Backend(Protocol):
 
     def launch(self, req: LaunchRequest) -> Handle:
         """Start the job detached (own session and process group); return at once."""
+        ...
+
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
+        """Launch several: a handle each, or the reason it could not start."""
+        ...
+
+    def watch(self, handle: Handle) -> int | None:
+        """An fd that turns readable when the job has ended (and its end is recorded),
+        for the daemon's event loop; None when it has ended already."""
         ...
 
     def is_alive(self, handle: Handle) -> bool: ...

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,7 @@ def status_exit_info(handle: Handle) -> ExitInfo | None:
     info = exit_info_from_status(status)
     if info is not None:
         return info
-    if pid_alive(handle.pid, _started_at(status, handle)):
+    if pid_alive(handle.pid, _started_at(status, handle)) or _recorder_alive(handle):
         return None
     return exit_info_from_status(read_status(handle.status_path)) or KILLED
 
@@ -282,7 +283,41 @@ def status_is_alive(handle: Handle) -> bool:
     status = read_status(handle.status_path)
     if has_ended(status):
         return False
-    return pid_alive(handle.pid, _started_at(status, handle))
+    return pid_alive(handle.pid, _started_at(status, handle)) or _recorder_alive(handle)
+
+
+def _recorder_alive(handle: Handle) -> bool:
+    """For a job the local runner started: whether the runner is still there to write its
+    end record. Between the job's exit and that record the job is not over yet: taking it
+    for killed then would be wrong."""
+    runner = int(handle.extra.get("runner") or 0)
+    if not runner:
+        return False
+    status = read_status(handle.status_path)
+    if status is None or status.get("runner") != runner or has_ended(status):
+        return False
+    return pid_alive(runner, status.get("runner_started"))
+
+
+def pidfd_watch(handle: Handle) -> int | None:
+    """A pidfd of the job's watched process (readable when it exits), or None when it has
+    exited already."""
+    try:
+        return os.pidfd_open(handle.pid)
+    except ProcessLookupError:
+        return None
+
+
+def launch_one_by_one(launch: Callable[[LaunchRequest], Handle],
+                      reqs: list[LaunchRequest]) -> list[Handle | str]:
+    """``launch_many`` for backends that start jobs one at a time."""
+    out: list[Handle | str] = []
+    for req in reqs:
+        try:
+            out.append(launch(req))
+        except (BackendError, OSError) as e:
+            out.append(str(e))
+    return out
 
 
 def is_shim_of(cmdline: list[str], status_path: str) -> bool:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
     build_job_argv,
     check_request,
+    launch_one_by_one,
+    pidfd_watch,
     prepare_paths,
+    read_status,
     signal_group,
     status_exit_info,
     status_is_alive,
 )
+from rota.backends.runner_client import RunnerClient, RunnerLost
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
 
@@ -23,26 +29,85 @@ _DEVNULL_ERR = (os.POSIX_SPAWN_DUP2, 1, 2)
 
 
 class LocalBackend:
-    """Runs the shell shim in its own session, output appended to the job's log file.
+    """Runs each job detached, in its own session, output appended to its log file.
 
-    ``posix_spawn`` (vfork and exec, no Python between them) keeps the launch cheap (the
-    shim creates the log file itself, so that cost is not the daemon's either), and
-    no object in the daemon holds the child: the job must not depend on the daemon, which
-    collects the exit status from the status file (reaping the zombie with
-    ``common.reap``), so a restarted daemon sees the same thing a running one does.
+    With a runner socket (the daemon's way) jobs are started by the local runner
+    (``rota.backends.runner``), a long-lived process that outlives the daemon and records
+    each job's exit status; the daemon watches a pipe the runner closes once that record
+    exists. Without one, each job gets the shell shim (``rota.backends.shell_shim``), started
+    with ``posix_spawn``, which records the status itself. Either way no object in the daemon
+    holds the job: it collects the exit status from the status file, so a restarted daemon
+    sees the same thing a running one does.
     """
 
     name = "local"
     capabilities = Capabilities(attachable=False)
 
-    def __init__(self) -> None:
+    def __init__(self, runner_socket: Path | None = None) -> None:
         # the daemon's environment, read once: copying os.environ decodes every variable
         self.base_env = dict(os.environ)
+        self.runner = RunnerClient(runner_socket, self.base_env) if runner_socket else None
+        self._watch_fds: dict[int, int] = {}  # pid -> the runner's pipe, until watched
 
     def check(self, req: LaunchRequest) -> None:
         check_request(req)
 
     def launch(self, req: LaunchRequest) -> Handle:
+        [got] = self.launch_many([req])
+        if isinstance(got, str):
+            raise BackendError(got)
+        return got
+
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
+        """Start several jobs: a handle each, or why it could not start. The runner gets
+        every request before the first answer is awaited."""
+        if self.runner is None:
+            return launch_one_by_one(self._launch_with_shim, reqs)
+        out: list[Handle | str] = ["" for _ in reqs]
+        asked: list[int] = []
+        msgs = []
+        for i, req in enumerate(reqs):
+            try:
+                self.check(req)
+                argv = build_job_argv(req)
+                prepare_paths(req)
+            except (BackendError, OSError) as e:
+                out[i] = str(e)
+                continue
+            asked.append(i)
+            msgs.append({"op": "launch", "argv": argv, "env": {**self.base_env, **req.env},
+                         "cwd": req.cwd, "log": str(req.log_path),
+                         "status": str(req.status_path), "header": req.log_header})
+        try:
+            answers = self.runner.request_many(msgs) if msgs else []
+        except BackendError as e:
+            answers = [RunnerLost(str(e))] * len(msgs)
+        for i, answer in zip(asked, answers, strict=True):
+            out[i] = self._outcome(reqs[i], answer)
+        return out
+
+    def _outcome(self, req: LaunchRequest,
+                 answer: tuple[dict[str, Any], list[int]] | RunnerLost) -> Handle | str:
+        if isinstance(answer, RunnerLost):
+            # if the runner had started the job, its status file says so (written before
+            # the answer), and the job must not run twice
+            status = read_status(req.status_path)
+            if not status or not status.get("shim_pid"):
+                return f"job {req.job_id}: {answer}"
+            return self._handle(req, int(status["shim_pid"]), time.time(),
+                                int(status.get("runner") or 0))
+        reply, fds = answer
+        if "error" in reply:
+            for fd in fds:
+                os.close(fd)
+            return f"job {req.job_id}: {reply['error']}"
+        pid = int(reply["pid"])
+        if fds:
+            self._watch_fds[pid] = fds[0]
+        assert self.runner is not None
+        return self._handle(req, pid, float(reply["started_at"]), self.runner.pid)
+
+    def _launch_with_shim(self, req: LaunchRequest) -> Handle:
         self.check(req)
         argv = shell_shim_argv(req.status_path, req.log_path, req.log_header, req.cwd,
                                build_job_argv(req))
@@ -55,6 +120,22 @@ class LocalBackend:
             raise BackendError(f"job {req.job_id}: cannot start the shim: {e}") from e
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
                       extra={"started_at": started_at})
+
+    def _handle(self, req: LaunchRequest, pid: int, started_at: float, runner: int) -> Handle:
+        return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
+                      extra={"started_at": started_at, "runner": runner})
+
+    def watch(self, handle: Handle) -> int | None:
+        """An fd that turns readable once the job has ended and its end is recorded; None
+        when that is so already."""
+        fd = self._watch_fds.pop(handle.pid, None)
+        if fd is not None:
+            return fd
+        if handle.extra.get("runner") and self.runner is not None:
+            fd = self.runner.watch(handle.pid, int(handle.extra["runner"]))
+            if fd is not None:
+                return fd
+        return pidfd_watch(handle)
 
     def is_alive(self, handle: Handle) -> bool:
         return status_is_alive(handle)

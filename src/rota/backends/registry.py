@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rota.backends.base import Backend
 from rota.errors import BackendError
 
 CHOICES = ("local", "none", "tmux", "screen")
 
 
-def make_backend(name: str, *, tmux_socket: str = "rota",
-                 screendir: str | None = None) -> Backend:
-    """The backend called ``name``; "none" (no session) is the plain local backend.
+def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None = None,
+                 runner_socket: Path | None = None) -> Backend:
+    """The backend called ``name``; "none" (no session) is the plain local backend, which
+    starts jobs through the local runner listening on ``runner_socket`` (started on first
+    use), or through a shell shim each without one.
 
     Modules are imported here, on demand, so that choosing one backend never imports the
     others (later engines bring optional SDKs).
@@ -18,7 +22,7 @@ def make_backend(name: str, *, tmux_socket: str = "rota",
     if name in ("local", "none"):
         from rota.backends.local import LocalBackend
 
-        return LocalBackend()
+        return LocalBackend(runner_socket)
     if name == "tmux":
         from rota.backends.sessions import TmuxBackend
 

@@ -29,6 +29,8 @@ from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
     append_log_header,
     check_request,
+    launch_one_by_one,
+    pidfd_watch,
     prepare_paths,
     read_status,
     shim_argv,
@@ -134,6 +136,12 @@ class _SessionBackend:
                 raise BackendError(f"{self.name} session {name!r}: the job did not start "
                                    f"within {self.start_timeout_s:g}s")
             time.sleep(0.01)
+
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
+        return launch_one_by_one(self.launch, reqs)
+
+    def watch(self, handle: Handle) -> int | None:
+        return pidfd_watch(handle)
 
     def is_alive(self, handle: Handle) -> bool:
         return status_is_alive(handle)

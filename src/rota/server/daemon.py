@@ -234,7 +234,9 @@ class Daemon:
         name = "local" if name in ("none", "local") else name
         b = self._backends.get(name)
         if b is None:
-            b = self._backends[name] = make_backend(name, tmux_socket=self.settings.tmux_socket)
+            b = self._backends[name] = make_backend(
+                name, tmux_socket=self.settings.tmux_socket,
+                runner_socket=self.settings.home / "runner.sock")
         return b
 
     @staticmethod
@@ -444,19 +446,25 @@ class Daemon:
         self.queue.add(run.pending)
 
     def _launch_all(self, runs: list[Running]) -> None:
-        """Spawn the processes, then record their handles in one commit."""
-        launched = [(run, self._launch(run)) for run in runs]
+        """Spawn the processes (each backend gets its share at once), then record their
+        handles in one commit."""
+        outcomes: dict[int, Handle | str] = {}
+        batches: dict[str, list[tuple[Running, LaunchRequest]]] = {}
+        for run in runs:
+            try:
+                req = self._launch_request(run)
+            except (BackendError, TrackerError) as e:
+                outcomes[run.job_id] = str(e)
+                continue
+            batches.setdefault(run.backend.name, []).append((run, req))
+        for batch in batches.values():
+            got = batch[0][0].backend.launch_many([req for _, req in batch])
+            for (run, _), outcome in zip(batch, got, strict=True):
+                outcomes[run.job_id] = outcome
         with self.store.transaction():
-            for run, outcome in launched:
-                self._each(self._launched, run, outcome)
+            for run in runs:
+                self._each(self._launched, run, outcomes[run.job_id])
         self._refresh_simulated()
-
-    def _launch(self, run: Running) -> Handle | str:
-        """Spawn the job's process; its handle, or why it could not start."""
-        try:
-            return run.backend.launch(self._launch_request(run))
-        except (BackendError, TrackerError, OSError) as e:
-            return str(e)
 
     def _launched(self, run: Running, outcome: Handle | str) -> None:
         if isinstance(outcome, str):
@@ -548,9 +556,8 @@ class Daemon:
     # --- watching exits --------------------------------------------------------------------
     def _watch(self, run: Running) -> None:
         assert run.handle is not None and self.loop is not None
-        try:
-            fd = os.pidfd_open(run.handle.pid)
-        except ProcessLookupError:
+        fd = run.backend.watch(run.handle)
+        if fd is None:
             self._exited_now(run.job_id)
             return
         run.pidfd = fd
@@ -585,8 +592,14 @@ class Daemon:
             return
         self._unwatch(run)
         reap(run.handle.pid)
-        info = run.backend.exit_info(run.handle) or ExitInfo(None, signal.SIGKILL, None)
-        self.finish(run, info)
+        info = run.backend.exit_info(run.handle)
+        if info is None and run.rewatches < 3 and run.backend.is_alive(run.handle):
+            # what was watched went away, not the job (the local runner died): watch the
+            # job itself from now on
+            run.rewatches += 1
+            self._watch(run)
+            return
+        self.finish(run, info or ExitInfo(None, signal.SIGKILL, None))
 
     def _refresh_simulated(self) -> None:
         """Simulated GPUs' figures follow their jobs: read them again after a batch."""

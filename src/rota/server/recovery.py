@@ -65,7 +65,7 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
     if state is JobState.PREEMPTED:  # it was being stopped: finish the handshake
         run.stop_reason = "preempt"
     status = read_status(Path(attempt.status_path)) or {}
-    if "ended_at" in status or not _is_our_shim(handle):
+    if "ended_at" in status or not _is_ours(run, handle):
         # it ended while the daemon was down (or its process is gone without a record)
         run.handle = handle
         info = run.backend.exit_info(handle) or ExitInfo(None, signal.SIGKILL, None)
@@ -99,6 +99,13 @@ def _find_handle(attempt: AttemptRecord) -> Handle | None:
                           status_path=attempt.status_path,
                           extra={"started_at": attempt.started_at})
     return None
+
+
+def _is_ours(run: Running, handle: Handle) -> bool:
+    """Alive, and really the process we started (not a new one that reused the pid)."""
+    if handle.extra.get("runner"):  # the job itself, started by the local runner
+        return run.backend.is_alive(handle)
+    return _is_our_shim(handle)
 
 
 def _is_our_shim(handle: Handle) -> bool:

@@ -28,7 +28,8 @@ class Running:
     log_path: Path
     status_path: Path
     handle: Handle | None = None
-    pidfd: int | None = None
+    pidfd: int | None = None  # what the loop watches for its end (backend.watch)
+    rewatches: int = 0
     # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost" | "requeue" | "preempt";
     # None while it runs freely
     stop_reason: str | None = None

@@ -1,0 +1,256 @@
+"""The local runner: one long-lived process that starts the local backend's jobs and records
+how each one ends.
+
+    python -m rota.backends.runner SOCKET
+
+Why: a job started through a per-job ``sh`` shim cost its machine about three times what a
+trivial job itself costs (a shell, a fork and a second exec per job). The runner starts
+each job with one ``posix_spawn`` of the job itself (in its own session, so the job's pid
+is its process group and session id, as the shim's was) and, as its parent, collects its
+exit status and appends it to the attempt's status file, in the shim's format
+(``common.read_status``). It runs detached from the daemon, so a daemon that crashes, stops
+or is upgraded leaves it running: jobs that end meanwhile still get their exit status, and
+the next daemon connects to it again. Only the runner's own death (SIGKILL) loses the exit
+status of the jobs still running then: they keep running, and end as "killed" records.
+
+Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
+message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "launch",
+"argv", "env", "cwd", "log", "status", "header"}`` -> ``{"pid", "started_at"}`` and, as
+ancillary data, the read end of a pipe whose write end the runner closes once the job's
+end is recorded (the daemon watches it like a pidfd, so it never sees an end before the
+record exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
+(``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
+The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S.
+
+Standard library only: it starts once per daemon lifetime, and quickly.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL = 1
+MAX_MESSAGE = 1 << 20
+IDLE_EXIT_S = 30.0
+_DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+#: Python ignores SIGPIPE (and the runner HUP and INT); an ignored signal stays ignored
+#: across exec, so the job gets the defaults back.
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ)
+
+
+@dataclass
+class _Job:
+    pid: int
+    pidfd: int
+    status: str
+    watchers: list[int] = field(default_factory=list)  # write ends of the daemons' pipes
+
+
+def exit_status(wait_status: int) -> int:
+    """The shell's convention, as the shim wrote it: the code, or 128+N for signal N."""
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def _append(path: str, record: dict[str, Any]) -> None:
+    """One small O_APPEND write: a reader sees the whole line or none of it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class Runner:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started_at = time.time()
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old)
+        self.listener.listen(16)
+        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.clients: set[socket.socket] = set()
+        self.jobs: dict[int, _Job] = {}
+        self.last_client = time.monotonic()
+        self.buf = bytearray(MAX_MESSAGE)
+        self.home_cwd = os.getcwd()
+
+    # --- the loop ---------------------------------------------------------------------
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.sel.select(timeout=5.0):
+                key.data(key.fileobj)
+            if self.clients:
+                self.last_client = time.monotonic()
+            elif not self.jobs and time.monotonic() - self.last_client > IDLE_EXIT_S:
+                self._close()
+                return
+
+    def _close(self) -> None:
+        # only our own socket: a newer runner may have taken the path over
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self.listener.fileno()).st_ino:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self.listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        self.clients.add(conn)
+        self.sel.register(conn, selectors.EVENT_READ, self._message)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self.sel.unregister(conn)
+        self.clients.discard(conn)
+        conn.close()
+
+    def _message(self, conn: socket.socket) -> None:
+        try:
+            n = conn.recv_into(self.buf)
+        except OSError:
+            n = 0
+        if n == 0:
+            self._drop(conn)
+            return
+        fds: list[int] = []
+        try:
+            msg = json.loads(self.buf[:n])
+            reply = self._handle(msg, fds)
+        except Exception as e:  # a bad request gets an answer, the runner goes on
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            socket.send_fds(conn, [json.dumps(reply).encode()], fds)
+        except OSError:
+            self._drop(conn)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _handle(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        op = msg.get("op")
+        if op == "hello":
+            return {"protocol": PROTOCOL, "pid": os.getpid(), "started_at": self.started_at}
+        if op == "launch":
+            return self._launch(msg, fds)
+        if op == "watch":
+            job = self.jobs.get(int(msg["pid"]))
+            if job is None:
+                return {"known": False}
+            fds.append(self._watcher(job))
+            return {"known": True}
+        return {"error": f"unknown op {op!r}"}
+
+    # --- starting a job ---------------------------------------------------------------
+    def _launch(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        argv: list[str] = msg["argv"]
+        env: dict[str, str] = msg["env"]
+        log = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if msg.get("header"):
+                os.write(log, (msg["header"] + "\n").encode())
+            try:
+                pid = self._spawn(argv, env, msg.get("cwd") or None, log)
+            except OSError as e:
+                # as a shell says it: in the log, and an exit status of 127 (not found) or
+                # 126 (cannot run), from a stand-in process, so the job ends as any other
+                os.write(log, f"rota: {e.strerror or e}\n".encode())
+                code = 127 if e.errno == errno.ENOENT and "command not found" in str(e) \
+                    else 126
+                pid = os.posix_spawn("/bin/sh", ["sh", "-c", f"exit {code}"], env,
+                                     setsid=True)
+        finally:
+            os.close(log)
+        started_at = time.time()
+        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), status=msg["status"])
+        _append(job.status, {"shim_pid": pid, "pgid": pid, "runner": os.getpid(),
+                             "runner_started": self.started_at})
+        self.jobs[pid] = job
+        self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
+        fds.append(self._watcher(job))
+        return {"pid": pid, "started_at": started_at}
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None, log: int) -> int:
+        """posix_spawn in ``cwd`` (the runner is single-threaded, so a chdir around it is
+        safe), the program looked up on the job's own PATH, output to the log."""
+        if cwd is not None:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                raise OSError(e.errno, f"cannot enter the working directory '{cwd}': "
+                                       f"{e.strerror}") from None
+        try:
+            prog = argv[0]
+            found = shutil.which(prog, path=env.get("PATH", os.defpath)) if "/" not in prog \
+                else (prog if os.path.exists(prog) else None)
+            if found is None:
+                raise OSError(errno.ENOENT, f"cannot run '{prog}': command not found")
+            try:
+                return os.posix_spawn(found, argv, env, setsid=True, setsigmask=(),
+                                      setsigdef=_DEFAULT_SIGNALS, file_actions=[
+                                          _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, log, 1),
+                                          (os.POSIX_SPAWN_DUP2, log, 2)])
+            except OSError as e:
+                raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
+        finally:
+            if cwd is not None:
+                os.chdir(self.home_cwd)
+
+    def _watcher(self, job: _Job) -> int:
+        """A pipe for a daemon: it reads EOF once the job's end is recorded."""
+        r, w = os.pipe()
+        job.watchers.append(w)
+        return r
+
+    # --- a job's end ------------------------------------------------------------------
+    def _ended(self, job: _Job) -> None:
+        try:
+            got, status = os.waitpid(job.pid, os.WNOHANG)
+        except ChildProcessError:
+            got, status = job.pid, 128 + signal.SIGKILL  # not ours to reap: unknown
+        if got == 0:
+            return
+        try:
+            _append(job.status, {"shim_pid": job.pid, "exit_status": exit_status(status)})
+        except OSError as e:  # the daemon will see no record: the job counts as killed
+            print(f"rota runner: job {job.pid}: cannot record its end: {e}", file=sys.stderr)
+        self.sel.unregister(job.pidfd)
+        os.close(job.pidfd)
+        for w in job.watchers:
+            os.close(w)
+        del self.jobs[job.pid]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m rota.backends.runner SOCKET", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        runner = Runner(argv[1])
+    except OSError as e:  # another runner took the path meanwhile: that one serves
+        print(f"rota runner: cannot listen on {argv[1]}: {e}", file=sys.stderr)
+        return 1
+    runner.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
