@@ -75,7 +75,7 @@ class LocalBackend:
                 out[i] = str(e)
                 continue
             asked.append(i)
-            msgs.append({"op": "launch", "argv": argv, "env": {**self.base_env, **req.env},
+            msgs.append({"op": "launch", "argv": argv, "env": req.env,
                          "cwd": req.cwd, "log": str(req.log_path),
                          "status": str(req.status_path), "header": req.log_header})
         try:

@@ -14,8 +14,10 @@ the next daemon connects to it again. Only the runner's own death (SIGKILL) lose
 status of the jobs still running then: they keep running, and end as "killed" records.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
-message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "launch",
-"argv", "env", "cwd", "log", "status", "header"}`` -> ``{"pid", "started_at"}`` and, as
+message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "env",
+"env"}``, once per connection: the daemon's environment; ``{"op": "launch", "argv", "env",
+"cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's)
+-> ``{"pid", "started_at"}`` and, as
 ancillary data, the read end of a pipe whose write end the runner closes once the job's
 end is recorded (the daemon watches it like a pidfd, so it never sees an end before the
 record exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
@@ -89,7 +91,9 @@ class Runner:
         self.jobs: dict[int, _Job] = {}
         self.last_client = time.monotonic()
         self.buf = bytearray(MAX_MESSAGE)
-        self.home_cwd = os.getcwd()
+        self.base_env: dict[socket.socket, dict[str, str]] = {}  # per connection
+        self.cwd = os.getcwd()
+        self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> the file found
 
     # --- the loop ---------------------------------------------------------------------
     def serve(self) -> None:
@@ -119,6 +123,7 @@ class Runner:
     def _drop(self, conn: socket.socket) -> None:
         self.sel.unregister(conn)
         self.clients.discard(conn)
+        self.base_env.pop(conn, None)
         conn.close()
 
     def _message(self, conn: socket.socket) -> None:
@@ -132,7 +137,7 @@ class Runner:
         fds: list[int] = []
         try:
             msg = json.loads(self.buf[:n])
-            reply = self._handle(msg, fds)
+            reply = self._handle(conn, msg, fds)
         except Exception as e:  # a bad request gets an answer, the runner goes on
             reply = {"error": f"{type(e).__name__}: {e}"}
         try:
@@ -143,12 +148,16 @@ class Runner:
             for fd in fds:
                 os.close(fd)
 
-    def _handle(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    def _handle(self, conn: socket.socket, msg: dict[str, Any],
+                fds: list[int]) -> dict[str, Any]:
         op = msg.get("op")
         if op == "hello":
             return {"protocol": PROTOCOL, "pid": os.getpid(), "started_at": self.started_at}
+        if op == "env":  # the daemon's environment, once: launches carry only their own
+            self.base_env[conn] = msg["env"]
+            return {}
         if op == "launch":
-            return self._launch(msg, fds)
+            return self._launch({**self.base_env.get(conn, {}), **msg["env"]}, msg, fds)
         if op == "watch":
             job = self.jobs.get(int(msg["pid"]))
             if job is None:
@@ -158,9 +167,9 @@ class Runner:
         return {"error": f"unknown op {op!r}"}
 
     # --- starting a job ---------------------------------------------------------------
-    def _launch(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    def _launch(self, env: dict[str, str], msg: dict[str, Any],
+                fds: list[int]) -> dict[str, Any]:
         argv: list[str] = msg["argv"]
-        env: dict[str, str] = msg["env"]
         log = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if msg.get("header"):
@@ -187,30 +196,35 @@ class Runner:
         return {"pid": pid, "started_at": started_at}
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None, log: int) -> int:
-        """posix_spawn in ``cwd`` (the runner is single-threaded, so a chdir around it is
-        safe), the program looked up on the job's own PATH, output to the log."""
-        if cwd is not None:
+        """posix_spawn in ``cwd`` (the runner is single-threaded and uses absolute paths
+        only, so it simply moves there), the program looked up on the job's own PATH,
+        output to the log."""
+        if cwd is not None and cwd != self.cwd:
             try:
                 os.chdir(cwd)
             except OSError as e:
                 raise OSError(e.errno, f"cannot enter the working directory '{cwd}': "
                                        f"{e.strerror}") from None
-        try:
-            prog = argv[0]
-            found = shutil.which(prog, path=env.get("PATH", os.defpath)) if "/" not in prog \
-                else (prog if os.path.exists(prog) else None)
+            self.cwd = cwd
+        prog = argv[0]
+        key = (prog, env.get("PATH", os.defpath)) if "/" not in prog else None
+        found = self.programs.get(key) if key else None
+        if found is None:
+            found = shutil.which(prog, path=key[1]) if key else \
+                (prog if os.path.exists(prog) else None)
             if found is None:
                 raise OSError(errno.ENOENT, f"cannot run '{prog}': command not found")
-            try:
-                return os.posix_spawn(found, argv, env, setsid=True, setsigmask=(),
-                                      setsigdef=_DEFAULT_SIGNALS, file_actions=[
-                                          _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, log, 1),
-                                          (os.POSIX_SPAWN_DUP2, log, 2)])
-            except OSError as e:
-                raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
-        finally:
-            if cwd is not None:
-                os.chdir(self.home_cwd)
+            if key and len(self.programs) < 10_000:
+                self.programs[key] = found
+        try:
+            return os.posix_spawn(found, argv, env, setsid=True, setsigmask=(),
+                                  setsigdef=_DEFAULT_SIGNALS, file_actions=[
+                                      _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, log, 1),
+                                      (os.POSIX_SPAWN_DUP2, log, 2)])
+        except OSError as e:
+            if key:  # moved or removed since it was found: look again next time
+                self.programs.pop(key, None)
+            raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
 
     def _watcher(self, job: _Job) -> int:
         """A pipe for a daemon: it reads EOF once the job's end is recorded."""

@@ -129,6 +129,8 @@ class RunnerClient:
                 self.path.unlink()
             return None
         self.pid = int(hello["pid"])
+        sock.send(json.dumps({"op": "env", "env": self.env}).encode())
+        sock.recv(1 << 16)
         return sock
 
     def _start(self) -> None:
