@@ -31,6 +31,14 @@ def _submit(d: Daemon, store: Store, n: int) -> list[int]:
     return [r.id for r in rows]
 
 
+async def _launched(store: Store, job_id: int) -> None:
+    for _ in range(500):
+        if store.get_job(job_id).state == "running":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job {job_id} did not start: {store.get_job(job_id).state}")
+
+
 def test_one_refused_intent_leaves_that_job_queued(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario() -> None:
@@ -49,10 +57,12 @@ def test_one_refused_intent_leaves_that_job_queued(tmp_path: Path,
             d.schedule_pass()
             assert a in d.running and b not in d.running
             assert b in d.queue and str(d.job_state(b)) == "pending"
-            assert store.get_job(b).state == "pending" and store.get_job(a).state == "running"
+            await _launched(store, a)  # the runner answers while the loop goes on
+            assert store.get_job(b).state == "pending"
             monkeypatch.setattr(store, "start_attempt", real)
             d.schedule_pass()  # the next pass starts it
-            assert b in d.running and store.get_job(b).state == "running"
+            assert b in d.running
+            await _launched(store, b)
         finally:
             await d.stop()
             kill_job_processes(tmp_path)

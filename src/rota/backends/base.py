@@ -9,6 +9,7 @@ ended meanwhile finished.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,6 +82,13 @@ class Backend(Protocol):
 
     def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
         """Launch several: a handle each, or the reason it could not start."""
+        ...
+
+    def launch_later(self, reqs: list[LaunchRequest],
+                     done: Callable[[list[Handle | str]], None]) -> bool:
+        """Launch several without waiting for them: ``done(outcomes)`` is called on the
+        running event loop once they are known. False when this backend cannot (then
+        nothing was done: use ``launch_many``)."""
         ...
 
     def watch(self, handle: Handle) -> int | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from rota.backends.common import (
     status_exit_info,
     status_is_alive,
 )
-from rota.backends.runner_client import RunnerClient, RunnerLost
+from rota.backends.runner_client import Answer, RunnerClient, RunnerLost
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
 
@@ -63,6 +65,37 @@ class LocalBackend:
         every request before the first answer is awaited."""
         if self.runner is None:
             return launch_one_by_one(self._launch_with_shim, reqs)
+        out, asked, msgs = self._requests(reqs)
+        try:
+            answers = self.runner.request_many(msgs) if msgs else []
+        except BackendError as e:
+            answers = [RunnerLost(str(e))] * len(msgs)
+        return self._outcomes(reqs, out, asked, answers)
+
+    def launch_later(self, reqs: list[LaunchRequest],
+                     done: Callable[[list[Handle | str]], None]) -> bool:
+        """Start them without waiting: ``done(outcomes)`` follows on the event loop. False
+        (nothing done) without a runner."""
+        if self.runner is None:
+            return False
+        out, asked, msgs = self._requests(reqs)
+        if not msgs:
+            asyncio.get_running_loop().call_soon(done, out)
+            return True
+
+        def answered(answers: list[Answer | RunnerLost]) -> None:
+            done(self._outcomes(reqs, out, asked, answers))
+
+        try:
+            self.runner.request_many_later(msgs, answered)
+        except BackendError as e:
+            lost: list[Answer | RunnerLost] = [RunnerLost(str(e))] * len(msgs)
+            asyncio.get_running_loop().call_soon(answered, lost)
+        return True
+
+    def _requests(self, reqs: list[LaunchRequest]
+                  ) -> tuple[list[Handle | str], list[int], list[dict[str, Any]]]:
+        """The runner's requests; a request refused here has its reason in ``out``."""
         out: list[Handle | str] = ["" for _ in reqs]
         asked: list[int] = []
         msgs = []
@@ -78,16 +111,16 @@ class LocalBackend:
             msgs.append({"op": "launch", "argv": argv, "env": req.env,
                          "cwd": req.cwd, "log": str(req.log_path),
                          "status": str(req.status_path), "header": req.log_header})
-        try:
-            answers = self.runner.request_many(msgs) if msgs else []
-        except BackendError as e:
-            answers = [RunnerLost(str(e))] * len(msgs)
+        return out, asked, msgs
+
+    def _outcomes(self, reqs: list[LaunchRequest], out: list[Handle | str], asked: list[int],
+                  answers: list[Answer | RunnerLost]) -> list[Handle | str]:
         for i, answer in zip(asked, answers, strict=True):
             out[i] = self._outcome(reqs[i], answer)
         return out
 
     def _outcome(self, req: LaunchRequest,
-                 answer: tuple[dict[str, Any], list[int]] | RunnerLost) -> Handle | str:
+                 answer: Answer | RunnerLost) -> Handle | str:
         if isinstance(answer, RunnerLost):
             # if the runner had started the job, its status file says so (written before
             # the answer), and the job must not run twice

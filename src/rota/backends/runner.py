@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -63,6 +64,13 @@ def exit_status(wait_status: int) -> int:
     if os.WIFSIGNALED(wait_status):
         return 128 + os.WTERMSIG(wait_status)
     return os.waitstatus_to_exitcode(wait_status)
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the other end has closed (messages it sent may still be waiting)."""
+    p = select.poll()
+    p.register(conn, select.POLLRDHUP)
+    return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in p.poll(0))
 
 
 def _append(path: str, record: dict[str, Any]) -> None:
@@ -132,6 +140,11 @@ class Runner:
         except OSError:
             n = 0
         if n == 0:
+            self._drop(conn)
+            return
+        if _hung_up(conn):
+            # its daemon is gone (killed with requests still queued): what it asked is
+            # not done, since the next daemon starts those jobs again
             self._drop(conn)
             return
         fds: list[int] = []

@@ -3,12 +3,17 @@ there is none (or only one that speaks another protocol), and ask it things."""
 
 from __future__ import annotations
 
+import array
+import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
 import sys
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +28,94 @@ class RunnerLost(BackendError):
     """The runner went away in the middle of a request."""
 
 
+def _receive(sock: socket.socket, flags: int = 0) -> tuple[bytes, list[int]]:
+    """One message and the fds sent with it (``socket.recv_fds`` drops its ``flags``)."""
+    fds = array.array("i")
+    data, ancdata, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_LEN(4 * fds.itemsize),
+                                                flags)
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+Answer = tuple[dict[str, Any], list[int]]
+
+
 class RunnerClient:
+    """Requests are answered in the order they were sent. ``request_many`` waits for its
+    answers; ``request_many_later`` returns at once and its callback gets them on the event
+    loop, so the daemon works on while the runner starts processes (the two then use both
+    cores instead of taking turns). A waiting request meets the answers of earlier
+    unanswered ones first and hands them to their callbacks."""
+
     def __init__(self, path: Path, env: dict[str, str]) -> None:
         self.path, self.env = path, env
         self.sock: socket.socket | None = None
         self.pid = 0
         self._spawned: int | None = None  # a runner this process started (to be reaped)
+        self._waiting: deque[Callable[[Answer | RunnerLost], None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None  # reading answers, if any
+
+    def request_many_later(self, msgs: list[dict[str, Any]],
+                           done: Callable[[list[Answer | RunnerLost]], None]) -> None:
+        """Send the requests; ``done(answers)`` follows on the running event loop."""
+        loop = asyncio.get_running_loop()
+        answers: list[Answer | RunnerLost | None] = [None] * len(msgs)
+        left = [len(msgs)]
+
+        def one(i: int, answer: Answer | RunnerLost) -> None:
+            answers[i] = answer
+            left[0] -= 1
+            if not left[0]:
+                done([a for a in answers if a is not None])
+
+        datas = self._encoded(msgs)
+        sent = 0
+        for attempt in (1, 2):
+            sock = self._connected()
+            if self._loop is None:
+                self._loop = loop
+                loop.add_reader(sock.fileno(), self._on_readable)
+            try:
+                for i in range(sent, len(datas)):
+                    sock.send(datas[i])
+                    self._waiting.append(functools.partial(one, i))
+                    sent += 1
+                return
+            except OSError as e:
+                lost = RunnerLost(f"the local runner went away: {e}")
+                self._reset()
+                if sent or attempt == 2:
+                    for i in range(sent, len(datas)):
+                        loop.call_soon(one, i, lost)
+                    return
+
+    def _on_readable(self) -> None:
+        """Answers that have arrived, to their callbacks (the loop calls this)."""
+        sock = self.sock
+        while sock is not None:
+            try:
+                data, fds = _receive(sock, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._reset()  # the runner went away: waiting callbacks learn it
+                return
+            if not self._waiting:
+                for fd in fds:  # nobody asked: nothing to hand over
+                    os.close(fd)
+                continue
+            self._waiting.popleft()((json.loads(data), fds))
 
     def request_many(self, msgs: list[dict[str, Any]]
                      ) -> list[tuple[dict[str, Any], list[int]] | RunnerLost]:
         """Send every request, then read every answer (the runner works through them while
         the rest are sent). A runner found gone at the first send is started again; one
         lost later leaves the unanswered requests as RunnerLost: they may have been done."""
-        datas = [json.dumps(m).encode() for m in msgs]
-        for d in datas:
-            if len(d) > MAX_MESSAGE:
-                raise BackendError(f"the job's argv and environment take {len(d)} bytes; "
-                                   f"the local runner takes at most {MAX_MESSAGE}")
+        datas = self._encoded(msgs)
         sent = 0
         for attempt in (1, 2):
             sock = self._connected()
@@ -82,17 +158,33 @@ class RunnerClient:
         return None
 
     # --- the connection ---------------------------------------------------------------
-    def _answer(self, sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
-        except OSError as e:
-            self._reset()
-            raise RunnerLost(f"the local runner went away: {e}") from None
-        if not data:
-            self._reset()
-            raise RunnerLost("the local runner went away")
-        reply: dict[str, Any] = json.loads(data)
-        return reply, fds
+    @staticmethod
+    def _encoded(msgs: list[dict[str, Any]]) -> list[bytes]:
+        datas = [json.dumps(m).encode() for m in msgs]
+        for d in datas:
+            if len(d) > MAX_MESSAGE:
+                raise BackendError(f"the job's argv and environment take {len(d)} bytes; "
+                                   f"the local runner takes at most {MAX_MESSAGE}")
+        return datas
+
+    def _answer(self, sock: socket.socket) -> Answer:
+        """The answer to the request just sent; earlier ones' answers, met on the way, go
+        to their callbacks (on the loop: never from inside this call)."""
+        while True:
+            try:
+                data, fds = _receive(sock)
+            except OSError as e:
+                self._reset()
+                raise RunnerLost(f"the local runner went away: {e}") from None
+            if not data:
+                self._reset()
+                raise RunnerLost("the local runner went away")
+            if not self._waiting:
+                reply: dict[str, Any] = json.loads(data)
+                return reply, fds
+            cb = self._waiting.popleft()
+            assert self._loop is not None
+            self._loop.call_soon(cb, (json.loads(data), fds))
 
     def _connected(self) -> socket.socket:
         if self.sock is not None:
@@ -154,8 +246,17 @@ class RunnerClient:
 
     def _reset(self) -> None:
         if self.sock is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self.sock.fileno())
             self.sock.close()
         self.sock, self.pid = None, 0
+        if self._waiting:
+            assert self._loop is not None
+            lost = RunnerLost("the local runner went away")
+            for cb in self._waiting:
+                self._loop.call_soon(cb, lost)
+            self._waiting.clear()
+        self._loop = None
         self._reap()
 
     def _reap(self) -> None:

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -139,6 +140,10 @@ class _SessionBackend:
 
     def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
         return launch_one_by_one(self.launch, reqs)
+
+    def launch_later(self, reqs: list[LaunchRequest],
+                     done: Callable[[list[Handle | str]], None]) -> bool:
+        return False  # tmux and screen answer at once
 
     def watch(self, handle: Handle) -> int | None:
         return pidfd_watch(handle)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -458,12 +459,23 @@ class Daemon:
                 continue
             batches.setdefault(run.backend.name, []).append((run, req))
         for batch in batches.values():
-            got = batch[0][0].backend.launch_many([req for _, req in batch])
-            for (run, _), outcome in zip(batch, got, strict=True):
+            backend, reqs = batch[0][0].backend, [req for _, req in batch]
+            # where the backend can, the loop goes on while the processes are started
+            if self.loop is not None and backend.launch_later(
+                    reqs, functools.partial(self._launches_done, [run for run, _ in batch])):
+                continue
+            for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
                 outcomes[run.job_id] = outcome
+        self._launches_done([run for run in runs if run.job_id in outcomes],
+                            [outcomes[run.job_id] for run in runs if run.job_id in outcomes])
+
+    def _launches_done(self, runs: list[Running], outcomes: list[Handle | str]) -> None:
+        """Record the handles (or failures) of launches, in one commit."""
+        if not runs:
+            return
         with self.store.transaction():
-            for run in runs:
-                self._each(self._launched, run, outcomes[run.job_id])
+            for run, outcome in zip(runs, outcomes, strict=True):
+                self._each(self._launched, run, outcome)
         self._refresh_simulated()
 
     def _launched(self, run: Running, outcome: Handle | str) -> None:

@@ -87,9 +87,11 @@ def _find_handle(attempt: AttemptRecord) -> Handle | None:
     # at a path fixed before the launch, still names it.
     status = read_status(Path(attempt.status_path))
     if status and status.get("shim_pid"):
+        extra: dict[str, object] = {"started_at": attempt.started_at}
+        if status.get("runner"):  # started by the local runner: the job itself, no shim
+            extra["runner"] = int(status["runner"])
         return Handle(backend=attempt.backend, pid=int(status["shim_pid"]),
-                      status_path=attempt.status_path,
-                      extra={"started_at": attempt.started_at})
+                      status_path=attempt.status_path, extra=extra)
     # Or the shim started but had not yet written its status file: find it by its argv.
     import psutil
 
