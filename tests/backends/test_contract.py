@@ -309,3 +309,16 @@ def test_registry() -> None:
         make_backend("docker-swarm")
     assert make_backend("tmux").capabilities.attachable
     assert not make_backend("local").capabilities.attachable
+
+
+def test_a_runner_that_cannot_start_leaves_the_shell_shim(env: Env) -> None:
+    """A socket path longer than a Unix socket's limit: the jobs still run, each through
+    a shell shim."""
+    deep = env.tmp / ("d" * 120)
+    deep.mkdir()
+    backend = make_backend("local", runner_socket=deep / "runner.sock")
+    req = env.req(["sh", "-c", "echo ran; exit 3"])
+    h = env.launch(backend, req)
+    assert "runner" not in h.extra
+    assert wait_exit(backend, h).exit_code == 3
+    assert "ran" in req.log_path.read_text()

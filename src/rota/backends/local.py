@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from rota.backends.common import (
 from rota.backends.runner_client import Answer, RunnerClient, RunnerLost
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
+
+log = logging.getLogger("rota.backends.local")
 
 _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 _DEVNULL_OUT = (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)
@@ -63,11 +66,12 @@ class LocalBackend:
     def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
         """Start several jobs: a handle each, or why it could not start. The runner gets
         every request before the first answer is awaited."""
-        if self.runner is None:
+        runner = self._ready_runner()
+        if runner is None:
             return launch_one_by_one(self._launch_with_shim, reqs)
         out, asked, msgs = self._requests(reqs)
         try:
-            answers = self.runner.request_many(msgs) if msgs else []
+            answers = runner.request_many(msgs) if msgs else []
         except BackendError as e:
             answers = [RunnerLost(str(e))] * len(msgs)
         return self._outcomes(reqs, out, asked, answers)
@@ -76,7 +80,8 @@ class LocalBackend:
                      done: Callable[[list[Handle | str]], None]) -> bool:
         """Start them without waiting: ``done(outcomes)`` follows on the event loop. False
         (nothing done) without a runner."""
-        if self.runner is None:
+        runner = self._ready_runner()
+        if runner is None:
             return False
         out, asked, msgs = self._requests(reqs)
         if not msgs:
@@ -87,11 +92,23 @@ class LocalBackend:
             done(self._outcomes(reqs, out, asked, answers))
 
         try:
-            self.runner.request_many_later(msgs, answered)
+            runner.request_many_later(msgs, answered)
         except BackendError as e:
             lost: list[Answer | RunnerLost] = [RunnerLost(str(e))] * len(msgs)
             asyncio.get_running_loop().call_soon(answered, lost)
         return True
+
+    def _ready_runner(self) -> RunnerClient | None:
+        """Whether the runner is there (started if need be). One that cannot be started at
+        all (a ROTA_HOME path too long for a socket, say) leaves the shell shim in its
+        place, said once in the daemon's log."""
+        if self.runner is not None:
+            try:
+                self.runner.connect()
+            except BackendError as e:
+                log.warning("%s; jobs get a shell shim each instead", e)
+                self.runner = None
+        return self.runner
 
     def _requests(self, reqs: list[LaunchRequest]
                   ) -> tuple[list[Handle | str], list[int], list[dict[str, Any]]]:

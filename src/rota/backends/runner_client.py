@@ -22,6 +22,7 @@ from rota.backends.runner import MAX_MESSAGE, PROTOCOL
 from rota.errors import BackendError
 
 START_TIMEOUT_S = 15.0
+_SUN_PATH_MAX = 108  # Linux's sun_path, with its terminating NUL
 
 
 class RunnerLost(BackendError):
@@ -186,6 +187,10 @@ class RunnerClient:
             assert self._loop is not None
             self._loop.call_soon(cb, (json.loads(data), fds))
 
+    def connect(self) -> None:
+        """Reach the runner, starting one if there is none: BackendError when that fails."""
+        self._connected()
+
     def _connected(self) -> socket.socket:
         if self.sock is not None:
             return self.sock
@@ -194,7 +199,8 @@ class RunnerClient:
             self._start()
             deadline = time.monotonic() + START_TIMEOUT_S
             while sock is None:
-                if time.monotonic() > deadline:
+                if self._spawned is None or not pid_alive(self._spawned) \
+                        or time.monotonic() > deadline:
                     raise BackendError(f"the local runner did not start listening on "
                                        f"{self.path}; see {self._log_path()}")
                 time.sleep(0.005)
@@ -226,6 +232,9 @@ class RunnerClient:
         return sock
 
     def _start(self) -> None:
+        if len(os.fsencode(self.path)) >= _SUN_PATH_MAX:
+            raise BackendError(f"cannot start the local runner: its socket path {self.path} "
+                               f"is longer than a Unix socket's limit ({_SUN_PATH_MAX - 1})")
         self._reap()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # a dead runner's socket
