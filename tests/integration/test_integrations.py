@@ -83,7 +83,7 @@ HF = textwrap.dedent("""
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(),
                       callbacks=[Ask(), RotaCallback()])
     trainer.train()
-    print("stopped at global step", trainer.state.global_step, flush=True)
+    print(f"stopped at global step {trainer.state.global_step}", flush=True)  # one write
 """)
 
 
