@@ -96,7 +96,8 @@ def free_port() -> int:
 
 
 def kill_job_processes(home: Path) -> None:
-    """Leave no job behind: SIGKILL every shim whose status file lives in this home."""
+    """Leave no job behind: SIGKILL the local runner of this home with every job it started
+    (each its own process group), and every shim whose status file lives in this home."""
     import psutil
 
     from rota.backends.shell_shim import MARK
@@ -104,11 +105,17 @@ def kill_job_processes(home: Path) -> None:
     for p in psutil.process_iter(["pid", "cmdline"]):
         argv = p.info.get("cmdline") or []
         cmd = " ".join(argv)
-        if ("rota.backends.shim" in argv or MARK in argv) and str(home) in cmd:
+        if str(home) not in cmd:
+            continue
+        if "rota.backends.runner" in argv:
+            with contextlib.suppress(psutil.Error):
+                for child in p.children():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(child.pid, signal.SIGKILL)
+                p.kill()
+        elif "rota.backends.shim" in argv or MARK in argv:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.info["pid"], signal.SIGKILL)
-
-
 
 
 def wait_until(predicate, timeout: float = 20.0, every: float = 0.02, what: str = ""):  # type: ignore[no-untyped-def]
