@@ -87,14 +87,20 @@ HF = textwrap.dedent("""
 """)
 
 
+def job_env(tmp_path: Path, events: Path) -> dict[str, str]:
+    """What Rota gives a job for the stop handshake, without a daemon: its events and stop
+    files (and no model hub)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("ROTA_")},
+            "ROTA_EVENTS_FILE": str(events), "ROTA_STOP_FILE": str(tmp_path / "stop"),
+            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
 def test_the_hf_trainer_saves_and_stops_when_asked(tmp_path: Path) -> None:
     script = tmp_path / "hf.py"
     script.write_text(HF)
     out = tmp_path / "out"
     events = tmp_path / "events.jsonl"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROTA_")},
-           "ROTA_EVENTS_FILE": str(events), "ROTA_STOP_FILE": str(tmp_path / "stop"),
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = job_env(tmp_path, events)
     r = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True,
                        text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
@@ -128,9 +134,7 @@ def test_the_hf_trainer_stops_every_rank_under_torchrun(tmp_path: Path) -> None:
     script.write_text(HF_DDP)
     out = tmp_path / "out"
     events = tmp_path / "events.jsonl"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROTA_")},
-           "ROTA_EVENTS_FILE": str(events), "ROTA_STOP_FILE": str(tmp_path / "stop"),
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = {**job_env(tmp_path, events), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         "--nproc-per-node", "2", str(script), str(out)], env=env,
                        capture_output=True, text=True, timeout=300, check=False)

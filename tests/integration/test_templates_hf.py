@@ -80,16 +80,9 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def cli(d: DaemonProcess, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rota", *args], env=d.env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False)
-
-
 def submit(d: DaemonProcess, template: str, cwd: Path, *flags: str, **sets: object) -> int:
     args = [w for k, v in sets.items() for w in ("--set", f"{k}={v}")]
-    r = cli(d, "submit", "--json", "--template", template, *flags, *args, cwd=cwd)
-    assert r.returncode == 0, r.stderr
-    return int(json.loads(r.stdout)["jobs"][0]["id"])
+    return d.submit("--template", template, *flags, *args, cwd=cwd)
 
 
 def job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
@@ -213,7 +206,7 @@ def test_lora_finetune_is_preempted_resumes_and_finishes(hf_daemon: DaemonProces
     assert state["global_step"] == 200
     assert (run / "adapter" / "adapter_model.safetensors").is_file()
     assert json.loads((run / "adapter" / "adapter_config.json").read_text())["r"] == 4
-    r = cli(hf_daemon, "metrics", str(job_id), "--json", "--name", "loss")
+    r = hf_daemon.cli("metrics", str(job_id), "--json", "--name", "loss")
     assert r.returncode == 0, r.stderr
     loss = json.loads(r.stdout)["series"]["loss"]  # [step, value, time, attempt]
     assert {p[3] for p in loss} == {1, 2} and all(math.isfinite(p[1]) for p in loss)
