@@ -43,16 +43,74 @@ def test_write_ahead_start_and_attempts(store: Store):
     att = {"number": 1, "gpu_indices": [0, 1], "gpu_uuids": [], "milli": 1000, "gpu_mem": None,
            "backend": "local", "log_path": "/x.log", "status_path": "/x.json",
            "started_at": 2.0}
-    att_id = store.start_attempt(row.id, att, now=2.0, message="attempt 1")
+    assert set(store.launch_info([row.id])) == {row.id}
+    [att_id] = store.start_attempts([(row.id, att, "attempt 1")], now=2.0)
     assert store.get_job(row.id).state == "starting"
-    with pytest.raises(StoreError):  # a second start of the same pending job is refused
-        store.start_attempt(row.id, {**att, "number": 2, "gpu_indices": [2]}, now=3.0,
-                            message="again")
+    assert store.launch_info([row.id]) == {}  # no longer pending: not to be started
+    with pytest.raises(StoreError):  # a second start of the same job is refused
+        store.start_attempts([(row.id, {**att, "number": 2, "gpu_indices": [2]}, "again")],
+                             now=3.0)
+    assert len(store.attempts(row.id)) == 1
     store.update_attempt(att_id, handle={"pid": 5}, exit_code=0, ended_at=4.0)
     [a] = store.attempts(row.id)
     assert a.handle == {"pid": 5} and a.gpu_indices == [0, 1]
     assert store.last_attempts([row.id])[row.id].number == 1
     assert [r.id for r in store.active_jobs()] == [row.id]
+
+
+def _attempt(number: int, gpu: int) -> dict[str, object]:
+    return {"number": number, "gpu_indices": [gpu], "gpu_uuids": [], "milli": 250,
+            "gpu_mem": None, "backend": "local", "log_path": f"/{gpu}.log",
+            "status_path": f"/{gpu}.json", "started_at": 2.0}
+
+
+def test_a_batch_of_starts_is_all_or_none_and_gives_each_job_its_attempt(store: Store):
+    a, held, b = store.add_jobs([spec(), spec(hold=True), spec()], user="u", source="cli",
+                                now=1.0)
+    assert set(store.launch_info([a.id, held.id, b.id])) == {a.id, b.id}
+    with pytest.raises(StoreError):  # the held one fails the batch: nothing is stored
+        store.start_attempts([(a.id, _attempt(1, 0), "a on 0"),
+                              (held.id, _attempt(1, 1), "held on 1")], now=2.0)
+    assert store.get_job(a.id).state == "pending" and not store.attempts(a.id)
+    ids = store.start_attempts([(a.id, _attempt(1, 0), "a on 0"),
+                                (b.id, _attempt(1, 2), "b on 2")], now=2.0)
+    for job, gpu, attempt_id in ((a, 0, ids[0]), (b, 2, ids[1])):
+        [att] = store.attempts(job.id)  # each attempt id belongs to its own job
+        assert att.id == attempt_id and att.gpu_indices == [gpu]
+        assert store.get_job(job.id).state == "starting"
+        assert [e.message for e in store.events(job.id)][-1] == f"{'ab'[gpu // 2]} on {gpu}"
+
+
+def test_updates_held_in_a_batch_are_seen_by_its_reads_and_keep_their_order(store: Store):
+    rows = store.add_jobs([spec() for _ in range(3)], user="u", source="cli", now=1.0)
+    ids = dict(zip([r.id for r in rows], store.start_attempts(
+        [(r.id, _attempt(1, n), "go") for n, r in enumerate(rows)], now=2.0), strict=True))
+    with store.transaction():
+        for r in rows:
+            store.update_attempt(ids[r.id], handle={"pid": r.id})
+            store.transition(r.id, JobState.STARTING, JobState.RUNNING, now=3.0,
+                             started_at=2.0)
+        assert store.get_job(rows[0].id).state == "running"  # a read sees the held writes
+        # the same row twice in one batch: the second change meets the first's result
+        store.transition(rows[1].id, JobState.RUNNING, JobState.COMPLETED, now=4.0,
+                         exit_code=0)
+        store.update_attempt(ids[rows[1].id], exit_code=0, ended_at=4.0)
+        store.transition(rows[2].id, JobState.RUNNING, JobState.FAILED, now=4.0, exit_code=3)
+    assert [store.get_job(r.id).state for r in rows] == ["running", "completed", "failed"]
+    assert [store.attempts(r.id)[0].handle for r in rows] == [{"pid": r.id} for r in rows]
+    assert store.attempts(rows[1].id)[0].exit_code == 0
+    assert [e.to_state for e in store.events(rows[1].id)] == \
+        ["pending", "starting", "running", "completed"]
+
+
+def test_a_batched_transition_from_a_wrong_state_is_logged_and_the_others_stand(
+        store: Store, caplog: pytest.LogCaptureFixture):
+    a, b = store.add_jobs([spec(), spec()], user="u", source="cli", now=1.0)
+    with store.transaction():
+        store.transition(a.id, JobState.PENDING, JobState.HELD, now=2.0)
+        store.transition(b.id, JobState.HELD, JobState.PENDING, now=2.0)  # b is pending
+    assert store.get_job(a.id).state == "held" and store.get_job(b.id).state == "pending"
+    assert f"job {b.id} is pending, expected held" in caplog.text
 
 
 def test_dedup_hashes_ignore_failed_jobs(store: Store):

@@ -93,6 +93,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
         self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
+        self._answers: list[tuple[Running, Handle | str]] = []  # launches known this turn
         self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
         # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
         self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
@@ -358,10 +359,7 @@ class Daemon:
             try:
                 with self.store.transaction():
                     rows = self.store.launch_info(s.job_id for s in plan.starts)
-                    for start in plan.starts:
-                        run = self._intend(start, rows.get(start.job_id), now)
-                        if run is not None:
-                            runs.append(run)
+                    self._intend(plan.starts, rows, now, runs)
             except Exception:
                 # the commit failed: no intent is stored, so none may look started
                 for run in runs:
@@ -403,42 +401,54 @@ class Daemon:
             self.loop.call_later(max(0.0, soonest - now) + 0.005, self.kick)
 
     # --- starting a job ------------------------------------------------------------------
-    def _intend(self, start: Start, row: LaunchInfo | None, now: float) -> Running | None:
-        """Commit the launch intent (PENDING -> STARTING and the attempt) for one start."""
-        pending = self.queue.remove(start.job_id)
-        if pending is None or row is None:
-            return None
-        job_id = start.job_id
-        self.metrics.queue_wait.observe(max(0.0, now - row.updated_at))
-        spec = JobSpec.model_validate(row.spec)
-        number = row.attempts + 1
-        log_path = self.settings.logs_dir / f"{job_id}.log"
-        status_path = self.settings.status_dir / f"{job_id}-{number}.json"
-        backend_name = self.backend_name(spec)
-        attempt = {"number": number, "gpu_indices": list(start.gpu_indices),
-                   "gpu_uuids": [self.readings[i].uuid for i in start.gpu_indices
-                                 if i in self.readings],
-                   "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
-                   "backend": backend_name, "log_path": str(log_path),
-                   "status_path": str(status_path), "started_at": now}
+    def _intend(self, starts: list[Start], rows: dict[int, LaunchInfo], now: float,
+                runs: list[Running]) -> None:
+        """Store the launch intents (PENDING -> STARTING and the attempt) of a pass's
+        starts; each one stored joins ``runs``. A job the store no longer has pending stays
+        queued: the next pass decides."""
+        intents: list[tuple[Running, dict[str, object]]] = []
+        for start in starts:
+            pending = self.queue.remove(start.job_id)
+            row = rows.get(start.job_id)
+            if pending is None:
+                continue
+            if row is None:
+                log.error("job %s is no longer pending in the store; not started",
+                          start.job_id)
+                self.queue.add(pending)
+                continue
+            job_id, number = start.job_id, row.attempts + 1
+            spec = JobSpec.model_validate(row.spec)
+            backend_name = self.backend_name(spec)
+            run = Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
+                          gpus=start.gpu_indices, milli=start.milli_per_gpu,
+                          gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
+                          started_at=now, pending=pending, failures=row.failures,
+                          log_path=self.settings.logs_dir / f"{job_id}.log",
+                          status_path=self.settings.status_dir / f"{job_id}-{number}.json",
+                          submitted_at=row.created_at, user=row.user)
+            intents.append((run, {
+                "number": number, "gpu_indices": list(start.gpu_indices),
+                "gpu_uuids": [self.readings[i].uuid for i in start.gpu_indices
+                              if i in self.readings],
+                "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
+                "backend": backend_name, "log_path": str(run.log_path),
+                "status_path": str(run.status_path), "started_at": now}))
         try:
-            attempt_id = self.store.start_attempt(job_id, attempt, now=now,
-                                                  message=f"attempt {number} on GPUs "
-                                                          f"{_gpu_text(start.gpu_indices)}")
-        except StoreError:  # it changed under us: it stays queued, the next pass decides
-            log.exception("job %s: could not record its start", job_id)
-            self.queue.add(pending)
-            return None
-        self.states[job_id] = JobState.STARTING
-        run = Running(job_id=job_id, attempt_id=attempt_id, attempt_no=number, spec=spec,
-                      gpus=start.gpu_indices, milli=start.milli_per_gpu,
-                      gpu_mem=start.gpu_mem, backend=self.backend(backend_name),
-                      started_at=now, pending=pending, failures=row.failures,
-                      log_path=log_path, status_path=status_path, submitted_at=row.created_at,
-                      user=row.user)
-        run.output = self.output_reader(run, row.progress)
-        self.running[job_id] = run
-        return run
+            ids = self.store.start_attempts(
+                [(run.job_id, attempt, f"attempt {run.attempt_no} on GPUs {_gpu_text(run.gpus)}")
+                 for run, attempt in intents], now=now)
+        except Exception:
+            for run, _ in intents:
+                self.queue.add(run.pending)
+            raise
+        for (run, _), attempt_id in zip(intents, ids, strict=True):
+            run.attempt_id = attempt_id
+            self.metrics.queue_wait.observe(max(0.0, now - rows[run.job_id].updated_at))
+            run.output = self.output_reader(run, rows[run.job_id].progress)
+            self.states[run.job_id] = JobState.STARTING
+            self.running[run.job_id] = run
+            runs.append(run)
 
     def _forget_intent(self, run: Running) -> None:
         """Undo _intend in memory after its transaction was rolled back."""
@@ -462,12 +472,23 @@ class Daemon:
             backend, reqs = batch[0][0].backend, [req for _, req in batch]
             # where the backend can, the loop goes on while the processes are started
             if self.loop is not None and backend.launch_later(
-                    reqs, functools.partial(self._launches_done, [run for run, _ in batch])):
+                    reqs, functools.partial(self._launch_answered, [run for run, _ in batch])):
                 continue
             for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
                 outcomes[run.job_id] = outcome
         self._launches_done([run for run in runs if run.job_id in outcomes],
                             [outcomes[run.job_id] for run in runs if run.job_id in outcomes])
+
+    def _launch_answered(self, runs: list[Running], i: int, outcome: Handle | str) -> None:
+        """One launch's outcome: those known in the same loop turn are recorded together
+        (while the backend goes on starting the rest of its batch)."""
+        if not self._answers and self.loop is not None:
+            self.loop.call_soon(self._record_answers)
+        self._answers.append((runs[i], outcome))
+
+    def _record_answers(self) -> None:
+        answers, self._answers = self._answers, []
+        self._launches_done([run for run, _ in answers], [outcome for _, outcome in answers])
 
     def _launches_done(self, runs: list[Running], outcomes: list[Handle | str]) -> None:
         """Record the handles (or failures) of launches, in one commit."""

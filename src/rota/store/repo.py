@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Connection, Engine, Row, Table, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Table,
+    Update,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,6 +38,8 @@ from rota.store.tables import (
     UserRow,
 )
 
+log = logging.getLogger(__name__)
+
 _RETRYABLE_HASH_STATES = [s.value for s in (JobState.FAILED, JobState.CANCELLED,
                                             JobState.TIMEOUT)]
 _jobs = cast(Table, JobRow.__table__)
@@ -38,11 +52,15 @@ _metrics = cast(Table, MetricRow.__table__)
 _SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
                                _jobs.c.state == bindparam("from_"))
 _SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
-_ADD_ATTEMPT = insert(_attempts).returning(_attempts.c.id)
+_ADD_ATTEMPTS = insert(_attempts).returning(_attempts.c.id, sort_by_parameter_order=True)
 _ADD_EVENTS = insert(_events)
 _ADD_METRICS = insert(_metrics)
 _SET_PROGRESS = update(_jobs).where(_jobs.c.id == bindparam("id_"))
 _GET_JOB = select(_jobs).where(_jobs.c.id == bindparam("id_"))
+_LAUNCH_INFO = select(_jobs.c.id, _jobs.c.spec, _jobs.c.attempts, _jobs.c.failures,
+                      _jobs.c.updated_at, _jobs.c.created_at, _jobs.c.progress,
+                      _jobs.c.user).where(_jobs.c.id.in_(bindparam("ids", expanding=True)),
+                                          _jobs.c.state == JobState.PENDING.value)
 _JOB_ATTEMPTS = (select(_attempts).where(_attempts.c.job_id == bindparam("job_id"))
                  .order_by(_attempts.c.number))
 _JOB_EVENTS = (select(_events).where(_events.c.job_id == bindparam("job_id"))
@@ -67,6 +85,12 @@ class LaunchInfo(NamedTuple):
     user: str
 
 
+class _Write(NamedTuple):
+    """A row update held until its batch commits (see Store.transaction)."""
+    statement: Update
+    params: dict[str, Any]
+
+
 class Store:
     """Jobs, attempts and events through SQLAlchemy Core; users, tokens and settings
     (cold paths) through ORM sessions.
@@ -75,6 +99,12 @@ class Store:
     API request), where the ORM's objects cost far more than SQLite does, so they are plain
     statements; writes join the ambient ``transaction()`` when the daemon opens one, so
     that a batch of exits or of starts is one commit rather than several per job.
+
+    Inside such a batch, job and attempt updates and events are held and written at its
+    end with one ``executemany`` per statement shape: a statement's overhead in SQLAlchemy
+    is several times SQLite's own, so this is what a batch of N jobs saves, not the commit.
+    Held updates are written before any read in the batch (reads see them) and before a
+    second update of the same row (rows change in call order).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -83,6 +113,7 @@ class Store:
         self._conn: Connection | None = None  # the open batch transaction, if any
         self._write_conn: Connection | None = None
         self._events: list[dict[str, Any]] = []  # written with one executemany at commit
+        self._held: dict[tuple[str, int], _Write] = {}  # row updates of the open batch
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -97,7 +128,7 @@ class Store:
     def session(self) -> Session:
         """A session for reads; inside a batch it sees the batch's uncommitted writes."""
         if self._conn is not None:
-            self._flush_events(self._conn)
+            self._flush(self._conn)
             return Session(bind=self._conn, expire_on_commit=False)
         return self._session()
 
@@ -105,7 +136,7 @@ class Store:
     def _reading(self) -> Iterator[Connection]:
         """A connection for Core reads; inside a batch, the batch's (it sees its writes)."""
         if self._conn is not None:
-            self._flush_events(self._conn)
+            self._flush(self._conn)
             yield self._conn
             return
         try:
@@ -116,8 +147,10 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """One commit for every write made inside; nested uses join the outer one."""
+        """One commit for every write made inside; nested uses join the outer one (after
+        the updates it holds, so that statements meet rows in call order)."""
         if self._conn is not None:
+            self._flush(self._conn)
             yield self._conn
             return
         conn = self._writer()
@@ -126,10 +159,11 @@ class Store:
                 self._conn = conn
                 try:
                     yield conn
-                    self._flush_events(conn)
+                    self._flush(conn)
                 finally:
                     self._conn = None
                     self._events.clear()
+                    self._held.clear()
         except SQLAlchemyError as e:
             if getattr(e, "connection_invalidated", False) or conn.invalidated:
                 self._drop_writer()  # the next transaction connects again
@@ -204,16 +238,14 @@ class Store:
         return row
 
     def launch_info(self, ids: Iterable[int]) -> dict[int, LaunchInfo]:
-        """What starting these jobs needs from the store, without building ORM objects."""
+        """What starting these jobs needs from the store, for those still pending (a job
+        left out is not to be started)."""
         idl = list(ids)
-        j = _jobs.c
-        cols = (j.id, j.spec, j.attempts, j.failures, j.updated_at, j.created_at, j.progress,
-                j.user)
         with self.transaction() as c:
             return {r.id: LaunchInfo(r.spec, r.attempts, r.failures, r.updated_at, r.created_at,
                                      r.progress, r.user)
                     for i in range(0, len(idl), 500)
-                    for r in c.execute(select(*cols).where(_jobs.c.id.in_(idl[i:i + 500])))}
+                    for r in c.execute(_LAUNCH_INFO, {"ids": idl[i:i + 500]})}
 
     def jobs(self, ids: Iterable[int]) -> dict[int, JobRecord]:
         idl = list(ids)
@@ -274,9 +306,14 @@ class Store:
                    **fields: Any) -> None:
         """Move a job from src to dst (checked against the table and the stored state)."""
         check_transition(job_id, src, dst)
+        params = {"id_": job_id, "from_": src.value, "state": dst.value, "updated_at": now,
+                  **fields}
+        if self._conn is not None:  # in a batch: checked when it is written
+            self._hold("job", job_id, _SET_JOB, params)
+            self._event(job_id, now, kind or dst.value, message, src.value, dst.value)
+            return
         with self.transaction() as c:
-            res = c.execute(_SET_JOB, {"id_": job_id, "from_": src.value, "state": dst.value,
-                                       "updated_at": now, **fields})
+            res = c.execute(_SET_JOB, params)
             if res.rowcount != 1:
                 current = c.scalar(select(_jobs.c.state).where(_jobs.c.id == job_id))
                 if current is None:
@@ -286,28 +323,37 @@ class Store:
             self._event(job_id, now, kind or dst.value, message, src.value, dst.value)
 
     def update_job(self, job_id: int, **fields: Any) -> None:
-        with self.transaction() as c:
-            c.execute(update(_jobs).where(_jobs.c.id == job_id).values(**fields))
+        self._update("job", _SET_PROGRESS, {"id_": job_id, **fields})
 
     # --- attempts ------------------------------------------------------------------------
-    def start_attempt(self, job_id: int, attempt: dict[str, Any], *, now: float,
-                      message: str) -> int:
-        """Write-ahead launch intent: PENDING -> STARTING and the attempt; its id back."""
-        check_transition(job_id, JobState.PENDING, JobState.STARTING)
+    def start_attempts(self, starts: Sequence[tuple[int, dict[str, Any], str]], *,
+                       now: float) -> list[int]:
+        """Write-ahead launch intents, (job id, attempt, event message) each: PENDING ->
+        STARTING and the attempt row; the attempts' ids back, in order. All or none: a job
+        that is not pending fails the batch (``launch_info`` in the same transaction leaves
+        such jobs out)."""
+        for job_id, _, _ in starts:
+            check_transition(job_id, JobState.PENDING, JobState.STARTING)
+        if not starts:
+            return []
         with self.transaction() as c:
-            res = c.execute(_SET_JOB, {"id_": job_id, "from_": JobState.PENDING.value,
-                                       "state": JobState.STARTING.value, "updated_at": now,
-                                       "attempts": attempt["number"], "not_before": None})
-            if res.rowcount != 1:
-                raise StoreError(f"job {job_id} is no longer pending")
-            attempt_id: int = c.execute(_ADD_ATTEMPT, {**attempt, "job_id": job_id}).scalar_one()
-            self._event(job_id, now, "starting", message, JobState.PENDING.value,
-                        JobState.STARTING.value)
-        return attempt_id
+            res = c.execute(_SET_JOB, [{"id_": job_id, "from_": JobState.PENDING.value,
+                                        "state": JobState.STARTING.value, "updated_at": now,
+                                        "attempts": attempt["number"], "not_before": None}
+                                       for job_id, attempt, _ in starts])
+            if res.rowcount != len(starts):
+                raise StoreError(f"{len(starts) - res.rowcount} of jobs "
+                                 f"{sorted(s[0] for s in starts)} are no longer pending")
+            ids: list[int] = list(c.execute(_ADD_ATTEMPTS, [{**attempt, "job_id": job_id}
+                                                            for job_id, attempt, _ in starts])
+                                  .scalars())
+            for job_id, _, message in starts:
+                self._event(job_id, now, "starting", message, JobState.PENDING.value,
+                            JobState.STARTING.value)
+        return ids
 
     def update_attempt(self, attempt_id: int, **fields: Any) -> None:
-        with self.transaction() as c:
-            c.execute(_SET_ATTEMPT, {"id_": attempt_id, **fields})
+        self._update("attempt", _SET_ATTEMPT, {"id_": attempt_id, **fields})
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         with self._reading() as c:
@@ -464,6 +510,9 @@ class Store:
     # --- events and settings -------------------------------------------------------------
     def add_event(self, *, job_id: int | None, kind: str, now: float,
                   message: str | None = None) -> None:
+        if self._conn is not None:  # written with the batch's other events
+            self._event(job_id, now, kind, message)
+            return
         with self.transaction():
             self._event(job_id, now, kind, message)
 
@@ -473,10 +522,54 @@ class Store:
         self._events.append({"job_id": job_id, "ts": now, "kind": kind, "message": message,
                              "from_state": from_state, "to_state": to_state})
 
-    def _flush_events(self, c: Connection) -> None:
+    def _update(self, table: str, statement: Update, params: dict[str, Any]) -> None:
+        """One row update: held for the end of the open batch, else written now."""
+        if self._conn is not None:
+            self._hold(table, params["id_"], statement, params)
+            return
+        with self.transaction() as c:
+            c.execute(statement, params)
+
+    def _hold(self, table: str, row_id: int, statement: Update, params: dict[str, Any]) -> None:
+        """Hold a row update for the open batch's end (one is always open here)."""
+        assert self._conn is not None
+        if (table, row_id) in self._held:  # a second change of one row waits for the first
+            self._flush(self._conn)
+        self._held[table, row_id] = _Write(statement, params)
+
+    def _flush(self, c: Connection) -> None:
+        """Write the held updates, one executemany per statement and set of columns, then
+        the events."""
+        if self._held:
+            held, self._held = self._held, {}
+            groups: dict[tuple[int, tuple[str, ...]], list[dict[str, Any]]] = {}
+            stmts: dict[int, Update] = {}
+            for w in held.values():
+                stmts[id(w.statement)] = w.statement
+                groups.setdefault((id(w.statement), tuple(w.params)), []).append(w.params)
+            for (sid, _), rows in groups.items():
+                res = c.execute(stmts[sid], rows)
+                if stmts[sid] is _SET_JOB and res.rowcount != len(rows):
+                    self._report_lost_transitions(c, rows)
         if self._events:
             rows, self._events = self._events, []
             c.execute(_ADD_EVENTS, rows)
+
+    @staticmethod
+    def _report_lost_transitions(c: Connection, rows: list[dict[str, Any]]) -> None:
+        """Transitions of a batch whose job was not in the state the daemon thought: they
+        changed nothing (the others stand); the daemon's memory and the store disagree, which
+        only a bug does, so it is logged loudly."""
+        want = {r["id_"]: r for r in rows}
+        j = _jobs.c
+        for job_id, state, updated_at in c.execute(select(j.id, j.state, j.updated_at)
+                                                   .where(j.id.in_(list(want)))):
+            w = want[job_id]
+            # moved by this write: in its new state since this moment (a job already in that
+            # state from an earlier write at the same moment would pass for moved too)
+            if state != w["state"] or updated_at != w["updated_at"]:
+                log.error("job %s is %s, expected %s: its move to %s was not stored", job_id,
+                          state, w["from_"], w["state"])
 
     def events(self, job_id: int) -> list[EventRecord]:
         with self._reading() as c:
