@@ -38,9 +38,10 @@ def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
 def rota(jobs: int, timeout: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "e2e.json"
-        proc = subprocess.run([sys.executable, "bench/bench_e2e.py", "--parts", "a", "--jobs",
-                               str(jobs), "--json", str(out)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        proc = subprocess.run([sys.executable, "bench/bench_e2e.py", "--parts", "a",
+                               "--batch-only", "--jobs", str(jobs), "--json", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"bench_e2e failed: {(proc.stderr or proc.stdout)[-800:]}")
         r = json.loads(out.read_text())["throughput_batch"]

@@ -93,7 +93,6 @@ class Daemon:
         self._wake = asyncio.Event()
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
         self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
-        self._answers: list[tuple[Running, Handle | str]] = []  # launches known this turn
         self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
         # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
         self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
@@ -472,23 +471,12 @@ class Daemon:
             backend, reqs = batch[0][0].backend, [req for _, req in batch]
             # where the backend can, the loop goes on while the processes are started
             if self.loop is not None and backend.launch_later(
-                    reqs, functools.partial(self._launch_answered, [run for run, _ in batch])):
+                    reqs, functools.partial(self._launches_done, [run for run, _ in batch])):
                 continue
             for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
                 outcomes[run.job_id] = outcome
         self._launches_done([run for run in runs if run.job_id in outcomes],
                             [outcomes[run.job_id] for run in runs if run.job_id in outcomes])
-
-    def _launch_answered(self, runs: list[Running], i: int, outcome: Handle | str) -> None:
-        """One launch's outcome: those known in the same loop turn are recorded together
-        (while the backend goes on starting the rest of its batch)."""
-        if not self._answers and self.loop is not None:
-            self.loop.call_soon(self._record_answers)
-        self._answers.append((runs[i], outcome))
-
-    def _record_answers(self) -> None:
-        answers, self._answers = self._answers, []
-        self._launches_done([run for run, _ in answers], [outcome for _, outcome in answers])
 
     def _launches_done(self, runs: list[Running], outcomes: list[Handle | str]) -> None:
         """Record the handles (or failures) of launches, in one commit."""
