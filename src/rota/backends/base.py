@@ -85,10 +85,11 @@ class Backend(Protocol):
         ...
 
     def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[list[Handle | str]], None]) -> bool:
-        """Launch several without waiting for them: ``done(outcomes)`` is called on the
-        running event loop once they are known. False when this backend cannot (then
-        nothing was done: use ``launch_many``)."""
+                     done: Callable[[int, Handle | str], None]) -> bool:
+        """Launch several without waiting for them: ``done(i, outcome)`` is called on the
+        running event loop for ``reqs[i]`` as soon as its handle (or the reason it could not
+        start) is known. False when this backend cannot (then nothing was done: use
+        ``launch_many``)."""
         ...
 
     def watch(self, handle: Handle) -> int | None:

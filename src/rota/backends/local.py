@@ -77,25 +77,26 @@ class LocalBackend:
         return self._outcomes(reqs, out, asked, answers)
 
     def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[list[Handle | str]], None]) -> bool:
-        """Start them without waiting: ``done(outcomes)`` follows on the event loop. False
-        (nothing done) without a runner."""
+                     done: Callable[[int, Handle | str], None]) -> bool:
+        """Start them without waiting: ``done(i, outcome)`` follows on the event loop for
+        each as soon as it is known. False (nothing done) without a runner."""
         runner = self._ready_runner()
         if runner is None:
             return False
         out, asked, msgs = self._requests(reqs)
-        if not msgs:
-            asyncio.get_running_loop().call_soon(done, out)
-            return True
+        loop = asyncio.get_running_loop()
+        for i in sorted(set(range(len(reqs))) - set(asked)):  # refused here
+            loop.call_soon(done, i, out[i])
 
-        def answered(answers: list[Answer | RunnerLost]) -> None:
-            done(self._outcomes(reqs, out, asked, answers))
+        def answered(k: int, answer: Answer | RunnerLost) -> None:
+            done(asked[k], self._outcome(reqs[asked[k]], answer))
 
         try:
-            runner.request_many_later(msgs, answered)
+            if msgs:
+                runner.request_many_later(msgs, answered)
         except BackendError as e:
-            lost: list[Answer | RunnerLost] = [RunnerLost(str(e))] * len(msgs)
-            asyncio.get_running_loop().call_soon(answered, lost)
+            for k in range(len(msgs)):
+                loop.call_soon(answered, k, RunnerLost(str(e)))
         return True
 
     def _ready_runner(self) -> RunnerClient | None:

@@ -45,9 +45,9 @@ Answer = tuple[dict[str, Any], list[int]]
 
 class RunnerClient:
     """Requests are answered in the order they were sent. ``request_many`` waits for its
-    answers; ``request_many_later`` returns at once and its callback gets them on the event
-    loop, so the daemon works on while the runner starts processes (the two then use both
-    cores instead of taking turns). A waiting request meets the answers of earlier
+    answers; ``request_many_later`` returns at once and its callback gets each answer on the
+    event loop, so the daemon works on while the runner starts processes (the two then use
+    both cores instead of taking turns). A waiting request meets the answers of earlier
     unanswered ones first and hands them to their callbacks."""
 
     def __init__(self, path: Path, env: dict[str, str]) -> None:
@@ -59,18 +59,11 @@ class RunnerClient:
         self._loop: asyncio.AbstractEventLoop | None = None  # reading answers, if any
 
     def request_many_later(self, msgs: list[dict[str, Any]],
-                           done: Callable[[list[Answer | RunnerLost]], None]) -> None:
-        """Send the requests; ``done(answers)`` follows on the running event loop."""
+                           done: Callable[[int, Answer | RunnerLost], None]) -> None:
+        """Send the requests; ``done(i, answer)`` follows on the running event loop for each
+        one as its answer arrives (in order), so the first answers are used while the runner
+        still works through the rest."""
         loop = asyncio.get_running_loop()
-        answers: list[Answer | RunnerLost | None] = [None] * len(msgs)
-        left = [len(msgs)]
-
-        def one(i: int, answer: Answer | RunnerLost) -> None:
-            answers[i] = answer
-            left[0] -= 1
-            if not left[0]:
-                done([a for a in answers if a is not None])
-
         datas = self._encoded(msgs)
         sent = 0
         for attempt in (1, 2):
@@ -81,7 +74,7 @@ class RunnerClient:
             try:
                 for i in range(sent, len(datas)):
                     sock.send(datas[i])
-                    self._waiting.append(functools.partial(one, i))
+                    self._waiting.append(functools.partial(done, i))
                     sent += 1
                 return
             except OSError as e:
@@ -89,7 +82,7 @@ class RunnerClient:
                 self._reset()
                 if sent or attempt == 2:
                     for i in range(sent, len(datas)):
-                        loop.call_soon(one, i, lost)
+                        loop.call_soon(done, i, lost)
                     return
 
     def _on_readable(self) -> None:

@@ -142,7 +142,7 @@ class _SessionBackend:
         return launch_one_by_one(self.launch, reqs)
 
     def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[list[Handle | str]], None]) -> bool:
+                     done: Callable[[int, Handle | str], None]) -> bool:
         return False  # tmux and screen answer at once
 
     def watch(self, handle: Handle) -> int | None:

@@ -49,6 +49,8 @@ from rota.units import format_memory
 log = logging.getLogger("rota.daemon")
 HISTORY_STEP = 10.0  # seconds between GPU history points
 HISTORY_POINTS = 360  # one hour of them
+# the longest a started job waits to be stored as running when nothing else is written
+LAUNCH_RECORD_S = 0.01
 Clock = Callable[[], float]
 
 
@@ -93,6 +95,9 @@ class Daemon:
         self._wake = asyncio.Event()
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
         self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
+        # launches answered and not yet stored (see _launch_answered)
+        self._unrecorded: list[tuple[Running, Handle | str]] = []
+        self._record_timer: asyncio.TimerHandle | None = None
         self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
         # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
         self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
@@ -131,6 +136,8 @@ class Daemon:
         self._stopping = True
         for t in self._tasks:
             t.cancel()
+        if self._unrecorded:
+            self._record_launches()
         for r in self.running.values():
             r.cancel_timers()
             self._unwatch(r)
@@ -357,6 +364,7 @@ class Daemon:
             runs: list[Running] = []
             try:
                 with self.store.transaction():
+                    self._write_launches()
                     rows = self.store.launch_info(s.job_id for s in plan.starts)
                     self._intend(plan.starts, rows, now, runs)
             except Exception:
@@ -471,7 +479,7 @@ class Daemon:
             backend, reqs = batch[0][0].backend, [req for _, req in batch]
             # where the backend can, the loop goes on while the processes are started
             if self.loop is not None and backend.launch_later(
-                    reqs, functools.partial(self._launches_done, [run for run, _ in batch])):
+                    reqs, functools.partial(self._launch_answered, [run for run, _ in batch])):
                 continue
             for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
                 outcomes[run.job_id] = outcome
@@ -492,6 +500,36 @@ class Daemon:
             self._launch_failed(run, outcome)
         else:
             self._adopted(run, outcome, JobState.STARTING)
+
+    def _launch_answered(self, runs: list[Running], i: int, outcome: Handle | str) -> None:
+        """A launch's outcome as soon as the backend knows it, while it starts the rest of
+        its batch: a started job is watched at once (a short one ends long before a large
+        batch is through). The store learns of it with the next write (an exit or a pass,
+        whose transaction takes it first) or within LAUNCH_RECORD_S: a transaction per
+        answer would cost more than the job."""
+        run = runs[i]
+        if isinstance(outcome, Handle):
+            self._take_handle(run, outcome)
+        self._unrecorded.append((run, outcome))
+        if self._record_timer is None and self.loop is not None:
+            self._record_timer = self.loop.call_later(LAUNCH_RECORD_S, self._record_launches)
+
+    def _record_launches(self) -> None:
+        with self.store.transaction():
+            self._write_launches()
+        self._refresh_simulated()
+
+    def _write_launches(self) -> None:
+        """The launches answered and not yet stored, into the open transaction."""
+        if self._record_timer is not None:
+            self._record_timer.cancel()
+            self._record_timer = None
+        todo, self._unrecorded = self._unrecorded, []
+        for run, outcome in todo:
+            if isinstance(outcome, str):
+                self._each(self._launch_failed, run, outcome)
+            else:
+                self._each(self._record_handle, run, outcome, JobState.STARTING)
 
     def _launch_request(self, run: Running) -> LaunchRequest:
         spec = run.spec
@@ -537,7 +575,11 @@ class Daemon:
 
     def _adopted(self, run: Running, handle: Handle, src: JobState) -> None:
         """A process exists for the job: record its handle, watch it, arm its timers."""
-        run.handle = handle
+        self._record_handle(run, handle, src)
+        self._take_handle(run, handle)
+
+    def _record_handle(self, run: Running, handle: Handle, src: JobState) -> None:
+        """The store's part of adopting a process: its handle, and the job running."""
         if src is JobState.STARTING:
             self.metrics.starts.inc()
         self.store.update_attempt(run.attempt_id, handle=handle.to_json())
@@ -545,6 +587,10 @@ class Daemon:
             self._transition(run.job_id, src, JobState.RUNNING,
                              message=f"pid {handle.pid} via {handle.backend}",
                              started_at=run.started_at)
+
+    def _take_handle(self, run: Running, handle: Handle) -> None:
+        """The daemon's part: the process is its job's, watched, with its timers armed."""
+        run.handle = handle
         place = getattr(self.devices, "place", None)
         if place is not None and run.gpus:  # simulated GPUs: the job drives their figures
             place(f"job-{run.job_id}", list(run.gpus), run.milli / MILLI, run.gpu_mem,
@@ -603,6 +649,7 @@ class Daemon:
     def _record_exits(self) -> None:
         exits, self._exits = self._exits, []
         with self.store.transaction():
+            self._write_launches()  # an exit may be of a job whose start is not stored yet
             for job_id in exits:
                 self._each(self._on_exit, job_id)
         self._refresh_simulated()
