@@ -1,0 +1,109 @@
+"""A job started by the local runner is watched as soon as its answer comes, and stored as
+running with the next write: an exit's transaction, a pass's, or a short timer."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rota.config import load_settings
+from rota.core.spec import JobSpec
+from rota.devices.simulated import SimulatedDevices
+from rota.server import daemon as daemon_module
+from rota.server.daemon import Daemon
+from rota.store.repo import Store
+from rota_testing import kill_job_processes
+
+
+def _daemon(tmp_path: Path) -> tuple[Daemon, Store]:
+    settings = load_settings(home=tmp_path / "home")
+    settings.home.mkdir(parents=True)
+    store = Store.open(settings.db_url)
+    return Daemon(settings, store, SimulatedDevices("2x24G")), store
+
+
+def _submit(d: Daemon, store: Store, command: list[str], n: int = 1) -> list[int]:
+    rows = store.add_jobs([JobSpec(command=command, gpus=0.25)] * n, user="u", source="test",
+                          now=d.clock())
+    d.accept(rows)
+    return [r.id for r in rows]
+
+
+async def _until(check, what: str, seconds: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(seconds / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_started_job_is_stored_as_running_without_other_writes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        d, store = _daemon(tmp_path)
+        await d.start()
+        try:
+            [job] = _submit(d, store, ["sleep", "30"])
+            await _until(lambda: store.get_job(job).state == "running", "the running state")
+            [attempt] = store.attempts(job)
+            assert attempt.handle and attempt.handle["pid"] == d.running[job].handle.pid
+            assert not d._unrecorded
+        finally:
+            await d.stop()
+            kill_job_processes(tmp_path)
+            store.close()
+
+    asyncio.run(scenario())
+
+
+def test_jobs_that_end_before_their_start_is_stored_keep_their_whole_timeline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no timer stores the starts: only the exits' own transactions can
+    monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
+
+    async def scenario() -> None:
+        d, store = _daemon(tmp_path)
+        await d.start()
+        try:
+            jobs = _submit(d, store, ["sh", "-c", "exit 3"], 12)
+            await _until(lambda: all(store.get_job(j).state == "failed" for j in jobs),
+                         "every job to fail")
+            for j in jobs:
+                assert [e.to_state for e in store.events(j) if e.to_state] == \
+                    ["pending", "starting", "running", "failed"]
+                [attempt] = store.attempts(j)
+                assert attempt.handle is not None and attempt.exit_code == 3
+                assert attempt.outcome == "failed"
+            assert not d._unrecorded and not d.running
+        finally:
+            await d.stop()
+            kill_job_processes(tmp_path)
+            store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stopping_daemon_stores_the_starts_it_has_not_yet_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
+
+    async def scenario() -> None:
+        d, store = _daemon(tmp_path)
+        await d.start()
+        try:
+            [job] = _submit(d, store, ["sleep", "30"])
+            await _until(lambda: d.running.get(job) is not None
+                         and d.running[job].handle is not None, "the runner's answer")
+            assert store.get_job(job).state == "starting"  # answered, not yet stored
+        finally:
+            await d.stop()
+        try:
+            assert store.get_job(job).state == "running"
+            [attempt] = store.attempts(job)
+            assert attempt.handle is not None and attempt.ended_at is None
+        finally:
+            kill_job_processes(tmp_path)
+            store.close()
+
+    asyncio.run(scenario())
