@@ -120,8 +120,7 @@ class LocalBackend:
         for i, req in enumerate(reqs):
             try:
                 self.check(req)
-                argv = build_job_argv(req)
-                prepare_paths(req)
+                argv = build_job_argv(req)  # the runner makes the paths (prepare_paths)
             except (BackendError, OSError) as e:
                 out[i] = str(e)
                 continue

@@ -22,6 +22,8 @@ ancillary data, the read end of a pipe whose write end the runner closes once th
 end is recorded (the daemon watches it like a pidfd, so it never sees an end before the
 record exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
 (``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
+The runner makes the log's and the status file's directories when they are missing, and
+the attempt's first status record replaces a stale file of that name.
 The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S.
 
 Standard library only: it starts once per daemon lifetime, and quickly.
@@ -42,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: the runner makes missing directories and replaces stale status files
 MAX_MESSAGE = 1 << 20
 IDLE_EXIT_S = 30.0
 _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
@@ -73,9 +75,21 @@ def _hung_up(conn: socket.socket) -> bool:
     return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in p.poll(0))
 
 
-def _append(path: str, record: dict[str, Any]) -> None:
-    """One small O_APPEND write: a reader sees the whole line or none of it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def _open(path: str, flags: int, mode: int) -> int:
+    """open(2), making the file's directory first if it is missing (the daemon makes them
+    at its start; this spares it a mkdir and a stat per job)."""
+    try:
+        return os.open(path, flags, mode)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        return os.open(path, flags, mode)
+
+
+def _append(path: str, record: dict[str, Any], *, first: bool = False) -> None:
+    """One small O_APPEND write: a reader sees the whole line or none of it. The first
+    record of an attempt replaces whatever a stale file of the same name held."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if first else 0)
+    fd = _open(path, flags, 0o600)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
@@ -183,7 +197,7 @@ class Runner:
     def _launch(self, env: dict[str, str], msg: dict[str, Any],
                 fds: list[int]) -> dict[str, Any]:
         argv: list[str] = msg["argv"]
-        log = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if msg.get("header"):
                 os.write(log, (msg["header"] + "\n").encode())
@@ -202,7 +216,7 @@ class Runner:
         started_at = time.time()
         job = _Job(pid=pid, pidfd=os.pidfd_open(pid), status=msg["status"])
         _append(job.status, {"shim_pid": pid, "pgid": pid, "runner": os.getpid(),
-                             "runner_started": self.started_at})
+                             "runner_started": self.started_at}, first=True)
         self.jobs[pid] = job
         self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
         fds.append(self._watcher(job))

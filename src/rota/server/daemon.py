@@ -212,7 +212,9 @@ class Daemon:
         """The reader of an attempt's output; a re-adopted attempt goes on where the stored
         progress says reading had got to, a new one starts at the log's current end."""
         progress = Progress.from_json(stored, run.attempt_no)
-        if stored is None or stored.get("attempt") != run.attempt_no:
+        # a later attempt's output follows the earlier ones' in the job's log (the first
+        # attempt's log starts empty: no stat for it)
+        if run.attempt_no > 1 and (stored is None or stored.get("attempt") != run.attempt_no):
             with contextlib.suppress(OSError):
                 progress.log_offset = run.log_path.stat().st_size
         tb = run.spec.tensorboard_dir
