@@ -4,6 +4,8 @@ running with the next write: an exit's transaction, a pass's, or a short timer."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,21 @@ from rota.store.repo import Store
 from rota_testing import kill_job_processes
 
 
-def _daemon(tmp_path: Path) -> tuple[Daemon, Store]:
+@asynccontextmanager
+async def _daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store]]:
+    """A started daemon on 2 simulated GPUs; afterwards no job process is left."""
     settings = load_settings(home=tmp_path / "home")
     settings.home.mkdir(parents=True)
     store = Store.open(settings.db_url)
-    return Daemon(settings, store, SimulatedDevices("2x24G")), store
+    d = Daemon(settings, store, SimulatedDevices("2x24G"))
+    await d.start()
+    try:
+        yield d, store
+    finally:
+        if not d._stopping:
+            await d.stop()
+        kill_job_processes(tmp_path)
+        store.close()
 
 
 def _submit(d: Daemon, store: Store, command: list[str], n: int = 1) -> list[int]:
@@ -41,18 +53,14 @@ async def _until(check, what: str, seconds: float = 10.0) -> None:  # type: igno
 
 def test_a_started_job_is_stored_as_running_without_other_writes(tmp_path: Path) -> None:
     async def scenario() -> None:
-        d, store = _daemon(tmp_path)
-        await d.start()
-        try:
+        async with _daemon(tmp_path) as (d, store):
             [job] = _submit(d, store, ["sleep", "30"])
             await _until(lambda: store.get_job(job).state == "running", "the running state")
             [attempt] = store.attempts(job)
-            assert attempt.handle and attempt.handle["pid"] == d.running[job].handle.pid
+            handle = d.running[job].handle
+            assert handle is not None and attempt.handle
+            assert attempt.handle["pid"] == handle.pid
             assert not d._unrecorded
-        finally:
-            await d.stop()
-            kill_job_processes(tmp_path)
-            store.close()
 
     asyncio.run(scenario())
 
@@ -63,9 +71,7 @@ def test_jobs_that_end_before_their_start_is_stored_keep_their_whole_timeline(
     monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
 
     async def scenario() -> None:
-        d, store = _daemon(tmp_path)
-        await d.start()
-        try:
+        async with _daemon(tmp_path) as (d, store):
             jobs = _submit(d, store, ["sh", "-c", "exit 3"], 12)
             await _until(lambda: all(store.get_job(j).state == "failed" for j in jobs),
                          "every job to fail")
@@ -76,10 +82,6 @@ def test_jobs_that_end_before_their_start_is_stored_keep_their_whole_timeline(
                 assert attempt.handle is not None and attempt.exit_code == 3
                 assert attempt.outcome == "failed"
             assert not d._unrecorded and not d.running
-        finally:
-            await d.stop()
-            kill_job_processes(tmp_path)
-            store.close()
 
     asyncio.run(scenario())
 
@@ -89,21 +91,14 @@ def test_a_stopping_daemon_stores_the_starts_it_has_not_yet_written(
     monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
 
     async def scenario() -> None:
-        d, store = _daemon(tmp_path)
-        await d.start()
-        try:
+        async with _daemon(tmp_path) as (d, store):
             [job] = _submit(d, store, ["sleep", "30"])
             await _until(lambda: d.running.get(job) is not None
                          and d.running[job].handle is not None, "the runner's answer")
             assert store.get_job(job).state == "starting"  # answered, not yet stored
-        finally:
             await d.stop()
-        try:
             assert store.get_job(job).state == "running"
             [attempt] = store.attempts(job)
             assert attempt.handle is not None and attempt.ended_at is None
-        finally:
-            kill_job_processes(tmp_path)
-            store.close()
 
     asyncio.run(scenario())
