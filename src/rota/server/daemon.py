@@ -350,10 +350,12 @@ class Daemon:
         return out
 
     def schedule_pass(self) -> Plan:
-        """Plan, then start what the plan says in two commits for the whole batch.
+        """Plan, then start what the plan says.
 
-        The launch intents of every start are committed before any process exists
-        (write-ahead), then the processes are spawned, then their handles are committed.
+        The launch intents of every start are committed together before any process exists
+        (write-ahead), then the processes are spawned; their handles are stored with the
+        next write (see _launch_answered), or in one commit where the backend answers at
+        once.
         """
         t0 = time.perf_counter()
         now = self.clock()
