@@ -15,7 +15,7 @@ def daemon_factory(tmp_path: Path) -> Iterator[type[DaemonProcess]]:
     made: list[DaemonProcess] = []
 
     class Factory(DaemonProcess):
-        def __init__(self, simulate: str = "4x24G", home: Path | None = None,
+        def __init__(self, simulate: str | None = "4x24G", home: Path | None = None,
                      **kw: object) -> None:
             super().__init__(home or tmp_path / "home", simulate, **kw)  # type: ignore[arg-type]
             made.append(self)

@@ -21,8 +21,9 @@ from rota.client import RawClient as Client
 class DaemonProcess:
     """Start, SIGKILL and restart `rota server` the way a user (or a crash) would."""
 
-    def __init__(self, home: Path, simulate: str = "4x24G", extra_env: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
+    def __init__(self, home: Path, simulate: str | None = "4x24G",
+                 extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+        """SIMULATE None: the machine's own GPUs, through NVML."""
         self.home, self.simulate = home, simulate
         self.args = args or []
         self.env = {**os.environ, "ROTA_HOME": str(home), **(extra_env or {})}
@@ -33,7 +34,8 @@ class DaemonProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rota", "server", "--simulate", self.simulate, *self.args],
+            [sys.executable, "-m", "rota", "server",
+             *(["--simulate", self.simulate] if self.simulate else []), *self.args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -84,6 +86,18 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def nvidia_driver_present() -> bool:
+    """Whether NVML starts here: an NVIDIA driver and at least the library."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
 
 
 def free_port() -> int:

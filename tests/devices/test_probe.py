@@ -11,17 +11,7 @@ from rota.devices.nvml import NvmlDevices
 from rota.devices.probe import DEFAULT_SIMULATION, open_devices
 from rota.devices.simulated import SimulatedDevices
 from rota.errors import InvalidSpec
-
-
-def _real_driver_present() -> bool:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
+from rota_testing import nvidia_driver_present
 
 
 def test_default_simulation_is_four_24g() -> None:
@@ -43,7 +33,7 @@ def test_bad_simulate_value_is_invalid_spec() -> None:
 
 def test_no_driver_on_this_machine_falls_back() -> None:
     """The real pynvml, no fake: this machine has no NVIDIA driver."""
-    if _real_driver_present():
+    if nvidia_driver_present():
         pytest.skip("an NVIDIA driver is present here")
     source, message = open_devices(None)
     assert isinstance(source, SimulatedDevices)
@@ -54,7 +44,7 @@ def test_no_driver_on_this_machine_falls_back() -> None:
 
 
 def test_real_gpus_used_when_driver_present() -> None:
-    if not _real_driver_present():
+    if not nvidia_driver_present():
         pytest.skip("no NVIDIA driver here")
     source, message = open_devices(None)
     try:

@@ -104,8 +104,8 @@ def evaluate(args: argparse.Namespace, records: list[instruct.Record]) -> dict[s
     total, tokens, t0 = 0.0, 0, time.monotonic()
     batches = [examples[i:i + args.batch_size] for i in range(0, len(examples), args.batch_size)]
     print(f"evaluating {args.model}" + (f" + {args.adapter}" if args.adapter else "")
-          + f" on {len(examples)} examples" + (f" ({dropped} left out)" if dropped else ""),
-          flush=True)
+          + f" on {len(examples)} examples" + (f" ({dropped} left out)" if dropped else "")
+          + f"; {str(dtype).removeprefix('torch.')} on {device}", flush=True)
     with torch.no_grad():
         for n, group in enumerate(batches, 1):
             batch = {k: v.to(device) for k, v in collate(group).items()}

@@ -109,8 +109,8 @@ def train(args: argparse.Namespace, records: list[instruct.Record], resume: str 
         trainable, total = model.get_nb_trainable_parameters()
         print(f"model {args.model}: {total / 1e6:.2f}M parameters, {trainable / 1e6:.3f}M "
               f"trainable (LoRA r={args.lora_r}); {len(examples)} examples"
-              + (f" ({dropped} left out: the prompt fills --max-len)" if dropped else ""),
-              flush=True)
+              + (f" ({dropped} left out: the prompt fills --max-len)" if dropped else "")
+              + f"; {'bf16' if bf16 else 'fp32'} on {'cuda' if on_gpu else 'cpu'}", flush=True)
 
     targs = Args(
         output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=args.batch_size,

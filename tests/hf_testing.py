@@ -1,0 +1,89 @@
+"""Helpers for tests of the Hugging Face templates: a tiny Llama built here (nothing
+downloaded), instruction data, and a daemon's view of a template job."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rota.templates import instruct
+from rota_testing import DaemonProcess, wait_until
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore"}
+ENDED = ("completed", "failed", "cancelled", "timeout")
+TRAIN = [{"instruction": f"Add {a} and {b}.", "output": f"{a} + {b} = {a + b}."}
+         for a, b in ((2, 3), (4, 9), (7, 1), (5, 5), (8, 6), (3, 12))] + \
+        [{"instruction": "Give an antonym.", "input": w, "output": o}
+         for w, o in (("hot", "Cold."), ("up", "Down."), ("early", "Late."), ("big", "Small."))]
+
+
+def build_tiny_llama(where: Path) -> Path:
+    """A randomly initialised two-layer Llama and a BPE tokenizer trained here, saved as a
+    Hugging Face model folder in WHERE."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    corpus = [instruct.PROMPT_WITH_INPUT, instruct.PROMPT_NO_INPUT, *map(json.dumps, TRAIN),
+              *Path(instruct.shipped("heldout.jsonl")).read_text().splitlines()]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>", unk_token="<unk>")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id))
+    model.save_pretrained(where)
+    fast.save_pretrained(where)
+    return where
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def submit(d: DaemonProcess, template: str, cwd: Path, *flags: str, **sets: object) -> int:
+    args = [w for k, v in sets.items() for w in ("--set", f"{k}={v}")]
+    return d.submit("--template", template, *flags, *args, cwd=cwd)
+
+
+def job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
+    with d.client() as c:
+        return c.job(job_id)
+
+
+def finished(d: DaemonProcess, job_id: int, timeout: float) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        j = job(d, job_id)
+        return j if j["state"] in ENDED else None
+    j: dict[str, Any] = wait_until(ended, timeout=timeout, every=0.2, what=f"job {job_id}")
+    assert j["state"] == "completed", attempts_log(d, job_id)[-4000:]
+    return j
+
+
+def attempts_log(d: DaemonProcess, job_id: int) -> str:
+    return (d.home / "logs" / f"{job_id}.log").read_text(errors="replace")
+
+
+def attempt_texts(d: DaemonProcess, job_id: int) -> list[str]:
+    """The log of each attempt, split at Rota's header lines."""
+    return re.split(r"=== rota: job \d+ attempt \d+ [^\n]*\n", attempts_log(d, job_id))[1:]
+
+
+def lora_sets(tiny: Path, data: Path, run: Path, **more: object) -> dict[str, object]:
+    return {"model": tiny, "data": data, "out": run, "gpus": 0, "device": "cpu",
+            "batch_size": 4, "lora_r": 4, "lora_alpha": 8, "max_len": 160, "save_every": 10,
+            **more}
