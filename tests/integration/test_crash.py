@@ -100,3 +100,12 @@ def test_the_runner_outlives_the_daemon_and_its_own_death_is_survived(daemon_fac
         [after] = c.submit([{"command": ["true"], "gpus": 0.25}])
         assert c.wait(after["id"], timeout=30)["state"] == "completed"
     assert _runner_of(d.home).pid != runner.pid
+    # the dead runner's journal, every job in it stored as ended, goes at the next start;
+    # the live runner's stays
+    journal = d.home / "status" / "journal"
+    assert any(p.name.startswith(f"runner-{runner.pid}-") for p in journal.iterdir())
+    d.stop()
+    d.start()
+    names = [p.name for p in journal.iterdir()]
+    assert not any(n.startswith(f"runner-{runner.pid}-") for n in names), names
+    assert any(n.startswith(f"runner-{_runner_of(d.home).pid}-") for n in names), names

@@ -94,13 +94,20 @@ class Backend(Protocol):
 
     def watch(self, handle: Handle) -> int | None:
         """An fd that turns readable when the job has ended (and its end is recorded),
-        for the daemon's event loop; None when it has ended already."""
+        for the daemon's event loop; None when it has ended already. What can be read from
+        it then goes to ``exit_info`` as ``watched``."""
         ...
 
     def is_alive(self, handle: Handle) -> bool: ...
 
-    def exit_info(self, handle: Handle) -> ExitInfo | None:
-        """How it ended, from the status file; None while it still runs."""
+    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+        """How it ended: from ``watched`` (what its watch fd delivered) when that says it,
+        else from its status record; None while it still runs."""
+        ...
+
+    def tidy(self, status_dir: Path, active: set[str]) -> None:
+        """Drop records of ended attempts kept in ``status_dir``: ``active`` holds the status
+        paths of the attempts whose end is not stored yet (their records must stay)."""
         ...
 
     def signal(self, handle: Handle, sig: int) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from rota.backends.base import ExitInfo, Handle, LaunchRequest
+from rota.backends.journal import JOURNALS
 from rota.backends.shell_shim import MARK, status_from_exit_status
 from rota.backends.shim import TERMINAL_VARS
 from rota.errors import BackendError
@@ -28,19 +29,22 @@ from rota.errors import BackendError
 _PID_REUSE_SLACK_S = 2.0
 
 
-def read_status(path: str | Path) -> dict[str, Any] | None:
-    """The shim's status record, or None while there is none (not written yet, or gone).
+def read_status(path: str | Path, *, journal: bool = True) -> dict[str, Any] | None:
+    """The attempt's status record, or None while there is none (not written yet, or gone).
 
-    Both shims' files are read here: the Python shim replaces one JSON object atomically;
-    the shell shim appends JSON lines (start, then end), merged in order. A line that does
-    not parse (a disk that filled up mid-write) is skipped. The shell shim's
-    ``exit_status`` becomes ``exit_code``/``signal``, and its end time is the file's
-    modification time, since the end line is the file's last write.
+    From its status file when there is one: the Python shim replaces one JSON object
+    atomically; the shell shim (and a runner of protocol 2 or older) appends JSON lines
+    (start, then end), merged in order. A line that does not parse (a disk that filled up
+    mid-write) is skipped. Else (unless ``journal`` is False: a shim's own file is awaited)
+    from the local runner's journal, where ``path`` is the attempt's key
+    (``rota.backends.journal``).
     """
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
             mtime = os.fstat(f.fileno()).st_mtime
+    except FileNotFoundError:
+        return status_record(JOURNALS.lookup(str(path))) if journal else None
     except OSError:
         return None
     record: dict[str, Any] = {}
@@ -51,11 +55,21 @@ def read_status(path: str | Path) -> dict[str, Any] | None:
             continue
         if isinstance(part, dict):
             record.update(part)
+    return status_record(record, mtime)
+
+
+def status_record(record: dict[str, Any] | None,
+                  mtime: float | None = None) -> dict[str, Any] | None:
+    """A record in the Python shim's terms: an ``exit_status`` (the shell shim's, the
+    runner's) becomes ``exit_code``/``signal``; with no ``ended_at`` of its own, its end
+    time is the file's modification time, since the end line is the file's last write."""
     if not record:
         return None
-    if "exit_status" in record and record.get("ended_at") is None:
+    if "exit_status" in record and "exit_code" not in record:
         code, sig = status_from_exit_status(int(record["exit_status"]))
-        record.update(exit_code=code, signal=sig, ended_at=mtime)
+        record.update(exit_code=code, signal=sig)
+        if record.get("ended_at") is None:
+            record["ended_at"] = mtime
     return record
 
 

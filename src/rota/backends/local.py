@@ -14,14 +14,18 @@ from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import (
     build_job_argv,
     check_request,
+    exit_info_from_status,
     launch_one_by_one,
+    pid_alive,
     pidfd_watch,
     prepare_paths,
     read_status,
     signal_group,
     status_exit_info,
     status_is_alive,
+    status_record,
 )
+from rota.backends.journal import JOURNALS, parse_line
 from rota.backends.runner_client import Answer, RunnerClient, RunnerLost
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
@@ -190,8 +194,18 @@ class LocalBackend:
     def is_alive(self, handle: Handle) -> bool:
         return status_is_alive(handle)
 
-    def exit_info(self, handle: Handle) -> ExitInfo | None:
-        return status_exit_info(handle)
+    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+        """From the end record the runner wrote into the watch pipe; else (a pidfd, a
+        runner lost, a restarted daemon) from the status file or the runner's journal."""
+        record = parse_line(watched.rstrip(b"\n").rpartition(b"\n")[2]) if watched else None
+        info = exit_info_from_status(status_record(record))
+        return info if info is not None else status_exit_info(handle)
+
+    def tidy(self, status_dir: Path, active: set[str]) -> None:
+        """Delete the runner's journal segments that name no active attempt."""
+        gone = JOURNALS.prune(str(status_dir), active, pid_alive)
+        if gone:
+            log.info("deleted %d journal segments of ended jobs", len(gone))
 
     def signal(self, handle: Handle, sig: int) -> None:
         signal_group(handle.pid, sig)

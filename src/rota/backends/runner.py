@@ -7,30 +7,35 @@ Why: a job started through a per-job ``sh`` shim cost its machine about three ti
 trivial job itself costs (a shell, a fork and a second exec per job). The runner starts
 each job with one ``posix_spawn`` of the job itself (in its own session, so the job's pid
 is its process group and session id, as the shim's was) and, as its parent, collects its
-exit status and appends it to the attempt's status file, in the shim's format
-(``common.read_status``). It runs detached from the daemon, so a daemon that crashes, stops
-or is upgraded leaves it running: jobs that end meanwhile still get their exit status, and
-the next daemon connects to it again. Only the runner's own death (SIGKILL) loses the exit
-status of the jobs still running then: they keep running, and end as "killed" records.
+exit status. It records each start and end in its journal (``rota.backends.journal``:
+one append-only file per runner, not a file per job) and writes the end into the job's
+watch pipe too, so the daemon learns it without reading a file. It runs detached from the
+daemon, so a daemon that crashes, stops or is upgraded leaves it running: jobs that end
+meanwhile still get their exit status in the journal, and the next daemon connects to it
+again. Only the runner's own death (SIGKILL) loses the exit status of the jobs still
+running then: they keep running, and end as "killed" records.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
 message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "env",
 "env"}``, once per connection: the daemon's environment; ``{"op": "launch", "argv", "env",
-"cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's)
--> ``{"pid", "started_at"}`` and, as
-ancillary data, the read end of a pipe whose write end the runner closes once the job's
-end is recorded (the daemon watches it like a pidfd, so it never sees an end before the
-record exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
+"cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's;
+``status``: the attempt's key in the journal, in whose directory's ``journal/`` the
+journal is) -> ``{"pid", "started_at"}`` and, as ancillary data, the read end of a pipe
+that gets the job's end record (one JSON line) once the journal has it, and is then
+closed (the daemon watches it like a pidfd, so it never sees an end before the record
+exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
 (``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
-The runner makes the log's and the status file's directories when they are missing, and
-the attempt's first status record replaces a stale file of that name.
+The runner makes the log's and the journal's directories when they are missing, and
+removes a stale status file of the attempt's name (read before the journal).
 The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S.
 
-Standard library only: it starts once per daemon lifetime, and quickly.
+Standard library only (and the journal's names): it starts once per daemon lifetime,
+and quickly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -44,7 +49,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-PROTOCOL = 2  # 2: the runner makes missing directories and replaces stale status files
+from rota.backends.journal import SEGMENT_BYTES, journal_dir, segment_name
+
+PROTOCOL = 3  # 3: a journal per runner instead of a status file per job; ends in the pipe
 MAX_MESSAGE = 1 << 20
 IDLE_EXIT_S = 30.0
 _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
@@ -57,7 +64,8 @@ _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ
 class _Job:
     pid: int
     pidfd: int
-    status: str
+    key: str  # the attempt's status path: its name in the journal
+    journal: _Journal
     watchers: list[int] = field(default_factory=list)  # write ends of the daemons' pipes
 
 
@@ -85,15 +93,33 @@ def _open(path: str, flags: int, mode: int) -> int:
         return os.open(path, flags, mode)
 
 
-def _append(path: str, record: dict[str, Any], *, first: bool = False) -> None:
-    """One small O_APPEND write: a reader sees the whole line or none of it. The first
-    record of an attempt replaces whatever a stale file of the same name held."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if first else 0)
-    fd = _open(path, flags, 0o600)
-    try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
-    finally:
-        os.close(fd)
+class _Journal:
+    """This runner's journal in one status directory: one O_APPEND write per record, so a
+    reader sees whole lines; a new segment past SEGMENT_BYTES (the daemon deletes a
+    segment once every job it names has ended and been stored)."""
+
+    def __init__(self, status_dir: str, runner_started: float) -> None:
+        self.dir = journal_dir(status_dir)
+        self.started = runner_started
+        self.fd, self.seq, self.size = -1, 0, 0
+
+    def write(self, record: dict[str, Any]) -> bytes:
+        """Append the record; returns its line."""
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        if self.fd < 0 or self.size >= SEGMENT_BYTES:
+            self._next()
+        os.write(self.fd, line)
+        self.size += len(line)
+        return line
+
+    def _next(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.seq += 1
+        path = os.path.join(self.dir, segment_name(os.getpid(), self.started, self.seq))
+        self.fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = os.fstat(self.fd).st_size
 
 
 class Runner:
@@ -116,6 +142,7 @@ class Runner:
         self.base_env: dict[socket.socket, dict[str, str]] = {}  # per connection
         self.cwd = os.getcwd()
         self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> the file found
+        self.journals: dict[str, _Journal] = {}  # status directory -> its journal
 
     # --- the loop ---------------------------------------------------------------------
     def serve(self) -> None:
@@ -214,13 +241,26 @@ class Runner:
         finally:
             os.close(log)
         started_at = time.time()
-        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), status=msg["status"])
-        _append(job.status, {"shim_pid": pid, "pgid": pid, "runner": os.getpid(),
-                             "runner_started": self.started_at}, first=True)
+        key: str = msg["status"]
+        with contextlib.suppress(OSError):  # a stale status file would shadow the journal
+            os.unlink(key)
+        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=self._journal(key))
+        try:
+            job.journal.write({"key": key, "shim_pid": pid, "pgid": pid, "runner": os.getpid(),
+                               "runner_started": self.started_at})
+        except OSError as e:  # the job runs and is watched; only a restart cannot find it
+            print(f"rota runner: job {pid}: cannot record its start: {e}", file=sys.stderr)
         self.jobs[pid] = job
         self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
         fds.append(self._watcher(job))
         return {"pid": pid, "started_at": started_at}
+
+    def _journal(self, key: str) -> _Journal:
+        status_dir = os.path.dirname(key)
+        journal = self.journals.get(status_dir)
+        if journal is None:
+            journal = self.journals[status_dir] = _Journal(status_dir, self.started_at)
+        return journal
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None, log: int) -> int:
         """posix_spawn in ``cwd`` (the runner is single-threaded and uses absolute paths
@@ -267,13 +307,18 @@ class Runner:
             got, status = job.pid, 128 + signal.SIGKILL  # not ours to reap: unknown
         if got == 0:
             return
+        record = {"key": job.key, "shim_pid": job.pid, "exit_status": exit_status(status),
+                  "ended_at": time.time()}
         try:
-            _append(job.status, {"shim_pid": job.pid, "exit_status": exit_status(status)})
-        except OSError as e:  # the daemon will see no record: the job counts as killed
+            line = job.journal.write(record)
+        except OSError as e:  # a restarted daemon will find no end: the job counts as killed
             print(f"rota runner: job {job.pid}: cannot record its end: {e}", file=sys.stderr)
+            line = (json.dumps(record) + "\n").encode()
         self.sel.unregister(job.pidfd)
         os.close(job.pidfd)
         for w in job.watchers:
+            with contextlib.suppress(OSError):  # that daemon is gone: its pipe with it
+                os.write(w, line)
             os.close(w)
         del self.jobs[job.pid]
 

@@ -120,14 +120,14 @@ class _SessionBackend:
         deadline = time.monotonic() + self.start_timeout_s
         next_session_check = time.monotonic() + 0.2
         while True:
-            status = read_status(status_path)
+            status = read_status(status_path, journal=False)
             if status and status.get("shim_pid"):
                 return int(status["shim_pid"])
             now = time.monotonic()
             if now >= next_session_check:
                 next_session_check = now + 0.2
                 if not self._exists(name):
-                    status = read_status(status_path)  # it may have ended just now
+                    status = read_status(status_path, journal=False)  # ended just now?
                     if status and status.get("shim_pid"):
                         return int(status["shim_pid"])
                     raise BackendError(f"{self.name} session {name!r} ended before the job "
@@ -151,8 +151,11 @@ class _SessionBackend:
     def is_alive(self, handle: Handle) -> bool:
         return status_is_alive(handle)
 
-    def exit_info(self, handle: Handle) -> ExitInfo | None:
-        return status_exit_info(handle)
+    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+        return status_exit_info(handle)  # a pidfd is watched: it says nothing
+
+    def tidy(self, status_dir: Path, active: set[str]) -> None:
+        pass  # a status file per attempt, kept with the attempt's log
 
     def signal(self, handle: Handle, sig: int) -> None:
         signal_group(handle.pid, sig)

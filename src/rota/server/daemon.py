@@ -51,6 +51,9 @@ HISTORY_STEP = 10.0  # seconds between GPU history points
 HISTORY_POINTS = 360  # one hour of them
 # the longest a started job waits to be stored as running when nothing else is written
 LAUNCH_RECORD_S = 0.01
+#: recorded exits between two tidy-ups of the backends' records of ended attempts (the
+#: local runner's journal segments)
+TIDY_EVERY_EXITS = 5000
 Clock = Callable[[], float]
 
 
@@ -75,6 +78,15 @@ def _in_sessions(pid: int, shims: set[int]) -> bool:
         return False
 
 
+def _read_watched(fd: int) -> bytes:
+    """What a watch fd holds at the job's end: the local runner's end record from its pipe;
+    nothing from a pidfd (reading one is an error) or a runner that went away (EOF)."""
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
 def _gpu_text(gpus: tuple[int, ...]) -> str:
     return ",".join(map(str, gpus)) or "none"
 
@@ -95,6 +107,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
         self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
+        self._exits_since_tidy = 0
         # launches answered and not yet stored (see _launch_answered)
         self._unrecorded: list[tuple[Running, Handle | str]] = []
         self._record_timer: asyncio.TimerHandle | None = None
@@ -124,6 +137,7 @@ class Daemon:
         self.draining = self.store.get_setting("draining") == "1"
         with self.store.transaction():
             recover(self)
+        self._tidy()
         self._refresh_simulated()
         self._sample_history(self.clock())
         self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
@@ -645,6 +659,8 @@ class Daemon:
         so a burst of exits is recorded in one commit."""
         run = self.running.get(job_id)
         if run is not None:
+            if run.pidfd is not None:
+                run.watched = _read_watched(run.pidfd)
             self._unwatch(run)
         if not self._exits and self.loop is not None:
             self.loop.call_soon(self._record_exits)
@@ -657,6 +673,21 @@ class Daemon:
             for job_id in exits:
                 self._each(self._on_exit, job_id)
         self._refresh_simulated()
+        self._exits_since_tidy += len(exits)
+        if self._exits_since_tidy >= TIDY_EVERY_EXITS:
+            self._tidy()
+
+    def _tidy(self) -> None:
+        """Let the backends drop their records of attempts whose end is stored (only once it
+        is committed: a restart reads those records for what it has not stored)."""
+        self._exits_since_tidy = 0
+        active = {str(r.status_path) for r in self.running.values()}
+        self.backend("local")  # earlier runners' journals go too, before the first launch
+        for b in list(self._backends.values()):
+            try:
+                b.tidy(self.settings.status_dir, active)
+            except OSError:
+                log.exception("tidying the %s backend's records failed", b.name)
 
     def _on_exit(self, job_id: int) -> None:
         run = self.running.get(job_id)
@@ -664,11 +695,12 @@ class Daemon:
             return
         self._unwatch(run)
         reap(run.handle.pid)
-        info = run.backend.exit_info(run.handle)
+        info = run.backend.exit_info(run.handle, run.watched)
         if info is None and run.rewatches < 3 and run.backend.is_alive(run.handle):
             # what was watched went away, not the job (the local runner died): watch the
             # job itself from now on
             run.rewatches += 1
+            run.watched = b""
             self._watch(run)
             return
         self.finish(run, info or ExitInfo(None, signal.SIGKILL, None))

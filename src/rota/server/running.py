@@ -29,6 +29,7 @@ class Running:
     status_path: Path
     handle: Handle | None = None
     pidfd: int | None = None  # what the loop watches for its end (backend.watch)
+    watched: bytes = b""  # what that fd held at the end (the local runner's end record)
     rewatches: int = 0
     # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost" | "requeue" | "preempt";
     # None while it runs freely
