@@ -1,10 +1,12 @@
 """Taking up the work after a restart: nothing lost, nothing run twice.
 
-Jobs run detached through the shim, which writes the job's pid and, at the end, its exit
-status to a status file whose path is stored with the attempt before the launch. So after a
-crash each unfinished job is in one of three situations: its process still runs (adopt it),
-it ended meanwhile (record how, from the status file), or the launch never happened
-(queue it again; no process exists, so it cannot run twice).
+Jobs run detached, started by the local runner or a shim, which records the job's pid and,
+at the end, its exit status under the attempt's status path, stored with the attempt
+before the launch (the runner in its journal, a shim in a status file of that name:
+``read_status`` reads either). So after a crash each unfinished job is in one of three
+situations: its process still runs (adopt it), it ended meanwhile (record how, from that
+record), or the launch never happened (queue it again; no process exists, so it cannot
+run twice).
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
 def _find_handle(attempt: AttemptRecord) -> Handle | None:
     if attempt.handle:
         return Handle.from_json(attempt.handle)
-    # The daemon died between the launch and storing the handle: the shim's status file,
-    # at a path fixed before the launch, still names it.
+    # The daemon died between the launch and storing the handle: the runner's journal or
+    # the shim's status file, under a path fixed before the launch, still names it.
     status = read_status(Path(attempt.status_path))
     if status and status.get("shim_pid"):
         extra: dict[str, object] = {"started_at": attempt.started_at}
