@@ -57,6 +57,27 @@ def test_every_rank_stops_at_the_same_step(tmp_path: Path) -> None:
     assert stops == ["rank 0 stopped at step 5", "rank 1 stopped at step 5"], r.stdout
 
 
+def test_a_rank_that_asked_leaves_its_process_group_at_exit(tmp_path: Path) -> None:
+    """A script that stops when asked and exits without destroying its group: Rota leaves
+    the group at exit, before the interpreter's teardown (where gloo's threads can abort a
+    finished rank). atexit runs handlers last-registered first, so the check registered
+    before ``stop_requested`` runs after Rota's handler."""
+    script = tmp_path / "exit.py"
+    script.write_text(textwrap.dedent("""
+        import atexit, torch.distributed as dist
+        from rota.integrations import stop_requested
+        atexit.register(lambda: print("initialized at exit:", dist.is_initialized()))
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        print("stop requested:", stop_requested(), flush=True)
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["stop requested: False", "initialized at exit: False"], \
+        r.stdout + r.stderr
+
+
 HF = textwrap.dedent("""
     import os, sys, torch
     from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,

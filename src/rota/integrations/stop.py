@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+
 from rota import job
+
+_leaving_registered = False
 
 
 def stop_requested() -> bool:
@@ -20,9 +24,33 @@ def stop_requested() -> bool:
         return local
     if not (dist.is_available() and dist.is_initialized()):
         return local
+    _leave_at_exit()
     on_gpu = dist.get_backend() == "nccl"  # NCCL reduces CUDA tensors only
     flag = torch.tensor([1 if local else 0],
                         device=torch.device("cuda", torch.cuda.current_device())
                         if on_gpu else "cpu")
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+def leave_process_group() -> None:
+    """Destroy the ``torch.distributed`` process group, if this process is in one.
+
+    A gloo (or NCCL) group left to the interpreter's exit-time destruction can abort a rank
+    whose work is done ("terminate called without an active exception", SIGABRT): the run
+    saved and stopped, and its attempt is recorded as failed all the same."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _leave_at_exit() -> None:
+    """Leave the group at exit (before the interpreter's teardown), registered once: a
+    rank that asked ``stop_requested`` is in a group Rota's stop may end early."""
+    global _leaving_registered
+    if not _leaving_registered:
+        _leaving_registered = True
+        atexit.register(leave_process_group)

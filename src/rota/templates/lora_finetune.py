@@ -168,19 +168,11 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _leave_process_group() -> None:
-    """Under torchrun, leave the process group before the interpreter exits: gloo's threads
-    left to exit-time destruction can abort a rank whose work is done ("terminate called
-    without an active exception", SIGABRT), which fails an attempt that had finished."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 if __name__ == "__main__":
+    from rota.integrations.stop import leave_process_group
+
     try:
         code = main()
     finally:
-        _leave_process_group()
+        leave_process_group()
     sys.exit(code)
