@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import functools
 
 from rota import job
-
-_leaving_registered = False
 
 
 def stop_requested() -> bool:
@@ -47,10 +46,8 @@ def leave_process_group() -> None:
         dist.destroy_process_group()
 
 
+@functools.cache
 def _leave_at_exit() -> None:
     """Leave the group at exit (before the interpreter's teardown), registered once: a
     rank that asked ``stop_requested`` is in a group Rota's stop may end early."""
-    global _leaving_registered
-    if not _leaving_registered:
-        _leaving_registered = True
-        atexit.register(leave_process_group)
+    atexit.register(leave_process_group)
