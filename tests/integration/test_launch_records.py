@@ -102,3 +102,37 @@ def test_a_stopping_daemon_stores_the_starts_it_has_not_yet_written(
             assert attempt.handle is not None and attempt.ended_at is None
 
     asyncio.run(scenario())
+
+
+def test_a_running_daemon_deletes_ended_journal_segments_every_few_exits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mid-run, not only at the start: after TIDY_EVERY_EXITS exits a segment of a runner
+    that is gone, naming only jobs stored as ended, is deleted; one naming a running job
+    and the live runner's own segment stay."""
+    import json
+    import os
+
+    from rota.backends.journal import journal_dir, segment_name
+
+    monkeypatch.setattr(daemon_module, "TIDY_EVERY_EXITS", 2)
+
+    async def scenario() -> None:
+        async with _daemon(tmp_path) as (d, store):
+            [long] = _submit(d, store, ["sleep", "30"])
+            await _until(lambda: store.get_job(long).state == "running", "the long job")
+            where = Path(journal_dir(str(d.settings.status_dir)))
+            live = set(os.listdir(where))
+            ended, kept = where / segment_name(4_000_000, 1.0, 1), \
+                where / segment_name(4_000_000, 1.0, 2)  # no such pid: a runner gone
+            ended.write_text(json.dumps({"key": str(where / "old-1.json"), "shim_pid": 1,
+                                         "runner": 4_000_000, "runner_started": 1.0}) + "\n")
+            kept.write_text(json.dumps({"key": str(d.running[long].status_path),
+                                        "shim_pid": 2, "runner": 4_000_000,
+                                        "runner_started": 1.0}) + "\n")
+            jobs = _submit(d, store, ["true"], 2)
+            await _until(lambda: all(store.get_job(j).state == "completed" for j in jobs),
+                         "two exits")
+            await _until(lambda: not ended.exists(), "the ended segment to go")
+            assert kept.exists() and live <= set(os.listdir(where))
+
+    asyncio.run(scenario())
