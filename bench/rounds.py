@@ -9,16 +9,27 @@ slots, output discarded) and task-spooler keeping each job's output in a file, a
 does. Alternating rounds spread the machine's slow and fast spells over every system
 (on a shared 2-core VM one system's run can be half as fast as the next one's); the
 report gives each system's median and the ratio of medians, and every round's figures.
+
+Every run's files (Rota's ROTA_HOME with a log per job, task-spooler's outputs) stay in one
+folder until all rounds are done. On an ext4 without a journal, as on the development VM,
+creating a file scans past every inode deleted in the last 1-5 minutes (the kernel's
+``recently_deleted``), so removing one run's 2,000 files right after it made the next run's
+file creations up to 20 times dearer and penalised whichever system ran next and created
+files. ``--clean-between`` removes each run's files right after it, as before, to show that
+effect. Each round first prints what creating a file costs then (CPU per ``open(O_CREAT)``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +37,27 @@ ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("rota", "tsp", "tsp_keep_output")
 
 
-def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
+def _run_json(argv: list[str], timeout: float, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): "
                            f"{(proc.stderr or proc.stdout)[-800:]}")
     return (proc.stdout and json.loads(proc.stdout[proc.stdout.index("{"):])) or {}
 
 
-def rota(jobs: int, timeout: float) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "e2e.json"
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
+def rota(jobs: int, timeout: float, tmp: Path, keep: bool) -> float:
+    with tempfile.TemporaryDirectory(dir=tmp) as json_dir:
+        out = Path(json_dir) / "e2e.json"
         proc = subprocess.run([sys.executable, "bench/bench_e2e.py", "--parts", "a",
-                               "--batch-only", "--jobs", str(jobs), "--json", str(out)],
+                               "--batch-only", "--jobs", str(jobs), "--json", str(out)]
+                              + (["--keep-home"] if keep else []),
                               cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+                              check=False, env=_env(tmp))
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"bench_e2e failed: {(proc.stderr or proc.stdout)[-800:]}")
         r = json.loads(out.read_text())["throughput_batch"]
@@ -50,22 +66,43 @@ def rota(jobs: int, timeout: float) -> float:
         return float(r["jobs_per_s"])
 
 
-def tsp(jobs: int, keep_output: bool, timeout: float) -> float:
+def tsp(jobs: int, keep_output: bool, timeout: float, tmp: Path, keep: bool) -> float:
     argv = [sys.executable, "-m", "bench.baselines", "tsp", "--jobs", str(jobs)]
     if keep_output:
         argv.append("--keep-output")
-    return float(_run_json(argv, timeout)["jobs_per_s"])
+    if keep:
+        argv.append("--keep-files")
+    return float(_run_json(argv, timeout, _env(tmp))["jobs_per_s"])
 
 
-def run(rounds: int, jobs: int, timeout: float, log: Any = print) -> dict[str, Any]:
+def file_create_us(folder: Path, files: int = 200) -> float:
+    """CPU per file creation in ``folder`` now (the files are kept: removing them is dear)."""
+    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
+    started = time.process_time()
+    for i in range(files):
+        os.close(os.open(probe / f"{i}.log", os.O_CREAT | os.O_WRONLY, 0o600))
+    return (time.process_time() - started) / files * 1e6
+
+
+def run(rounds: int, jobs: int, timeout: float, clean_between: bool = False,
+        log: Any = print) -> dict[str, Any]:
     per: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-    for n in range(1, rounds + 1):
-        per["rota"].append(rota(jobs, timeout))
-        per["tsp"].append(tsp(jobs, False, timeout))
-        per["tsp_keep_output"].append(tsp(jobs, True, timeout))
-        log(f"round {n}: " + ", ".join(f"{s} {per[s][-1]:.0f}" for s in SYSTEMS) + " jobs/s")
+    create_us: list[float] = []
+    tmp = Path(tempfile.mkdtemp(prefix="rota-rounds-"))
+    keep = not clean_between
+    try:
+        for n in range(1, rounds + 1):
+            create_us.append(file_create_us(tmp))
+            per["rota"].append(rota(jobs, timeout, tmp, keep))
+            per["tsp"].append(tsp(jobs, False, timeout, tmp, keep))
+            per["tsp_keep_output"].append(tsp(jobs, True, timeout, tmp, keep))
+            log(f"round {n}: " + ", ".join(f"{s} {per[s][-1]:.0f}" for s in SYSTEMS)
+                + f" jobs/s (a file creation cost {create_us[-1]:.0f} us before it)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     med = {s: statistics.median(v) for s, v in per.items()}
-    res = {"jobs": jobs, "rounds": rounds, "jobs_per_s": per, "median": med,
+    res = {"jobs": jobs, "rounds": rounds, "clean_between": clean_between,
+           "file_create_us": create_us, "jobs_per_s": per, "median": med,
            "rota_over": {s: med["rota"] / med[s] for s in SYSTEMS[1:]},
            "rota_ahead_in_rounds": {s: sum(r > t for r, t in zip(per["rota"], per[s],
                                                                  strict=True))
@@ -82,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per single run")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--clean-between", action="store_true",
+                   help="remove each run's files right after it (see above)")
     args = p.parse_args(argv)
-    res = run(args.rounds, args.jobs, args.timeout)
+    res = run(args.rounds, args.jobs, args.timeout, args.clean_between)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2))

@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-output", action="store_true", help="write each job's output to a file"
     )
+    parser.add_argument(
+        "--keep-files",
+        action="store_true",
+        help="tsp: leave the run's folder (in TMPDIR) for the caller to remove",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds for the workload")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 keep_output=args.keep_output,
                 submit_workers=args.submit_workers,
                 timeout=args.timeout,
+                keep_files=args.keep_files,
             )
     except BaselineError as exc:
         print(f"error: {exc}", file=sys.stderr)

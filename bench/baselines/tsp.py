@@ -96,6 +96,7 @@ class PrivateTsp:
         base_dir: str | None = None,
         max_finished: int = 1000,
         start_timeout: float = 30.0,
+        keep_folder: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
@@ -104,6 +105,7 @@ class PrivateTsp:
         self.base_dir = base_dir
         self.max_finished = max_finished
         self.start_timeout = start_timeout
+        self.keep_folder = keep_folder
         self.folder: str | None = None
         self.socket_path: str | None = None
         self.server_pid: int | None = None
@@ -193,9 +195,9 @@ class PrivateTsp:
                 self._kill(pid, "client" if pid in clients else "job")
             if left:
                 self.notes.append(f"stopped {len(left)} leftover tsp clients/jobs by pid")
-        if self.folder:
+        if self.folder and not self.keep_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
+        self.folder = None
 
     def _kill(self, pid: int, what: str) -> None:
         """SIGTERM one of our processes by pid, SIGKILL it if it is still there after 5 s."""
@@ -375,10 +377,14 @@ def run_tsp_baseline(
     keep_output: bool = False,
     submit_workers: int = 1,
     timeout: float | None = None,
+    keep_files: bool = False,
 ) -> BaselineResult:
-    """Install/start a private tsp server, run the workload once, stop it; adds timings."""
+    """Install/start a private tsp server, run the workload once, stop it; adds timings.
+
+    ``keep_files`` leaves the run's folder (its outputs) in place for the caller to remove.
+    """
     t0 = time.monotonic()
-    with PrivateTsp(slots=slots) as ts:
+    with PrivateTsp(slots=slots, keep_folder=keep_files) as ts:
         result = ts.run_workload(
             n_jobs, keep_output=keep_output, submit_workers=submit_workers, timeout=timeout
         )
