@@ -11,38 +11,43 @@ from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 
 
 def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, Any]:
-    state = str(d.states.get(row.id, row.state))
-    spec = row.spec
-    run = d.running.get(row.id)
+    # through the row's mapping: a Row's attribute lookup costs several times as much, and
+    # a list answer builds this for every job on its page
+    r = row._mapping
+    job_id = r["id"]
+    state = d.states.get(job_id)
+    state = r["state"] if state is None else state.value
+    spec = r["spec"]
+    run = d.running.get(job_id)
     out: dict[str, Any] = {
-        "id": row.id, "name": row.name or " ".join(spec["command"])[:60],
+        "id": job_id, "name": r["name"] or " ".join(spec["command"])[:60],
         "command": spec["command"],
-        "user": row.user, "state": state, "priority": row.priority, "gpus": row.gpus,
-        "gpu_mem": row.gpu_mem, "created_at": row.created_at, "started_at": row.started_at,
-        "ended_at": row.ended_at, "attempts": row.attempts, "exit_code": row.exit_code,
-        "end_reason": row.end_reason, "source": row.source,
+        "user": r["user"], "state": state, "priority": r["priority"], "gpus": r["gpus"],
+        "gpu_mem": r["gpu_mem"], "created_at": r["created_at"],
+        "started_at": r["started_at"], "ended_at": r["ended_at"], "attempts": r["attempts"],
+        "exit_code": r["exit_code"], "end_reason": r["end_reason"], "source": r["source"],
         "session": spec.get("session", "none"), "time_limit": spec.get("time_limit"),
-        "project": row.project, "tags": spec.get("tags") or [],
+        "project": r["project"], "tags": spec.get("tags") or [],
         "gpu_indices": list(run.gpus) if run else [],
-        "progress": progress_view(row.progress),
+        "progress": progress_view(r["progress"]),
     }
-    tracking = d.tracking.view(row.id, spec, row.tracking, row.progress) \
-        if row.tracking or spec.get("wandb") or spec.get("mlflow") or \
+    tracking = d.tracking.view(job_id, spec, r["tracking"], r["progress"]) \
+        if r["tracking"] or spec.get("wandb") or spec.get("mlflow") or \
         (d.settings.mlflow and spec.get("mlflow") is None) else None
     if tracking:
         out["tracking"] = tracking
     if state == "held":
         out["reason"] = {"code": "held", "message": "held: `rota release` lets it run"}
-    elif state == "pending" and row.id in d.tracking.parked:
+    elif state == "pending" and job_id in d.tracking.parked:
         out["reason"] = {"code": "tracker", "message": "waits for its MLflow run to be "
                          f"created in {redact_url(d.tracking.uri())}"}
     elif state == "pending":
-        reason = d.last_plan.reason(row.id)
+        reason = d.last_plan.reason(job_id)
         if reason is None:
             out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
         else:
             out["reason"] = {"code": str(reason.code),
-                             "message": d.last_plan.reason_text(row.id),
+                             "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
     if detail:
         out["spec"] = JobSpec.model_validate(spec).redacted()
