@@ -15,8 +15,8 @@ def job_view(d: Daemon, row: JobRecord, *, detail: bool = False) -> dict[str, An
     # a list answer builds this for every job on its page
     r = row._mapping
     job_id = r["id"]
-    state = d.states.get(job_id)
-    state = r["state"] if state is None else state.value
+    known = d.states.get(job_id)
+    state: str = r["state"] if known is None else known.value
     spec = r["spec"]
     run = d.running.get(job_id)
     out: dict[str, Any] = {
