@@ -80,6 +80,8 @@ class DeviceError(RotaError):
 class StoreError(RotaError):
     """The database could not be reached or migrated."""
 
+    http_status = 503  # nothing was stored: the request may be sent again
+
 
 class TrackerError(RotaError):
     """An experiment tracker (MLflow, Weights & Biases) refused or could not be reached."""

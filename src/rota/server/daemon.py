@@ -18,7 +18,7 @@ import secrets
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
@@ -54,6 +54,11 @@ LAUNCH_RECORD_S = 0.01
 #: recorded exits between two tidy-ups of the backends' records of ended attempts (the
 #: local runner's journal segments)
 TIDY_EVERY_EXITS = 5000
+#: after a batch could not be stored: the first wait before the work is taken up again from
+#: the store, and the longest between tries while the store still fails
+RESYNC_FIRST_S = 0.0
+RESYNC_MAX_S = 30.0
+RESYNC_POLL_S = 0.05  # while launches are still unanswered
 Clock = Callable[[], float]
 
 
@@ -111,6 +116,12 @@ class Daemon:
         # launches answered and not yet stored (see _launch_answered)
         self._unrecorded: list[tuple[Running, Handle | str]] = []
         self._record_timer: asyncio.TimerHandle | None = None
+        self._launches_in_flight = 0  # sent to a backend that answers later, not answered
+        # set when memory is ahead of the store (a batch's commit failed) until the work is
+        # taken up again from the store; no pass runs meanwhile
+        self.diverged = False
+        self._resync_timer: asyncio.TimerHandle | None = None
+        self._resync_wait = RESYNC_FIRST_S
         self._simulated_dirty = False  # simulated GPUs' figures changed since the last read
         # per GPU: (time, allocated fraction, memory used, utilisation), the last hour
         self.history: dict[int, deque[tuple[float, float, int, float]]] = {}
@@ -150,6 +161,8 @@ class Daemon:
         self._stopping = True
         for t in self._tasks:
             t.cancel()
+        if self._resync_timer is not None:
+            self._resync_timer.cancel()
         if self._unrecorded:
             self._record_launches()
         for r in self.running.values():
@@ -179,6 +192,8 @@ class Daemon:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.safety_tick)
             self._wake.clear()
+            if self.diverged:  # memory is not to be trusted until it is taken up again
+                continue
             try:
                 self.schedule_pass()
             except Exception:  # the loop must survive one bad pass; the error is logged
@@ -198,7 +213,8 @@ class Daemon:
         while not self._stopping:
             await asyncio.sleep(READ_EVERY_S)
             try:
-                self.read_outputs()
+                with self._batch():
+                    self.read_outputs()
             except Exception:
                 log.exception("reading jobs' output failed")
 
@@ -400,7 +416,7 @@ class Daemon:
         doomed = [(job_id, reason.message) for job_id, reason in plan.reasons.items()
                   if reason.code == "dependency_failed" and job_id in self.queue]
         if doomed:
-            with self.store.transaction():
+            with self._batch():
                 for job_id, why in doomed:
                     self._each(self._dependency_failed, job_id, why, now)
         self._arm_backoff_timer(now)
@@ -413,9 +429,12 @@ class Daemon:
 
     @staticmethod
     def _each(fn: Callable[..., None], *args: object) -> None:
-        """One item of a batch: its failure is logged and must not undo the others."""
+        """One item of a batch: its failure is logged and must not undo the others; but a
+        failure of the store itself fails the whole batch (its transaction is broken)."""
         try:
             fn(*args)
+        except StoreError:
+            raise
         except Exception:
             log.exception("handling %s%r failed", fn.__name__, args[:1])
 
@@ -496,9 +515,12 @@ class Daemon:
         for batch in batches.values():
             backend, reqs = batch[0][0].backend, [req for _, req in batch]
             # where the backend can, the loop goes on while the processes are started
-            if self.loop is not None and backend.launch_later(
-                    reqs, functools.partial(self._launch_answered, [run for run, _ in batch])):
-                continue
+            if self.loop is not None:
+                self._launches_in_flight += len(reqs)
+                if backend.launch_later(reqs, functools.partial(
+                        self._launch_answered, [run for run, _ in batch])):
+                    continue
+                self._launches_in_flight -= len(reqs)
             for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
                 outcomes[run.job_id] = outcome
         self._launches_done([run for run in runs if run.job_id in outcomes],
@@ -508,7 +530,7 @@ class Daemon:
         """Record the handles (or failures) of launches, in one commit."""
         if not runs:
             return
-        with self.store.transaction():
+        with self._batch():
             for run, outcome in zip(runs, outcomes, strict=True):
                 self._each(self._launched, run, outcome)
         self._refresh_simulated()
@@ -525,6 +547,7 @@ class Daemon:
         batch is through). The store learns of it with the next write (an exit or a pass,
         whose transaction takes it first) or within LAUNCH_RECORD_S: a transaction per
         answer would cost more than the job."""
+        self._launches_in_flight -= 1
         run = runs[i]
         if isinstance(outcome, Handle):
             self._take_handle(run, outcome)
@@ -533,7 +556,7 @@ class Daemon:
             self._record_timer = self.loop.call_later(LAUNCH_RECORD_S, self._record_launches)
 
     def _record_launches(self) -> None:
-        with self.store.transaction():
+        with self._batch():
             self._write_launches()
         self._refresh_simulated()
 
@@ -668,7 +691,7 @@ class Daemon:
 
     def _record_exits(self) -> None:
         exits, self._exits = self._exits, []
-        with self.store.transaction():
+        with self._batch():
             self._write_launches()  # an exit may be of a job whose start is not stored yet
             for job_id in exits:
                 self._each(self._on_exit, job_id)
@@ -677,9 +700,76 @@ class Daemon:
         if self._exits_since_tidy >= TIDY_EVERY_EXITS:
             self._tidy()
 
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """One transaction for a batch whose changes to the daemon's memory are made before
+        it commits (exits, launch answers, output read). Should the commit fail, memory is
+        ahead of the store: the daemon then takes its work up again from the store and the
+        backends' records, as a restart would, rather than go on from a state it could not
+        store (a job would look ended, or running, to it alone)."""
+        try:
+            with self.store.transaction():
+                yield
+        except StoreError:
+            log.exception("a batch could not be stored; taking the work up again from the "
+                          "store")
+            self._resync_soon(self._resync_wait)
+
+    def _resync_soon(self, delay: float) -> None:
+        self.diverged = True
+        if self._resync_timer is None and self.loop is not None and not self._stopping:
+            self._resync_timer = self.loop.call_later(delay, self._resync)
+
+    def _resync(self) -> None:
+        """Forget what memory says of the jobs and read it all again from the store, as at
+        start-up. Only once every launch sent has been answered: the runner records a start
+        when it answers, and an unanswered one would look never carried out (run twice)."""
+        from rota.server.recovery import recover
+
+        self._resync_timer = None
+        if self._stopping:
+            return
+        if self._launches_in_flight > 0:
+            self._resync_soon(RESYNC_POLL_S)
+            return
+        try:
+            self._forget_jobs()
+            with self.store.transaction():
+                recover(self)
+        except Exception:
+            self._resync_wait = min(max(2 * self._resync_wait, 0.5), RESYNC_MAX_S)
+            log.exception("taking the work up again failed; next try in %.1f s",
+                          self._resync_wait)
+            self._resync_soon(self._resync_wait)
+            return
+        self.diverged = False
+        self._resync_wait = RESYNC_FIRST_S
+        log.info("taken up again from the store: %d running, %d pending", len(self.running),
+                 len(self.queue))
+        self._refresh_simulated()
+        self.kick()
+
+    def _forget_jobs(self) -> None:
+        """Drop the daemon's memory of jobs (their processes go on; recovery finds them)."""
+        for run in self.running.values():
+            run.cancel_timers()
+            self._unwatch(run)
+        if self._record_timer is not None:
+            self._record_timer.cancel()
+            self._record_timer = None
+        self.running.clear()
+        self.states.clear()
+        self.queue = PendingQueue()
+        self.tracking.parked.clear()
+        self._unrecorded.clear()
+        self._exits.clear()
+
     def _tidy(self) -> None:
         """Let the backends drop their records of attempts whose end is stored (only once it
-        is committed: a restart reads those records for what it has not stored)."""
+        is committed: a restart reads those records for what it has not stored). Not while
+        memory is ahead of the store: the records of ends it holds alone are still needed."""
+        if self.diverged:
+            return
         self._exits_since_tidy = 0
         active = {str(r.status_path) for r in self.running.values()}
         self.backend("local")  # earlier runners' journals go too, before the first launch

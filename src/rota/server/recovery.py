@@ -70,6 +70,8 @@ def _take_up(daemon, row: JobRecord, state: JobState,  # type: ignore[no-untyped
     if "ended_at" in status or not _is_ours(run, handle):
         # it ended while the daemon was down (or its process is gone without a record)
         run.handle = handle
+        if not attempt.handle:  # found in the runner's records: the attempt keeps its pid
+            daemon.store.update_attempt(attempt.id, handle=handle.to_json())
         info = run.backend.exit_info(handle) or ExitInfo(None, signal.SIGKILL, None)
         if state is JobState.STARTING:
             daemon._transition(row.id, state, JobState.RUNNING, message="recovered",

@@ -19,7 +19,10 @@ def sqlite_url(home: Path) -> str:
 def make_engine(url: str) -> Engine:
     """An engine tuned for one writer (the daemon) and a few readers."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # hide_parameters: a failed statement's error (logged, or answered to a client) must
+        # not carry what it wrote, such as a job's environment
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
@@ -35,7 +38,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     try:
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
     except (SQLAlchemyError, ImportError) as e:
         raise StoreError(f"cannot use database {redact_url(url)}: {e}") from e
 

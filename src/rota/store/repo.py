@@ -52,6 +52,7 @@ _metrics = cast(Table, MetricRow.__table__)
 _SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
                                _jobs.c.state == bindparam("from_"))
 _SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
+_ADD_JOBS = insert(_jobs).returning(*_jobs.c, sort_by_parameter_order=True)
 _ADD_ATTEMPTS = insert(_attempts).returning(_attempts.c.id, sort_by_parameter_order=True)
 _ADD_EVENTS = insert(_events)
 _ADD_METRICS = insert(_metrics)
@@ -112,6 +113,7 @@ class Store:
         self._session = sessionmaker(engine, expire_on_commit=False)
         self._conn: Connection | None = None  # the open batch transaction, if any
         self._write_conn: Connection | None = None
+        self._server = engine.dialect.name != "sqlite"  # a database server, not a file
         self._events: list[dict[str, Any]] = []  # written with one executemany at commit
         self._held: dict[tuple[str, int], _Write] = {}  # row updates of the open batch
 
@@ -128,7 +130,7 @@ class Store:
     def session(self) -> Session:
         """A session for reads; inside a batch it sees the batch's uncommitted writes."""
         if self._conn is not None:
-            self._flush(self._conn)
+            self._flush_held()
             return Session(bind=self._conn, expire_on_commit=False)
         return self._session()
 
@@ -136,7 +138,7 @@ class Store:
     def _reading(self) -> Iterator[Connection]:
         """A connection for Core reads; inside a batch, the batch's (it sees its writes)."""
         if self._conn is not None:
-            self._flush(self._conn)
+            self._flush_held()
             yield self._conn
             return
         try:
@@ -150,10 +152,13 @@ class Store:
         """One commit for every write made inside; nested uses join the outer one (after
         the updates it holds, so that statements meet rows in call order)."""
         if self._conn is not None:
-            self._flush(self._conn)
+            self._flush_held()
             yield self._conn
             return
-        conn = self._writer()
+        try:
+            conn = self._writer()
+        except SQLAlchemyError as e:
+            raise StoreError(f"could not reach the database: {e}") from e
         try:
             with conn.begin():
                 self._conn = conn
@@ -164,14 +169,21 @@ class Store:
                     self._conn = None
                     self._events.clear()
                     self._held.clear()
-        except SQLAlchemyError as e:
+        except (SQLAlchemyError, StoreError) as e:
             if getattr(e, "connection_invalidated", False) or conn.invalidated:
                 self._drop_writer()  # the next transaction connects again
+            if isinstance(e, StoreError):
+                raise
             raise StoreError(f"could not write to the database: {e}") from e
+        finally:
+            if self._server:
+                self._drop_writer()  # back to the pool
 
     def _writer(self) -> Connection:
-        """The connection writes go through, kept open: a pool checkout and its reset per
-        batch would cost more than the batch's statements."""
+        """The connection writes go through. SQLite's is kept open: a pool checkout and its
+        reset per batch would cost more than the batch's statements. A server's is checked
+        out per batch: the pool pings it first, as the server may have ended it meanwhile
+        (a restart), and a write on it would fail."""
         if self._write_conn is None or self._write_conn.closed:
             self._write_conn = self.engine.connect()
         return self._write_conn
@@ -203,8 +215,7 @@ class Store:
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
-                rows = c.execute(insert(_jobs).returning(*_jobs.c, sort_by_parameter_order=True),
-                                 params).all()
+                rows = c.execute(_ADD_JOBS, params).all()
                 for r in rows:
                     self._event(r.id, now, "submitted", message, None, r.state)
         except StoreError as e:
@@ -534,8 +545,19 @@ class Store:
         """Hold a row update for the open batch's end (one is always open here)."""
         assert self._conn is not None
         if (table, row_id) in self._held:  # a second change of one row waits for the first
-            self._flush(self._conn)
+            self._flush_held()
         self._held[table, row_id] = _Write(statement, params)
+
+    def _flush_held(self) -> None:
+        """Write the open batch's held updates now (before a read, or a second change of a
+        row). A failure here breaks the batch: a StoreError, which its callers let through
+        (the whole batch rolls back), rather than a foreign error one item's handler might
+        take for its own."""
+        assert self._conn is not None
+        try:
+            self._flush(self._conn)
+        except SQLAlchemyError as e:
+            raise StoreError(f"could not write to the database: {e}") from e
 
     def _flush(self, c: Connection) -> None:
         """Write the held updates, one executemany per statement and set of columns, then
