@@ -2,7 +2,7 @@
 submit for 60 s.
 
     python bench/bench_api_load.py [--jobs 100000] [--clients 50] [--seconds 60]
-                                   [--json bench/out/api_load.json]
+                                   [--api-workers N] [--json bench/out/api_load.json]
 
 A fresh daemon on 8 simulated GPUs, reached over TCP with a token (as a team would reach
 it). The store is filled with held jobs (submitted 500 per request), then every client
@@ -132,7 +132,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     settings = load_settings(home=home, simulate="8x80G")
     port = free_port_for_bench()
     env = dict(os.environ)
-    pid = start_daemon(settings, args.profile_daemon, log, ["--listen", f"127.0.0.1:{port}"])
+    pid = start_daemon(settings, args.profile_daemon, log,
+                       ["--listen", f"127.0.0.1:{port}", "--api-workers", str(args.api_workers)])
     client = Client(settings.socket_path, timeout=300)
     result: dict[str, Any] = {"jobs_in_store": args.jobs, "clients": args.clients,
                               "seconds": args.seconds}
@@ -146,16 +147,25 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         _cli(env, "user", "add", "bench")
         token = _cli(env, "token", "create", "--user", "bench")["token"]
         daemon, me = psutil.Process(pid), psutil.Process()
+        workers = [c for c in daemon.children()
+                   if "rota.server.api_worker" in " ".join(c.cmdline())]
         d0, m0 = daemon.cpu_times(), me.cpu_times()
+        w0 = [w.cpu_times() for w in workers]
         lat, errors, accepted, wall = asyncio.run(_load(port, token, ids, args.clients,
                                                         args.seconds, args.seed))
         d1, m1 = daemon.cpu_times(), me.cpu_times()
+        w1 = [w.cpu_times() for w in workers]
         n = sum(len(v) for v in lat.values())
-        # where the 2 cores went: the daemon, and this load generator itself
+        # where the 2 cores went: the daemon, its API workers, this load generator itself
         result["daemon_cpu_share"] = (d1.user + d1.system - d0.user - d0.system) / wall
+        result["api_workers"] = args.api_workers
+        result["workers_cpu_share"] = [(b.user + b.system - a.user - a.system) / wall
+                                       for a, b in zip(w0, w1, strict=True)]
         result["load_generator_cpu_share"] = (m1.user + m1.system - m0.user - m0.system) / wall
-        log(f"CPU over the run: daemon {result['daemon_cpu_share']:.0%} of a core, load "
-            f"generator {result['load_generator_cpu_share']:.0%}")
+        log(f"CPU over the run: daemon {result['daemon_cpu_share']:.0%} of a core, "
+            + "".join(f"API worker {i} {c:.0%}, "
+                      for i, c in enumerate(result["workers_cpu_share"]))
+            + f"load generator {result['load_generator_cpu_share']:.0%}")
         result.update({"requests": n, "requests_per_s": n / wall, "errors": len(errors),
                        "error_samples": errors[:10],
                        **{kind: dist(v) for kind, v in lat.items()}})
@@ -194,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=50)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--api-workers", type=int, default=0,
+                   help="API worker processes serving the TCP listener (rota server "
+                        "--api-workers); 0: the daemon serves it itself")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--profile-daemon", type=Path, default=None,
                    help="run the daemon under cProfile and write its profile here")

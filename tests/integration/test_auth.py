@@ -33,10 +33,13 @@ class Tcp:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
 
-@pytest.fixture
-def tcp(tmp_path: Path) -> Iterator[Tcp]:
+@pytest.fixture(params=[0, 1], ids=["daemon", "api-worker"])
+def tcp(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Tcp]:
+    """Every test twice: the daemon serving TCP itself, and an API worker serving it (job
+    reads from the store, everything else forwarded to the daemon's socket)."""
     port = free_port()
-    d = DaemonProcess(tmp_path / "home", args=["--listen", f"127.0.0.1:{port}"]).start()
+    d = DaemonProcess(tmp_path / "home", args=["--listen", f"127.0.0.1:{port}",
+                                               "--api-workers", str(request.param)]).start()
     try:
         yield Tcp(d, port)
     finally:

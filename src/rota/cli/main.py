@@ -27,13 +27,17 @@ def server(ctx: typer.Context,
            database_url: str = typer.Option(None, help="PostgreSQL URL (default: SQLite)"),
            listen: str = typer.Option(None, help="also serve the API and the dashboard on "
                                                  "TCP, e.g. 127.0.0.1:8787 (tokens required)"),
+           api_workers: int = typer.Option(None, min=0, max=64,
+                                           help="processes serving --listen, answering job "
+                                                "reads from the store (default 0: the daemon "
+                                                "itself)"),
            ) -> None:
     """Run the daemon in the foreground (or --detach it)."""
     if ctx.invoked_subcommand is not None:
         return
     with run_cli(json_out=False):
         settings = load(simulate=simulate, jobs_file=jobs_file, database_url=database_url,
-                        listen=listen)
+                        listen=listen, api_workers=api_workers)
         if detach:
             from rota.server.serve import start_detached
 
@@ -46,6 +50,8 @@ def server(ctx: typer.Context,
                 argv += ["--database-url", database_url]
             if listen:
                 argv += ["--listen", listen]
+            if api_workers is not None:
+                argv += ["--api-workers", str(api_workers)]
             pid = start_detached(settings, argv)
             typer.echo(f"rota daemon started (pid {pid}); socket {settings.socket_path}")
             return

@@ -7,23 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from rota import __version__
-from rota.core.lifecycle import JobState
 from rota.core.spec import check_secret_name
-from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
+from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
 from rota.server.auth import (
+    VIA_HEADER,
     VIA_KEY,
     Authenticator,
     Principal,
@@ -34,16 +33,20 @@ from rota.server.auth import (
 from rota.server.daemon import Daemon
 from rota.server.dashboard import mount_dashboard
 from rota.server.intake import Intake
+from rota.server.job_reads import MAX_ID, JobId, add_job_reads, answer_errors_as_problems
 from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
 from rota.server.metrics import CONTENT_TYPE, RequestTimer
 from rota.server.secrets import MAX_VALUE_BYTES
-from rota.server.views import attempt_view, event_view, gpu_views, job_view, progress_view
+from rota.server.views import (
+    event_view,
+    gpu_views,
+    job_view,
+    live_facts,
+    progress_view,
+)
 
-PROBLEM = "application/problem+json"
-MAX_ID = 2**63 - 1  # what every database's integer columns hold
-JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a job's id")]
 RowId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]
 SecretName = Annotated[str, PathParam(max_length=200,
@@ -64,11 +67,8 @@ class SimulateBody(BaseModel):
     external_util: float | None = None
 
 
-def problem(status: int, title: str, detail: str, field: str | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    if field:
-        body["field"] = field
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+class LiveBody(BaseModel):
+    ids: list[int] = Field(max_length=10_000)
 
 
 class UserBody(BaseModel):
@@ -91,8 +91,10 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
     auth = Authenticator(daemon.store, daemon.settings.user, daemon.clock)
 
     async def who(request: Request) -> Principal:
-        return auth.principal(request.scope.get(VIA_KEY, "socket"),
-                              request.headers.get("authorization"))
+        via = request.scope.get(VIA_KEY, "socket")
+        if via == "socket" and request.headers.get(VIA_HEADER) == "tcp":
+            via = "tcp"  # forwarded by an API worker: the caller's token decides
+        return auth.principal(via, request.headers.get("authorization"))
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
     app.add_middleware(RequestTimer, metrics=daemon.metrics)
@@ -102,15 +104,10 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         """Prometheus text format; over TCP a scraper sends a token like any client."""
         return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.exception_handler(RotaError)
-    async def _rota_error(_: Request, e: RotaError) -> JSONResponse:
-        return problem(e.http_status, type(e).__name__, str(e), getattr(e, "field", None))
+    answer_errors_as_problems(app)
 
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"] if x != "body")
-        return problem(422, "InvalidRequest", f"{loc}: {err['msg']}", loc)
+    def _view(row: Any, *, detail: bool = False) -> dict[str, Any]:
+        return job_view(row, live_facts(daemon, row), detail=detail)
 
     def _job_id(job_id: int) -> int:
         daemon.job_state(job_id)  # NotFound if unknown
@@ -134,32 +131,25 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
             p.require_admin(f"submitting as {body.user!r}")
         rows = intake.submit(body.jobs, user=body.user or p.user, source="api",
                              idempotency_key=body.idempotency_key, dedup=body.dedup)
-        out: dict[str, Any] = {"jobs": [job_view(daemon, r) for r in rows]}
+        out: dict[str, Any] = {"jobs": [_view(r) for r in rows]}
         warnings = intake.sizing_warnings(rows)
         if warnings:
             out["warnings"] = warnings
         return out
 
-    @v1.get("/jobs")
-    async def list_jobs(state: list[str] = Query(default=[]), user: str | None = None,
-                        name: str | None = None, project: str | None = None,
-                        tag: str | None = None, limit: int = Query(200, ge=1, le=10000),
-                        before: int | None = Query(None, ge=1, le=MAX_ID)) -> dict[str, Any]:
-        for s in state:
-            if s not in JobState.__members__.values():
-                raise InvalidSpec(f"state: {s!r} is not one of "
-                                  f"{[x.value for x in JobState]}", field="state")
-        rows = daemon.store.list_jobs(states=state or None, user=user, name=name,
-                                      project=project, tag=tag, limit=limit, before_id=before)
-        nxt = rows[-1].id if len(rows) == limit else None
-        return {"jobs": [job_view(daemon, r) for r in rows], "next": nxt}
+    async def facts_of(rows: Sequence[Any]) -> list[dict[str, Any]]:
+        return [live_facts(daemon, r) for r in rows]
 
-    @v1.get("/jobs/{job_id}")
-    async def get_job(job_id: JobId) -> dict[str, Any]:
-        row, attempts = daemon.store.job_with_attempts(job_id)
-        out = job_view(daemon, row, detail=True)
-        out["attempts_detail"] = [attempt_view(a) for a in attempts]
-        return out
+    add_job_reads(v1, daemon.store, facts_of)
+
+    @v1.post("/live", include_in_schema=False)
+    async def live(body: LiveBody, request: Request) -> dict[str, Any]:
+        """For the API workers, on the socket only: what the daemon's memory knows of these
+        jobs (see rota.server.views.live_facts), by id."""
+        if request.scope.get(VIA_KEY) == "tcp" or VIA_HEADER in request.headers:
+            raise NotFound("no such endpoint: /v1/live")
+        rows = daemon.store.jobs(body.ids)
+        return {"facts": {str(i): live_facts(daemon, r) for i, r in rows.items()}}
 
     @v1.get("/jobs/{job_id}/events")
     async def events(job_id: JobId) -> dict[str, Any]:
@@ -220,7 +210,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
     @v1.get("/jobs/{job_id}/why")
     async def why(job_id: JobId) -> dict[str, Any]:
         row = daemon.store.get_job(job_id)
-        view = job_view(daemon, row)
+        view = _view(row)
         state = view["state"]
         if "reason" in view:
             return {"id": job_id, "state": state, **view["reason"]}
@@ -259,9 +249,9 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         if state.terminal:
             [new] = intake.submit([{**row.spec, "hold": False}], user=row.user,
                                   source=f"requeue of job {job_id}")
-            return {"requeued": job_id, "job": job_view(daemon, new)}
+            return {"requeued": job_id, "job": _view(new)}
         daemon.requeue(job_id)
-        return {"requeued": job_id, "job": job_view(daemon, daemon.store.get_job(job_id))}
+        return {"requeued": job_id, "job": _view(daemon.store.get_job(job_id))}
 
     @v1.get("/jobs/{job_id}/wait")
     async def wait(job_id: JobId, timeout: float | None = Query(None, gt=0)) -> dict[str, Any]:

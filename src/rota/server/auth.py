@@ -23,8 +23,12 @@ from rota.store.repo import Store
 TOKEN_PREFIX = "rota_"
 #: Scope key the TCP listener sets; requests without it came through the Unix socket.
 VIA_KEY = "rota.via"
+#: set by an API worker on a TCP request it forwards to the daemon's socket: the request
+#: is then authorised by its token, as over TCP (the socket alone would make it the owner's)
+VIA_HEADER = "x-rota-via"
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")
 _TOUCH_EVERY = 60.0  # seconds between last-used updates of one token
+READ_ONLY_REMEMBER_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +65,16 @@ def check_user_name(name: str) -> str:
 
 
 class Authenticator:
-    def __init__(self, store: Store, owner: str, clock: Callable[[], float]) -> None:
+    """Who a request comes from. ``read_only`` (an API worker, which writes nothing and is
+    not told of revocations): a token is looked up in the store again after
+    READ_ONLY_REMEMBER_S, so a revoked one is refused within that time, and its last use
+    is not recorded (the daemon records it on the requests it answers)."""
+
+    def __init__(self, store: Store, owner: str, clock: Callable[[], float], *,
+                 read_only: bool = False) -> None:
         self.store, self.owner, self.clock = store, owner, clock
+        self.read_only = read_only
+        self._remembered: dict[str, float] = {}  # read_only: digest -> when it was looked up
         self._cache: dict[str, Principal] = {}  # digest -> principal of a live token
         self._touched: dict[int, float] = {}
 
@@ -78,16 +90,24 @@ class Authenticator:
             raise Unauthorized("the Authorization header must be `Bearer rota_...`")
         digest = token_digest(token)
         found = self._cache.get(digest)
+        if found is not None and self.read_only and \
+                self.clock() - self._remembered.get(digest, 0.0) > READ_ONLY_REMEMBER_S:
+            found = None
         if found is None:
             got = self.store.token_by_digest(digest)
             # compare digests in constant time, though a hit already proves equality
             if got is None or not hmac.compare_digest(got[0].digest, digest) \
                     or got[0].revoked_at is not None:
+                self._cache.pop(digest, None)
                 raise Unauthorized("the token is unknown or revoked")
             token_row, user_row = got
             found = Principal(user=user_row.name, admin=user_row.admin, via="tcp",
                               token_id=token_row.id)
             self._cache[digest] = found
+            if self.read_only:
+                self._remembered[digest] = self.clock()
+        if self.read_only:
+            return found
         now = self.clock()
         if found.token_id is not None and now - self._touched.get(found.token_id, 0) > \
                 _TOUCH_EVERY:

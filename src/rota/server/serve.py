@@ -19,6 +19,7 @@ from rota.config import Settings
 from rota.devices.probe import open_devices
 from rota.errors import DaemonUnavailable, RotaError
 from rota.server.daemon import Daemon
+from rota.server.workers import ApiWorkers
 from rota.store.db import redact_url
 from rota.store.repo import Store
 
@@ -55,14 +56,14 @@ def run_foreground(settings: Settings, *, announce: bool = True) -> None:
         print(message if devices.kind == "simulated" else f"GPUs: {message}", flush=True)
         print(f"state: {redact_url(settings.db_url)}; socket: {settings.socket_path}", flush=True)
     try:
-        _run_loop(_serve(settings, store, devices))
+        run_loop(_serve(settings, store, devices))
     finally:
         settings.socket_path.unlink(missing_ok=True)
         settings.pid_path.unlink(missing_ok=True)
         store.close()
 
 
-def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
     """Run the daemon on uvloop where it is installed (the default on Linux): its event
     loop and uvicorn's httptools parser cost a fraction of the pure-Python ones per
     request and per job exit; plain asyncio otherwise."""
@@ -104,21 +105,39 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
                               "timeout_graceful_shutdown": 2}
     server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path), **common))
     servers.append(server)
+    workers: ApiWorkers | None = None
+    tasks: list[asyncio.Task[None]] = []
     if settings.listen is not None:
         host, port = settings.listen_address
         if host not in ("127.0.0.1", "::1", "localhost"):
             log.warning("listening on %s:%s without TLS: tokens cross the network in clear "
                         "text; put a TLS proxy in front of it", host, port)
-        servers.append(uvicorn.Server(uvicorn.Config(tcp_app(app), host=host, port=port,
-                                                     **common)))
-    watcher = asyncio.create_task(_watch_jobs_file(intake, settings.jobs_file_poll))
-    ready = asyncio.create_task(_announce_ready(server, settings))
+        if settings.api_workers:
+            # the daemon binds the listener; its workers accept on it
+            workers = ApiWorkers(settings, _listener(host, port), settings.api_workers)
+            workers.start()
+            tasks.append(asyncio.create_task(workers.supervise()))
+        else:
+            servers.append(uvicorn.Server(uvicorn.Config(tcp_app(app), host=host, port=port,
+                                                         **common)))
+    tasks.append(asyncio.create_task(_watch_jobs_file(intake, settings.jobs_file_poll)))
+    tasks.append(asyncio.create_task(_announce_ready(server, settings)))
     try:
         await asyncio.gather(*(s.serve() for s in servers))
     finally:
-        watcher.cancel()
-        ready.cancel()
+        for t in tasks:
+            t.cancel()
+        if workers is not None:
+            workers.stop()
         await daemon.stop()
+
+
+def _listener(host: str, port: int) -> socket.socket:
+    try:
+        return socket.create_server((host, port), backlog=2048,
+                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:
+        raise RotaError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
 
 
 async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,241 @@
+"""An API worker: a process of its own that serves the daemon's TCP listener, so that the
+API uses more than the daemon's one core.
+
+It answers the job reads (list, get) from the store (SQLite's WAL lets readers in beside
+the one writer), asking the daemon over its socket only for the live facts of the jobs that
+wait, start or run (their reason, their GPUs). Every other request goes to the daemon's
+socket as it came, marked as coming over TCP so that its token, not the socket, decides
+what it may do. A worker writes nothing: the daemon stays the only writer of state.
+
+    python -m rota.server.api_worker --fd N   (settings as JSON on stdin; the daemon runs it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import h11
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from rota import __version__
+from rota.config import Settings
+from rota.errors import DaemonUnavailable
+from rota.server.auth import VIA_HEADER, Authenticator, Principal
+from rota.server.job_reads import add_job_reads, answer_errors_as_problems
+from rota.server.views import needs_live_facts, stored_facts
+from rota.store.db import make_engine
+from rota.store.repo import JobRecord, Store
+
+log = logging.getLogger("rota.api_worker")
+# headers of one hop only, never passed on (RFC 9110 7.6.1), and what the proxy sets itself
+_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
+                  b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
+                  VIA_HEADER.encode()})
+_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+PARENT_CHECK_S = 1.0  # how often a worker checks that its daemon is still there
+READ_BYTES = 65536
+KEEP_IDLE_S = 4.0  # a kept connection idle longer is not used again (the daemon's keep-alive
+                   # timeout is 5 s)
+
+
+class _Link:
+    """One keep-alive HTTP/1.1 connection to the daemon's socket; h11 frames the messages."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
+
+    async def next_event(self) -> Any:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            self.h11.receive_data(await self.reader.read(READ_BYTES))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Answer:
+    """The daemon's answer: its head at once, its body as it comes."""
+
+    def __init__(self, links: DaemonLinks, link: _Link, head: h11.Response) -> None:
+        self._links, self._link, self.head = links, link, head
+
+    async def body(self) -> AsyncIterator[bytes]:
+        done = False
+        try:
+            while True:
+                event = await self._link.next_event()
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    done = True
+                    return
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise DaemonUnavailable("the daemon closed the connection mid-answer")
+        finally:
+            self._links.release(self._link, reusable=done)
+
+
+class DaemonLinks:
+    """Requests to the daemon's socket over kept-alive connections, one request at a time
+    on each. (A general client such as httpx cost the worker several times more CPU per
+    request and queued requests under concurrency: submits waited 240 ms at p50.)"""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._idle: list[_Link] = []
+
+    async def send(self, method: str, target: str, headers: list[tuple[bytes, bytes]],
+                   body: bytes) -> Answer:
+        # a kept connection the daemon has closed meanwhile fails before any answer: the
+        # request then goes once more on a new one (the daemon never saw it)
+        for reused in (True, False):
+            link = self._take() if reused else None
+            if reused and link is None:
+                continue
+            if link is None:
+                try:
+                    link = _Link(*await asyncio.open_unix_connection(self.path))
+                except OSError as e:
+                    raise DaemonUnavailable(f"the daemon is not answering on {self.path}: "
+                                            f"{e.strerror or e}") from e
+            try:
+                c = link.h11
+                link.writer.write(
+                    c.send(h11.Request(method=method, target=target, headers=[
+                        (b"host", b"rota"), (b"content-length", str(len(body)).encode()),
+                        *headers]))
+                    + (c.send(h11.Data(data=body)) if body else b"")
+                    + c.send(h11.EndOfMessage()))
+                head = await link.next_event()
+            except (OSError, h11.ProtocolError) as e:
+                link.close()
+                if reused:
+                    continue
+                raise DaemonUnavailable(f"the daemon did not answer: {e}") from e
+            if isinstance(head, h11.Response):
+                return Answer(self, link, head)
+            link.close()
+            if not reused:
+                raise DaemonUnavailable("the daemon closed the connection without an answer")
+        raise AssertionError("unreachable")
+
+    def _take(self) -> _Link | None:
+        now = time.monotonic()
+        while self._idle:
+            link = self._idle.pop()
+            if now - link.idle_since < KEEP_IDLE_S:
+                return link
+            link.close()
+        return None
+
+    def release(self, link: _Link, *, reusable: bool) -> None:
+        if reusable and link.h11.our_state is h11.DONE and link.h11.their_state is h11.DONE:
+            link.h11.start_next_cycle()
+            link.idle_since = time.monotonic()
+            self._idle.append(link)
+        else:
+            link.close()
+
+    def close(self) -> None:
+        for link in self._idle:
+            link.close()
+        self._idle.clear()
+
+
+def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks) -> FastAPI:
+    app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url=None)  # the daemon's document, forwarded, is the one
+    auth = Authenticator(store, settings.user, time.time, read_only=True)
+
+    async def who(request: Request) -> Principal:
+        return auth.principal("tcp", request.headers.get("authorization"))
+
+    answer_errors_as_problems(app)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
+
+    async def facts_of(rows: Sequence[JobRecord]) -> list[dict[str, Any]]:
+        live = [r.id for r in rows if needs_live_facts(r, settings.mlflow)]
+        got: dict[str, dict[str, Any]] = {}
+        if live:
+            answer = await daemon.send("POST", "/v1/live", [
+                (b"content-type", b"application/json")], json.dumps({"ids": live}).encode())
+            data = b"".join([chunk async for chunk in answer.body()])
+            if answer.head.status_code != 200:
+                raise DaemonUnavailable(f"the daemon did not give the jobs' live state: "
+                                        f"{answer.head.status_code} {data[:200]!r}")
+            got = json.loads(data)["facts"]
+        return [got.get(str(r.id)) or stored_facts(r) for r in rows]
+
+    add_job_reads(v1, store, facts_of)
+    app.include_router(v1)
+
+    @app.api_route("/{path:path}", methods=_METHODS, include_in_schema=False)
+    async def forward(request: Request, path: str) -> Response:
+        """Everything else, to the daemon's socket as it came (its answer streamed back)."""
+        headers = [(k, v) for k, v in request.headers.raw
+                   if k.lower() not in _HOP and k.lower() != b"content-length"]
+        headers.append((VIA_HEADER.encode(), b"tcp"))
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        answer = await daemon.send(request.method, target, headers, await request.body())
+        back = [(k, v) for k, v in answer.head.headers if k.lower() not in _HOP]
+        return StreamingResponse(answer.body(), status_code=answer.head.status_code,
+                                 headers={k.decode("latin-1"): v.decode("latin-1")
+                                          for k, v in back})
+
+    return app
+
+
+async def _serve(settings: Settings, listener: socket.socket) -> None:
+    import uvicorn
+
+    store = Store(make_engine(settings.db_url))  # the daemon has migrated it
+    daemon = DaemonLinks(str(settings.socket_path))
+    app = build_worker_app(settings, store, daemon)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           lifespan="off", timeout_graceful_shutdown=2))
+    parent = os.getppid()
+
+    async def leave_with_the_daemon() -> None:
+        # its socket would otherwise keep the port and answer for a daemon that is gone
+        while os.getppid() == parent:
+            await asyncio.sleep(PARENT_CHECK_S)
+        server.should_exit = True
+
+    watch = asyncio.create_task(leave_with_the_daemon())
+    try:
+        await server.serve(sockets=[listener])
+    finally:
+        watch.cancel()
+        daemon.close()
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rota.server.api_worker")
+    p.add_argument("--fd", type=int, required=True, help="the listening TCP socket's fd")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings.model_validate_json(sys.stdin.read())
+    listener = socket.socket(fileno=args.fd)
+    from rota.server.serve import run_loop
+
+    run_loop(_serve(settings, listener))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
