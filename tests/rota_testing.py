@@ -1,4 +1,4 @@
-"""Test helpers: a real daemon in a subprocess, and waits with a deadline."""
+"""Test helpers: a real daemon in a subprocess or in-process, and waits with a deadline."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rota.client import RawClient as Client
+
+if TYPE_CHECKING:
+    from rota.server.daemon import Daemon
+    from rota.store.repo import Store
 
 
 class DaemonProcess:
@@ -161,3 +167,37 @@ def pg_database() -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+
+
+@asynccontextmanager
+async def in_process_daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store]]:
+    """A started daemon on 2 simulated GPUs in this process (its loop is the caller's);
+    afterwards no job process is left."""
+    from rota.config import load_settings
+    from rota.devices.simulated import SimulatedDevices
+    from rota.server.daemon import Daemon
+    from rota.store.repo import Store
+
+    settings = load_settings(home=tmp_path / "home")
+    settings.home.mkdir(parents=True)
+    store = Store.open(settings.db_url)
+    d = Daemon(settings, store, SimulatedDevices("2x24G"))
+    await d.start()
+    try:
+        yield d, store
+    finally:
+        if not d._stopping:
+            await d.stop()
+        kill_job_processes(tmp_path)
+        store.close()
+
+
+async def until(check: Callable[[], object], what: str, seconds: float = 10.0) -> None:
+    """Await a condition with a deadline, letting the loop (an in-process daemon) run."""
+    import asyncio
+
+    for _ in range(int(seconds / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -4,36 +4,15 @@ running with the next write: an exit's transaction, a pass's, or a short timer."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from rota.config import load_settings
 from rota.core.spec import JobSpec
-from rota.devices.simulated import SimulatedDevices
 from rota.server import daemon as daemon_module
 from rota.server.daemon import Daemon
 from rota.store.repo import Store
-from rota_testing import kill_job_processes
-
-
-@asynccontextmanager
-async def _daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store]]:
-    """A started daemon on 2 simulated GPUs; afterwards no job process is left."""
-    settings = load_settings(home=tmp_path / "home")
-    settings.home.mkdir(parents=True)
-    store = Store.open(settings.db_url)
-    d = Daemon(settings, store, SimulatedDevices("2x24G"))
-    await d.start()
-    try:
-        yield d, store
-    finally:
-        if not d._stopping:
-            await d.stop()
-        kill_job_processes(tmp_path)
-        store.close()
+from rota_testing import in_process_daemon, until
 
 
 def _submit(d: Daemon, store: Store, command: list[str], n: int = 1) -> list[int]:
@@ -43,19 +22,11 @@ def _submit(d: Daemon, store: Store, command: list[str], n: int = 1) -> list[int
     return [r.id for r in rows]
 
 
-async def _until(check, what: str, seconds: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(seconds / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_started_job_is_stored_as_running_without_other_writes(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             [job] = _submit(d, store, ["sleep", "30"])
-            await _until(lambda: store.get_job(job).state == "running", "the running state")
+            await until(lambda: store.get_job(job).state == "running", "the running state")
             [attempt] = store.attempts(job)
             handle = d.running[job].handle
             assert handle is not None and attempt.handle
@@ -71,9 +42,9 @@ def test_jobs_that_end_before_their_start_is_stored_keep_their_whole_timeline(
     monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             jobs = _submit(d, store, ["sh", "-c", "exit 3"], 12)
-            await _until(lambda: all(store.get_job(j).state == "failed" for j in jobs),
+            await until(lambda: all(store.get_job(j).state == "failed" for j in jobs),
                          "every job to fail")
             for j in jobs:
                 assert [e.to_state for e in store.events(j) if e.to_state] == \
@@ -91,9 +62,9 @@ def test_a_stopping_daemon_stores_the_starts_it_has_not_yet_written(
     monkeypatch.setattr(daemon_module, "LAUNCH_RECORD_S", 3600.0)
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             [job] = _submit(d, store, ["sleep", "30"])
-            await _until(lambda: d.running.get(job) is not None
+            await until(lambda: d.running.get(job) is not None
                          and d.running[job].handle is not None, "the runner's answer")
             assert store.get_job(job).state == "starting"  # answered, not yet stored
             await d.stop()
@@ -117,9 +88,9 @@ def test_a_running_daemon_deletes_ended_journal_segments_every_few_exits(
     monkeypatch.setattr(daemon_module, "TIDY_EVERY_EXITS", 2)
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             [long] = _submit(d, store, ["sleep", "30"])
-            await _until(lambda: store.get_job(long).state == "running", "the long job")
+            await until(lambda: store.get_job(long).state == "running", "the long job")
             where = Path(journal_dir(str(d.settings.status_dir)))
             live = set(os.listdir(where))
             ended, kept = where / segment_name(4_000_000, 1.0, 1), \
@@ -130,9 +101,9 @@ def test_a_running_daemon_deletes_ended_journal_segments_every_few_exits(
                                         "shim_pid": 2, "runner": 4_000_000,
                                         "runner_started": 1.0}) + "\n")
             jobs = _submit(d, store, ["true"], 2)
-            await _until(lambda: all(store.get_job(j).state == "completed" for j in jobs),
+            await until(lambda: all(store.get_job(j).state == "completed" for j in jobs),
                          "two exits")
-            await _until(lambda: not ended.exists(), "the ended segment to go")
+            await until(lambda: not ended.exists(), "the ended segment to go")
             assert kept.exists() and live <= set(os.listdir(where))
 
     asyncio.run(scenario())

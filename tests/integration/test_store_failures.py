@@ -5,37 +5,19 @@ restart would. Nothing is lost and nothing runs twice."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from rota.config import load_settings
 from rota.core.spec import JobSpec
-from rota.devices.simulated import SimulatedDevices
 from rota.server import daemon as daemon_module
 from rota.server.daemon import Daemon
 from rota.store.repo import Store
-from rota_testing import kill_job_processes
-
-
-@asynccontextmanager
-async def _daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store]]:
-    settings = load_settings(home=tmp_path / "home")
-    settings.home.mkdir(parents=True)
-    store = Store.open(settings.db_url)
-    d = Daemon(settings, store, SimulatedDevices("2x24G"))
-    await d.start()
-    try:
-        yield d, store
-    finally:
-        if not d._stopping:
-            await d.stop()
-        kill_job_processes(tmp_path)
-        store.close()
+from rota_testing import in_process_daemon, until
 
 
 class _Faults:
@@ -87,14 +69,6 @@ def _submit(d: Daemon, store: Store, command: list[str]) -> int:
     return int(row.id)
 
 
-async def _until(check: Callable[[], bool], what: str, seconds: float = 15.0) -> None:
-    for _ in range(int(seconds / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _ran(marker: Path) -> int:
     return len(marker.read_text().splitlines()) if marker.exists() else 0
 
@@ -106,13 +80,13 @@ def test_an_exit_that_could_not_be_stored_is_stored_from_the_runners_record(
     marker = tmp_path / "runs"
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
             fired = _fail_once(d, "_record_exits", faults)
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; exit 3"])
-            await _until(lambda: bool(fired), "the exit's batch")
+            await until(lambda: bool(fired), "the exit's batch")
             assert faults.failed == 1
-            await _until(lambda: store.get_job(job).state == "failed", "the stored end")
+            await until(lambda: store.get_job(job).state == "failed", "the stored end")
             assert not d.diverged
             row = store.get_job(job)
             assert row.exit_code == 3 and row.attempts == 1
@@ -122,7 +96,7 @@ def test_an_exit_that_could_not_be_stored_is_stored_from_the_runners_record(
                 ["pending", "starting", "running", "failed"]
             # the daemon works on: the next job runs and its end is stored
             nxt = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}"])
-            await _until(lambda: store.get_job(nxt).state == "completed", "the next job")
+            await until(lambda: store.get_job(nxt).state == "completed", "the next job")
             assert _ran(marker) == 2
 
     asyncio.run(scenario())
@@ -133,16 +107,16 @@ def test_a_start_that_could_not_be_stored_is_taken_up_and_runs_once(
     marker = tmp_path / "runs"
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
             fired = _fail_once(d, "_record_launches", faults)
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; sleep 1"])
-            await _until(lambda: bool(fired), "the start's batch")
+            await until(lambda: bool(fired), "the start's batch")
             assert faults.failed == 1
-            await _until(lambda: not d.diverged, "the work taken up again")
+            await until(lambda: not d.diverged, "the work taken up again")
             assert store.get_job(job).state == "running"
             assert d.running[job].handle is not None  # re-adopted: watched again
-            await _until(lambda: store.get_job(job).state == "completed", "the job's end")
+            await until(lambda: store.get_job(job).state == "completed", "the job's end")
             assert store.get_job(job).attempts == 1 and _ran(marker) == 1
             [attempt] = store.attempts(job)
             assert attempt.exit_code == 0 and attempt.outcome == "completed"
@@ -158,20 +132,20 @@ def test_while_the_store_keeps_failing_nothing_starts_and_the_daemon_tries_again
     marker = tmp_path / "runs"
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
             fired = _fail_once(d, "_record_exits", faults, n=3)
             first = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; exit 0"])
-            await _until(lambda: bool(fired), "the exit's batch")
-            await _until(lambda: faults.failed == 3, "two failed tries to take the work up")
+            await until(lambda: bool(fired), "the exit's batch")
+            await until(lambda: faults.failed == 3, "two failed tries to take the work up")
             assert d.diverged
             # a submit is stored (its own commit) but no pass starts it while diverged
             waiting = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}"])
             await asyncio.sleep(0.2)
             assert store.get_job(waiting).state == "pending" and waiting not in d.running
             assert d.diverged
-            await _until(lambda: not d.diverged, "the third try", seconds=10)
-            await _until(lambda: store.get_job(waiting).state == "completed",
+            await until(lambda: not d.diverged, "the third try", seconds=10)
+            await until(lambda: store.get_job(waiting).state == "completed",
                          "the waiting job")
             assert store.get_job(first).state == "completed"
             assert store.get_job(first).attempts == 1 and _ran(marker) == 2
@@ -186,17 +160,17 @@ def test_the_work_is_taken_up_again_only_once_every_launch_is_answered(
     marker = tmp_path / "runs"
 
     async def scenario() -> None:
-        async with _daemon(tmp_path) as (d, store):
+        async with in_process_daemon(tmp_path) as (d, store):
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; sleep 1"])
-            await _until(lambda: store.get_job(job).state == "running", "the job to run")
+            await until(lambda: store.get_job(job).state == "running", "the job to run")
             d._launches_in_flight += 1  # as if another launch were still unanswered
             d._resync_soon(0.0)
             await asyncio.sleep(0.3)
             assert d.diverged and job in d.running  # not forgotten yet
             d._launches_in_flight -= 1
-            await _until(lambda: not d.diverged, "the work taken up again")
+            await until(lambda: not d.diverged, "the work taken up again")
             assert d.running[job].handle is not None
-            await _until(lambda: store.get_job(job).state == "completed", "the job's end")
+            await until(lambda: store.get_job(job).state == "completed", "the job's end")
             assert store.get_job(job).attempts == 1 and _ran(marker) == 1
 
     asyncio.run(scenario())
