@@ -90,6 +90,9 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
     from rota.server.api import build_app, tcp_app
     from rota.server.intake import Intake
 
+    # bound before anything starts: a port in use stops the daemon before it takes up work
+    listener = _listener(*settings.listen_address) \
+        if settings.listen is not None and settings.api_workers else None
     daemon = Daemon(settings, store, devices)
     await daemon.start()
     _tune_gc()
@@ -112,9 +115,8 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
         if host not in ("127.0.0.1", "::1", "localhost"):
             log.warning("listening on %s:%s without TLS: tokens cross the network in clear "
                         "text; put a TLS proxy in front of it", host, port)
-        if settings.api_workers:
-            # the daemon binds the listener; its workers accept on it
-            workers = ApiWorkers(settings, _listener(host, port), settings.api_workers)
+        if listener is not None:  # the daemon binds the listener; its workers accept on it
+            workers = ApiWorkers(settings, listener, settings.api_workers)
             workers.start()
             tasks.append(asyncio.create_task(workers.supervise()))
         else:
