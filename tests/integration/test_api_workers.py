@@ -141,3 +141,24 @@ def test_the_workers_stop_with_the_daemon_and_free_the_port(served: Served) -> N
         w.wait(10)
     with socket.socket() as s:
         s.bind(("127.0.0.1", served.port))  # nothing holds it any more
+
+
+def test_a_worker_whose_daemon_is_gone_leaves_and_frees_the_port(tmp_path: Path) -> None:
+    """Started for a daemon that is not (or no longer) its parent, as when the daemon dies
+    while the worker still starts: it leaves at once instead of holding the port."""
+    from rota.config import load_settings
+
+    settings = load_settings(home=tmp_path / "home")
+    settings.home.mkdir(parents=True)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rota.server.api_worker", "--fd", str(listener.fileno()),
+             "--daemon-pid", "999999999"], stdin=subprocess.PIPE,
+            pass_fds=(listener.fileno(),))
+        assert proc.stdin is not None
+        proc.stdin.write(settings.model_dump_json().encode())
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))

@@ -7,7 +7,8 @@ wait, start or run (their reason, their GPUs). Every other request goes to the d
 socket as it came, marked as coming over TCP so that its token, not the socket, decides
 what it may do. A worker writes nothing: the daemon stays the only writer of state.
 
-    python -m rota.server.api_worker --fd N   (settings as JSON on stdin; the daemon runs it)
+    python -m rota.server.api_worker --fd N --daemon-pid PID
+    (settings as JSON on stdin; the daemon runs it)
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks) -> F
     return app
 
 
-async def _serve(settings: Settings, listener: socket.socket) -> None:
+async def _serve(settings: Settings, listener: socket.socket, daemon_pid: int) -> None:
     import uvicorn
 
     store = Store(make_engine(settings.db_url))  # the daemon has migrated it
@@ -207,11 +208,12 @@ async def _serve(settings: Settings, listener: socket.socket) -> None:
     app = build_worker_app(settings, store, daemon)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="off", timeout_graceful_shutdown=2))
-    parent = os.getppid()
 
     async def leave_with_the_daemon() -> None:
-        # its socket would otherwise keep the port and answer for a daemon that is gone
-        while os.getppid() == parent:
+        # its socket would otherwise keep the port and answer for a daemon that is gone;
+        # the daemon's pid comes from the daemon (read here, the parent might already be
+        # gone and this process adopted)
+        while os.getppid() == daemon_pid:
             await asyncio.sleep(PARENT_CHECK_S)
         server.should_exit = True
 
@@ -227,13 +229,15 @@ async def _serve(settings: Settings, listener: socket.socket) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rota.server.api_worker")
     p.add_argument("--fd", type=int, required=True, help="the listening TCP socket's fd")
+    p.add_argument("--daemon-pid", type=int, required=True,
+                   help="the daemon's pid: the worker leaves when it is no longer its parent")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings.model_validate_json(sys.stdin.read())
     listener = socket.socket(fileno=args.fd)
     from rota.server.serve import run_loop
 
-    run_loop(_serve(settings, listener))
+    run_loop(_serve(settings, listener, args.daemon_pid))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -29,7 +30,8 @@ class ApiWorkers:
 
     def _spawn(self, i: int) -> None:
         fd = self.listener.fileno()
-        proc = subprocess.Popen([sys.executable, "-m", "rota.server.api_worker", "--fd", str(fd)],
+        proc = subprocess.Popen([sys.executable, "-m", "rota.server.api_worker", "--fd", str(fd),
+                                 "--daemon-pid", str(os.getpid())],
                                 stdin=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
         assert proc.stdin is not None
         with proc.stdin:  # the settings the daemon read at its start, not read again
