@@ -37,7 +37,6 @@ from rota.server.views import needs_live_facts, stored_facts
 from rota.store.db import make_engine
 from rota.store.repo import JobRecord, Store
 
-log = logging.getLogger("rota.api_worker")
 # headers of one hop only, never passed on (RFC 9110 7.6.1), and what the proxy sets itself
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
                   b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
