@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -100,38 +101,39 @@ class DaemonLinks:
 
     async def send(self, method: str, target: str, headers: list[tuple[bytes, bytes]],
                    body: bytes) -> Answer:
-        # a kept connection the daemon has closed meanwhile fails before any answer: the
-        # request then goes once more on a new one (the daemon never saw it)
-        for reused in (True, False):
-            link = self._take() if reused else None
-            if reused and link is None:
-                continue
-            if link is None:
-                try:
-                    link = _Link(*await asyncio.open_unix_connection(self.path))
-                except OSError as e:
-                    raise DaemonUnavailable(f"the daemon is not answering on {self.path}: "
-                                            f"{e.strerror or e}") from e
-            try:
-                c = link.h11
-                link.writer.write(
-                    c.send(h11.Request(method=method, target=target, headers=[
-                        (b"host", b"rota"), (b"content-length", str(len(body)).encode()),
-                        *headers]))
-                    + (c.send(h11.Data(data=body)) if body else b"")
-                    + c.send(h11.EndOfMessage()))
-                head = await link.next_event()
-            except (OSError, h11.ProtocolError) as e:
-                link.close()
-                if reused:
-                    continue
-                raise DaemonUnavailable(f"the daemon did not answer: {e}") from e
-            if isinstance(head, h11.Response):
-                return Answer(self, link, head)
+        link = self._take()
+        if link is not None:
+            # a kept connection the daemon has closed meanwhile fails before any answer:
+            # the request then goes once more on a new one (the daemon never saw it)
+            with contextlib.suppress(DaemonUnavailable):
+                return await self._exchange(link, method, target, headers, body)
+        return await self._exchange(await self._open(), method, target, headers, body)
+
+    async def _open(self) -> _Link:
+        try:
+            return _Link(*await asyncio.open_unix_connection(self.path))
+        except OSError as e:
+            raise DaemonUnavailable(f"the daemon is not answering on {self.path}: "
+                                    f"{e.strerror or e}") from e
+
+    async def _exchange(self, link: _Link, method: str, target: str,
+                        headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+        c = link.h11
+        try:
+            link.writer.write(
+                c.send(h11.Request(method=method, target=target, headers=[
+                    (b"host", b"rota"), (b"content-length", str(len(body)).encode()),
+                    *headers]))
+                + (c.send(h11.Data(data=body)) if body else b"")
+                + c.send(h11.EndOfMessage()))
+            head = await link.next_event()
+        except (OSError, h11.ProtocolError) as e:
             link.close()
-            if not reused:
-                raise DaemonUnavailable("the daemon closed the connection without an answer")
-        raise AssertionError("unreachable")
+            raise DaemonUnavailable(f"the daemon did not answer: {e}") from e
+        if not isinstance(head, h11.Response):
+            link.close()
+            raise DaemonUnavailable("the daemon closed the connection without an answer")
+        return Answer(self, link, head)
 
     def _take(self) -> _Link | None:
         now = time.monotonic()

@@ -74,8 +74,8 @@ class Authenticator:
                  read_only: bool = False) -> None:
         self.store, self.owner, self.clock = store, owner, clock
         self.read_only = read_only
-        self._remembered: dict[str, float] = {}  # read_only: digest -> when it was looked up
-        self._cache: dict[str, Principal] = {}  # digest -> principal of a live token
+        # digest -> the principal of a live token, and when it was looked up
+        self._cache: dict[str, tuple[Principal, float]] = {}
         self._touched: dict[int, float] = {}
 
     def principal(self, via: str, authorization: str | None) -> Principal:
@@ -89,11 +89,11 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
             raise Unauthorized("the Authorization header must be `Bearer rota_...`")
         digest = token_digest(token)
-        found = self._cache.get(digest)
-        if found is not None and self.read_only and \
-                self.clock() - self._remembered.get(digest, 0.0) > READ_ONLY_REMEMBER_S:
-            found = None
-        if found is None:
+        now = self.clock()
+        cached = self._cache.get(digest)
+        if cached is not None and (not self.read_only or now - cached[1] <= READ_ONLY_REMEMBER_S):
+            found = cached[0]
+        else:
             got = self.store.token_by_digest(digest)
             # compare digests in constant time, though a hit already proves equality
             if got is None or not hmac.compare_digest(got[0].digest, digest) \
@@ -103,12 +103,9 @@ class Authenticator:
             token_row, user_row = got
             found = Principal(user=user_row.name, admin=user_row.admin, via="tcp",
                               token_id=token_row.id)
-            self._cache[digest] = found
-            if self.read_only:
-                self._remembered[digest] = self.clock()
+            self._cache[digest] = (found, now)
         if self.read_only:
             return found
-        now = self.clock()
         if found.token_id is not None and now - self._touched.get(found.token_id, 0) > \
                 _TOUCH_EVERY:
             self._touched[found.token_id] = now
