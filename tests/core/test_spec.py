@@ -67,6 +67,8 @@ def test_a_shell_job_is_one_script_string() -> None:
     ({"gpus": -1}, "gpus"),
     ({"priority": "high"}, "priority"),
     ({"time_limit": "soon"}, "time_limit"),
+    ({"time_limit": float("inf")}, "time_limit"),  # no limit is None; databases refuse inf
+    ({"retry_backoff": float("nan")}, "retry_backoff"),
     ({"allowed_gpus": "0-x"}, "allowed_gpus"),
     ({"allowed_gpus": [-1]}, "allowed_gpus"),
     ({"session": "byobu"}, "session"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rota.core.lifecycle import JobState
@@ -147,6 +149,41 @@ def test_listing_filters_and_pages(store: Store):
     nxt = store.list_jobs(user="u", limit=2, before_id=page[-1].id)
     assert [r.id for r in nxt] == [rows[2].id, rows[1].id]
     assert [r.name for r in store.list_jobs(name="oth")] == ["other"]
+
+
+def test_json_columns_that_orjson_refuses_are_still_read(tmp_path: Path) -> None:
+    """Older releases let a spec hold an infinite time limit, which the standard library
+    writes as Infinity and orjson (the fast reader) refuses: such a SQLite row must still
+    be read. (PostgreSQL's JSON columns never took it.)"""
+    store = Store.open(f"sqlite:///{tmp_path / 'rota.db'}")
+    [row] = store.add_jobs([spec()], user="u", source="cli", now=1.0)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("UPDATE jobs SET spec = ? WHERE id = ?",
+                          ('{"command": ["true"], "time_limit": Infinity}', row.id))
+    [listed] = store.list_jobs()
+    assert listed.spec == {"command": ["true"], "time_limit": float("inf")}
+    assert store.get_job(row.id).spec == listed.spec
+    store.close()
+
+
+def test_list_filters_match_their_text_literally(store: Store) -> None:
+    """%, _ and the escape character in a name or tag filter are matched as themselves,
+    not as LIKE wildcards; the filters combine."""
+    store.add_jobs([spec(name="a%b/c", tags=["t_1"]), spec(name="axb/c", tags=["tx1"]),
+                    spec(name="a_b", tags=["t%"])], user="u", source="cli", now=1.0)
+    store.add_jobs([spec(name="a%b/c", tags=["t_1"])], user="v", source="cli", now=1.0)
+
+    def names(**filters: object) -> list[str]:
+        return [f"{r.user}:{r.name}" for r in store.list_jobs(**filters)]  # type: ignore[arg-type]
+
+    assert names(name="a%b") == ["v:a%b/c", "u:a%b/c"]
+    assert names(name="b/c") == ["v:a%b/c", "u:axb/c", "u:a%b/c"]
+    assert names(name="a_") == ["u:a_b"]
+    assert names(tag="t_1") == ["v:a%b/c", "u:a%b/c"]
+    assert names(tag="t%") == ["u:a_b"]
+    assert names(tag="t") == []  # a whole tag, not a prefix
+    assert names(tag="t_1", user="u") == ["u:a%b/c"]
+    assert names(name="a", states=["pending"], user="u", limit=2) == ["u:a_b", "u:axb/c"]
 
 
 def test_the_migrations_build_exactly_the_tables_the_code_declares(store: Store) -> None:

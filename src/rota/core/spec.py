@@ -33,7 +33,9 @@ def check_secret_name(name: str) -> str:
 class JobSpec(BaseModel):
     """A job as submitted. Field names are the API's and the YAML jobs file's."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: no field means anything with an infinite or NaN value (no time limit is
+    # None), and PostgreSQL's JSON columns refuse them
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     command: list[str] = Field(min_length=1, description="argv; with shell=true one script string")
     name: str | None = Field(default=None, max_length=200)

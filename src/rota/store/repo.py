@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -11,6 +12,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
+    Select,
     Table,
     Update,
     bindparam,
@@ -66,6 +68,32 @@ _JOB_ATTEMPTS = (select(_attempts).where(_attempts.c.job_id == bindparam("job_id
                  .order_by(_attempts.c.number))
 _JOB_EVENTS = (select(_events).where(_events.c.job_id == bindparam("job_id"))
                .order_by(_events.c.id))
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally inside a LIKE pattern whose escape character is '/'."""
+    return text.replace("/", "//").replace("%", "/%").replace("_", "/_")
+
+
+@functools.cache
+def _list_statement(filters: frozenset[str]) -> Select[Any]:
+    """The job list statement for one set of filters, their values bound: built once per
+    set (a list is the API's most frequent big read)."""
+    j = _jobs.c
+    q = select(_jobs).order_by(j.id.desc()).limit(bindparam("limit"))
+    if "states" in filters:
+        q = q.where(j.state.in_(bindparam("states", expanding=True)))
+    if "user" in filters:
+        q = q.where(j.user == bindparam("user"))
+    if "name" in filters:
+        q = q.where(j.name.contains(bindparam("name"), escape="/"))
+    if "project" in filters:
+        q = q.where(j.project == bindparam("project"))
+    if "tag" in filters:
+        q = q.where(j.tags.contains(bindparam("tag"), escape="/"))
+    if "before_id" in filters:
+        q = q.where(j.id < bindparam("before_id"))
+    return q
 
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
@@ -271,29 +299,20 @@ class Store:
                   name: str | None = None, project: str | None = None, tag: str | None = None,
                   limit: int = 200, before_id: int | None = None) -> list[JobRecord]:
         """Newest first; ``before_id`` is the cursor (the last id of the previous page)."""
-        j = _jobs.c
-        q = select(_jobs).order_by(j.id.desc()).limit(limit)
-        if states:
-            q = q.where(j.state.in_(list(states)))
-        if user:
-            q = q.where(j.user == user)
-        if name:
-            q = q.where(j.name.contains(name, autoescape=True))
-        if project:
-            q = q.where(j.project == project)
-        if tag:
-            q = q.where(j.tags.contains(f",{tag},", autoescape=True))
-        if before_id is not None:
-            q = q.where(j.id < before_id)
-        with self._reading() as c:
-            return list(c.execute(q))
+        given = {"states": list(states) if states else None, "user": user or None,
+                 "name": _like_escaped(name) if name else None, "project": project or None,
+                 "tag": _like_escaped(f",{tag},") if tag else None, "before_id": before_id}
+        given = {k: v for k, v in given.items() if v is not None}
+        with self._reading() as c:  # .all(): the rows in one fetch, not one call per row
+            return list(c.execute(_list_statement(frozenset(given)),
+                                  {**given, "limit": limit}).all())
 
     def active_jobs(self) -> list[JobRecord]:
         """Every job that is not finished, oldest first: what a restarted daemon takes up."""
         terminal = [t.value for t in TERMINAL]
         with self._reading() as c:
             return list(c.execute(select(_jobs).where(_jobs.c.state.not_in(terminal))
-                                  .order_by(_jobs.c.id)))
+                                  .order_by(_jobs.c.id)).all())
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as c:
@@ -368,7 +387,7 @@ class Store:
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         with self._reading() as c:
-            return list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}))
+            return list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}).all())
 
     def job_with_attempts(self, job_id: int) -> tuple[JobRecord, list[AttemptRecord]]:
         """A job and its attempts, oldest first, read on one connection."""
@@ -376,7 +395,7 @@ class Store:
             row = c.execute(_GET_JOB, {"id_": job_id}).first()
             if row is None:
                 raise NotFound(f"no job {job_id}")
-            return row, list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}))
+            return row, list(c.execute(_JOB_ATTEMPTS, {"job_id": job_id}).all())
 
     def last_attempts(self, job_ids: Iterable[int]) -> dict[int, AttemptRecord]:
         idl = list(job_ids)
@@ -595,7 +614,7 @@ class Store:
 
     def events(self, job_id: int) -> list[EventRecord]:
         with self._reading() as c:
-            return list(c.execute(_JOB_EVENTS, {"job_id": job_id}))
+            return list(c.execute(_JOB_EVENTS, {"job_id": job_id}).all())
 
     def paused_gpus(self) -> dict[str, int]:
         with self.session() as s:
