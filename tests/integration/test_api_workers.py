@@ -116,10 +116,60 @@ def test_a_worker_refuses_a_revoked_token_within_a_second(served: Served) -> Non
         == 401
 
 
-def test_the_daemons_live_facts_are_not_served_over_tcp(served: Served) -> None:
+def test_the_endpoints_for_workers_are_not_served_over_tcp(served: Served) -> None:
     r = served.tcp.post("/v1/live", json={"ids": [1]})
     assert r.status_code == 404, r.text
     assert _ok(served.sock.post("/v1/live", json={"ids": []})) == {"facts": {}}
+    totals = {"slot": 5, "pid": 1, "counts": [
+        {"labels": ["GET", "/made-up", "200"], "buckets": [1] * 12, "sum": 0.5}]}
+    assert served.tcp.post("/v1/worker-requests", json=totals).status_code == 404
+    assert ("GET", "/made-up", "200") not in _request_counts(served)
+    short = {**totals, "counts": [{**totals["counts"][0], "buckets": [1] * 3}]}
+    r = served.sock.post("/v1/worker-requests", json=short)
+    assert r.status_code == 422 and "buckets" in r.json()["detail"], r.text
+    _ok(served.sock.post("/v1/worker-requests", json=totals))
+    assert _request_counts(served)[("GET", "/made-up", "200")] == 1
+
+
+def _request_counts(served: Served) -> dict[tuple[str, str, str], float]:
+    """rota_api_request_duration_seconds_count by (method, route, status), from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = served.sock.get("/metrics").text
+    return {(s.labels["method"], s.labels["route"], s.labels["status"]): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "rota_api_request_duration_seconds_count"}
+
+
+def test_requests_a_worker_answers_are_in_the_daemons_metrics_once(served: Served) -> None:
+    """Reads a worker answers itself and requests it forwards are both timed by the worker
+    (what the client waited), under the daemon's route templates, and counted once."""
+    [job] = _ok(served.tcp.post("/v1/jobs", json={"jobs": [{"command": ["true"],
+                                                            "hold": True}]}))["jobs"]
+    for _ in range(7):
+        _ok(served.tcp.get(f"/v1/jobs/{job['id']}"))
+    _ok(served.tcp.get("/v1/jobs"))
+    events = served.tcp.get(f"/v1/jobs/{job['id']}/events")
+    assert "x-rota-route" not in events.headers  # the daemon's note to the worker stays there
+    assert served.tcp.get("/v1/jobs/999999").status_code == 404
+    want = {("POST", "/v1/jobs", "201"): 1, ("GET", "/v1/jobs/{job_id}", "200"): 7,
+            ("GET", "/v1/jobs", "200"): 1, ("GET", "/v1/jobs/{job_id}/events", "200"): 1,
+            ("GET", "/v1/jobs/{job_id}", "404"): 1}
+    wait_until(lambda: all(_request_counts(served).get(k) == n for k, n in want.items()),
+               timeout=15, what=f"{want} in /metrics")
+    counts = _request_counts(served)
+    assert not any(route == "/{path:path}" for _, route, _ in counts), counts
+    # the workers' totals survive a worker's restart: what /metrics shows never goes down
+    first = served.workers()
+    for w in first:
+        w.send_signal(signal.SIGKILL)
+    wait_until(lambda: len(served.workers()) == 2 and
+               not {w.pid for w in served.workers()} & {w.pid for w in first},
+               timeout=20, what="new workers")
+    _ok(served.tcp.get(f"/v1/jobs/{job['id']}"))
+    wait_until(lambda: _request_counts(served).get(("GET", "/v1/jobs/{job_id}", "200")) == 8,
+               timeout=15, what="the eighth get counted")
+    assert all(_request_counts(served).get(k, 0) >= n for k, n in want.items())
 
 
 def test_a_worker_that_dies_is_started_again(served: Served) -> None:

@@ -37,7 +37,7 @@ from rota.server.job_reads import MAX_ID, JobId, add_job_reads, answer_errors_as
 from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
-from rota.server.metrics import CONTENT_TYPE, RequestTimer
+from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, RequestTimer, Totals
 from rota.server.secrets import MAX_VALUE_BYTES
 from rota.server.views import (
     event_view,
@@ -71,6 +71,22 @@ class LiveBody(BaseModel):
     ids: list[int] = Field(max_length=10_000)
 
 
+class RequestCounts(BaseModel):
+    labels: tuple[str, str, str]  # method, route, status
+    buckets: list[float] = Field(min_length=len(REQUEST_BUCKETS) + 1,
+                                 max_length=len(REQUEST_BUCKETS) + 1)
+    sum: float
+
+
+class WorkerRequestsBody(BaseModel):
+    slot: int = Field(ge=0)
+    pid: int
+    counts: list[RequestCounts] = Field(max_length=10_000)
+
+    def totals(self) -> Totals:
+        return {c.labels: (c.buckets, c.sum) for c in self.counts}
+
+
 class UserBody(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     admin: bool = False
@@ -97,7 +113,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return auth.principal(via, request.headers.get("authorization"))
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
-    app.add_middleware(RequestTimer, metrics=daemon.metrics)
+    app.add_middleware(RequestTimer, histogram=daemon.metrics.requests)
 
     @app.get("/metrics", dependencies=[Depends(who)], include_in_schema=False)
     async def metrics() -> Response:
@@ -142,14 +158,26 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
 
     add_job_reads(v1, daemon.store, facts_of)
 
+    def _for_workers_only(request: Request) -> None:
+        """The endpoints the API workers use answer on the socket only, to the workers."""
+        if request.scope.get(VIA_KEY) == "tcp" or VIA_HEADER in request.headers:
+            raise NotFound(f"no such endpoint: {request.url.path}")
+
     @v1.post("/live", include_in_schema=False)
     async def live(body: LiveBody, request: Request) -> dict[str, Any]:
-        """For the API workers, on the socket only: what the daemon's memory knows of these
-        jobs (see rota.server.views.live_facts), by id."""
-        if request.scope.get(VIA_KEY) == "tcp" or VIA_HEADER in request.headers:
-            raise NotFound("no such endpoint: /v1/live")
+        """For the API workers: what the daemon's memory knows of these jobs (see
+        rota.server.views.live_facts), by id."""
+        _for_workers_only(request)
         rows = daemon.store.jobs(body.ids)
         return {"facts": {str(i): live_facts(daemon, r) for i, r in rows.items()}}
+
+    @v1.post("/worker-requests", include_in_schema=False)
+    async def worker_requests(body: WorkerRequestsBody, request: Request) -> dict[str, Any]:
+        """For the API workers: the running totals of the requests a worker answered, for
+        /metrics (see rota.server.metrics.WorkerRequests)."""
+        _for_workers_only(request)
+        daemon.metrics.worker_requests.report(body.slot, body.pid, body.totals())
+        return {"ok": True}
 
     @v1.get("/jobs/{job_id}/events")
     async def events(job_id: JobId) -> dict[str, Any]:

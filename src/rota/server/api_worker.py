@@ -7,7 +7,10 @@ wait, start or run (their reason, their GPUs). Every other request goes to the d
 socket as it came, marked as coming over TCP so that its token, not the socket, decides
 what it may do. A worker writes nothing: the daemon stays the only writer of state.
 
-    python -m rota.server.api_worker --fd N --daemon-pid PID
+It times the requests it answers (those it forwards included: the time its client
+waited) and reports the running totals to the daemon every REPORT_S, for /metrics.
+
+    python -m rota.server.api_worker --fd N --daemon-pid PID --slot I
     (settings as JSON on stdin; the daemon runs it)
 """
 
@@ -28,12 +31,21 @@ from typing import Any
 import h11
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from prometheus_client import CollectorRegistry, Histogram
 
 from rota import __version__
 from rota.config import Settings
 from rota.errors import DaemonUnavailable
 from rota.server.auth import VIA_HEADER, Authenticator, Principal
 from rota.server.job_reads import add_job_reads, answer_errors_as_problems
+from rota.server.metrics import (
+    FORWARDED_ROUTE_KEY,
+    ROUTE_HEADER,
+    RequestTimer,
+    Totals,
+    request_histogram,
+    totals_of,
+)
 from rota.server.views import needs_live_facts, stored_facts
 from rota.store.db import make_engine
 from rota.store.repo import JobRecord, Store
@@ -42,9 +54,11 @@ from rota.store.repo import JobRecord, Store
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
                   b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
                   VIA_HEADER.encode()})
+_ROUTE = ROUTE_HEADER.encode()
 _METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 PARENT_CHECK_S = 1.0  # how often a worker checks that its daemon is still there
 READ_BYTES = 65536
+REPORT_S = 1.0  # how often a worker sends the daemon its request totals (when they changed)
 KEEP_IDLE_S = 4.0  # a kept connection idle longer is not used again (the daemon's keep-alive
                    # timeout is 5 s)
 
@@ -158,9 +172,14 @@ class DaemonLinks:
         self._idle.clear()
 
 
-def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks) -> FastAPI:
+log = logging.getLogger("rota.api_worker")
+
+
+def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
+                     requests: Histogram) -> FastAPI:
     app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url=None)  # the daemon's document, forwarded, is the one
+    app.add_middleware(RequestTimer, histogram=requests)
     auth = Authenticator(store, settings.user, time.time, read_only=True)
 
     async def who(request: Request) -> Principal:
@@ -193,7 +212,12 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks) -> F
         headers.append((VIA_HEADER.encode(), b"tcp"))
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         answer = await daemon.send(request.method, target, headers, await request.body())
-        back = [(k, v) for k, v in answer.head.headers if k.lower() not in _HOP]
+        back = []
+        for k, v in answer.head.headers:  # h11 gives names in lower case
+            if k == _ROUTE:
+                request.scope[FORWARDED_ROUTE_KEY] = v.decode("latin-1")
+            elif k not in _HOP:
+                back.append((k, v))
         return StreamingResponse(answer.body(), status_code=answer.head.status_code,
                                  headers={k.decode("latin-1"): v.decode("latin-1")
                                           for k, v in back})
@@ -201,12 +225,40 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks) -> F
     return app
 
 
-async def _serve(settings: Settings, listener: socket.socket, daemon_pid: int) -> None:
+async def report_requests(daemon: DaemonLinks, requests: Histogram, slot: int) -> None:
+    """Send the daemon this worker's request totals whenever they changed, for /metrics.
+    What a worker answered in its last REPORT_S before dying is not counted."""
+    sent: Totals = {}
+    while True:
+        await asyncio.sleep(REPORT_S)
+        totals = totals_of(requests)
+        if totals == sent:
+            continue
+        body = json.dumps({"slot": slot, "pid": os.getpid(), "counts": [
+            {"labels": key, "buckets": buckets, "sum": total}
+            for key, (buckets, total) in totals.items()]}).encode()
+        try:
+            answer = await daemon.send("POST", "/v1/worker-requests", [
+                (b"content-type", b"application/json")], body)
+            data = b"".join([chunk async for chunk in answer.body()])
+        except DaemonUnavailable as e:
+            log.info("request totals not sent: %s", e)  # sent at the next turn
+            continue
+        if answer.head.status_code == 200:
+            sent = totals
+        else:
+            log.warning("the daemon refused this worker's request totals: %s %r",
+                        answer.head.status_code, data[:200])
+
+
+async def _serve(settings: Settings, listener: socket.socket, daemon_pid: int,
+                 slot: int) -> None:
     import uvicorn
 
     store = Store(make_engine(settings.db_url))  # the daemon has migrated it
     daemon = DaemonLinks(str(settings.socket_path))
-    app = build_worker_app(settings, store, daemon)
+    requests = request_histogram(CollectorRegistry())
+    app = build_worker_app(settings, store, daemon, requests)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            lifespan="off", timeout_graceful_shutdown=2))
 
@@ -218,11 +270,13 @@ async def _serve(settings: Settings, listener: socket.socket, daemon_pid: int) -
             await asyncio.sleep(PARENT_CHECK_S)
         server.should_exit = True
 
-    watch = asyncio.create_task(leave_with_the_daemon())
+    tasks = [asyncio.create_task(leave_with_the_daemon()),
+             asyncio.create_task(report_requests(daemon, requests, slot))]
     try:
         await server.serve(sockets=[listener])
     finally:
-        watch.cancel()
+        for task in tasks:
+            task.cancel()
         daemon.close()
         store.close()
 
@@ -232,13 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fd", type=int, required=True, help="the listening TCP socket's fd")
     p.add_argument("--daemon-pid", type=int, required=True,
                    help="the daemon's pid: the worker leaves when it is no longer its parent")
+    p.add_argument("--slot", type=int, default=0,
+                   help="which of the daemon's workers this is (a restarted one keeps it)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings.model_validate_json(sys.stdin.read())
     listener = socket.socket(fileno=args.fd)
     from rota.server.serve import run_loop
 
-    run_loop(_serve(settings, listener, args.daemon_pid))
+    run_loop(_serve(settings, listener, args.daemon_pid, args.slot))
     return 0
 
 

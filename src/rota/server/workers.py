@@ -31,7 +31,7 @@ class ApiWorkers:
     def _spawn(self, i: int) -> None:
         fd = self.listener.fileno()
         proc = subprocess.Popen([sys.executable, "-m", "rota.server.api_worker", "--fd", str(fd),
-                                 "--daemon-pid", str(os.getpid())],
+                                 "--daemon-pid", str(os.getpid()), "--slot", str(i)],
                                 stdin=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
         assert proc.stdin is not None
         with proc.stdin:  # the settings the daemon read at its start, not read again
