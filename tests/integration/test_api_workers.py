@@ -172,6 +172,30 @@ def test_requests_a_worker_answers_are_in_the_daemons_metrics_once(served: Serve
     assert all(_request_counts(served).get(k, 0) >= n for k, n in want.items())
 
 
+def test_connections_opened_at_once_are_spread_over_the_workers(served: Served) -> None:
+    """Each worker accepts on a socket of its own (SO_REUSEPORT), which the kernel fills
+    evenly. (On one shared socket, whichever worker accepts first takes the connection: in
+    one load bench run, one of two workers took all 50.)"""
+    conns = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(40)]
+    try:
+        auth = served.tcp.headers["authorization"].encode()
+        for c in conns:  # one request each, so that each connection is surely accepted
+            c.sendall(b"GET /v1/health HTTP/1.1\r\nhost: x\r\nauthorization: " + auth +
+                      b"\r\n\r\n")
+        for c in conns:
+            assert c.recv(65536).startswith(b"HTTP/1.1 200")
+
+        def established(w: psutil.Process) -> int:
+            return sum(1 for c in w.net_connections("tcp")
+                       if c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED")
+
+        per_worker = [established(w) for w in served.workers()]
+        assert sum(per_worker) == 40 and min(per_worker) >= 5, per_worker
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_a_worker_that_dies_is_started_again(served: Served) -> None:
     first = served.workers()
     first[0].send_signal(signal.SIGKILL)

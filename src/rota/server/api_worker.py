@@ -205,22 +205,29 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
     app.include_router(v1)
 
     @app.api_route("/{path:path}", methods=_METHODS, include_in_schema=False)
-    async def forward(request: Request, path: str) -> Response:
+    async def forward(request: Request) -> Response:
         """Everything else, to the daemon's socket as it came (its answer streamed back)."""
         headers = [(k, v) for k, v in request.headers.raw
                    if k.lower() not in _HOP and k.lower() != b"content-length"]
         headers.append((VIA_HEADER.encode(), b"tcp"))
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        scope = request.scope
+        target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1") + (
+            f"?{scope['query_string'].decode('latin-1')}" if scope["query_string"] else "")
         answer = await daemon.send(request.method, target, headers, await request.body())
-        back = []
+        back: dict[str, str] = {}
+        sized = False
         for k, v in answer.head.headers:  # h11 gives names in lower case
             if k == _ROUTE:
-                request.scope[FORWARDED_ROUTE_KEY] = v.decode("latin-1")
+                scope[FORWARDED_ROUTE_KEY] = v.decode("latin-1")
             elif k not in _HOP:
-                back.append((k, v))
+                back[k.decode("latin-1")] = v.decode("latin-1")
+                sized = sized or k == b"content-length"
+        if sized:  # the whole answer at once: a StreamingResponse costs more than most
+            # requests (a task to watch for the client leaving)
+            body = b"".join([chunk async for chunk in answer.body()])
+            return Response(body, status_code=answer.head.status_code, headers=back)
         return StreamingResponse(answer.body(), status_code=answer.head.status_code,
-                                 headers={k.decode("latin-1"): v.decode("latin-1")
-                                          for k, v in back})
+                                 headers=back)
 
     return app
 

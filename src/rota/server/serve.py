@@ -91,8 +91,8 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
     from rota.server.intake import Intake
 
     # bound before anything starts: a port in use stops the daemon before it takes up work
-    listener = _listener(*settings.listen_address) \
-        if settings.listen is not None and settings.api_workers else None
+    listeners = _listeners(*settings.listen_address, settings.api_workers) \
+        if settings.listen is not None and settings.api_workers else []
     daemon = Daemon(settings, store, devices)
     await daemon.start()
     _tune_gc()
@@ -115,8 +115,8 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
         if host not in ("127.0.0.1", "::1", "localhost"):
             log.warning("listening on %s:%s without TLS: tokens cross the network in clear "
                         "text; put a TLS proxy in front of it", host, port)
-        if listener is not None:  # the daemon binds the listener; its workers accept on it
-            workers = ApiWorkers(settings, listener, settings.api_workers)
+        if listeners:  # the daemon binds the listeners; its workers accept on them
+            workers = ApiWorkers(settings, listeners)
             workers.start()
             tasks.append(asyncio.create_task(workers.supervise()))
         else:
@@ -134,12 +134,22 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
         await daemon.stop()
 
 
-def _listener(host: str, port: int) -> socket.socket:
+def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
+    """One listening socket per API worker, all on the same port (SO_REUSEPORT): the kernel
+    spreads new connections evenly over them. On one shared socket, whichever worker woke
+    first took them: 50 connections opened at once all went to one of two workers."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    out: list[socket.socket] = []
     try:
-        return socket.create_server((host, port), backlog=2048,
-                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        for _ in range(count):
+            out.append(socket.create_server((host, port), backlog=2048, family=family,
+                                            reuse_port=count > 1))
+            port = out[0].getsockname()[1]  # port 0: the others join the one it got
     except OSError as e:
+        for s in out:
+            s.close()
         raise RotaError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    return out
 
 
 async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
-"""The daemon's API workers (rota.server.api_worker): started on the TCP listener the daemon
-binds, started again when one exits, stopped with the daemon."""
+"""The daemon's API workers (rota.server.api_worker): each started on a TCP listener the
+daemon binds (one per worker, on the same port), started again on it when it exits, stopped
+with the daemon."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ STOP_WAIT_S = 5.0
 
 
 class ApiWorkers:
-    def __init__(self, settings: Settings, listener: socket.socket, count: int) -> None:
-        self.settings, self.listener, self.count = settings, listener, count
-        self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
-        self._started_at = [0.0] * count
-        self._wait = [RESTART_WAIT_S[0]] * count
+    def __init__(self, settings: Settings, listeners: list[socket.socket]) -> None:
+        self.settings, self.listeners, self.count = settings, listeners, len(listeners)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.count
+        self._started_at = [0.0] * self.count
+        self._wait = [RESTART_WAIT_S[0]] * self.count
         self._stopping = False
 
     def _spawn(self, i: int) -> None:
-        fd = self.listener.fileno()
+        fd = self.listeners[i].fileno()  # a restarted worker takes up its connections
         proc = subprocess.Popen([sys.executable, "-m", "rota.server.api_worker", "--fd", str(fd),
                                  "--daemon-pid", str(os.getpid()), "--slot", str(i)],
                                 stdin=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
@@ -76,4 +77,5 @@ class ApiWorkers:
                 p.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(1.0)
-        self.listener.close()
+        for listener in self.listeners:
+            listener.close()
