@@ -2,7 +2,8 @@
 submit for 60 s.
 
     python bench/bench_api_load.py [--jobs 100000] [--clients 50] [--seconds 60]
-                                   [--api-workers N] [--json bench/out/api_load.json]
+                                   [--api-workers N] [--rate R]
+                                   [--json bench/out/api_load.json]
 
 A fresh daemon on 8 simulated GPUs, reached over TCP with a token (as a team would reach
 it). The store is filled with held jobs (submitted 500 per request), then every client
@@ -10,6 +11,12 @@ loops: 60 % GET /v1/jobs/{random id}, 20 % GET /v1/jobs?limit=50 (with a state f
 of the time), 20 % a single submit of a held job. Reported per kind: p50/p99/max latency,
 requests/s overall, and errors. Afterwards every submit that was answered 201 is looked up
 in the store: nothing accepted may be lost. Target: p99 under 50 ms for get and submit.
+
+By default each client sends its next request as soon as the last is answered (a closed
+loop: the daemon is saturated, and latency is clients / throughput). With ``--rate R`` the
+clients together send R requests/s at random (Poisson) times instead, and each latency is
+counted from when its request was due, so a request that had to wait for its client's
+previous one counts that wait too (no coordinated omission): the latency at a given load.
 """
 
 from __future__ import annotations
@@ -80,12 +87,23 @@ class _Conn:
 
 
 async def _client_loop(conn: _Conn, ids: list[int], deadline: float, rng: random.Random,
-                       lat: dict[str, list[float]], errors: list[str],
-                       accepted: list[int]) -> None:
+                       lat: dict[str, list[float]], errors: list[str], accepted: list[int],
+                       mean_gap: float | None) -> None:
+    """``mean_gap``: the mean time between this client's requests (None: none, a closed
+    loop)."""
     submit_body = json.dumps({"jobs": [HELD]}).encode()
+    due = time.perf_counter()
     while time.perf_counter() < deadline:
         r = rng.random()
-        t0 = time.perf_counter()
+        if mean_gap is None:
+            t0 = time.perf_counter()
+        else:
+            due += rng.expovariate(1 / mean_gap)
+            if due >= deadline:
+                return
+            if due > time.perf_counter():
+                await asyncio.sleep(due - time.perf_counter())
+            t0 = due
         try:
             if r < 0.6:
                 kind = "get"
@@ -110,15 +128,18 @@ async def _client_loop(conn: _Conn, ids: list[int], deadline: float, rng: random
 
 
 async def _load(port: int, token: str, ids: list[int], clients: int, seconds: float,
-                seed: int) -> tuple[dict[str, list[float]], list[str], list[int], float]:
+                seed: int, rate: float | None
+                ) -> tuple[dict[str, list[float]], list[str], list[int], float]:
     lat: dict[str, list[float]] = {"get": [], "list": [], "submit": []}
     errors: list[str] = []
     accepted: list[int] = []
     conns = [_Conn("127.0.0.1", port, token) for _ in range(clients)]
     t0 = time.perf_counter()
     deadline = t0 + seconds
+    mean_gap = clients / rate if rate else None
     await asyncio.gather(*(_client_loop(conn, ids, deadline, random.Random(seed + n), lat,
-                                        errors, accepted) for n, conn in enumerate(conns)))
+                                        errors, accepted, mean_gap)
+                           for n, conn in enumerate(conns)))
     wall = time.perf_counter() - t0
     for conn in conns:
         if conn.writer is not None:
@@ -136,7 +157,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
                        ["--listen", f"127.0.0.1:{port}", "--api-workers", str(args.api_workers)])
     client = Client(settings.socket_path, timeout=300)
     result: dict[str, Any] = {"jobs_in_store": args.jobs, "clients": args.clients,
-                              "seconds": args.seconds}
+                              "seconds": args.seconds, "offered_rate": args.rate}
     try:
         t0 = time.perf_counter()
         ids: list[int] = []
@@ -152,7 +173,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         d0, m0 = daemon.cpu_times(), me.cpu_times()
         w0 = [w.cpu_times() for w in workers]
         lat, errors, accepted, wall = asyncio.run(_load(port, token, ids, args.clients,
-                                                        args.seconds, args.seed))
+                                                        args.seconds, args.seed, args.rate))
         d1, m1 = daemon.cpu_times(), me.cpu_times()
         w1 = [w.cpu_times() for w in workers]
         n = sum(len(v) for v in lat.values())
@@ -184,7 +205,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             d = result[kind]
             log(f"{kind:6s}: n {d['n']:6d}  p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  "
                 f"max {d['max_ms']:.1f} ms")
-        log(f"{n} requests in {wall:.1f} s from {args.clients} clients: "
+        log(("closed loop" if args.rate is None else f"offered {args.rate:g} requests/s")
+            + f": {n} requests in {wall:.1f} s from {args.clients} clients: "
             f"{result['requests_per_s']:.0f} requests/s; errors {len(errors)}; accepted "
             f"submits {len(accepted)}, lost {len(lost)}")
         ok = all(result[k]["p99_ms"] <= TARGET_P99_MS for k in ("get", "submit"))
@@ -207,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-workers", type=int, default=0,
                    help="API worker processes serving the TCP listener (rota server "
                         "--api-workers); 0: the daemon serves it itself")
+    p.add_argument("--rate", type=float, default=None,
+                   help="requests/s the clients send together, at random times (default: "
+                        "each client sends again as soon as it is answered)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--profile-daemon", type=Path, default=None,
                    help="run the daemon under cProfile and write its profile here")
