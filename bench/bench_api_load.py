@@ -2,7 +2,7 @@
 submit for 60 s.
 
     python bench/bench_api_load.py [--jobs 100000] [--clients 50] [--seconds 60]
-                                   [--api-workers N] [--rate R]
+                                   [--api-workers N] [--rate R] [--only KIND]
                                    [--json bench/out/api_load.json]
 
 A fresh daemon on 8 simulated GPUs, reached over TCP with a token (as a team would reach
@@ -17,6 +17,8 @@ loop: the daemon is saturated, and latency is clients / throughput). With ``--ra
 clients together send R requests/s at random (Poisson) times instead, and each latency is
 counted from when its request was due, so a request that had to wait for its client's
 previous one counts that wait too (no coordinated omission): the latency at a given load.
+With ``--only KIND`` every request is of that kind (get, list, list_state or submit): what
+one kind costs, in CPU per request.
 """
 
 from __future__ import annotations
@@ -86,15 +88,20 @@ class _Conn:
         return int(status_line.split()[1]), await self.reader.readexactly(length)
 
 
+# which kind a draw in [0, 1) picks: 60 % get, 10 % list, 10 % list_state, 20 % submit
+_MIX = ((0.6, "get"), (0.7, "list"), (0.8, "list_state"), (1.0, "submit"))
+
+
 async def _client_loop(conn: _Conn, ids: list[int], deadline: float, rng: random.Random,
                        lat: dict[str, list[float]], errors: list[str], accepted: list[int],
-                       mean_gap: float | None) -> None:
+                       mean_gap: float | None, only: str | None) -> None:
     """``mean_gap``: the mean time between this client's requests (None: none, a closed
-    loop)."""
+    loop). ``only``: the one kind of request to send (None: the mix)."""
     submit_body = json.dumps({"jobs": [HELD]}).encode()
     due = time.perf_counter()
     while time.perf_counter() < deadline:
-        r = rng.random()
+        draw = rng.random()
+        what = only or next(kind for upto, kind in _MIX if draw < upto)
         if mean_gap is None:
             t0 = time.perf_counter()
         else:
@@ -105,12 +112,12 @@ async def _client_loop(conn: _Conn, ids: list[int], deadline: float, rng: random
                 await asyncio.sleep(due - time.perf_counter())
             t0 = due
         try:
-            if r < 0.6:
+            if what == "get":
                 kind = "get"
                 status, body = await conn.request("GET", f"/v1/jobs/{rng.choice(ids)}")
-            elif r < 0.8:
+            elif what in ("list", "list_state"):
                 kind = "list"
-                query = "?limit=50&state=held" if rng.random() < 0.5 else "?limit=50"
+                query = "?limit=50&state=held" if what == "list_state" else "?limit=50"
                 status, body = await conn.request("GET", f"/v1/jobs{query}")
             else:
                 kind = "submit"
@@ -128,7 +135,7 @@ async def _client_loop(conn: _Conn, ids: list[int], deadline: float, rng: random
 
 
 async def _load(port: int, token: str, ids: list[int], clients: int, seconds: float,
-                seed: int, rate: float | None
+                seed: int, rate: float | None, only: str | None
                 ) -> tuple[dict[str, list[float]], list[str], list[int], float]:
     lat: dict[str, list[float]] = {"get": [], "list": [], "submit": []}
     errors: list[str] = []
@@ -138,7 +145,7 @@ async def _load(port: int, token: str, ids: list[int], clients: int, seconds: fl
     deadline = t0 + seconds
     mean_gap = clients / rate if rate else None
     await asyncio.gather(*(_client_loop(conn, ids, deadline, random.Random(seed + n), lat,
-                                        errors, accepted, mean_gap)
+                                        errors, accepted, mean_gap, only)
                            for n, conn in enumerate(conns)))
     wall = time.perf_counter() - t0
     for conn in conns:
@@ -157,7 +164,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
                        ["--listen", f"127.0.0.1:{port}", "--api-workers", str(args.api_workers)])
     client = Client(settings.socket_path, timeout=300)
     result: dict[str, Any] = {"jobs_in_store": args.jobs, "clients": args.clients,
-                              "seconds": args.seconds, "offered_rate": args.rate}
+                              "seconds": args.seconds, "offered_rate": args.rate,
+                              "only": args.only}
     try:
         t0 = time.perf_counter()
         ids: list[int] = []
@@ -173,7 +181,8 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         d0, m0 = daemon.cpu_times(), me.cpu_times()
         w0 = [w.cpu_times() for w in workers]
         lat, errors, accepted, wall = asyncio.run(_load(port, token, ids, args.clients,
-                                                        args.seconds, args.seed, args.rate))
+                                                        args.seconds, args.seed, args.rate,
+                                                        args.only))
         d1, m1 = daemon.cpu_times(), me.cpu_times()
         w1 = [w.cpu_times() for w in workers]
         n = sum(len(v) for v in lat.values())
@@ -183,10 +192,13 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         result["workers_cpu_share"] = [(b.user + b.system - a.user - a.system) / wall
                                        for a, b in zip(w0, w1, strict=True)]
         result["load_generator_cpu_share"] = (m1.user + m1.system - m0.user - m0.system) / wall
+        server_cpu = (result["daemon_cpu_share"] + sum(result["workers_cpu_share"])) * wall
+        result["server_cpu_ms_per_request"] = server_cpu / n * 1000 if n else float("nan")
         log(f"CPU over the run: daemon {result['daemon_cpu_share']:.0%} of a core, "
             + "".join(f"API worker {i} {c:.0%}, "
                       for i, c in enumerate(result["workers_cpu_share"]))
-            + f"load generator {result['load_generator_cpu_share']:.0%}")
+            + f"load generator {result['load_generator_cpu_share']:.0%}; daemon and workers "
+            f"{result['server_cpu_ms_per_request']:.3f} ms of CPU per request")
         result.update({"requests": n, "requests_per_s": n / wall, "errors": len(errors),
                        "error_samples": errors[:10],
                        **{kind: dist(v) for kind, v in lat.items()}})
@@ -232,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=None,
                    help="requests/s the clients send together, at random times (default: "
                         "each client sends again as soon as it is answered)")
+    p.add_argument("--only", choices=["get", "list", "list_state", "submit"], default=None,
+                   help="send only this kind of request (default: the mix)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--profile-daemon", type=Path, default=None,
                    help="run the daemon under cProfile and write its profile here")
