@@ -21,6 +21,7 @@ from rota.core.spec import check_secret_name
 from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
+from rota.server.admission import PointRequestsFirst
 from rota.server.auth import (
     VIA_HEADER,
     VIA_KEY,
@@ -113,6 +114,7 @@ def build_app(daemon: Daemon, intake: Intake, *, on_shutdown: Any = None) -> Fas
         return auth.principal(via, request.headers.get("authorization"))
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
+    app.add_middleware(PointRequestsFirst)  # inside the timer: its wait is timed
     app.add_middleware(RequestTimer, histogram=daemon.metrics.requests)
 
     @app.get("/metrics", dependencies=[Depends(who)], include_in_schema=False)
