@@ -4,6 +4,7 @@ requests about one job go first, and is never starved by them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,22 @@ from rota.server.intake import Intake
 from rota_testing import in_process_daemon
 
 Request = tuple[str, str]
+Run = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    """Runs a coroutine on the standard loop or on uvloop (the daemon's where installed):
+    the order of a loop's turns is what the gate relies on."""
+    factory = asyncio.new_event_loop
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        factory = uvloop.new_event_loop
+
+    def run(coro: Coroutine[Any, Any, Any]) -> Any:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+    return run
 
 
 def _scope(method: str, path: str) -> dict[str, Any]:
@@ -41,17 +58,17 @@ ARRIVING = [("GET", "/v1/jobs"), ("GET", "/v1/jobs/1"), ("POST", "/v1/jobs"),
             ("POST", "/v1/jobs/3/cancel")]
 
 
-def test_point_requests_go_before_waiting_bulk_reads_which_keep_their_order() -> None:
+def test_point_requests_go_before_waiting_bulk_reads_which_keep_their_order(run: Run) -> None:
     started: list[Request] = []
-    asyncio.run(_all_at_once(_gate(started), ARRIVING))
+    run(_all_at_once(_gate(started), ARRIVING))
     assert started == [("GET", "/v1/jobs/1"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs/2"),
                        ("POST", "/v1/jobs/3/cancel"),
                        ("GET", "/v1/jobs"), ("GET", "/metrics"), ("GET", "/v1/summary")]
 
 
-def test_without_bulk_reads_requests_start_in_arrival_order() -> None:
+def test_without_bulk_reads_requests_start_in_arrival_order(run: Run) -> None:
     started: list[Request] = []
-    asyncio.run(_all_at_once(_gate(started, is_bulk=lambda scope: False), ARRIVING))
+    run(_all_at_once(_gate(started, is_bulk=lambda scope: False), ARRIVING))
     assert started == ARRIVING
 
 
@@ -68,7 +85,7 @@ def test_other_scopes_pass_untouched() -> None:
 
 
 @pytest.mark.parametrize("max_yields", [1, 3, 8])
-def test_a_flood_of_point_requests_does_not_starve_bulk_reads(max_yields: int) -> None:
+def test_a_flood_of_point_requests_does_not_starve_bulk_reads(max_yields: int, run: Run) -> None:
     """A point request starts on every loop turn, forever: each bulk read still goes, after
     at most max_yields turns for itself, and for each bulk read ahead of it."""
     started: list[Request] = []
@@ -97,7 +114,7 @@ def test_a_flood_of_point_requests_does_not_starve_bulk_reads(max_yields: int) -
                                timeout=5)
         flooding.cancel()
 
-    asyncio.run(scenario())
+    run(scenario())
     first = started.index(("GET", "/v1/jobs"))
     second = started.index(("GET", "/v1/queue"))
     # one flood request per turn: a bulk read lets at most max_yields go ahead of it
@@ -114,7 +131,8 @@ def test_max_yields_must_be_positive() -> None:
 @pytest.mark.parametrize("bulk_paths", [admission.BULK_READ_PATHS, frozenset()],
                          ids=["gated", "not-gated"])
 def test_the_daemons_api_answers_a_get_before_a_list_sent_just_before_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk_paths: frozenset[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk_paths: frozenset[str],
+        run: Run) -> None:
     """The real app: a job list and a get arrive together, the list first. The get is
     answered first; without the gate (no bulk paths) the list would be."""
     monkeypatch.setattr(admission, "BULK_READ_PATHS", bulk_paths)
@@ -136,5 +154,5 @@ def test_the_daemons_api_answers_a_get_before_a_list_sent_just_before_it(
                                      call("get", f"/v1/jobs/{rows[0].id}"))
             return answered
 
-    answered = asyncio.run(scenario())
+    answered = run(scenario())
     assert answered == (["get", "list"] if bulk_paths else ["list", "get"])
