@@ -104,6 +104,10 @@ class Answer:
         finally:
             self._links.release(self._link, reusable=done)
 
+    async def read(self) -> bytes:
+        """The whole body."""
+        return b"".join([chunk async for chunk in self.body()])
+
 
 class DaemonLinks:
     """Requests to the daemon's socket over kept-alive connections, one request at a time
@@ -196,7 +200,7 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
         if live:
             answer = await daemon.send("POST", "/v1/live", [
                 (b"content-type", b"application/json")], json.dumps({"ids": live}).encode())
-            data = b"".join([chunk async for chunk in answer.body()])
+            data = await answer.read()
             if answer.head.status_code != 200:
                 raise DaemonUnavailable(f"the daemon did not give the jobs' live state: "
                                         f"{answer.head.status_code} {data[:200]!r}")
@@ -226,7 +230,7 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
                 sized = sized or k == b"content-length"
         if sized:  # the whole answer at once: a StreamingResponse costs more than most
             # requests (a task to watch for the client leaving)
-            body = b"".join([chunk async for chunk in answer.body()])
+            body = await answer.read()
             return Response(body, status_code=answer.head.status_code, headers=back)
         return StreamingResponse(answer.body(), status_code=answer.head.status_code,
                                  headers=back)
@@ -249,7 +253,7 @@ async def report_requests(daemon: DaemonLinks, requests: Histogram, slot: int) -
         try:
             answer = await daemon.send("POST", "/v1/worker-requests", [
                 (b"content-type", b"application/json")], body)
-            data = b"".join([chunk async for chunk in answer.body()])
+            data = await answer.read()
         except DaemonUnavailable as e:
             log.info("request totals not sent: %s", e)  # sent at the next turn
             continue
