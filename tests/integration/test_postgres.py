@@ -43,16 +43,22 @@ def test_jobs_end_once_when_postgres_drops_the_daemons_connections(daemon_factor
         marker = tmp_path / "runs"
         with d.client() as c:
             jobs = c.submit([{"command": ["sh", "-c", f"echo $ROTA_JOB_ID >> {marker}; "
-                                          "sleep 0.4"], "gpus": 0.25}] * 24)
+                                          "sleep 1"], "gpus": 0.25}] * 24)
         ids = [j["id"] for j in jobs]
         name = url.rsplit("/", 1)[1]
         base = url.replace("postgresql+psycopg://", "postgresql://").rsplit("/", 1)[0]
-        for _ in range(3):
-            time.sleep(0.5)
+
+        def drop_the_daemons_connections() -> bool:
             with psycopg.connect(base + "/postgres", autocommit=True) as conn:
                 ended = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM "
                                      "pg_stat_activity WHERE datname = %s", (name,)).fetchone()
-            assert ended is not None and ended[0] >= 1
+            return ended is not None and ended[0] >= 1
+
+        for _ in range(3):
+            time.sleep(0.5)
+            # right after a drop the daemon may not have connected again yet
+            wait_until(drop_the_daemons_connections, timeout=20, every=0.05,
+                       what="a connection of the daemon's to end")
         store = Store.open(url)
         try:
             def states() -> set[str]:
