@@ -1,10 +1,15 @@
 """Helpers for tests of the Hugging Face templates: a tiny Llama built here (nothing
-downloaded), instruction data, and a daemon's view of a template job."""
+downloaded), instruction data, and a daemon's view of a template job; and a tiny Trainer
+run whose console output tests read as a job's log."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +92,42 @@ def lora_sets(tiny: Path, data: Path, run: Path, **more: object) -> dict[str, ob
     return {"model": tiny, "data": data, "out": run, "gpus": 0, "device": "cpu",
             "batch_size": 4, "lora_r": 4, "lora_alpha": 8, "max_len": 160, "save_every": 10,
             **more}
+
+
+# A Hugging Face Trainer run as small as it gets: a one-layer GPT-2 made from a config,
+# random token data made here, on the CPU. argv: OUTPUT_DIR MAX_STEPS. Logs every 2 steps,
+# evaluates and saves every 4: loss dicts, evaluation dicts, bars and checkpoint-N folders.
+TINY_TRAINER = textwrap.dedent("""
+    import sys, torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1,
+                                       n_head=2, bos_token_id=0, eos_token_id=0))
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return 32
+        def __getitem__(self, i):
+            ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+    args = TrainingArguments(
+        output_dir=sys.argv[1], max_steps=int(sys.argv[2]), per_device_train_batch_size=4,
+        per_device_eval_batch_size=4, logging_steps=2, save_steps=4, eval_strategy="steps",
+        eval_steps=4, report_to=[], use_cpu=True, disable_tqdm=False)
+    Trainer(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens()).train()
+""")
+
+
+def run_captured(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None,
+                 timeout: float = 300) -> bytes:
+    """Run a Python script the way Rota runs a job: stdout and stderr into one file (no
+    terminal), in ``cwd``; return what it wrote. Fails the test if it fails."""
+    path = cwd / "script.py"
+    path.write_text(script)
+    log = cwd / "job.log"
+    with open(log, "wb") as out:
+        r = subprocess.run([sys.executable, "-u", str(path), *args], cwd=cwd, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                           env={**os.environ, **OFFLINE, **(env or {})})
+    data = log.read_bytes()
+    assert r.returncode == 0, data.decode(errors="replace")[-4000:]
+    return data

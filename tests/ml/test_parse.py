@@ -416,10 +416,14 @@ def test_odd_braces_neither_warn_nor_eval(line: str) -> None:
     PARSER.parse(line)
 
 
-def test_only_dict_shaped_lines_are_literal_evaluated() -> None:
-    # Text around a dict makes it free text: no literal_eval, the free-text rules apply.
-    nothing("note {'loss': 1.0}")
+def test_only_dict_shaped_text_is_literal_evaluated() -> None:
+    # A dict after words (Accelerate's examples print `epoch 0: {'accuracy': 0.68}`) gives
+    # its plain values; text that is not a dict of plain values is free text.
+    check("note {'loss': 1.0}", {"loss": 1.0})
+    check("epoch 0: {'accuracy': 0.6838, 'f1': 0.8122}", {"accuracy": 0.6838, "f1": 0.8122},
+          epoch=0)
     check("{loss: 1.5}", {"loss": 1.5})
+    check("got {'a': __import__('os').getcwd()} loss: 2.5", {"loss": 2.5})
 
 
 # --- custom patterns -----------------------------------------------------------------------

@@ -35,8 +35,28 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARKS[round((m - lo) / (hi - lo) * (len(SPARKS) - 1))] for m in means)
 
 
-def progress_text(p: dict[str, Any] | None) -> str:
-    """``45% step 450/1000, 14.8 steps/s, ETA 37s`` from a job's progress."""
+#: How an ended job's run time is told, by its state.
+ENDED_WORDS = {"completed": "completed in", "failed": "failed after",
+               "cancelled": "cancelled after", "timeout": "timed out after"}
+
+
+def ended_text(job: dict[str, Any]) -> str | None:
+    """``completed in 2m13s`` for a job that has ended, None for one that has not."""
+    words = ENDED_WORDS.get(str(job.get("state")))
+    if words is None:
+        return None
+    start, end = job.get("started_at"), job.get("ended_at")
+    if start is None or end is None:
+        return words.split()[0]  # ended without running (cancelled while pending)
+    return f"{words} {format_duration(max(0.0, end - start))}"
+
+
+def progress_text(p: dict[str, Any] | None, ended: str | None = None) -> str:
+    """``45% step 450/1000, 14.8 steps/s, ETA 37s`` from a job's progress; for a job that
+    has ended (``ended``: how, from ended_text) no rate or time left, but how it ended."""
+    if ended is not None:
+        return ", ".join(x for x in (progress_text(
+            {k: v for k, v in (p or {}).items() if k not in ("rate", "eta_s")}), ended) if x)
     if not p:
         return ""
     parts = []
@@ -55,9 +75,9 @@ def progress_text(p: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def metrics_table(data: dict[str, Any]) -> Table | str:
+def metrics_table(data: dict[str, Any], job: dict[str, Any] | None = None) -> Table | str:
     series: dict[str, list[list[Any]]] = data["series"]
-    head = progress_text(data.get("progress"))
+    head = progress_text(data.get("progress"), ended_text(job) if job else None)
     if not series:
         return f"job {data['id']}: no metrics yet" + (f" ({head})" if head else "")
     t = Table(title=f"job {data['id']}" + (f": {head}" if head else ""), title_justify="left",
@@ -84,7 +104,9 @@ def metrics(job_id: int = typer.Argument(..., metavar="JOB"),
             ) -> None:
     """Metrics read from a job's output (loss, lr, ...): last value, range and a trend line."""
     with run_cli(json_out=json_out), client() as c:
-        emit(c.metrics(job_id, list(name or [])), json_out, metrics_table)
+        data = c.metrics(job_id, list(name or []))
+        job = None if json_out else c.job(job_id)  # has it ended? (no ETA then)
+        emit(data, json_out, lambda d: metrics_table(d, job))
 
 
 def checkpoints_table(data: dict[str, Any]) -> Table | str:
@@ -105,7 +127,7 @@ def checkpoints_table(data: dict[str, Any]) -> Table | str:
 
 
 def checkpoints(job_id: int = typer.Argument(..., metavar="JOB"),
-                json_out: bool = typer.Option(False, "--json")) -> None:
+                json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """A job's checkpoints (step, size, time) and the one a retry resumes from."""
     with run_cli(json_out=json_out), client() as c:
         emit(c.checkpoints(job_id), json_out, checkpoints_table)
@@ -167,7 +189,7 @@ def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
              gpu_memory: str = typer.Option(None, "--gpu-memory",
                                             help="size for GPUs of this much memory (default: "
                                                  "this machine's)"),
-             json_out: bool = typer.Option(False, "--json")) -> None:
+             json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """How many GPUs, how much GPU memory and how long a model or a script needs, and why."""
     from rota.cli.common import load
     from rota.ml import advise
@@ -199,7 +221,7 @@ def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
              json_out, advice_text)
 
 
-def templates(json_out: bool = typer.Option(False, "--json")) -> None:
+def templates(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Ready-made jobs that really train: `rota submit --template NAME --set KEY=VALUE`."""
     from rich.console import Group
 

@@ -66,7 +66,9 @@ tqdm bars (the description, a postfix and an unknown total are all optional)::
   extracting, converting, saving, writing, generating, inference, preprocessing,
   resolving) reports no progress, rate or eta, and its description is not read for
   pairs (``Map (num_proc=4)``): it counts something other than training steps.
-  Hugging Face's evaluation bar has no description and cannot be told apart. A
+  A bar drawn inside another (tqdm ``position>=1``, such as Hugging Face's evaluation bar)
+  ends by moving the cursor up (``ESC[A``) and reports no progress either. Keras 3's
+  backspaces before a redraw are dropped. A
   ``Downloading: 100%`` with no ``|bar|`` is not a bar and gives nothing.
 
 PyTorch Lightning bars, tqdm and rich::
@@ -112,10 +114,14 @@ JSON lines and Hugging Face Trainer dicts::
   a Python literal with :func:`ast.literal_eval` when it is shaped like the repr of a
   dict of plain values. Numeric top-level values are metrics, names kept as given (but
   lower-cased: ``learning_rate`` stays ``learning_rate``); one level of nesting is
-  flattened with ``/`` and deeper levels are dropped; booleans and strings are not
-  numbers, and string values are not searched for text formats. Reserved keys fill the
-  progress fields instead: ``step``, ``global_step``, ``iteration``, ``iter`` (step;
-  also ``batch``, ranked lowest as above), ``epoch``, ``total_steps``/``max_steps``,
+  flattened with ``/`` and deeper levels are dropped; booleans are not numbers, nor are
+  strings, except in a Python repr a string that is exactly one number (transformers 5
+  prints ``{'loss': '4.63', 'learning_rate': '5e-05', 'epoch': '0.0625'}``); string values
+  are not searched for text formats. A dict of plain values after words (Accelerate's
+  examples print ``epoch 0: {'accuracy': 0.68, 'f1': 0.81}``) gives its values too.
+  Reserved keys fill the progress fields instead: ``step``, ``global_step``,
+  ``iteration``, ``iter`` (step; also ``batch``, ranked lowest as above), ``epoch``,
+  ``total_steps``/``max_steps``,
   ``epochs``/``num_epochs``/``total_epochs``. The same keys mean the same in key/value
   text (``max_steps=1000``, ``num_epochs=3``). A dict that neither parser takes (HF
   prints ``'grad_norm': nan`` when training diverges) still gives its top-level
@@ -190,6 +196,7 @@ _ANSI = re.compile(
     r"|\][^\x07\x1b]*(?:\x07|\x1b\\)?"     # OSC: titles, hyperlinks
     r"|[()][A-Za-z0-9]|[@-Z\\-_])?")       # charset and other two-byte escapes; lone ESC
 _DIGIT = re.compile(r"[0-9]")
+_CURSOR_UP = "\x1b[A"
 
 _NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 # What may follow a value: a comma only when no digit comes next (no thousands
@@ -269,9 +276,10 @@ _PY_INNER = rf"\{{\s*(?:{_PY_PAIR}\s*,\s*)*(?:{_PY_PAIR}\s*)?\}}"
 _PY_VALUE = rf"(?:{_PY_ATOM}|{_PY_SEQ}|{_PY_INNER})"
 _PY_TOP_PAIR = rf"(?:{_PY_STR})\s*:\s*{_PY_VALUE}"
 _PY_DICT = re.compile(rf"\{{\s*(?:{_PY_TOP_PAIR}\s*,\s*)*(?:{_PY_TOP_PAIR}\s*)?\}}", _A)
+_NUMBER_TEXT = re.compile(_NUM, _A)
 _QUOTED_KV = re.compile(
-    r"(?P<q>['\"])(?P<name>[^'\"\\]{1,200})(?P=q)\s*:\s*(?P<value>" + _NUM + r")(?=\s*[,}])",
-    _A)
+    r"(?P<q>['\"])(?P<name>[^'\"\\]{1,200})(?P=q)\s*:\s*"
+    r"(?P<vq>'?)(?P<value>" + _NUM + r")(?P=vq)(?=\s*[,}])", _A)
 
 # --- what names mean -----------------------------------------------------------------------
 
@@ -453,13 +461,19 @@ class LineParser:
 
     def _parse(self, line: str) -> Reading | None:
         text = line[:MAX_LINE]
+        nested = False
         if "\x1b" in text:
+            # tqdm draws a bar at position n >= 1 (an evaluation loop's, inside training's)
+            # and then moves the cursor back up to its parent's line: it ends with ESC[A
+            nested = text.rstrip().endswith(_CURSOR_UP)
             text = _ANSI.sub("", text)
+        if "\b" in text:  # Keras 3 backspaces over its bar before redrawing it
+            text = text.replace("\b", "")
         if _DIGIT.search(text) is None:  # every rule, custom ones too, needs a number
             return None
         d = _Draft()
         if not _structured(text, d, cut=len(line) > MAX_LINE):
-            _free_text(text, d)
+            _free_text(text, d, nested=nested)
         for pattern in self._custom:
             m = pattern.search(text)
             if m is None:
@@ -477,10 +491,12 @@ def _structured(text: str, d: _Draft, *, cut: bool) -> bool:
     if not s.startswith("{") or not (cut or s.endswith("}")):
         return False
     obj: object = None
+    python = False  # a Python repr: its numbers may be strings (transformers 5's Trainer)
     try:
         obj = json.loads(s)
     except (ValueError, RecursionError):
         if s.endswith("}") and _PY_DICT.fullmatch(s):
+            python = True
             try:
                 obj = ast.literal_eval(s)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -502,18 +518,43 @@ def _structured(text: str, d: _Draft, *, cut: bool) -> bool:
             continue
         if isinstance(value, dict):  # one level: {"train": {"loss": 1}} -> train/loss
             for k2, v2 in value.items():
-                if isinstance(k2, str) and len(k2) <= 200 and _is_number(v2):
-                    f = _as_float(v2)
-                    if f is not None:
-                        d.put(f"{key}/{k2}", f)
-        elif _is_number(value):
-            f = _as_float(value)
-            if f is not None:
-                d.put(key, f)
+                f = _value(v2, python)
+                if isinstance(k2, str) and len(k2) <= 200 and f is not None:
+                    d.put(f"{key}/{k2}", f)
+        elif (f := _value(value, python)) is not None:
+            d.put(key, f)
     return True
 
 
-def _free_text(text: str, d: _Draft) -> None:
+def _embedded_dict(text: str, d: _Draft) -> None:
+    """A dict printed after words (Accelerate's examples: ``accelerator.print(f"epoch
+    {epoch}:", eval_metric)`` gives ``epoch 0: {'accuracy': 0.68, 'f1': 0.81}``): its
+    plain numeric values, one level deep."""
+    m = _PY_DICT.search(text)
+    if m is None:
+        return
+    try:
+        obj = ast.literal_eval(m.group())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            f = _value(value, True)
+            if isinstance(key, str) and len(key) <= 200 and f is not None:
+                d.put(key, f)
+
+
+def _value(value: object, python: bool) -> float | None:
+    """A dict value as a number: a number, or in a Python repr also a string that is
+    exactly one (``'5e-05'``, ``'0.0625'``: transformers 5 formats its logs so)."""
+    if _is_number(value):
+        return _as_float(value)
+    if python and isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
+        return _as_float(value)
+    return None
+
+
+def _free_text(text: str, d: _Draft, *, nested: bool = False) -> None:
     # A tqdm bar's rate and times are read with it: the standalone rules would read them
     # again, or read a side task's bar as training speed.
     bar = False
@@ -523,7 +564,7 @@ def _free_text(text: str, d: _Draft) -> None:
     if "%|" in text and (m := _TQDM.search(text)):
         bar = True
         iters, rate = _bar_rate(m["rate"])
-        if iters and not _SIDE_TASK.search(text, 0, m.start()):
+        if iters and not nested and not _SIDE_TASK.search(text, 0, m.start()):
             done, of = _count(m["n"]), _count(m["total"])
             if done is not None:
                 d.progress(_BAR, done, of or None)
@@ -535,7 +576,7 @@ def _free_text(text: str, d: _Draft) -> None:
     elif "[" in text and (m := _TQDM_NO_TOTAL.search(text)):
         bar = True
         iters, rate = _bar_rate(m["rate"])
-        if (m["unit"].lower() in _ITER_UNITS and iters
+        if (m["unit"].lower() in _ITER_UNITS and iters and not nested
                 and not _SIDE_TASK.search(text, 0, m.start())):
             d.progress(_BAR, int(m["n"]), None)
             d.rate = rate
@@ -571,6 +612,8 @@ def _free_text(text: str, d: _Draft) -> None:
             d.set_epoch(count, of)
         elif count.is_integer():
             d.progress(_STEP_KEYS[word.replace("_", " ")], int(count), of or None)
+    if "}" in text and text.find("{") > 0 and not text.lstrip().startswith("{"):
+        _embedded_dict(text, d)
     if ":" in text or "=" in text:
         for m in _KV.finditer(text, start):
             f = _as_float(m["value"])
