@@ -239,7 +239,7 @@ def test_unsatisfiable_means_it_would_not_start_even_on_an_idle_machine(
         r = plan.reason(job.id)
         if r is None or r.code in GATES:
             continue
-        alone = dataclasses.replace(job, after=(), not_before=None)
+        alone = job._replace(after=(), not_before=None)
         on_idle = schedule(Snapshot(gpus=idle(list(snap.gpus)), pending=[alone]), policy, NOW)
         fits = bool(on_idle.starts)
         assert fits == (r.code is not ReasonCode.UNSATISFIABLE), (job, r)
@@ -367,7 +367,7 @@ class Replay(RuleBasedStateMachine):
                 del self.running[job_id]
                 self._move(job_id, JobState.PENDING)
                 old = self.submitted_as(job_id, s)
-                self.pending[job_id] = dataclasses.replace(old, not_before=self.now + 2.0)
+                self.pending[job_id] = old._replace(not_before=self.now + 2.0)
 
     @rule(pick=st.integers(0, 15))
     def gpu_recovers(self, pick: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -18,11 +19,13 @@ from builders import (
     normalised,
     placed,
     plan_for,
+    snapshot_of,
     started,
 )
 
 from rota.core.lifecycle import JobState
 from rota.core.plan import ReasonCode
+from rota.core.schedule import schedule
 from rota.core.snapshot import Policy
 
 R = ReasonCode
@@ -588,3 +591,21 @@ def test_a_never_fitting_job_does_not_cut_off_multi_gpu_jobs_behind_it_on_idle_g
     plan = schedule(Snapshot(gpus, pending), Policy(), 0.0)
     assert [s.job_id for s in plan.starts] == [2]
     assert plan.reason(1).code == "unsatisfiable"
+
+
+def test_a_plan_finds_tail_jobs_through_the_callers_index_as_through_its_own() -> None:
+    """A daemon holding a million jobs hands its own index (Snapshot.by_id): the plan then
+    searches its tail rather than indexing it, and says the same of every job."""
+    jobs = long_queue()[:2_000]
+    deps = {N + 1: JobState.RUNNING}
+    in_order = sorted(jobs, key=lambda j: (j.priority, j.seq))
+    own = plan_for(full_machine(), in_order, presorted=True, now=10.0, deps=deps)
+    index = {j.id: j for j in in_order}
+    snap = dataclasses.replace(snapshot_of(full_machine(), in_order, deps=deps, presorted=True),
+                               by_id=index)
+    searched = schedule(snap, Policy(), 10.0)
+    assert len(searched.tail) > 1_000 and searched._tail_index is None
+    assert normalised(searched) == normalised(own)
+    gone = in_order[-1]
+    del index[gone.id]  # it left the queue after the pass
+    assert searched.reason(gone.id) is None and own.reason(gone.id) is not None

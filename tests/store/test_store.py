@@ -210,3 +210,65 @@ def test_metrics_and_progress_are_stored_and_paged(store: Store) -> None:
     assert len(rest) == 6 and rest[0].id > first[-1].id
     assert [m.value for m in store.metrics(row.id, names=["lr"])] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert store.metrics(row.id, attempt=2) == []
+
+
+def test_the_queue_is_read_in_queue_order_with_the_schedulers_facts(store: Store) -> None:
+    from rota.core.snapshot import PendingJob
+
+    a, b, c, held, d = store.add_jobs(
+        [spec(priority=2), spec(gpus=0.25, gpu_mem=5 << 30, allowed_gpus=[3, 1]),
+         spec(priority=-1, after=[1, 2]), spec(hold=True), spec(priority=2)],
+        user="u", source="cli", now=1.0)
+    store.transition(d.id, JobState.PENDING, JobState.HELD, now=2.0)  # no longer pending
+    store.update_job(a.id, not_before=9.5)
+    got = store.queued(mlflow_default=False, chunk=2)  # pages of 2: each page is read
+    assert got.pending == [
+        PendingJob(c.id, -1, c.id, 1000, None, None, (1, 2), None),
+        PendingJob(b.id, 0, b.id, 250, 5 << 30, frozenset({1, 3}), (), None),
+        PendingJob(a.id, 2, a.id, 1000, None, None, (), 9.5)]
+    assert got.held == [held.id, d.id] and got.tracked == []
+
+
+def test_jobs_that_want_an_mlflow_run_are_read_apart(store: Store) -> None:
+    on, off, default, held_on = store.add_jobs(
+        [spec(mlflow=True), spec(mlflow=False), spec(), spec(mlflow=True, hold=True)],
+        user="u", source="cli", now=1.0)
+    got = store.queued(mlflow_default=False)
+    assert [j.id for j in got.pending] == [off.id, default.id]
+    assert got.tracked == [on.id, held_on.id] and got.held == []
+    got = store.queued(mlflow_default=True)  # the daemon's setting: every job gets a run
+    assert [j.id for j in got.pending] == [off.id]
+    assert got.tracked == [on.id, default.id, held_on.id]
+
+
+def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them(
+        db_url: str) -> None:
+    """Migration 0005 on a store of the revision before: its waiting jobs get the columns
+    the queue is read from."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from rota.store.db import _MIGRATIONS, make_engine
+
+    url = db_url
+    store = Store.open(url)
+    [a, b] = store.add_jobs([spec(allowed_gpus=[0, 2], after=[7], mlflow=False), spec()],
+                            user="u", source="cli", now=1.0)
+    store.close()
+    engine = make_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    with engine.begin() as c:
+        cfg.attributes["connection"] = c
+        command.downgrade(cfg, "0004")
+        c.execute(text("UPDATE jobs SET priority = 1"))
+    engine.dispose()
+    store = Store.open(url)  # upgrades again
+    try:
+        got = store.queued(mlflow_default=True)
+        assert [(j.id, j.allowed, j.after) for j in got.pending] == [
+            (a.id, frozenset({0, 2}), (7,))]
+        assert got.tracked == [b.id]  # its spec leaves it to the daemon's setting
+    finally:
+        store.close()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rota.core.snapshot import PendingJob
+
+
+def _queue_key(job: PendingJob) -> tuple[int, int]:
+    return (job.priority, job.seq)
 
 
 class ReasonCode(StrEnum):
@@ -75,15 +80,24 @@ class Plan:
     tail_reason: Reason | None = None
     tail_position: int = 0
     gate: Callable[[PendingJob], Reason | None] | None = None
+    # the snapshot's index of pending jobs by id, if it had one (Snapshot.by_id)
+    by_id: Mapping[int, PendingJob] | None = field(default=None, repr=False)
     _tail_index: dict[int, int] | None = field(default=None, repr=False)
 
     def _tail_lookup(self, job_id: int) -> tuple[int, PendingJob] | None:
         if not self.tail:
             return None
+        if self.by_id is not None:  # the tail is in queue order: search it by the job's key
+            job = self.by_id.get(job_id)
+            if job is None:
+                return None
+            n = bisect_left(self.tail, (job.priority, job.seq), key=_queue_key)
+            found = n < len(self.tail) and self.tail[n].id == job_id
+            return (n, self.tail[n]) if found else None
         if self._tail_index is None:
             self._tail_index = {j.id: n for n, j in enumerate(self.tail)}
-        n = self._tail_index.get(job_id)
-        return None if n is None else (n, self.tail[n])
+        at = self._tail_index.get(job_id)
+        return None if at is None else (at, self.tail[at])
 
     def reason(self, job_id: int) -> Reason | None:
         r = self.reasons.get(job_id)

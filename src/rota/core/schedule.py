@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 
+from rota.core.feasibility import never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
@@ -115,7 +116,7 @@ class _Pass:
         plan, snapshot, now = self.plan, self.snapshot, self.now
         kept = f" (GPUs {format_gpu_set(set(self.pool.reserved_for))} are kept for job " \
             f"{plan.reservations[0].job_id})" if plan.reservations else ""
-        plan.tail, plan.tail_position = tail, waiting
+        plan.tail, plan.tail_position, plan.by_id = tail, waiting, snapshot.by_id
         plan.tail_reason = Reason(ReasonCode.RESOURCES,
                                   f"waits for GPUs: every GPU is fully allocated{kept}"
                                   f"{_unusable_note(self.pool)}")
@@ -219,8 +220,7 @@ def _unusable_note(pool: GpuPool) -> str:
 
 
 def _unrestricted(job: PendingJob) -> PendingJob:
-    return PendingJob(job.id, job.priority, job.seq, job.gpus_milli, job.gpu_mem, None,
-                      job.after, job.not_before)
+    return job._replace(allowed=None)
 
 
 def _gate(job: PendingJob, snapshot: Snapshot, now: float) -> Reason | None:
@@ -287,34 +287,11 @@ def _never(job: PendingJob, views: Mapping[int, GpuView], all_gpus: frozenset[in
 
 
 def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | None:
-    """The job cannot fit on this machine however long it waits (as the machine is now)."""
-    scope = sorted(job.allowed) if job.allowed is not None else sorted(views)
-    present = [i for i in scope if i in views]
-    where = f"allowed GPUs {{{format_gpu_set(job.allowed)}}}" if job.allowed else "GPUs"
-    need = _need_text(job)
-    whole = job.gpus_milli // MILLI
-    if not present and job.allowed is None:
-        return Reason(ReasonCode.UNSATISFIABLE, f"needs {need} but this machine has no GPUs")
-    if not present:
-        return Reason(ReasonCode.UNSATISFIABLE,
-                      f"needs {need} but none of its allowed GPUs {{{format_gpu_set(job.allowed)}}}"
-                      " exist on this machine")
-    if whole > len(present):
-        return Reason(ReasonCode.UNSATISFIABLE,
-                      f"needs {need} but only {len(present)} {where} exist")
-    if not job.gpu_mem:
-        return None
-    roomy = sum(1 for i in present if views[i].memory_total >= job.gpu_mem)
-    if roomy >= max(1, whole):
-        return None
-    if roomy == 0:
-        biggest = max(views[i].memory_total for i in present)
-        return Reason(ReasonCode.UNSATISFIABLE,
-                      f"needs {format_memory(job.gpu_mem)} per GPU but the largest of its "
-                      f"{where} has {format_memory(biggest)}")
-    return Reason(ReasonCode.UNSATISFIABLE,
-                  f"needs {need} but only {roomy} of its {where} "
-                  f"{'has' if roomy == 1 else 'have'} {format_memory(job.gpu_mem)}")
+    """The job cannot fit on this machine however long it waits (as the machine is now), in
+    the words intake refuses such a job with (rota.core.feasibility)."""
+    why = never_runnable(job.gpus_milli, job.gpu_mem, job.allowed,
+                         {i: v.memory_total for i, v in views.items()})
+    return None if why is None else Reason(ReasonCode.UNSATISFIABLE, why)
 
 
 def _explain(job: PendingJob, pool: GpuPool) -> Reason:

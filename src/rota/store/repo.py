@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -10,7 +11,9 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     Connection,
+    Dialect,
     Engine,
+    Integer,
     Row,
     Select,
     Table,
@@ -18,13 +21,16 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    or_,
     select,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
+from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
 from rota.errors import Conflict, NotFound, StoreError
 from rota.store.db import make_engine, migrate
@@ -94,6 +100,58 @@ def _list_statement(filters: frozenset[str]) -> Select[Any]:
     if "before_id" in filters:
         q = q.where(j.id < bindparam("before_id"))
     return q
+
+@functools.cache
+def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
+    """Pending jobs in queue order, (priority, id), from ix_jobs_queue alone: those that
+    want no MLflow run as (id, priority, gpus in thousandths, gpu_mem, allowed GPUs,
+    after ids, not_before); or, ``tracked``, the ids of those that want one."""
+    j = _jobs.c
+    wants = or_(j.mlflow.is_(True), j.mlflow.is_(None)) if mlflow_default \
+        else j.mlflow.is_(True)
+    q = (select(j.id, j.priority, sql_cast(func.round(j.gpus * MILLI), Integer), j.gpu_mem,
+                j.allowed_gpus, j.after_ids, j.not_before) if not tracked else select(j.id))
+    q = (q.where(j.state == JobState.PENDING.value, wants if tracked else ~wants)
+         .order_by(j.priority, j.id))
+    sql = str(q.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    if dialect.name == "sqlite":  # its planner, with no statistics, prefers ix_jobs_state
+        # and reads every row (SQLAlchemy renders no table hint for SQLite)
+        sql = sql.replace("FROM jobs", "FROM jobs INDEXED BY ix_jobs_queue", 1)
+    return sql
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a million tuples are made: they hold no
+    cycles, and the collections their allocations set off took longer than making them
+    (a million pending jobs read in 6.5 s with it, 2.8 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _id_list(ids: Sequence[int] | None) -> str | None:
+    return ",".join(map(str, ids)) if ids else None
+
+
+def _id_tuple(text: Any) -> tuple[int, ...]:
+    return tuple(map(int, text.split(","))) if text else ()
+
+
+def _id_set(text: Any) -> frozenset[int] | None:
+    return frozenset(_id_tuple(text)) if text else None
+
+
+class Queued(NamedTuple):
+    """The waiting jobs a restarted daemon takes up (see Store.queued)."""
+    pending: list[PendingJob]
+    held: list[int]
+    tracked: list[int]  # pending or held, and wanting an MLflow run
+
 
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
@@ -239,7 +297,9 @@ class Store:
                 "started_at": None, "ended_at": None, "attempts": 0, "failures": 0,
                 "not_before": None, "exit_code": None, "end_reason": None,
                 "estimate_note": None, "project": spec.project,
-                "tags": f",{','.join(spec.tags)}," if spec.tags else ""})
+                "tags": f",{','.join(spec.tags)}," if spec.tags else "",
+                "allowed_gpus": _id_list(spec.allowed_gpus), "after_ids": _id_list(spec.after),
+                "mlflow": spec.mlflow})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
@@ -307,12 +367,45 @@ class Store:
             return list(c.execute(_list_statement(frozenset(given)),
                                   {**given, "limit": limit}).all())
 
-    def active_jobs(self) -> list[JobRecord]:
-        """Every job that is not finished, oldest first: what a restarted daemon takes up."""
-        terminal = [t.value for t in TERMINAL]
-        with self._reading() as c:
-            return list(c.execute(select(_jobs).where(_jobs.c.state.not_in(terminal))
+    def active_jobs(self, *, waiting: bool = True) -> list[JobRecord]:
+        """Every job that is not finished, oldest first: what a restarted daemon takes up.
+        ``waiting=False`` leaves out pending and held jobs (``queued`` reads those)."""
+        waits = (JobState.PENDING, JobState.HELD)
+        states = [s.value for s in JobState if s not in TERMINAL and (waiting or s not in waits)]
+        with self._reading() as c:  # IN, not NOT IN: ix_jobs_state finds the few that run
+            return list(c.execute(select(_jobs).where(_jobs.c.state.in_(states))
                                   .order_by(_jobs.c.id)).all())
+
+    def queued(self, *, mlflow_default: bool, chunk: int = 50_000) -> Queued:
+        """The waiting jobs as a restarted daemon takes them up: every pending one as a
+        PendingJob, in queue order, read from ix_jobs_queue alone (no spec: a queue may be
+        a million jobs long); the ids of held ones; and, apart, the ids of the pending and
+        held jobs that want an MLflow run (``mlflow_default``: when the spec does not say),
+        whose start waits for it.
+
+        The pending rows are read through the driver's own cursor: SQLAlchemy's Row cost
+        more per row than the database's read of it (4.8 s for a million, against 1.6 s)."""
+        j = _jobs.c
+        out = Queued([], [], [])
+        with self._reading() as c, _collector_paused():
+            cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False))
+                while rows := cursor.fetchmany(chunk):
+                    out.pending.extend([
+                        PendingJob(i, p, i, g, m, None, (), nb) if a is None and f is None
+                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb)
+                        for i, p, g, m, a, f, nb in rows])
+                cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=True))
+                out.tracked.extend(row[0] for row in cursor.fetchall())
+            finally:
+                cursor.close()
+            for job_id, mlflow in c.execute(select(j.id, j.mlflow).where(
+                    j.state == JobState.HELD.value).order_by(j.id)):
+                wants = mlflow if mlflow is not None else mlflow_default
+                (out.tracked if wants else out.held).append(job_id)
+        out.tracked.sort()
+        return out
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as c:
@@ -641,3 +734,19 @@ class Store:
                 s.add(DaemonSettingRow(key=key, value=value))
             else:
                 row.value = value
+
+    # --- removing a user (rota.server.daemon_ports; kept apart from the rest) -------------
+    def remove_user(self, name: str) -> int:
+        """Remove a user with their tokens and stored secrets, in one transaction; their
+        jobs stay as history. Returns how many of their tokens were live (not revoked)."""
+        from sqlalchemy import delete  # here: this block stays apart from the rest
+
+        with self.session() as s, s.begin():
+            if s.get(UserRow, name) is None:
+                raise NotFound(f"no user {name!r}")
+            live = s.scalar(select(func.count()).select_from(TokenRow).where(
+                TokenRow.user == name, TokenRow.revoked_at.is_(None))) or 0
+            s.execute(delete(TokenRow).where(TokenRow.user == name))
+            s.execute(delete(SecretRow).where(SecretRow.user == name))
+            s.execute(delete(UserRow).where(UserRow.name == name))
+        return int(live)

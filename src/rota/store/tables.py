@@ -15,6 +15,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -25,6 +26,15 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    __table_args__ = (
+        # A restarted daemon reads its pending queue from this index alone, in queue order:
+        # a million pending jobs are read in about a second, where reading their rows (each
+        # with its spec) took minutes. Partial: it holds the waiting jobs only.
+        Index("ix_jobs_queue", "priority", "id", "gpus", "gpu_mem", "not_before",
+              "allowed_gpus", "after_ids", "mlflow", "state",
+              sqlite_where=text("state = 'pending'"),
+              postgresql_where=text("state = 'pending'")),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str | None] = mapped_column(String(200))
@@ -57,6 +67,12 @@ class JobRow(Base):
     # the job's runs in experiment trackers: {"mlflow": {...}, "wandb": {...}}; see
     # rota.server.tracking
     tracking: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # what the scheduler reads from the spec, kept as columns so the queue loads from
+    # ix_jobs_queue without the specs: "0,1,3" (allowed GPUs, job ids it runs after) or
+    # NULL; mlflow: the spec's own choice (NULL: the daemon's setting decides)
+    allowed_gpus: Mapped[str | None] = mapped_column(Text)
+    after_ids: Mapped[str | None] = mapped_column(Text)
+    mlflow: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class AttemptRow(Base):
