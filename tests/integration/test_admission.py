@@ -15,6 +15,7 @@ from rota.core.spec import JobSpec
 from rota.server import admission
 from rota.server.admission import PointRequestsFirst
 from rota.server.api import build_app
+from rota.server.daemon_ports import DaemonPorts
 from rota.server.intake import Intake
 from rota_testing import in_process_daemon
 
@@ -142,7 +143,8 @@ def test_the_daemons_api_answers_a_get_before_a_list_sent_just_before_it(
             rows = store.add_jobs([JobSpec(command=["true"], hold=True)] * 3, user="me",
                                   source="test", now=d.clock())
             d.accept(rows)
-            transport = httpx.ASGITransport(app=build_app(d, Intake(d)))
+            ports = DaemonPorts(d, Intake(d))
+            transport = httpx.ASGITransport(app=build_app(ports, ports))
             answered: list[str] = []
             async with httpx.AsyncClient(transport=transport, base_url="http://rota") as c:
                 async def call(what: str, path: str) -> None:

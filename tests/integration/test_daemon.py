@@ -64,7 +64,9 @@ def test_why_explains_waiting(daemon):
         [dep] = c.submit([{"command": ["true"], "gpus": 0.25, "after": [big["id"]]}])
         w = wait_until(lambda: (x := c.why(dep["id"]))["code"] == "dependency" and x)
         assert f"job {big['id']}" in w["message"]
-        [never] = c.submit([{"command": ["true"], "gpus": 8}])
+        # refused unless forced (tests/integration/test_api_newcomers.py), then waits
+        [never] = c.request("POST", "/v1/jobs", json={
+            "jobs": [{"command": ["true"], "gpus": 8}], "force": True})["jobs"]
         w = wait_until(lambda: (x := c.why(never["id"]))["code"] == "unsatisfiable" and x)
         assert "only 4" in w["message"]
         c.cancel(big["id"])

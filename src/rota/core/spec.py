@@ -6,9 +6,19 @@ import hashlib
 import json
 import re
 import signal
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rota.errors import InvalidSpec
 from rota.units import parse_duration, parse_gpu_set, parse_memory
@@ -19,6 +29,8 @@ MAX_GPUS_PER_JOB = 1024
 
 
 _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
+_GPU_RANGE = r"[0-9]{1,4}(-[0-9]{1,4})?"
+_GPU_SET = rf"^ *({_GPU_RANGE}( *, *{_GPU_RANGE})*)? *$"  # what units.parse_gpu_set reads ("": all)
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 
 
@@ -30,6 +42,15 @@ def check_secret_name(name: str) -> str:
     return name
 
 
+def _as_value_error(parse: Callable[[Any], Any], v: Any) -> Any:
+    """A units parser's InvalidSpec as the ValueError pydantic reports at its field (where
+    the spec is a request body, pydantic lets other exceptions through)."""
+    try:
+        return parse(v)
+    except InvalidSpec as e:
+        raise ValueError(str(e)) from None
+
+
 class JobSpec(BaseModel):
     """A job as submitted. Field names are the API's and the YAML jobs file's."""
 
@@ -37,21 +58,36 @@ class JobSpec(BaseModel):
     # None), and PostgreSQL's JSON columns refuse them
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    command: list[str] = Field(min_length=1, description="argv; with shell=true one script string")
+    command: list[str] = Field(
+        min_length=1, description="argv; with shell=true one script string",
+        # what _argv checks, for the OpenAPI document: a program that is not blank, no NUL
+        json_schema_extra={"prefixItems": [{"type": "string", "pattern": r"\S"}],
+                           "items": {"type": "string", "pattern": "^[^\u0000]*$"}})
     name: str | None = Field(default=None, max_length=200)
-    shell: bool = False
+    shell: StrictBool = False
     gpus: float = Field(default=1.0, ge=0, le=MAX_GPUS_PER_JOB)
     gpu_mem: int | None = Field(default=None, ge=0, description="bytes needed on each GPU")
     llm: str | None = None
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000,
                           description="lower number runs first")
-    allowed_gpus: list[int] | None = None
+    allowed_gpus: list[StrictInt] | None = Field(
+        default=None, description="GPU indices it may use: a list, one index, or a set like "
+                                  "\"0-3,6\" (None: any)",
+        json_schema_extra={"anyOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": _GPU_SET},
+            {"type": "null"}]})
     conda: str | None = None
     cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict,
+                                json_schema_extra={"propertyNames": {"pattern": _ENV_KEY.pattern}})
     secret_env: list[str] = Field(default_factory=list, description="env keys never shown")
     secrets: dict[str, str] = Field(
         default_factory=dict,
+        json_schema_extra={"propertyNames": {"pattern": _ENV_KEY.pattern},
+                           "additionalProperties": {"type": "string",
+                                                    "pattern": f"^{_SECRET_NAME.pattern}$"}},
         description="environment variable -> name of a secret the submitting user stored "
                     "(rota secret set); the value is put in the job's environment at launch")
     time_limit: float | None = Field(default=None, gt=0, description="seconds")
@@ -59,14 +95,15 @@ class JobSpec(BaseModel):
     retries: int = Field(default=0, ge=0, le=100)
     retry_backoff: float = Field(default=10.0, ge=0, le=86400, description="first delay, seconds")
     retry_backoff_max: float = Field(default=600.0, ge=0, le=7 * 86400)
-    after: list[int] = Field(default_factory=list, description="job ids that must complete first")
-    hold: bool = False
+    after: list[StrictInt] = Field(default_factory=list,
+                                   description="job ids that must complete first")
+    hold: StrictBool = False
     session: SessionKind = "none"
-    cuda_arg: bool = False
+    cuda_arg: StrictBool = False
     tags: list[str] = Field(default_factory=list, max_length=32)
     project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
-    preemptible: bool = Field(
+    preemptible: StrictBool = Field(
         default=False, description="may be stopped (stop handshake) and queued again so a "
                                    "higher-priority job can start")
     stop_signal: str = Field(default="SIGTERM",
@@ -79,12 +116,12 @@ class JobSpec(BaseModel):
         default=None, max_length=4096,
         description="where it writes TensorBoard logs (relative to cwd): its scalars are "
                     "metrics too, and `rota tensorboard JOB` serves them")
-    mlflow: bool | None = Field(
+    mlflow: StrictBool | None = Field(
         default=None, description="an MLflow run for the job (params, git tags, metrics, "
                                   "log and checkpoint list); None: the daemon's setting")
     mlflow_experiment: str | None = Field(default=None, max_length=200,
                                           description="default: the daemon's setting")
-    wandb: bool = Field(default=False,
+    wandb: StrictBool = Field(default=False,
                         description="name the job's Weights & Biases run (WANDB_* variables, "
                                     "the API key from the user's stored WANDB_API_KEY)")
     wandb_project: str | None = Field(default=None, max_length=128,
@@ -94,6 +131,14 @@ class JobSpec(BaseModel):
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
                     "(?P<loss>...) is a metric")
+
+    @field_validator("gpus", "gpu_mem", "priority", "time_limit", "grace", "retries",
+                     "retry_backoff", "retry_backoff_max", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON's true is not a number (pydantic would take it as 1)
+            raise ValueError("a number, not true or false")
+        return v
 
     @field_validator("stop_signal", mode="before")
     @classmethod
@@ -138,20 +183,20 @@ class JobSpec(BaseModel):
     @field_validator("gpu_mem", mode="before")
     @classmethod
     def _mem(cls, v: Any) -> Any:
-        return parse_memory(v) if isinstance(v, str) else v
+        return _as_value_error(parse_memory, v) if isinstance(v, str) else v
 
     @field_validator("time_limit", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> Any:
-        return parse_duration(v) if isinstance(v, str) else v
+        return _as_value_error(parse_duration, v) if isinstance(v, str) else v
 
     @field_validator("allowed_gpus", mode="before")
     @classmethod
     def _allowed(cls, v: Any) -> Any:
         if isinstance(v, str):
-            s = parse_gpu_set(v)
+            s = _as_value_error(parse_gpu_set, v)
             return sorted(s) if s is not None else None
-        if isinstance(v, int):
+        if isinstance(v, int) and not isinstance(v, bool):
             return [v]
         return v
 
@@ -243,10 +288,15 @@ def spec_error(e: ValidationError, *, where: str = "") -> InvalidSpec:
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "spec"
         first_field = first_field or loc
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}")
+        parts.append(f"{loc}: {error_text(loc, err['msg'])}")
     prefix = f"{where}: " if where else ""
     return InvalidSpec(prefix + "; ".join(parts), field=first_field)
+
+
+def error_text(loc: str, msg: str) -> str:
+    """Pydantic's message for a field, without its prefix or a repeat of the field's name
+    (the units parsers name it too)."""
+    return msg.removeprefix("Value error, ").removeprefix(f"{loc}: ")
 
 
 GpuCount = Annotated[float, Field(ge=0)]

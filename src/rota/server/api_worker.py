@@ -38,7 +38,7 @@ from rota.config import Settings
 from rota.errors import DaemonUnavailable
 from rota.server.admission import PointRequestsFirst
 from rota.server.auth import VIA_HEADER, Authenticator, Principal
-from rota.server.job_reads import add_job_reads, answer_errors_as_problems
+from rota.server.job_reads import add_job_reads
 from rota.server.metrics import (
     FORWARDED_ROUTE_KEY,
     ROUTE_HEADER,
@@ -47,6 +47,7 @@ from rota.server.metrics import (
     request_histogram,
     totals_of,
 )
+from rota.server.problems import answer_errors_as_problems
 from rota.server.views import needs_live_facts, stored_facts
 from rota.store.db import make_engine
 from rota.store.repo import JobRecord, Store

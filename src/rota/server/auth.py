@@ -15,7 +15,9 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
 
 from rota.errors import Forbidden, InvalidSpec, Unauthorized
 from rota.store.repo import Store
@@ -62,6 +64,19 @@ def check_user_name(name: str) -> str:
         raise InvalidSpec(f"user name {name!r}: use 1-64 lower-case letters, digits and . _ -, "
                           "starting with a letter or _", field="name")
     return name
+
+
+def _user_name_value(name: str) -> str:
+    try:
+        return check_user_name(name)
+    except InvalidSpec as e:  # reported by pydantic at its field
+        raise ValueError(str(e)) from None
+
+
+#: a user's name in a request body, its rule in the OpenAPI document as a pattern and its
+#: error in words (check_user_name)
+UserNameText = Annotated[str, AfterValidator(_user_name_value),
+                         Field(json_schema_extra={"pattern": f"^{_USER_NAME.pattern}$"})]
 
 
 class Authenticator:

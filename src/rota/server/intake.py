@@ -7,18 +7,23 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rota.core.feasibility import never_runnable
+from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.server.daemon import Daemon
 from rota.store.repo import JobRecord
+from rota.templates import missing_modules
 from rota.units import format_memory
 
 GIB = 1 << 30
+DRAINING = "the daemon is draining: no job starts until `rota drain --off`"
 
 log = logging.getLogger("rota.intake")
 
@@ -41,13 +46,27 @@ class Intake:
         self.jobs_file = JobsFileStatus(path=str(self.settings.jobs_file_path))
 
     # --- submit --------------------------------------------------------------------------
-    def prepare(self, raw: dict[str, Any], *, user: str, where: str = "") -> JobSpec:
-        """Validate one spec and fill in what the daemon knows (GPU needs from --llm)."""
-        spec = parse_spec(raw, where=where)
+    def prepare(self, given: JobSpec | dict[str, Any], *, user: str, where: str = "",
+                force: bool = False) -> JobSpec:
+        """Validate one spec and fill in what the daemon knows (GPU needs from --llm);
+        refuse one this machine can never run (unless ``force``) or whose template's
+        Python packages are missing here."""
+        spec = given if isinstance(given, JobSpec) else parse_spec(given, where=where)
+        asked = spec.model_fields_set if isinstance(given, JobSpec) else set(given)
         prefix = f"{where}: " if where else ""
         self.daemon.tracking.check(spec, user, prefix)
-        if spec.llm and "gpus" not in raw:
+        if spec.llm and "gpus" not in asked:
             spec = self._resolve_llm(spec, prefix)
+        for template, missing in missing_modules(spec.tags).items():
+            raise InvalidSpec(f"{prefix}template {template!r} needs {', '.join(missing)}, "
+                              f"which {'is' if len(missing) == 1 else 'are'} not installed "
+                              "here: pip install 'rota[ml]'", field="template")
+        if not force:
+            why = never_runnable(to_milli(spec.gpus), spec.gpu_mem, spec.allowed_gpus,
+                                 {i: g.memory_total for i, g in self.daemon.readings.items()})
+            if why is not None:
+                raise InvalidSpec(f"{prefix}{why}; --force queues it anyway, to wait until "
+                                  "the GPUs change", field="gpus")
         if spec.conda and not (os.environ.get("CONDA_EXE") or shutil.which("conda")):
             raise InvalidSpec(f"{prefix}conda: environment {spec.conda!r} requested but conda "
                               "is not installed on this machine", field="conda")
@@ -77,18 +96,20 @@ class Intake:
             update["gpu_mem"] = est.gpu_mem
         return JobSpec.model_validate({**spec.model_dump(), **update})
 
-    def submit(self, raws: list[dict[str, Any]], *, user: str, source: str,
-               idempotency_key: str | None = None, dedup: bool = False) -> list[JobRecord]:
-        """All or nothing: every spec is checked before any is stored."""
+    def submit(self, given: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,
+               idempotency_key: str | None = None, dedup: bool = False, force: bool = False,
+               numbered: bool = True) -> list[JobRecord]:
+        """All or nothing: every spec is checked before any is stored. An error about one
+        starts ``jobs[i]: `` (unless not ``numbered``)."""
         if idempotency_key:
             first = self.daemon.store.job_by_idempotency_key(idempotency_key)
             if first is not None:
                 return [first]
-        if not raws:
+        if not given:
             raise InvalidSpec("no job given", field="jobs")
-        multi = len(raws) > 1
-        specs = [self.prepare(r, user=user, where=f"jobs[{n}]" if multi else "")
-                 for n, r in enumerate(raws)]
+        specs = [self.prepare(g, user=user, where=f"jobs[{n}]" if numbered else "",
+                              force=force)
+                 for n, g in enumerate(given)]
         if dedup:
             live = self.daemon.store.live_hashes(s.content_hash() for s in specs)
             specs = [s for s in specs if s.content_hash() not in live]
@@ -99,6 +120,12 @@ class Intake:
                                           idempotency_key=idempotency_key)
         self.daemon.accept(rows)
         return rows
+
+    def warnings(self, rows: list[JobRecord]) -> list[str]:
+        """What a person who just submitted these should know: the daemon drains, or a
+        request far from what the last job of the same name used."""
+        out = [DRAINING] if rows and self.daemon.draining else []
+        return out + self.sizing_warnings(rows)
 
     def sizing_warnings(self, rows: list[JobRecord]) -> list[str]:
         """Jobs named like an earlier one whose request is far from what that one used."""
@@ -136,9 +163,8 @@ class Intake:
                 continue
             seen.add(entry.key)
             try:
-                raw = entry.spec.model_dump(exclude_unset=True)
-                rows = self.submit([raw], user=self.settings.user,
-                                   source=f"{status.path}:{entry.line}")
+                rows = self.submit([entry.spec], user=self.settings.user,
+                                   source=f"{status.path}:{entry.line}", numbered=False)
             except InvalidSpec as e:
                 status.errors.append({"line": entry.line, "message": str(e)})
                 continue

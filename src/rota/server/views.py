@@ -1,16 +1,17 @@
-"""How jobs, attempts and GPUs look in API answers. Secret env values never leave here."""
+"""How jobs, attempts and events look in API answers, and why a job is where it is.
+Secret env values never leave here. Nothing here reads the daemon: its live facts come in
+as a dict (rota.server.daemon_ports builds them)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from rota.core.lifecycle import TERMINAL
 from rota.core.spec import JobSpec
-from rota.server.daemon import Daemon
-from rota.store.db import redact_url
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 
-_HELD = {"code": "held", "message": "held: `rota release` lets it run"}
+HELD = {"code": "held", "message": "held: `rota release` lets it run"}
 # states whose view the stored row gives whole (with no tracker): nothing about them is in
 # the daemon's memory that the store lacks
 _STORED_STATES = frozenset({"held", *(s.value for s in TERMINAL)})
@@ -44,7 +45,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
     return out
 
 
-def _tracked(r: Any, mlflow_default: bool) -> bool:
+def tracked(r: Any, mlflow_default: bool) -> bool:
     spec = r["spec"]
     return bool(r["tracking"] or spec.get("wandb") or spec.get("mlflow")
                 or (mlflow_default and spec.get("mlflow") is None))
@@ -54,7 +55,7 @@ def needs_live_facts(row: JobRecord, mlflow_default: bool) -> bool:
     """Whether a job's view needs the daemon's memory (a job waiting, starting or running,
     or with a tracker run), not only its stored row."""
     r = row._mapping
-    return r["state"] not in _STORED_STATES or _tracked(r, mlflow_default)
+    return r["state"] not in _STORED_STATES or tracked(r, mlflow_default)
 
 
 def stored_facts(row: JobRecord) -> dict[str, Any]:
@@ -62,36 +63,7 @@ def stored_facts(row: JobRecord) -> dict[str, Any]:
     state = row._mapping["state"]
     out: dict[str, Any] = {"state": state, "gpu_indices": []}
     if state == "held":
-        out["reason"] = dict(_HELD)
-    return out
-
-
-def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
-    """What the daemon's memory knows of a job: its state (ahead of the store by at most a
-    batch), its GPUs, why it waits, its tracker runs."""
-    r = row._mapping
-    job_id, spec = r["id"], r["spec"]
-    known = d.states.get(job_id)
-    state: str = r["state"] if known is None else known.value
-    run = d.running.get(job_id)
-    out: dict[str, Any] = {"state": state, "gpu_indices": list(run.gpus) if run else []}
-    if _tracked(r, d.settings.mlflow):
-        tracking = d.tracking.view(job_id, spec, r["tracking"], r["progress"])
-        if tracking:
-            out["tracking"] = tracking
-    if state == "held":
-        out["reason"] = dict(_HELD)
-    elif state == "pending" and job_id in d.tracking.parked:
-        out["reason"] = {"code": "tracker", "message": "waits for its MLflow run to be "
-                         f"created in {redact_url(d.tracking.uri())}"}
-    elif state == "pending":
-        reason = d.last_plan.reason(job_id)
-        if reason is None:
-            out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
-        else:
-            out["reason"] = {"code": str(reason.code),
-                             "message": d.last_plan.reason_text(job_id),
-                             "until": reason.until, "blocker": reason.blocker}
+        out["reason"] = dict(HELD)
     return out
 
 
@@ -117,20 +89,56 @@ def event_view(e: EventRecord) -> dict[str, Any]:
             "message": e.message}
 
 
-def gpu_views(d: Daemon) -> list[dict[str, Any]]:
-    views = {v.index: v for v in d.gpu_views()}
-    jobs: dict[int, list[int]] = {}
-    for r in d.running.values():
-        for i in r.gpus:
-            jobs.setdefault(i, []).append(r.job_id)
-    out = []
-    for i, g in sorted(d.readings.items()):
-        v = views[i]
-        out.append({"index": i, "uuid": g.uuid, "name": g.name,
-                    "memory_total": g.memory_total, "memory_used": g.memory_used,
-                    "memory_external": v.memory_external, "utilization": g.utilization,
-                    "allocated": v.allocated_milli / 1000, "reserved_memory": v.reserved_memory,
-                    "jobs": sorted(jobs.get(i, [])), "paused": i in d.paused,
-                    "healthy": g.healthy, "temperature_c": g.temperature_c,
-                    "history": [list(pt) for pt in d.history.get(i, ())]})
-    return out
+def clock_text(ts: float, now: float) -> str:
+    """A moment as a person says it: 12:03 today, 2024-05-01 12:03 another day (local)."""
+    when = datetime.fromtimestamp(ts)
+    same_day = when.date() == datetime.fromtimestamp(now).date()
+    return when.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
+
+
+def span_text(seconds: float) -> str:
+    """A length of time as a person says it: 45s, 2m 10s, 3h 05m, 2d 4h."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d {(s % 86400) // 3600}h"
+
+
+def _gpus_text(gpus: list[int]) -> str:
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]}"
+    return "GPUs " + ", ".join(map(str, gpus[:-1])) + f" and {gpus[-1]}"
+
+
+def why_view(view: dict[str, Any], now: float) -> dict[str, Any]:
+    """`rota why`: why a job waits (its reason), or what it is doing or how it ended, in a
+    sentence. ``view`` is the job's view (job_view)."""
+    state = view["state"]
+    out: dict[str, Any] = {"id": view["id"], "state": state}
+    if "reason" in view:
+        return {**out, **view["reason"]}
+    started, ended = view["started_at"], view["ended_at"]
+    gpus = view["gpu_indices"]
+    if state in ("running", "starting", "preempted"):
+        where = f"on {_gpus_text(gpus)}" if gpus else "on the CPU only"
+        since = f" since {clock_text(started, now)}" if started is not None else ""
+        msg = {"running": f"runs {where}{since}",
+               "starting": f"is starting {where}",
+               "preempted": f"was preempted: it is being stopped {where}, then waits "
+                            "again in its place"}[state]
+    else:
+        msg = f"it is {state}"
+        if ended is not None:
+            msg = f"{state} at {clock_text(ended, now)}"
+        if view["exit_code"] is not None:
+            msg += f" with exit code {view['exit_code']}"
+        if started is not None and ended is not None:
+            msg += f" after {span_text(ended - started)}"
+        reason = view["end_reason"]
+        if reason and state != "completed":
+            msg += f": {reason}"
+    return {**out, "code": state, "message": msg}

@@ -7,9 +7,10 @@ take the type of the default, and an unknown or ill-typed one is refused naming 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ class Template:
     needs: str  # what must be installed where the job runs
     options: tuple[Option, ...]
     build: Callable[[dict[str, Any]], dict[str, Any]]
+    #: the Python packages its job imports (checked where the daemon runs, at submit)
+    modules: tuple[str, ...] = ()
 
     def values(self, sets: Sequence[str]) -> dict[str, Any]:
         """The options with ``key=value`` overrides, typed like their defaults."""
@@ -91,6 +94,7 @@ NANOGPT = Template(
         Option("retries", 3, "retries after a failure (each resumes from the newest checkpoint)"),
     ),
     build=_nanogpt,
+    modules=("torch",),
 )
 
 def _under_torchrun(v: dict[str, Any], module: str) -> list[str]:
@@ -165,6 +169,7 @@ LORA = Template(
         Option("retries", 3, "retries after a failure (each resumes from the newest checkpoint)"),
     ),
     build=_lora,
+    modules=("torch", "transformers", "peft"),
 )
 
 
@@ -203,6 +208,7 @@ EVAL = Template(
         Option("retries", 1, "retries after a failure"),
     ),
     build=_eval,
+    modules=("torch", "transformers"),
 )
 
 TEMPLATES: dict[str, Template] = {t.name: t for t in (NANOGPT, LORA, EVAL)}
@@ -214,3 +220,21 @@ def get(name: str) -> Template:
         raise InvalidSpec(f"no template {name!r}; `rota templates` lists them: "
                           f"{', '.join(TEMPLATES)}", field="template")
     return t
+
+
+TAG_PREFIX = "template:"  # a template's job carries the tag template:NAME
+
+
+def missing_modules(tags: Iterable[str]) -> dict[str, list[str]]:
+    """For each template a job with these tags was made from: the Python packages it
+    needs that are not installed here (found without importing them: no torch import in
+    the daemon). Templates with nothing missing are left out."""
+    out: dict[str, list[str]] = {}
+    for tag in tags:
+        t = TEMPLATES.get(tag.removeprefix(TAG_PREFIX)) if tag.startswith(TAG_PREFIX) else None
+        if t is None:
+            continue
+        missing = [m for m in t.modules if importlib.util.find_spec(m) is None]
+        if missing:
+            out[t.name] = missing
+    return out

@@ -1,0 +1,59 @@
+"""Whether a job can ever run on this machine as it is now, and if not, why in words.
+
+One pure function, used where a job is submitted (a job that can never run is refused
+unless forced) and by the scheduler for a job that waits anyway (its `rota why`), so the
+two say the same thing. The machine is given as its GPUs' total memory by index: what is
+free now does not matter here, only what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from rota.core.snapshot import MILLI
+from rota.units import format_gpu_set, format_memory
+
+
+def need_text(gpus_milli: int, gpu_mem: int | None) -> str:
+    """What a job asks for, as a person says it: '2 whole GPUs with 40.0 GiB free memory
+    each', '0.5 of a GPU'."""
+    if gpus_milli < MILLI:
+        text = f"{gpus_milli / MILLI:g} of a GPU"
+    else:
+        n = gpus_milli // MILLI
+        text = f"{n} whole GPU{'s' if n != 1 else ''}"
+    if gpu_mem:
+        text += f" with {format_memory(gpu_mem)} free memory each"
+    return text
+
+
+def never_runnable(gpus_milli: int, gpu_mem: int | None, allowed: Collection[int] | None,
+                   memory_totals: Mapping[int, int]) -> str | None:
+    """Why a job asking for ``gpus_milli`` thousandths of GPUs (0: CPU only) with
+    ``gpu_mem`` bytes on each, on ``allowed`` GPUs (None: any), can never start on GPUs
+    of these total memories (by index); None when it can."""
+    if gpus_milli <= 0:
+        return None
+    scope = sorted(allowed) if allowed is not None else sorted(memory_totals)
+    present = [i for i in scope if i in memory_totals]
+    shown = format_gpu_set(frozenset(allowed)) if allowed else ""
+    where = f"allowed GPUs {{{shown}}}" if allowed else "GPUs"
+    need = need_text(gpus_milli, gpu_mem)
+    whole = gpus_milli // MILLI
+    if not present and allowed is None:
+        return f"needs {need} but this machine has no GPUs"
+    if not present:
+        return f"needs {need} but none of its allowed GPUs {{{shown}}} exist on this machine"
+    if whole > len(present):
+        return f"needs {need} but only {len(present)} {where} exist"
+    if not gpu_mem:
+        return None
+    roomy = sum(1 for i in present if memory_totals[i] >= gpu_mem)
+    if roomy >= max(1, whole):
+        return None
+    if roomy == 0:
+        biggest = max(memory_totals[i] for i in present)
+        return (f"needs {format_memory(gpu_mem)} per GPU but the largest of its {where} has "
+                f"{format_memory(biggest)}")
+    return (f"needs {need} but only {roomy} of its {where} "
+            f"{'has' if roomy == 1 else 'have'} {format_memory(gpu_mem)}")

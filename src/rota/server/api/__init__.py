@@ -1,0 +1,50 @@
+"""The HTTP API (/v1): one router per resource over the two ports (rota.server.ports), so
+nothing here reads the daemon. Served on the daemon's Unix socket (and TCP); handlers are
+coroutines so they run on the loop thread, where the daemon is the single writer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+
+from rota import __version__
+from rota.server.admission import PointRequestsFirst
+from rota.server.api import access, gpus, job_outputs, jobs, secrets, system
+from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
+from rota.server.dashboard import mount_dashboard
+from rota.server.metrics import RequestTimer
+from rota.server.ports import Commands, Reads
+from rota.server.problems import answer_errors_as_problems, document_problems, methods_by_path
+
+
+def build_app(commands: Commands, reads: Reads) -> FastAPI:
+    app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None)
+
+    async def who(request: Request) -> Principal:
+        via = request.scope.get(VIA_KEY, "socket")
+        if via == "socket" and request.headers.get(VIA_HEADER) == "tcp":
+            via = "tcp"  # forwarded by an API worker: the caller's token decides
+        return reads.principal(via, request.headers.get("authorization"))
+
+    app.add_middleware(PointRequestsFirst)  # inside the timer: its wait is timed
+    app.add_middleware(RequestTimer, histogram=reads.requests)
+    document_problems(app)
+    app.include_router(system.metrics_route(reads, who))
+    parts = [jobs.router(commands, reads, who), job_outputs.router(reads, who),
+             gpus.router(commands, reads, who), access.router(commands, reads, who),
+             secrets.router(commands, reads, who), system.router(commands, reads, who)]
+    for part in parts:
+        app.include_router(part, dependencies=[Depends(who)])  # every /v1 call needs a caller
+    answer_errors_as_problems(app, methods_by_path(r for p in parts for r in p.routes))
+    mount_dashboard(app)
+    return app
+
+
+def tcp_app(app: Any) -> Any:
+    """The same app for the TCP listener: its requests are marked so they need a token."""
+    async def marked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope = {**scope, VIA_KEY: "tcp"}
+        await app(scope, receive, send)
+    return marked

@@ -1,0 +1,126 @@
+"""The machine and the daemon: health, drain, queue and summary figures, sessions, the
+jobs file, Prometheus metrics, shutdown; and the endpoints only the API workers use."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from rota import __version__
+from rota.errors import NotFound
+from rota.server.api._shared import Who
+from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
+from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
+from rota.server.ports import Commands, Reads
+from rota.server.problems import errors
+
+
+class LiveBody(BaseModel):
+    ids: list[int] = Field(max_length=10_000)
+
+
+class RequestCounts(BaseModel):
+    labels: tuple[str, str, str]  # method, route, status
+    buckets: list[float] = Field(min_length=len(REQUEST_BUCKETS) + 1,
+                                 max_length=len(REQUEST_BUCKETS) + 1)
+    sum: float
+
+
+class WorkerRequestsBody(BaseModel):
+    slot: int = Field(ge=0)
+    pid: int
+    counts: list[RequestCounts] = Field(max_length=10_000)
+
+    def totals(self) -> Totals:
+        return {c.labels: (c.buckets, c.sum) for c in self.counts}
+
+
+def _for_workers_only(request: Request) -> None:
+    """The endpoints the API workers use answer on the socket only, to the workers."""
+    if request.scope.get(VIA_KEY) == "tcp" or VIA_HEADER in request.headers:
+        raise NotFound(f"no such endpoint: {request.url.path}")
+
+
+def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
+    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+
+    @r.get("/health", responses=errors(401))
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "version": __version__, "pid": os.getpid(), **reads.health()}
+
+    @r.post("/drain", responses=errors(401, 403, 422, 503))
+    async def drain(on: bool = Query(True, description="false ends draining"),
+                    p: Principal = Depends(who)) -> dict[str, Any]:
+        """Start no new job (running ones go on) until drained with on=false."""
+        p.require_admin("draining the machine")
+        commands.set_draining(on)
+        return {"draining": on}
+
+    @r.get("/queue", responses=errors(401, 503))
+    async def queue() -> dict[str, Any]:
+        return reads.queue()
+
+    @r.get("/summary", responses=errors(401, 503))
+    async def summary() -> dict[str, Any]:
+        """Counts by state, and GPU-hours used by user and by project."""
+        return {"counts": reads.store.count_by_state(),
+                "gpu_hours": reads.store.gpu_hours(now=reads.now())}
+
+    @r.get("/stats", responses=errors(401))
+    async def stats() -> dict[str, Any]:
+        return reads.stats()
+
+    @r.get("/sessions", responses=errors(401))
+    async def sessions() -> dict[str, Any]:
+        return {"sessions": reads.sessions()}
+
+    @r.get("/jobsfile", responses=errors(401))
+    async def jobsfile() -> dict[str, Any]:
+        return reads.jobs_file()
+
+    @r.post("/jobsfile/reload", responses=errors(401, 403, 503))
+    async def jobsfile_reload(p: Principal = Depends(who)) -> dict[str, Any]:
+        p.require_admin("reloading the jobs file")
+        return commands.reload_jobs_file()
+
+    @r.post("/shutdown", responses=errors(401, 403))
+    async def shutdown(p: Principal = Depends(who)) -> dict[str, Any]:
+        """Stop the daemon; running jobs go on and are taken up again at its next start."""
+        p.require_admin("stopping the daemon")
+        commands.shutdown()
+        return {"stopping": True}
+
+    @r.post("/live", include_in_schema=False)
+    async def live(body: LiveBody, request: Request) -> dict[str, Any]:
+        """For the API workers: what the daemon's memory knows of these jobs (see
+        rota.server.daemon_ports.live_facts), by id."""
+        _for_workers_only(request)
+        rows = list(reads.store.jobs(body.ids).values())
+        facts = await reads.facts(rows)
+        return {"facts": {str(row.id): f for row, f in zip(rows, facts, strict=True)}}
+
+    @r.post("/worker-requests", include_in_schema=False)
+    async def worker_requests(body: WorkerRequestsBody, request: Request) -> dict[str, Any]:
+        """For the API workers: the running totals of the requests a worker answered, for
+        /metrics (see rota.server.metrics.WorkerRequests)."""
+        _for_workers_only(request)
+        commands.report_worker_requests(body.slot, body.pid, body.totals())
+        return {"ok": True}
+
+    return r
+
+
+def metrics_route(reads: Reads, who: Who) -> APIRouter:
+    """/metrics, outside /v1 (where Prometheus looks)."""
+    r = APIRouter()
+
+    @r.get("/metrics", dependencies=[Depends(who)], include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus text format; over TCP a scraper sends a token like any client."""
+        return Response(reads.metrics_text(), media_type=CONTENT_TYPE)
+
+    return r

@@ -1,0 +1,268 @@
+"""The daemon's side of the API's ports (rota.server.ports): the one module outside the
+daemon that reads its attributes, so a change inside the daemon touches the API here only.
+
+Every method runs on the daemon's loop thread (the API's handlers are coroutines there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Histogram
+
+from rota.core.lifecycle import JobState
+from rota.core.spec import JobSpec, check_secret_name
+from rota.errors import Conflict, NotFound
+from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
+from rota.server.daemon import Daemon
+from rota.server.intake import Intake
+from rota.server.metrics import Totals
+from rota.server.ports import Fault, Submitted, UserRemoved
+from rota.server.views import HELD, tracked
+from rota.store.db import redact_url
+from rota.store.repo import JobRecord, Store
+from rota.store.tables import TokenRow, UserRow
+
+#: the states of a job that has not ended: a removed user's jobs in them are cancelled first
+ACTIVE = ("pending", "held", "starting", "running", "preempted")
+
+
+def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
+    """What the daemon's memory knows of a job: its state (ahead of the store by at most a
+    batch), its GPUs, why it waits, its tracker runs."""
+    r = row._mapping
+    job_id, spec = r["id"], r["spec"]
+    known = d.states.get(job_id)
+    state: str = r["state"] if known is None else known.value
+    run = d.running.get(job_id)
+    out: dict[str, Any] = {"state": state, "gpu_indices": list(run.gpus) if run else []}
+    if tracked(r, d.settings.mlflow):
+        tracking = d.tracking.view(job_id, spec, r["tracking"], r["progress"])
+        if tracking:
+            out["tracking"] = tracking
+    if state == "held":
+        out["reason"] = dict(HELD)
+    elif state == "pending" and job_id in d.tracking.parked:
+        out["reason"] = {"code": "tracker", "message": "waits for its MLflow run to be "
+                         f"created in {redact_url(d.tracking.uri())}"}
+    elif state == "pending":
+        reason = d.last_plan.reason(job_id)
+        if reason is None:
+            out["reason"] = {"code": "not_scheduled", "message": "not yet looked at by a pass"}
+        else:
+            out["reason"] = {"code": str(reason.code),
+                             "message": d.last_plan.reason_text(job_id),
+                             "until": reason.until, "blocker": reason.blocker}
+    return out
+
+
+def gpu_views(d: Daemon) -> list[dict[str, Any]]:
+    views = {v.index: v for v in d.gpu_views()}
+    jobs: dict[int, list[int]] = {}
+    for r in d.running.values():
+        for i in r.gpus:
+            jobs.setdefault(i, []).append(r.job_id)
+    out = []
+    for i, g in sorted(d.readings.items()):
+        v = views[i]
+        out.append({"index": i, "uuid": g.uuid, "name": g.name,
+                    "memory_total": g.memory_total, "memory_used": g.memory_used,
+                    "memory_external": v.memory_external, "utilization": g.utilization,
+                    "allocated": v.allocated_milli / 1000, "reserved_memory": v.reserved_memory,
+                    "jobs": sorted(jobs.get(i, [])), "paused": i in d.paused,
+                    "healthy": g.healthy, "temperature_c": g.temperature_c,
+                    "history": [list(pt) for pt in d.history.get(i, ())]})
+    return out
+
+
+class DaemonPorts:
+    """Commands and Reads (rota.server.ports) over a running daemon and its intake."""
+
+    def __init__(self, daemon: Daemon, intake: Intake, *,
+                 on_shutdown: Callable[[], None] | None = None) -> None:
+        self._d, self._intake, self._on_shutdown = daemon, intake, on_shutdown
+        self._auth = Authenticator(daemon.store, daemon.settings.user, daemon.clock)
+
+    # --- Reads ---------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        return self._d.store
+
+    @property
+    def requests(self) -> Histogram:
+        return self._d.metrics.requests
+
+    def principal(self, via: str, authorization: str | None) -> Principal:
+        return self._auth.principal(via, authorization)
+
+    def now(self) -> float:
+        return self._d.clock()
+
+    async def facts(self, rows: Sequence[JobRecord]) -> list[dict[str, Any]]:
+        return [live_facts(self._d, r) for r in rows]
+
+    def job_state(self, job_id: int) -> JobState:
+        return self._d.job_state(job_id)
+
+    def health(self) -> dict[str, Any]:
+        d = self._d
+        return {"devices": d.devices.kind, "gpus": len(d.readings), "pending": len(d.queue),
+                "running": len(d.running), "draining": d.draining}
+
+    def gpus(self) -> dict[str, Any]:
+        return {"devices": self._d.devices.kind, "gpus": gpu_views(self._d),
+                "draining": self._d.draining}
+
+    def queue(self) -> dict[str, Any]:
+        d = self._d
+        return {"counts": d.store.count_by_state(), "pending": len(d.queue),
+                "running": len(d.running),
+                "reservations": [{"job": r.job_id, "gpus": list(r.gpu_indices)}
+                                 for r in d.last_plan.reservations]}
+
+    def stats(self) -> dict[str, Any]:
+        p = sorted(self._d.pass_seconds)
+        return {"passes": len(p), "pass_p50_ms": 1000 * p[len(p) // 2] if p else None,
+                "pass_max_ms": 1000 * p[-1] if p else None}
+
+    def sessions(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self._d.running.values():
+            if r.handle is not None and r.backend.capabilities.attachable:
+                out.append({"job": r.job_id, "session": r.handle.session_name,
+                            "backend": r.handle.backend, "gpus": list(r.gpus),
+                            "attach": r.backend.attach_argv(r.handle)})
+        return out
+
+    def attach_argv(self, job_id: int) -> list[str] | None:
+        run = self._d.running.get(job_id)
+        if run is None or run.handle is None:
+            raise NotFound(f"job {job_id} is not running")
+        return run.backend.attach_argv(run.handle)
+
+    def log_path(self, job_id: int) -> Path:
+        self._d.job_state(job_id)  # NotFound if unknown
+        # built from the integer id only: no client text reaches the filesystem
+        return self._d.settings.logs_dir / f"{int(job_id)}.log"
+
+    def jobs_file(self) -> dict[str, Any]:
+        return vars(self._intake.jobs_file)
+
+    def metrics_text(self) -> bytes:
+        return self._d.metrics.render()
+
+    # --- Commands ------------------------------------------------------------------------
+    def submit(self, jobs: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,
+               idempotency_key: str | None = None, dedup: bool = False,
+               force: bool = False) -> Submitted:
+        rows = self._intake.submit(jobs, user=user, source=source,
+                                   idempotency_key=idempotency_key, dedup=dedup, force=force)
+        return Submitted(rows, self._intake.warnings(rows))
+
+    def cancel(self, job_id: int) -> JobState:
+        return self._d.cancel(job_id)
+
+    def hold(self, job_id: int) -> None:
+        self._d.hold(job_id)
+
+    def release(self, job_id: int) -> None:
+        self._d.release(job_id)
+
+    def preempt(self, job_id: int) -> JobState:
+        self._d.preempt(job_id)
+        return self._d.job_state(job_id)
+
+    def requeue(self, job_id: int) -> JobRecord:
+        row = self._d.store.get_job(job_id)
+        if self._d.job_state(job_id).terminal:
+            [new] = self._intake.submit([{**row.spec, "hold": False}], user=row.user,
+                                        source=f"requeue of job {job_id}", force=True)
+            return new
+        self._d.requeue(job_id)
+        return self._d.store.get_job(job_id)
+
+    async def wait_for_end(self, job_id: int, timeout: float | None) -> JobState:
+        return await self._d.wait_for_end(job_id, timeout)
+
+    def set_paused(self, index: int, paused: bool) -> None:
+        self._d.set_paused(index, paused)
+
+    def simulate(self, index: int, fault: Fault) -> None:
+        d = self._d
+        dev: Any = d.devices
+        if d.devices.kind != "simulated":
+            raise Conflict("only simulated GPUs take injected faults (this daemon reads "
+                           f"{d.devices.kind} GPUs)")
+        if not 0 <= index < dev.gpu_count:
+            raise NotFound(f"no simulated GPU {index}; this daemon simulates "
+                           f"{dev.gpu_count} (indices 0-{dev.gpu_count - 1})")
+        if fault.present is True:
+            dev.restore(index)
+        if fault.present is False:
+            dev.remove(index)
+        if fault.healthy is not None:
+            dev.set_health(index, fault.healthy)
+        if fault.external_mem is not None or fault.external_util is not None:
+            dev.set_external(index, fault.external_mem or 0, fault.external_util or 0.0)
+        d.read_devices()
+        d.kick()
+
+    def set_draining(self, on: bool) -> None:
+        self._d.set_draining(on)
+
+    def reload_jobs_file(self) -> dict[str, Any]:
+        return vars(self._intake.poll_jobs_file(force=True))
+
+    def add_user(self, name: str, *, admin: bool) -> UserRow:
+        return self._d.store.add_user(check_user_name(name), admin=admin, now=self._d.clock())
+
+    def remove_user(self, name: str, *, cancel_jobs: bool, by: str) -> UserRemoved:
+        d = self._d
+        if name == by:
+            raise Conflict(f"{name} cannot remove themself; another admin can")
+        if name == d.settings.user:
+            raise Conflict(f"{name} owns this daemon and cannot be removed")
+        d.store.user(name)  # NotFound names the user
+        active = [r.id for r in d.store.list_jobs(states=ACTIVE, user=name, limit=1 << 62)]
+        active = [i for i in active if not d.job_state(i).terminal]
+        if active and not cancel_jobs:
+            raise Conflict(f"{name} has {len(active)} active job{'s' * (len(active) != 1)} "
+                           f"({', '.join(map(str, active[:10]))}"
+                           f"{', ...' if len(active) > 10 else ''}); cancel them first, or "
+                           "remove the user with cancel_jobs=true")
+        for job_id in active:
+            d.cancel(job_id)
+        revoked = d.store.remove_user(name)
+        self._auth.forget()
+        return UserRemoved(name, revoked, len(active))
+
+    def add_token(self, user: str, *, note: str | None) -> tuple[TokenRow, str]:
+        token = new_token()
+        row = self._d.store.add_token(user, digest=token_digest(token), prefix=token[:12],
+                                      note=note, now=self._d.clock())
+        return row, token
+
+    def revoke_token(self, token_id: int) -> TokenRow:
+        store = self._d.store
+        if store.token(token_id).revoked_at is not None:
+            raise Conflict(f"token {token_id} is already revoked")
+        store.revoke_token(token_id, now=self._d.clock())
+        self._auth.forget()
+        return store.token(token_id)
+
+    def put_secret(self, user: str, name: str, value: str) -> bool:
+        return self._d.secrets.put(user, name, value)
+
+    def delete_secret(self, user: str, name: str) -> None:
+        self._d.secrets.delete(user, check_secret_name(name))
+
+    def report_worker_requests(self, slot: int, pid: int, totals: Totals) -> None:
+        self._d.metrics.worker_requests.report(slot, pid, totals)
+
+    def shutdown(self) -> None:
+        if self._on_shutdown is not None:
+            asyncio.get_running_loop().call_soon(self._on_shutdown)
+
