@@ -40,7 +40,7 @@ def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condit
 
 
 def wait_exit(backend: Backend, handle: Handle, timeout: float = 10.0) -> ExitInfo:
-    info: ExitInfo = wait_for(lambda: backend.exit_info(handle), timeout, "the job to end")
+    info: ExitInfo = wait_for(lambda: backend.collect(handle), timeout, "the job to end")
     return info
 
 

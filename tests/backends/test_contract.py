@@ -8,13 +8,14 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from rota.backends.base import Backend, Handle
-from rota.backends.common import KILLED, pid_alive, read_status
+from rota.backends.common import KILLED, pid_alive
 from rota.backends.registry import make_backend
 from rota.errors import BackendError
 
@@ -94,7 +95,7 @@ def test_sigterm_to_group_recorded(env: Env, backend: Backend) -> None:
     h = env.launch(backend, req)
     wait_text(req.log_path, "ready")
     assert backend.is_alive(h)
-    assert backend.exit_info(h) is None
+    assert backend.collect(h) is None
     backend.signal(h, signal.SIGTERM)
     info = wait_exit(backend, h)
     assert (info.exit_code, info.signal) == (None, signal.SIGTERM)  # shim exits 128+15 = 143
@@ -159,7 +160,7 @@ def test_process_group_is_the_shims(env: Env, backend: Backend) -> None:
     req = env.req(py(WAIT_FOR_TERM, "plain"))
     h = env.launch(backend, req)
     wait_text(req.log_path, "ready")
-    status = read_status(req.status_path)
+    status = backend.read_status(req.status_path)
     assert status is not None
     assert status["shim_pid"] == h.pid == status["pgid"] == os.getpgid(h.pid)
     shim = psutil.Process(h.pid)  # the local runner starts the job itself: no shim
@@ -197,10 +198,34 @@ def test_job_survives_its_launcher_and_is_adopted(env: Env, backend_name: str) -
     gc.collect()
     fresh = env.backend(backend_name)
     assert fresh.is_alive(h)
-    assert fresh.exit_info(h) is None
+    assert fresh.collect(h) is None
     go.touch()
     info = wait_exit(fresh, h)
     assert (info.exit_code, info.signal) == (7, None)
+
+
+def test_locate_after_a_restart(env: Env, backend_name: str) -> None:
+    """What recovery asks a fresh backend: the attempt's process from the stored handle or,
+    where the daemon died before storing one, from the backend's own records; whether it
+    still runs; how it ended; and nothing where no launch happened."""
+    launcher = env.backend(backend_name)
+    go = env.tmp / "go"
+    req = env.req(py(f"import os, time\nwhile not os.path.exists({str(go)!r}): "
+                     "time.sleep(0.02)\nraise SystemExit(5)"))
+    started = time.time()
+    h = env.launch(launcher, req)
+    fresh = env.backend(backend_name)
+    wait_for(lambda: fresh.locate(None, h.status_path, started).handle is not None,
+             what="the attempt in the backend's records")
+    found = fresh.locate(None, h.status_path, started)
+    assert found.handle is not None and found.handle.pid == h.pid and found.ended is None
+    assert fresh.locate(h, h.status_path, started).ended is None
+    go.touch()
+    wait_exit(fresh, h)
+    ended = fresh.locate(h, h.status_path, started).ended
+    assert ended is not None and (ended.exit_code, ended.signal) == (5, None)
+    nothing = env.req(["true"])
+    assert fresh.locate(None, str(nothing.status_path), started).handle is None
 
 
 def test_handle_survives_json(env: Env, backend: Backend) -> None:
@@ -296,7 +321,7 @@ def test_status_file_of_a_previous_attempt_is_ignored(env: Env, backend: Backend
                                            "exit_code": 0, "signal": None, "ended_at": 2.0}))
     h = env.launch(backend, req)
     assert h.pid != 1
-    assert backend.exit_info(h) is None
+    assert backend.collect(h) is None
     backend.signal(h, signal.SIGKILL)
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rota.backends import runner as runner_mod
-from rota.backends.common import read_status
-from rota.backends.journal import JournalIndex, journal_dir, segment_name
-from rota.backends.local import LocalBackend
+from rota.backends.local import runner as runner_mod
+from rota.backends.local.backend import LocalBackend
+from rota.backends.local.journal import JournalIndex, journal_dir, segment_name
 
 from .conftest import Env, wait_exit
 
@@ -46,7 +45,7 @@ def test_a_job_makes_no_status_file_and_its_end_comes_through_the_pipe(env: Env)
     assert recorded_end == end
     # the pipe's record alone says how it ended: no journal needed
     segment.unlink()
-    info = backend.exit_info(h, watched)
+    info = backend.collect(h, watched)
     assert info is not None
     assert (info.exit_code, info.signal, info.ended_at) == (7, None, end["ended_at"])
 
@@ -58,7 +57,7 @@ def test_without_the_pipe_the_end_is_read_from_the_journal(env: Env) -> None:
     handles = [env.launch(backend, r) for r in reqs]
     got = [wait_exit(backend, h) for h in handles]
     assert [(i.exit_code, i.signal) for i in got] == [(None, 15), (None, 9), (0, None)]
-    status = read_status(reqs[2].status_path)
+    status = backend.read_status(reqs[2].status_path)
     assert status is not None and status["shim_pid"] == handles[2].pid
     assert status["exit_code"] == 0 and status["runner"] == handles[2].extra["runner"]
 
@@ -70,7 +69,7 @@ def test_a_stale_status_file_is_removed_at_the_launch(env: Env) -> None:
     req.status_path.write_text(json.dumps({"shim_pid": 1, "exit_code": 0, "ended_at": 2.0}))
     h = env.launch(backend, req)
     assert not req.status_path.exists()
-    assert backend.is_alive(h) and backend.exit_info(h) is None
+    assert backend.is_alive(h) and backend.collect(h) is None
 
 
 def write(path: Path, *records: dict[str, object], tail: bytes = b"") -> None:

@@ -177,3 +177,42 @@ def test_missing_program_is_a_clear_error(env: Env, name: str,
     with pytest.raises(BackendError, match=f"{name} is not installed"):
         b.launch(env.req(["true"]))
     assert b.list_sessions() == []
+
+
+def test_a_session_launch_waits_off_the_event_loop(env: Env) -> None:
+    """tmux's launch polls for the shim's record: launch_later runs it on a worker thread
+    and posts the outcome back, while the loop goes on turning."""
+    import asyncio
+
+    from rota.backends.base import Launched, LaunchOutcome
+
+    require("tmux")
+    b = env.backend("tmux")
+    assert b.capabilities.launch_blocks
+    reqs = [env.req(py(SLEEPER), session_name=f"rota-{i}-cpu") for i in (1, 2)]
+
+    async def run() -> tuple[list[tuple[int, LaunchOutcome]], int]:
+        got: list[tuple[int, LaunchOutcome]] = []
+        ticks = 0
+        assert b.launch_later(reqs, lambda i, outcome: got.append((i, outcome)))
+        while len(got) < len(reqs):  # the loop is free while tmux starts the sessions
+            ticks += 1
+            await asyncio.sleep(0.001)
+        return got, ticks
+
+    got, ticks = asyncio.run(run())
+    assert ticks > 1 and [i for i, _ in got] == [0, 1]
+    for _, outcome in got:
+        assert isinstance(outcome, Launched)
+        env.handles.append(outcome.handle)
+        b.signal(outcome.handle, signal.SIGKILL)
+        wait_exit(b, outcome.handle)
+
+
+def test_a_failed_session_launch_is_a_typed_outcome(env: Env) -> None:
+    from rota.backends.base import LaunchFailed
+
+    require("tmux")
+    b = env.backend("tmux")
+    [got] = b.launch_many([env.req(["true"], cwd=str(env.tmp / "nowhere"))])
+    assert isinstance(got, LaunchFailed) and "does not exist" in got.reason

@@ -31,7 +31,7 @@ def test_a_started_job_is_stored_as_running_without_other_writes(tmp_path: Path)
             handle = d.running[job].handle
             assert handle is not None and attempt.handle
             assert attempt.handle["pid"] == handle.pid
-            assert not d._unrecorded
+            assert not d.launcher.unrecorded
 
     asyncio.run(scenario())
 
@@ -52,7 +52,7 @@ def test_jobs_that_end_before_their_start_is_stored_keep_their_whole_timeline(
                 [attempt] = store.attempts(j)
                 assert attempt.handle is not None and attempt.exit_code == 3
                 assert attempt.outcome == "failed"
-            assert not d._unrecorded and not d.running
+            assert not d.launcher.unrecorded and not d.running
 
     asyncio.run(scenario())
 
@@ -83,7 +83,7 @@ def test_a_running_daemon_deletes_ended_journal_segments_every_few_exits(
     import json
     import os
 
-    from rota.backends.journal import journal_dir, segment_name
+    from rota.backends.local.journal import journal_dir, segment_name
 
     monkeypatch.setattr(daemon_module, "TIDY_EVERY_EXITS", 2)
 

@@ -44,8 +44,8 @@ class _Faults:
         yield
 
 
-def _fail_once(d: Daemon, name: str, faults: _Faults, n: int = 1) -> list[int]:
-    """The daemon's ``name`` batch fails the first time it runs (its commit and the next
+def _fail_once(d: object, name: str, faults: _Faults, n: int = 1) -> list[int]:
+    """The daemon part's ``name`` batch fails the first time it runs (its commit and the next
     n - 1 ones); returns a one-item list that counts how often it ran failing."""
     real: Callable[[], None] = getattr(d, name)
     fired: list[int] = []
@@ -82,7 +82,7 @@ def test_an_exit_that_could_not_be_stored_is_stored_from_the_runners_record(
     async def scenario() -> None:
         async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
-            fired = _fail_once(d, "_record_exits", faults)
+            fired = _fail_once(d.exits, "record_exits", faults)
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; exit 3"])
             await until(lambda: bool(fired), "the exit's batch")
             assert faults.failed == 1
@@ -109,7 +109,7 @@ def test_a_start_that_could_not_be_stored_is_taken_up_and_runs_once(
     async def scenario() -> None:
         async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
-            fired = _fail_once(d, "_record_launches", faults)
+            fired = _fail_once(d.launcher, "record_launches", faults)
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; sleep 1"])
             await until(lambda: bool(fired), "the start's batch")
             assert faults.failed == 1
@@ -134,7 +134,7 @@ def test_while_the_store_keeps_failing_nothing_starts_and_the_daemon_tries_again
     async def scenario() -> None:
         async with in_process_daemon(tmp_path) as (d, store):
             faults = _Faults(store, monkeypatch)
-            fired = _fail_once(d, "_record_exits", faults, n=3)
+            fired = _fail_once(d.exits, "record_exits", faults, n=3)
             first = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; exit 0"])
             await until(lambda: bool(fired), "the exit's batch")
             await until(lambda: faults.failed == 3, "two failed tries to take the work up")
@@ -163,11 +163,11 @@ def test_the_work_is_taken_up_again_only_once_every_launch_is_answered(
         async with in_process_daemon(tmp_path) as (d, store):
             job = _submit(d, store, ["sh", "-c", f"echo ran >> {marker}; sleep 1"])
             await until(lambda: store.get_job(job).state == "running", "the job to run")
-            d._launches_in_flight += 1  # as if another launch were still unanswered
+            d.launcher.in_flight += 1  # as if another launch were still unanswered
             d._resync_soon(0.0)
             await asyncio.sleep(0.3)
             assert d.diverged and job in d.running  # not forgotten yet
-            d._launches_in_flight -= 1
+            d.launcher.in_flight -= 1
             await until(lambda: not d.diverged, "the work taken up again")
             assert d.running[job].handle is not None
             await until(lambda: store.get_job(job).state == "completed", "the job's end")

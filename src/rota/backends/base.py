@@ -1,10 +1,11 @@
 """The backend protocol: where and how a job's process runs.
 
 A backend launches a job through something that outlives the daemon and records the pid
-and the real exit status in a status file: the local runner (``rota.backends.runner``)
-for the local backend, a shim per job (``rota.backends.shim``, ``shell_shim``) otherwise,
-so that a restarted daemon can re-adopt jobs that kept running and learn how the ones that
-ended meanwhile finished.
+and the real exit status: the local runner (``rota.backends.local``) for the local backend,
+a shim per job (``rota.backends.shim``, ``shell_shim``) otherwise. Each backend owns its
+processes from end to end: it launches them, locates them again after a daemon restart,
+gives the daemon something to watch, and collects how they ended. The daemon and recovery
+ask the backend; they never read process tables or a backend's records themselves.
 """
 
 from __future__ import annotations
@@ -62,10 +63,33 @@ class ExitInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Launched:
+    handle: Handle
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFailed:
+    reason: str
+    retryable: bool = False  # a passing trouble (the runner was lost), not the request
+
+
+LaunchOutcome = Launched | LaunchFailed
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """What a backend knows of an attempt after a daemon restart."""
+
+    handle: Handle | None  # None: no process was ever started for it
+    ended: ExitInfo | None = None  # how it ended; None while it still runs (and is ours)
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     attachable: bool = False  # `rota attach` works
     gpu_pinning: bool = True  # honours CUDA_VISIBLE_DEVICES
     adopt_after_restart: bool = True
+    launch_blocks: bool = False  # a launch waits on the process (run off the event loop)
 
 
 class Backend(Protocol):
@@ -80,27 +104,32 @@ class Backend(Protocol):
         """Start the job detached (own session and process group); return at once."""
         ...
 
-    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
-        """Launch several: a handle each, or the reason it could not start."""
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
+        """Launch several: an outcome each."""
         ...
 
     def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[int, Handle | str], None]) -> bool:
-        """Launch several without waiting for them: ``done(i, outcome)`` is called on the
-        running event loop for ``reqs[i]`` as soon as its handle (or the reason it could not
-        start) is known. False when this backend cannot (then nothing was done: use
-        ``launch_many``)."""
+                     done: Callable[[int, LaunchOutcome], None]) -> bool:
+        """Launch several without blocking the event loop: ``done(i, outcome)`` is called on
+        the running event loop for ``reqs[i]`` as soon as its outcome is known. False when
+        this backend cannot (then nothing was done: use ``launch_many``)."""
+        ...
+
+    def locate(self, handle: Handle | None, status_path: str, started_at: float) -> Located:
+        """After a daemon restart: the attempt's process (from its stored ``handle``, else
+        from the backend's own records of ``status_path``), and how it ended if it has (or
+        its process is gone, or is no longer ours)."""
         ...
 
     def watch(self, handle: Handle) -> int | None:
         """An fd that turns readable when the job has ended (and its end is recorded),
         for the daemon's event loop; None when it has ended already. What can be read from
-        it then goes to ``exit_info`` as ``watched``."""
+        it then goes to ``collect`` as ``watched``."""
         ...
 
     def is_alive(self, handle: Handle) -> bool: ...
 
-    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+    def collect(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
         """How it ended: from ``watched`` (what its watch fd delivered) when that says it,
         else from its status record; None while it still runs."""
         ...

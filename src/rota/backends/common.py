@@ -1,7 +1,8 @@
 """Helpers shared by the process backends (local, tmux, screen): status files, pids, argv.
 
-They all run a job the same way, through the shim, and differ only in what holds the
-shim (nothing, a tmux pane, a screen window); what they share lives here.
+They all run a job the same way, through a shim, and differ only in what holds the shim
+(nothing, a tmux pane, a screen window); the helpers they share live here, and what they
+do alike as backends in ``rota.backends.process``.
 """
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from rota.backends.base import ExitInfo, Handle, LaunchRequest
-from rota.backends.journal import JOURNALS
+from rota.backends.base import ExitInfo, LaunchRequest
 from rota.backends.shell_shim import MARK, status_from_exit_status
 from rota.backends.shim import TERMINAL_VARS
 from rota.errors import BackendError
@@ -29,22 +28,17 @@ from rota.errors import BackendError
 _PID_REUSE_SLACK_S = 2.0
 
 
-def read_status(path: str | Path, *, journal: bool = True) -> dict[str, Any] | None:
-    """The attempt's status record, or None while there is none (not written yet, or gone).
+def read_status(path: str | Path) -> dict[str, Any] | None:
+    """The attempt's status file, or None while there is none (not written yet, or gone).
 
-    From its status file when there is one: the Python shim replaces one JSON object
-    atomically; the shell shim (and a runner of protocol 2 or older) appends JSON lines
-    (start, then end), merged in order. A line that does not parse (a disk that filled up
-    mid-write) is skipped. Else (unless ``journal`` is False: a shim's own file is awaited)
-    from the local runner's journal, where ``path`` is the attempt's key
-    (``rota.backends.journal``).
+    The Python shim replaces one JSON object atomically; the shell shim (and a runner of
+    protocol 2 or older) appends JSON lines (start, then end), merged in order. A line that
+    does not parse (a disk that filled up mid-write) is skipped.
     """
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
             mtime = os.fstat(f.fileno()).st_mtime
-    except FileNotFoundError:
-        return status_record(JOURNALS.lookup(str(path))) if journal else None
     except OSError:
         return None
     record: dict[str, Any] = {}
@@ -264,74 +258,6 @@ def prepare_paths(req: LaunchRequest) -> None:
     req.log_path.parent.mkdir(parents=True, exist_ok=True)
     req.status_path.parent.mkdir(parents=True, exist_ok=True)
     req.status_path.unlink(missing_ok=True)
-
-
-def _started_at(status: dict[str, Any] | None, handle: Handle) -> float | None:
-    """When the shim started: its own record (Python shim) or the launch time in the handle."""
-    started = status.get("started_at") if status else None
-    return started if started is not None else handle.extra.get("started_at")
-
-
-def status_exit_info(handle: Handle) -> ExitInfo | None:
-    """exit_info for any shim-based backend: end record, else None while alive, else killed.
-
-    The status is read again after the liveness check: the shim writes its end record and
-    then exits, so a job that ended between the first read and the check is not taken
-    for killed.
-    """
-    status = read_status(handle.status_path)
-    info = exit_info_from_status(status)
-    if info is not None:
-        return info
-    if pid_alive(handle.pid, _started_at(status, handle)) or _recorder_alive(handle):
-        return None
-    return exit_info_from_status(read_status(handle.status_path)) or KILLED
-
-
-def status_is_alive(handle: Handle) -> bool:
-    """is_alive for shim-based backends, guarded against a recycled pid.
-
-    An end record means the job has ended even while the shim is still exiting, so that
-    ``is_alive`` never contradicts ``exit_info``.
-    """
-    status = read_status(handle.status_path)
-    if has_ended(status):
-        return False
-    return pid_alive(handle.pid, _started_at(status, handle)) or _recorder_alive(handle)
-
-
-def _recorder_alive(handle: Handle) -> bool:
-    """For a job the local runner started: whether the runner is still there to write its
-    end record. Between the job's exit and that record the job is not over yet: taking it
-    for killed then would be wrong."""
-    runner = int(handle.extra.get("runner") or 0)
-    if not runner:
-        return False
-    status = read_status(handle.status_path)
-    if status is None or status.get("runner") != runner or has_ended(status):
-        return False
-    return pid_alive(runner, status.get("runner_started"))
-
-
-def pidfd_watch(handle: Handle) -> int | None:
-    """A pidfd of the job's watched process (readable when it exits), or None when it has
-    exited already."""
-    try:
-        return os.pidfd_open(handle.pid)
-    except ProcessLookupError:
-        return None
-
-
-def launch_one_by_one(launch: Callable[[LaunchRequest], Handle],
-                      reqs: list[LaunchRequest]) -> list[Handle | str]:
-    """``launch_many`` for backends that start jobs one at a time."""
-    out: list[Handle | str] = []
-    for req in reqs:
-        try:
-            out.append(launch(req))
-        except (BackendError, OSError) as e:
-            out.append(str(e))
-    return out
 
 
 def is_shim_of(cmdline: list[str], status_path: str) -> bool:

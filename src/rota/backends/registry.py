@@ -20,7 +20,7 @@ def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None 
     others (later engines bring optional SDKs).
     """
     if name in ("local", "none"):
-        from rota.backends.local import LocalBackend
+        from rota.backends.local.backend import LocalBackend
 
         return LocalBackend(runner_socket)
     if name == "tmux":

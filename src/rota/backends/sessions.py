@@ -21,25 +21,20 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
-from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
+from rota.backends.base import Capabilities, Handle, LaunchRequest
 from rota.backends.common import (
     append_log_header,
     check_request,
-    launch_one_by_one,
-    pidfd_watch,
     prepare_paths,
     read_status,
     shim_argv,
-    signal_group,
-    status_exit_info,
-    status_is_alive,
     write_job_file,
 )
+from rota.backends.process import ProcessBackend
 from rota.errors import BackendError
 
 SESSION_PREFIX = "rota-"
@@ -64,12 +59,13 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 10.0
         raise BackendError(f"{argv[0]} failed: {e}") from e
 
 
-class _SessionBackend:
-    """What tmux and screen share: launch through a job file, then learn the shim's pid."""
+class _SessionBackend(ProcessBackend):
+    """What tmux and screen share: launch through a job file, then learn the shim's pid
+    (a wait: the daemon launches these off its event loop)."""
 
     name: str
     program: str
-    capabilities = Capabilities(attachable=True)
+    capabilities = Capabilities(attachable=True, launch_blocks=True)
     #: How long launch waits for the shim's first status record.
     start_timeout_s: float = 10.0
 
@@ -120,14 +116,14 @@ class _SessionBackend:
         deadline = time.monotonic() + self.start_timeout_s
         next_session_check = time.monotonic() + 0.2
         while True:
-            status = read_status(status_path, journal=False)
+            status = read_status(status_path)
             if status and status.get("shim_pid"):
                 return int(status["shim_pid"])
             now = time.monotonic()
             if now >= next_session_check:
                 next_session_check = now + 0.2
                 if not self._exists(name):
-                    status = read_status(status_path, journal=False)  # ended just now?
+                    status = read_status(status_path)  # ended just now?
                     if status and status.get("shim_pid"):
                         return int(status["shim_pid"])
                     raise BackendError(f"{self.name} session {name!r} ended before the job "
@@ -137,28 +133,6 @@ class _SessionBackend:
                 raise BackendError(f"{self.name} session {name!r}: the job did not start "
                                    f"within {self.start_timeout_s:g}s")
             time.sleep(0.01)
-
-    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
-        return launch_one_by_one(self.launch, reqs)
-
-    def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[int, Handle | str], None]) -> bool:
-        return False  # tmux and screen answer at once
-
-    def watch(self, handle: Handle) -> int | None:
-        return pidfd_watch(handle)
-
-    def is_alive(self, handle: Handle) -> bool:
-        return status_is_alive(handle)
-
-    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
-        return status_exit_info(handle)  # a pidfd is watched: it says nothing
-
-    def tidy(self, status_dir: Path, active: set[str]) -> None:
-        pass  # a status file per attempt, kept with the attempt's log
-
-    def signal(self, handle: Handle, sig: int) -> None:
-        signal_group(handle.pid, sig)
 
 
 class TmuxBackend(_SessionBackend):

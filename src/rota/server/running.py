@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rota.backends.base import Backend, Handle
+from rota.core.outcome import StopReason
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 from rota.server.outputs import OutputReader
@@ -31,9 +32,7 @@ class Running:
     pidfd: int | None = None  # what the loop watches for its end (backend.watch)
     watched: bytes = b""  # what that fd held at the end (the local runner's end record)
     rewatches: int = 0
-    # why Rota is stopping it: "cancel" | "timeout" | "gpu_lost" | "requeue" | "preempt";
-    # None while it runs freely
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None  # why Rota is stopping it; None: it runs freely
     kill_in: float | None = None  # seconds from the stop signal to SIGKILL (None: its grace)
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     output: OutputReader | None = None  # metrics and progress read from what it writes

@@ -88,6 +88,7 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
     import uvicorn
 
     from rota.server.api import build_app, tcp_app
+    from rota.server.daemon_ports import DaemonPorts
     from rota.server.intake import Intake
 
     # bound before anything starts: a port in use stops the daemon before it takes up work
@@ -103,7 +104,8 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
         for s in servers:
             s.should_exit = True
 
-    app = build_app(daemon, intake, on_shutdown=stop)
+    ports = DaemonPorts(daemon, intake, on_shutdown=stop)
+    app = build_app(ports, ports)
     common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off",
                               "timeout_graceful_shutdown": 2}
     server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path), **common))

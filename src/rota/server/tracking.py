@@ -37,6 +37,12 @@ log = logging.getLogger("rota.tracking")
 CLOSE_WAIT_S = 15.0
 
 
+def wants_mlflow(asked: bool | None, default: bool) -> bool:
+    """Whether a job wants an MLflow run: its own ``mlflow`` field, else the daemon's
+    default (``--mlflow`` at start-up). The one place this is decided."""
+    return default if asked is None else bool(asked)
+
+
 @dataclass
 class Tracked:
     """A job with an MLflow run."""
@@ -64,8 +70,9 @@ class Tracking:
     _bridge: mlflow_bridge.MlflowBridge | None = None
 
     # --- at submit ------------------------------------------------------------------------
-    def wants_mlflow(self, spec: JobSpec) -> bool:
-        return self.settings.mlflow if spec.mlflow is None else spec.mlflow
+    def wants_mlflow(self, spec: JobSpec | dict[str, Any]) -> bool:
+        asked = spec.get("mlflow") if isinstance(spec, dict) else spec.mlflow
+        return wants_mlflow(asked, self.settings.mlflow)
 
     def check(self, spec: JobSpec, user: str, prefix: str = "") -> None:
         """Refuse what could not work: MLflow not installed, a secret not stored."""
@@ -218,10 +225,9 @@ class Tracking:
         """The job's runs, from its stored spec (not re-validated: lists show many jobs)."""
         out: dict[str, Any] = {}
         ml = (tracking or {}).get("mlflow")
-        wants = self.settings.mlflow if spec.get("mlflow") is None else spec["mlflow"]
         if ml:
             out["mlflow"] = dict(ml)
-        elif wants:
+        elif self.wants_mlflow(spec):
             out["mlflow"] = {"state": "creating" if job_id in self.creating else "none"}
         if spec.get("wandb"):
             out["wandb"] = wandb_bridge.view(

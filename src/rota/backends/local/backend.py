@@ -10,23 +10,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest
+from rota.backends.base import (
+    Capabilities,
+    ExitInfo,
+    Handle,
+    Launched,
+    LaunchFailed,
+    LaunchOutcome,
+    LaunchRequest,
+)
 from rota.backends.common import (
     build_job_argv,
     check_request,
     exit_info_from_status,
-    launch_one_by_one,
+    has_ended,
     pid_alive,
-    pidfd_watch,
     prepare_paths,
     read_status,
-    signal_group,
-    status_exit_info,
-    status_is_alive,
     status_record,
 )
-from rota.backends.journal import JOURNALS, parse_line
-from rota.backends.runner_client import Answer, RunnerClient, RunnerLost
+from rota.backends.local.client import Answer, RunnerClient, RunnerLost
+from rota.backends.local.journal import JOURNALS, parse_line
+from rota.backends.process import ProcessBackend
 from rota.backends.shell_shim import SHELL, shell_shim_argv
 from rota.errors import BackendError
 
@@ -37,11 +42,11 @@ _DEVNULL_OUT = (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)
 _DEVNULL_ERR = (os.POSIX_SPAWN_DUP2, 1, 2)
 
 
-class LocalBackend:
+class LocalBackend(ProcessBackend):
     """Runs each job detached, in its own session, output appended to its log file.
 
     With a runner socket (the daemon's way) jobs are started by the local runner
-    (``rota.backends.runner``), a long-lived process that outlives the daemon and records
+    (``rota.backends.local.runner``), a long-lived process that outlives the daemon and records
     each job's exit status; the daemon watches a pipe the runner closes once that record
     exists. Without one, each job gets the shell shim (``rota.backends.shell_shim``), started
     with ``posix_spawn``, which records the status itself. Either way no object in the daemon
@@ -63,16 +68,16 @@ class LocalBackend:
 
     def launch(self, req: LaunchRequest) -> Handle:
         [got] = self.launch_many([req])
-        if isinstance(got, str):
-            raise BackendError(got)
-        return got
+        if isinstance(got, LaunchFailed):
+            raise BackendError(got.reason)
+        return got.handle
 
-    def launch_many(self, reqs: list[LaunchRequest]) -> list[Handle | str]:
-        """Start several jobs: a handle each, or why it could not start. The runner gets
-        every request before the first answer is awaited."""
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
+        """Start several jobs: an outcome each. The runner gets every request before the
+        first answer is awaited."""
         runner = self._ready_runner()
         if runner is None:
-            return launch_one_by_one(self._launch_with_shim, reqs)
+            return [self._launch_one(req, self._launch_with_shim) for req in reqs]
         out, asked, msgs = self._requests(reqs)
         try:
             answers = runner.request_many(msgs) if msgs else []
@@ -81,7 +86,7 @@ class LocalBackend:
         return self._outcomes(reqs, out, asked, answers)
 
     def launch_later(self, reqs: list[LaunchRequest],
-                     done: Callable[[int, Handle | str], None]) -> bool:
+                     done: Callable[[int, LaunchOutcome], None]) -> bool:
         """Start them without waiting: ``done(i, outcome)`` follows on the event loop for
         each as soon as it is known. False (nothing done) without a runner."""
         runner = self._ready_runner()
@@ -116,9 +121,9 @@ class LocalBackend:
         return self.runner
 
     def _requests(self, reqs: list[LaunchRequest]
-                  ) -> tuple[list[Handle | str], list[int], list[dict[str, Any]]]:
+                  ) -> tuple[list[LaunchOutcome], list[int], list[dict[str, Any]]]:
         """The runner's requests; a request refused here has its reason in ``out``."""
-        out: list[Handle | str] = ["" for _ in reqs]
+        out: list[LaunchOutcome] = [LaunchFailed("") for _ in reqs]
         asked: list[int] = []
         msgs = []
         for i, req in enumerate(reqs):
@@ -126,7 +131,7 @@ class LocalBackend:
                 self.check(req)
                 argv = build_job_argv(req)  # the runner makes the paths (prepare_paths)
             except (BackendError, OSError) as e:
-                out[i] = str(e)
+                out[i] = LaunchFailed(str(e))
                 continue
             asked.append(i)
             msgs.append({"op": "launch", "argv": argv, "env": req.env,
@@ -134,32 +139,31 @@ class LocalBackend:
                          "status": str(req.status_path), "header": req.log_header})
         return out, asked, msgs
 
-    def _outcomes(self, reqs: list[LaunchRequest], out: list[Handle | str], asked: list[int],
-                  answers: list[Answer | RunnerLost]) -> list[Handle | str]:
+    def _outcomes(self, reqs: list[LaunchRequest], out: list[LaunchOutcome], asked: list[int],
+                  answers: list[Answer | RunnerLost]) -> list[LaunchOutcome]:
         for i, answer in zip(asked, answers, strict=True):
             out[i] = self._outcome(reqs[i], answer)
         return out
 
-    def _outcome(self, req: LaunchRequest,
-                 answer: Answer | RunnerLost) -> Handle | str:
+    def _outcome(self, req: LaunchRequest, answer: Answer | RunnerLost) -> LaunchOutcome:
         if isinstance(answer, RunnerLost):
-            # if the runner had started the job, its status file says so (written before
-            # the answer), and the job must not run twice
-            status = read_status(req.status_path)
+            # if the runner had started the job, its journal says so (written before the
+            # answer), and the job must not run twice
+            status = self.read_status(req.status_path)
             if not status or not status.get("shim_pid"):
-                return f"job {req.job_id}: {answer}"
-            return self._handle(req, int(status["shim_pid"]), time.time(),
-                                int(status.get("runner") or 0))
+                return LaunchFailed(f"job {req.job_id}: {answer}", retryable=True)
+            return Launched(self._handle(req, int(status["shim_pid"]), time.time(),
+                                         int(status.get("runner") or 0)))
         reply, fds = answer
         if "error" in reply:
             for fd in fds:
                 os.close(fd)
-            return f"job {req.job_id}: {reply['error']}"
+            return LaunchFailed(f"job {req.job_id}: {reply['error']}")
         pid = int(reply["pid"])
         if fds:
             self._watch_fds[pid] = fds[0]
         assert self.runner is not None
-        return self._handle(req, pid, float(reply["started_at"]), self.runner.pid)
+        return Launched(self._handle(req, pid, float(reply["started_at"]), self.runner.pid))
 
     def _launch_with_shim(self, req: LaunchRequest) -> Handle:
         self.check(req)
@@ -179,6 +183,38 @@ class LocalBackend:
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
                       extra={"started_at": started_at, "runner": runner})
 
+    # --- records: the runner's journal, or the shell shim's status file ---------------------
+    def read_status(self, path: str | Path) -> dict[str, Any] | None:
+        """The shell shim's status file (or an older runner's), else the runner's journal,
+        where ``path`` is the attempt's key (``local.journal``)."""
+        found = read_status(path)
+        return found if found is not None else status_record(JOURNALS.lookup(str(path)))
+
+    def _recorder_alive(self, handle: Handle) -> bool:
+        """For a job the runner started: whether the runner is still there to write its end
+        record. Between the job's exit and that record the job is not over yet: taking it
+        for killed then would be wrong."""
+        runner = int(handle.extra.get("runner") or 0)
+        if not runner:
+            return False
+        status = self.read_status(handle.status_path)
+        if status is None or status.get("runner") != runner or has_ended(status):
+            return False
+        return pid_alive(runner, status.get("runner_started"))
+
+    def _handle_from_status(self, status: dict[str, Any], status_path: str,
+                            started_at: float) -> Handle:
+        handle = super()._handle_from_status(status, status_path, started_at)
+        if status.get("runner"):  # started by the runner: the job itself, no shim
+            handle.extra["runner"] = int(status["runner"])
+        return handle
+
+    def _is_ours(self, handle: Handle) -> bool:
+        if handle.extra.get("runner"):  # the job itself: the runner's records guard the pid
+            return self.is_alive(handle)
+        return super()._is_ours(handle)
+
+    # --- watch and collect --------------------------------------------------------------
     def watch(self, handle: Handle) -> int | None:
         """An fd that turns readable once the job has ended and its end is recorded; None
         when that is so already."""
@@ -189,29 +225,17 @@ class LocalBackend:
             fd = self.runner.watch(handle.pid, int(handle.extra["runner"]))
             if fd is not None:
                 return fd
-        return pidfd_watch(handle)
+        return super().watch(handle)
 
-    def is_alive(self, handle: Handle) -> bool:
-        return status_is_alive(handle)
-
-    def exit_info(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+    def collect(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
         """From the end record the runner wrote into the watch pipe; else (a pidfd, a
         runner lost, a restarted daemon) from the status file or the runner's journal."""
         record = parse_line(watched.rstrip(b"\n").rpartition(b"\n")[2]) if watched else None
         info = exit_info_from_status(status_record(record))
-        return info if info is not None else status_exit_info(handle)
+        return info if info is not None else super().collect(handle)
 
     def tidy(self, status_dir: Path, active: set[str]) -> None:
         """Delete the runner's journal segments that name no active attempt."""
         gone = JOURNALS.prune(str(status_dir), active, pid_alive)
         if gone:
             log.info("deleted %d journal segments of ended jobs", len(gone))
-
-    def signal(self, handle: Handle, sig: int) -> None:
-        signal_group(handle.pid, sig)
-
-    def attach_argv(self, handle: Handle) -> list[str] | None:
-        return None
-
-    def list_sessions(self) -> list[str]:
-        return []

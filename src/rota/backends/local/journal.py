@@ -1,6 +1,6 @@
 """The local runner's journal, read back.
 
-The runner (``rota.backends.runner``) does not write a status file per attempt: it appends
+The runner (``rota.backends.local.runner``) does not write a status file per attempt: it appends
 one JSON line per event to a journal, a file per runner in ``journal/`` beside the status
 files, a new segment past ``SEGMENT_BYTES``:
 

@@ -1,5 +1,5 @@
-"""The daemon's side of the local runner (``rota.backends.runner``): reach it, start it when
-there is none (or only one that speaks another protocol), and ask it things."""
+"""The daemon's side of the local runner (``rota.backends.local.runner``): reach it, start
+it when there is none (or only one that speaks another protocol), and ask it things."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.backends.common import pid_alive
-from rota.backends.runner import MAX_MESSAGE, PROTOCOL
+from rota.backends.local.runner import MAX_MESSAGE, PROTOCOL
 from rota.errors import BackendError
 
 START_TIMEOUT_S = 15.0

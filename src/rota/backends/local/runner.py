@@ -1,0 +1,342 @@
+"""The local runner: one long-lived process that starts the local backend's jobs and records
+how each one ends.
+
+    python -m rota.backends.runner SOCKET
+
+Why: a job started through a per-job ``sh`` shim cost its machine about three times what a
+trivial job itself costs (a shell, a fork and a second exec per job). The runner starts
+each job with one ``posix_spawn`` of the job itself (in its own session, so the job's pid
+is its process group and session id, as the shim's was) and, as its parent, collects its
+exit status. It records each start and end in its journal (``rota.backends.local.journal``:
+one append-only file per runner, not a file per job) and writes the end into the job's
+watch pipe too, so the daemon learns it without reading a file. It runs detached from the
+daemon, so a daemon that crashes, stops or is upgraded leaves it running: jobs that end
+meanwhile still get their exit status in the journal, and the next daemon connects to it
+again. Only the runner's own death (SIGKILL) loses the exit status of the jobs still
+running then: they keep running, and end as "killed" records.
+
+Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
+message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "env",
+"env"}``, once per connection: the daemon's environment; ``{"op": "launch", "argv", "env",
+"cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's;
+``status``: the attempt's key in the journal, in whose directory's ``journal/`` the
+journal is) -> ``{"pid", "started_at"}`` and, as ancillary data, the read end of a pipe
+that gets the job's end record (one JSON line) once the journal has it, and is then
+closed (the daemon watches it like a pidfd, so it never sees an end before the record
+exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
+(``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
+The runner makes the log's and the journal's directories when they are missing, and
+removes a stale status file of the attempt's name (read before the journal).
+The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S.
+
+Standard library only (and the journal's names): it starts once per daemon lifetime,
+and quickly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rota.backends.local.journal import SEGMENT_BYTES, journal_dir, segment_name
+
+PROTOCOL = 3  # 3: a journal per runner instead of a status file per job; ends in the pipe
+MAX_MESSAGE = 1 << 20
+IDLE_EXIT_S = 30.0
+_DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+#: Python ignores SIGPIPE (and the runner HUP and INT); an ignored signal stays ignored
+#: across exec, so the job gets the defaults back.
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ)
+
+
+@dataclass
+class _Job:
+    pid: int
+    pidfd: int
+    key: str  # the attempt's status path: its name in the journal
+    journal: _Journal
+    watchers: list[int] = field(default_factory=list)  # write ends of the daemons' pipes
+
+
+def exit_status(wait_status: int) -> int:
+    """The shell's convention, as the shim wrote it: the code, or 128+N for signal N."""
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the other end has closed (messages it sent may still be waiting)."""
+    p = select.poll()
+    p.register(conn, select.POLLRDHUP)
+    return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in p.poll(0))
+
+
+def _open(path: str, flags: int, mode: int) -> int:
+    """open(2), making the file's directory first if it is missing (the daemon makes them
+    at its start; this spares it a mkdir and a stat per job)."""
+    try:
+        return os.open(path, flags, mode)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        return os.open(path, flags, mode)
+
+
+class _Journal:
+    """This runner's journal in one status directory: one O_APPEND write per record, so a
+    reader sees whole lines; a new segment past SEGMENT_BYTES (the daemon deletes a
+    segment once every job it names has ended and been stored)."""
+
+    def __init__(self, status_dir: str, runner_started: float) -> None:
+        self.dir = journal_dir(status_dir)
+        self.started = runner_started
+        self.fd, self.seq, self.size = -1, 0, 0
+
+    def write(self, record: dict[str, Any]) -> bytes:
+        """Append the record; returns its line."""
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        if self.fd < 0 or self.size >= SEGMENT_BYTES:
+            self._next()
+        os.write(self.fd, line)
+        self.size += len(line)
+        return line
+
+    def _next(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.seq += 1
+        path = os.path.join(self.dir, segment_name(os.getpid(), self.started, self.seq))
+        self.fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = os.fstat(self.fd).st_size
+
+
+class Runner:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started_at = time.time()
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old)
+        self.listener.listen(16)
+        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.clients: set[socket.socket] = set()
+        self.jobs: dict[int, _Job] = {}
+        self.last_client = time.monotonic()
+        self.buf = bytearray(MAX_MESSAGE)
+        self.base_env: dict[socket.socket, dict[str, str]] = {}  # per connection
+        self.cwd = os.getcwd()
+        self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> the file found
+        self.journals: dict[str, _Journal] = {}  # status directory -> its journal
+
+    # --- the loop ---------------------------------------------------------------------
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.sel.select(timeout=5.0):
+                key.data(key.fileobj)
+            if self.clients:
+                self.last_client = time.monotonic()
+            elif not self.jobs and time.monotonic() - self.last_client > IDLE_EXIT_S:
+                self._close()
+                return
+
+    def _close(self) -> None:
+        # only our own socket: a newer runner may have taken the path over
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self.listener.fileno()).st_ino:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self.listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        self.clients.add(conn)
+        self.sel.register(conn, selectors.EVENT_READ, self._message)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self.sel.unregister(conn)
+        self.clients.discard(conn)
+        self.base_env.pop(conn, None)
+        conn.close()
+
+    def _message(self, conn: socket.socket) -> None:
+        try:
+            n = conn.recv_into(self.buf)
+        except OSError:
+            n = 0
+        if n == 0:
+            self._drop(conn)
+            return
+        if _hung_up(conn):
+            # its daemon is gone (killed with requests still queued): what it asked is
+            # not done, since the next daemon starts those jobs again
+            self._drop(conn)
+            return
+        fds: list[int] = []
+        try:
+            msg = json.loads(self.buf[:n])
+            reply = self._handle(conn, msg, fds)
+        except Exception as e:  # a bad request gets an answer, the runner goes on
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            socket.send_fds(conn, [json.dumps(reply).encode()], fds)
+        except OSError:
+            self._drop(conn)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _handle(self, conn: socket.socket, msg: dict[str, Any],
+                fds: list[int]) -> dict[str, Any]:
+        op = msg.get("op")
+        if op == "hello":
+            return {"protocol": PROTOCOL, "pid": os.getpid(), "started_at": self.started_at}
+        if op == "env":  # the daemon's environment, once: launches carry only their own
+            self.base_env[conn] = msg["env"]
+            return {}
+        if op == "launch":
+            return self._launch({**self.base_env.get(conn, {}), **msg["env"]}, msg, fds)
+        if op == "watch":
+            job = self.jobs.get(int(msg["pid"]))
+            if job is None:
+                return {"known": False}
+            fds.append(self._watcher(job))
+            return {"known": True}
+        return {"error": f"unknown op {op!r}"}
+
+    # --- starting a job ---------------------------------------------------------------
+    def _launch(self, env: dict[str, str], msg: dict[str, Any],
+                fds: list[int]) -> dict[str, Any]:
+        argv: list[str] = msg["argv"]
+        log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if msg.get("header"):
+                os.write(log, (msg["header"] + "\n").encode())
+            try:
+                pid = self._spawn(argv, env, msg.get("cwd") or None, log)
+            except OSError as e:
+                # as a shell says it: in the log, and an exit status of 127 (not found) or
+                # 126 (cannot run), from a stand-in process, so the job ends as any other
+                os.write(log, f"rota: {e.strerror or e}\n".encode())
+                code = 127 if e.errno == errno.ENOENT and "command not found" in str(e) \
+                    else 126
+                pid = os.posix_spawn("/bin/sh", ["sh", "-c", f"exit {code}"], env,
+                                     setsid=True)
+        finally:
+            os.close(log)
+        started_at = time.time()
+        key: str = msg["status"]
+        with contextlib.suppress(OSError):  # a stale status file would shadow the journal
+            os.unlink(key)
+        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=self._journal(key))
+        try:
+            job.journal.write({"key": key, "shim_pid": pid, "pgid": pid, "runner": os.getpid(),
+                               "runner_started": self.started_at})
+        except OSError as e:  # the job runs and is watched; only a restart cannot find it
+            print(f"rota runner: job {pid}: cannot record its start: {e}", file=sys.stderr)
+        self.jobs[pid] = job
+        self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
+        fds.append(self._watcher(job))
+        return {"pid": pid, "started_at": started_at}
+
+    def _journal(self, key: str) -> _Journal:
+        status_dir = os.path.dirname(key)
+        journal = self.journals.get(status_dir)
+        if journal is None:
+            journal = self.journals[status_dir] = _Journal(status_dir, self.started_at)
+        return journal
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None, log: int) -> int:
+        """posix_spawn in ``cwd`` (the runner is single-threaded and uses absolute paths
+        only, so it simply moves there), the program looked up on the job's own PATH,
+        output to the log."""
+        if cwd is not None and cwd != self.cwd:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                raise OSError(e.errno, f"cannot enter the working directory '{cwd}': "
+                                       f"{e.strerror}") from None
+            self.cwd = cwd
+        prog = argv[0]
+        key = (prog, env.get("PATH", os.defpath)) if "/" not in prog else None
+        found = self.programs.get(key) if key else None
+        if found is None:
+            found = shutil.which(prog, path=key[1]) if key else \
+                (prog if os.path.exists(prog) else None)
+            if found is None:
+                raise OSError(errno.ENOENT, f"cannot run '{prog}': command not found")
+            if key and len(self.programs) < 10_000:
+                self.programs[key] = found
+        try:
+            return os.posix_spawn(found, argv, env, setsid=True, setsigmask=(),
+                                  setsigdef=_DEFAULT_SIGNALS, file_actions=[
+                                      _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, log, 1),
+                                      (os.POSIX_SPAWN_DUP2, log, 2)])
+        except OSError as e:
+            if key:  # moved or removed since it was found: look again next time
+                self.programs.pop(key, None)
+            raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
+
+    def _watcher(self, job: _Job) -> int:
+        """A pipe for a daemon: it reads EOF once the job's end is recorded."""
+        r, w = os.pipe()
+        job.watchers.append(w)
+        return r
+
+    # --- a job's end ------------------------------------------------------------------
+    def _ended(self, job: _Job) -> None:
+        try:
+            got, status = os.waitpid(job.pid, os.WNOHANG)
+        except ChildProcessError:
+            got, status = job.pid, 128 + signal.SIGKILL  # not ours to reap: unknown
+        if got == 0:
+            return
+        record = {"key": job.key, "shim_pid": job.pid, "exit_status": exit_status(status),
+                  "ended_at": time.time()}
+        try:
+            line = job.journal.write(record)
+        except OSError as e:  # a restarted daemon will find no end: the job counts as killed
+            print(f"rota runner: job {job.pid}: cannot record its end: {e}", file=sys.stderr)
+            line = (json.dumps(record) + "\n").encode()
+        self.sel.unregister(job.pidfd)
+        os.close(job.pidfd)
+        for w in job.watchers:
+            with contextlib.suppress(OSError):  # that daemon is gone: its pipe with it
+                os.write(w, line)
+            os.close(w)
+        del self.jobs[job.pid]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m rota.backends.runner SOCKET", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        runner = Runner(argv[1])
+    except OSError as e:  # another runner took the path meanwhile: that one serves
+        print(f"rota runner: cannot listen on {argv[1]}: {e}", file=sys.stderr)
+        return 1
+    runner.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

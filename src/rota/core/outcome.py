@@ -1,0 +1,242 @@
+"""What happens to a job after its attempt ends: one pure decision, applied by the daemon.
+
+The daemon gathers the facts (how the process ended, why Rota was stopping it, whether it
+died of GPU out-of-memory and what a bigger request would be, what checkpoint it left) and
+``decide`` says what comes next: complete, fail, retry at a time, retry with more memory,
+queue again, timed out, cancelled. No I/O and no clock here (``now`` comes in), so the
+simulator replays the very same decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rota.core.snapshot import MILLI
+from rota.units import format_duration, format_memory
+
+
+class StopReason(StrEnum):
+    """Why Rota is stopping a job (its ``stopping:<reason>`` event names it)."""
+
+    CANCEL = "cancel"
+    TIMEOUT = "timeout"
+    PREEMPT = "preempt"
+    REQUEUE = "requeue"
+    GPU_LOST = "gpu_lost"
+
+    @property
+    def runs_again(self) -> bool:
+        """Whether the job waits in the queue again once it has stopped."""
+        return self in (StopReason.PREEMPT, StopReason.REQUEUE, StopReason.GPU_LOST)
+
+
+def stop_text(why: str, stop_signal: str, kill_after: float) -> str:
+    """The ``stopping:<reason>`` event's text: why, then what is sent and when."""
+    return f"{why}; sent {stop_signal}, then SIGKILL {_duration(kill_after)} later"
+
+
+def time_limit_text(limit: float) -> str:
+    return f"time limit of {_duration(limit)} reached"
+
+
+def _duration(seconds: float) -> str:
+    """Whole seconds and up as people write them; a fraction of a second as it is."""
+    seconds = max(0.0, seconds)
+    return format_duration(seconds) if seconds >= 1 else f"{seconds:.1g}s"
+
+
+# --- facts ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """The attempt's process ended: its exit code, or the signal that killed it."""
+
+    code: int | None
+    signal: int | None = None
+
+    @property
+    def how(self) -> str:
+        return f"exit code {self.code}" if self.code is not None else \
+            f"killed by signal {self.signal}"
+
+
+@dataclass(frozen=True, slots=True)
+class NeverStarted:
+    """The attempt's launch failed: no process ever existed."""
+
+    why: str
+
+    @property
+    def code(self) -> None:
+        return None
+
+    @property
+    def how(self) -> str:
+        return f"launch failed: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The newest valid checkpoint an attempt left (for the record of a stopped one)."""
+
+    path: str
+    step: int | None = None
+
+    def text(self) -> str:
+        return self.path + (f" (step {self.step})" if self.step is not None else "")
+
+
+@dataclass(frozen=True, slots=True)
+class OomFacts:
+    """The attempt died of GPU out-of-memory; ``bigger`` is the larger request some allowed
+    GPU can hold (share in thousandths, bytes per GPU), None when none can."""
+
+    retried_before: bool  # once only: a second out-of-memory is a failure like any other
+    bigger: tuple[int, int] | None
+    peak: int  # the most memory it held on one GPU
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    retries: int = 0
+    backoff: float = 10.0
+    backoff_max: float = 600.0
+
+    def delay(self, failures: int) -> float:
+        """Exponential backoff before retry number ``failures`` (1-based), capped."""
+        return min(self.backoff * 2 ** (failures - 1), self.backoff_max)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFacts:
+    """What the decision needs to know of the ended attempt and its job."""
+
+    stop: StopReason | None  # why Rota was stopping it; None: it ended by itself
+    failures: int  # failed attempts before this one
+    policy: RetryPolicy
+    gpus: tuple[int, ...] = ()
+    milli: int = MILLI  # share of each GPU, in thousandths
+    gpu_mem: int | None = None  # what it asked per GPU
+    time_limit: float | None = None
+    oom: OomFacts | None = None
+    checkpointing: bool = False  # it has a checkpoint_dir or reported one
+    checkpoint: Checkpoint | None = None  # the newest valid one this attempt left
+
+
+# --- outcomes -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Complete:
+    message: str
+    record = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    reason: str
+    failures: int
+    record = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAt:
+    at: float
+    reason: str
+    failures: int
+    record = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryWithMoreMemory:
+    gpus_milli: int  # the job's new GPU need (whole GPUs x 1000, or its share)
+    gpu_mem: int  # bytes per GPU
+    reason: str  # the transition's message
+    note: str  # what the oom_retry event says
+    record = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    reason: str
+    record: str  # "preempted" | "requeued": the attempt's outcome
+    resume_from: str | None = None  # the checkpoint the next attempt is expected to use
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    reason: str
+    record = "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    reason: str
+    end_reason: str
+    record = "cancelled"
+
+
+Outcome = Complete | Fail | RetryAt | RetryWithMoreMemory | Requeue | TimedOut | Cancelled
+
+
+def ends_in_failure(stop: StopReason | None, end: Exited | NeverStarted) -> bool:
+    """Whether ``decide`` treats the end as a failure (and reads ``AttemptFacts.oom``)."""
+    if isinstance(end, NeverStarted):
+        return stop is not StopReason.CANCEL
+    return stop is None and end.code != 0
+
+
+def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outcome:
+    """The job's next step after its attempt ended (see the module docstring)."""
+    how = end.how
+    if ends_in_failure(facts.stop, end):
+        return after_failure(facts, how, now)
+    if isinstance(end, NeverStarted):  # cancelled while its launch was in flight
+        return Cancelled(f"cancelled (its launch failed: {end.why})",
+                         end_reason="cancelled by request")
+    if facts.stop is StopReason.CANCEL:
+        return Cancelled(f"cancelled ({how})", end_reason=f"cancelled ({how})")
+    if facts.stop is StopReason.TIMEOUT:
+        return TimedOut(f"time limit {facts.time_limit or 0:g}s reached ({how})")
+    if facts.stop is StopReason.PREEMPT:
+        return Requeue(f"preempted ({how}){_saved_text(facts)}; queued again in its place",
+                       record="preempted",
+                       resume_from=facts.checkpoint.path if facts.checkpoint else None)
+    if facts.stop in (StopReason.GPU_LOST, StopReason.REQUEUE):
+        why = "its GPU was lost" if facts.stop is StopReason.GPU_LOST else "requeued by request"
+        return Requeue(f"{why} ({how}); queued again", record="requeued")
+    return Complete(how)
+
+
+def after_failure(facts: AttemptFacts, why: str, now: float) -> Outcome:
+    """A failed attempt: once more with more memory after a GPU out-of-memory, else a retry
+    after its backoff while retries are left, else the job fails."""
+    bigger = _more_memory(facts)
+    if bigger is not None:
+        gpus_milli, mem, note = bigger
+        return RetryWithMoreMemory(gpus_milli, mem, reason=f"{why}; {note}", note=note)
+    failures = facts.failures + 1
+    if failures <= facts.policy.retries:
+        delay = facts.policy.delay(failures)
+        return RetryAt(now + delay, f"{why}; retry {failures}/{facts.policy.retries} in "
+                                    f"{delay:g}s", failures)
+    return Fail(why, failures)
+
+
+def _more_memory(facts: AttemptFacts) -> tuple[int, int, str] | None:
+    oom = facts.oom
+    if not facts.gpus or oom is None or oom.retried_before or oom.bigger is None:
+        return None
+    milli, mem = oom.bigger
+    gpus = len(facts.gpus) * MILLI if facts.milli >= MILLI else milli
+    asked = format_memory(facts.gpu_mem) if facts.gpu_mem else "no amount"
+    note = (f"GPU out of memory (peak {format_memory(oom.peak)} on one GPU, {asked} asked): "
+            f"retried once with {format_memory(mem)} per GPU")
+    return gpus, mem, note
+
+
+def _saved_text(facts: AttemptFacts) -> str:
+    """What the stopped attempt left to resume from, for its record."""
+    if not facts.checkpointing:
+        return ""
+    if facts.checkpoint is None:
+        return "; it saved no checkpoint"
+    return f"; last checkpoint {facts.checkpoint.text()}"

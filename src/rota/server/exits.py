@@ -1,0 +1,249 @@
+"""Jobs' ends: watching their processes, and applying what ``core.outcome`` decides.
+
+Each running job's backend gives the loop an fd that turns readable at the job's end;
+exits that come in the same loop turn are recorded in one commit. The facts of the ended
+attempt (how it ended, why Rota was stopping it, GPU out-of-memory, the checkpoint it
+left) go to ``core.outcome.decide``; its outcome is carried out here: the job's
+transition and its place in the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from rota.backends.base import ExitInfo
+from rota.backends.common import reap
+from rota.core.lifecycle import JobState
+from rota.core.outcome import (
+    AttemptFacts,
+    Cancelled,
+    Complete,
+    Exited,
+    Fail,
+    NeverStarted,
+    OomFacts,
+    Outcome,
+    Requeue,
+    RetryAt,
+    RetryPolicy,
+    RetryWithMoreMemory,
+    StopReason,
+    TimedOut,
+    decide,
+    ends_in_failure,
+)
+from rota.core.outcome import Checkpoint as SavedCheckpoint
+from rota.core.snapshot import MILLI
+from rota.errors import StoreError
+from rota.ml import checkpoints, oom
+from rota.server.batch import Batch, each
+from rota.server.device_monitor import DeviceMonitor
+from rota.server.job_output import checkpoints_of, read_outputs
+from rota.server.job_table import JobTable
+from rota.server.logstream import read_tail
+from rota.server.metrics import Metrics
+from rota.server.running import Running
+from rota.server.tracking import Tracking
+from rota.store.repo import Store
+
+log = logging.getLogger("rota.daemon")
+
+
+def _read_watched(fd: int) -> bytes:
+    """What a watch fd holds at the job's end: the local runner's end record from its pipe;
+    nothing from a pidfd (reading one is an error) or a runner that went away (EOF)."""
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
+class Exits:
+    def __init__(self, *, store: Store, clock: Callable[[], float], table: JobTable,
+                 monitor: DeviceMonitor, tracking: Tracking, metrics: Metrics, batch: Batch,
+                 write_launches: Callable[[], None], kick: Callable[[], None],
+                 tidy: Callable[[], bool], tidy_every: int) -> None:
+        self.store, self.clock, self.table, self.monitor = store, clock, table, monitor
+        self.tracking, self.metrics, self.batch = tracking, metrics, batch
+        # an exit may be of a job whose start is not stored yet: stored first
+        self.write_launches, self.kick = write_launches, kick
+        # lets the backends drop their records of ended attempts; False: not now
+        self.tidy, self.tidy_every = tidy, tidy_every
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when the daemon starts
+        self._exits: list[int] = []  # jobs whose process ended, recorded at the next turn
+        self._since_tidy = 0
+
+    # --- watching ------------------------------------------------------------------------
+    def watch(self, run: Running) -> None:
+        assert run.handle is not None and self.loop is not None
+        fd = run.backend.watch(run.handle)
+        if fd is None:
+            self._exited_now(run.job_id)
+            return
+        run.pidfd = fd
+        self.loop.add_reader(fd, self._exited_now, run.job_id)
+
+    def unwatch(self, run: Running) -> None:
+        if run.pidfd is not None and self.loop is not None:
+            self.loop.remove_reader(run.pidfd)
+            os.close(run.pidfd)
+            run.pidfd = None
+
+    def forget(self) -> None:
+        """Stop watching every job and drop the exits not yet recorded (the work is taken
+        up again from the store; the processes go on)."""
+        for run in self.table.running.values():
+            run.cancel_timers()
+            self.unwatch(run)
+        self._exits.clear()
+
+    def _exited_now(self, job_id: int) -> None:
+        """A job's process ended: collect it with the others that end in the same loop turn,
+        so a burst of exits is recorded in one commit."""
+        run = self.table.running.get(job_id)
+        if run is not None:
+            if run.pidfd is not None:
+                run.watched = _read_watched(run.pidfd)
+            self.unwatch(run)
+        if not self._exits and self.loop is not None:
+            self.loop.call_soon(self.record_exits)
+        self._exits.append(job_id)
+
+    def record_exits(self) -> None:
+        exits, self._exits = self._exits, []
+        with self.batch():
+            self.write_launches()
+            for job_id in exits:
+                each(self._on_exit, job_id)
+        self.monitor.refresh()
+        self._since_tidy += len(exits)
+        if self._since_tidy >= self.tidy_every and self.tidy():
+            self._since_tidy = 0
+
+    def _on_exit(self, job_id: int) -> None:
+        run = self.table.running.get(job_id)
+        if run is None or run.handle is None:
+            return
+        self.unwatch(run)
+        reap(run.handle.pid)
+        info = run.backend.collect(run.handle, run.watched)
+        if info is None and run.rewatches < 3 and run.backend.is_alive(run.handle):
+            # what was watched went away, not the job (the local runner died): watch the
+            # job itself from now on
+            run.rewatches += 1
+            run.watched = b""
+            self.watch(run)
+            return
+        self.finish(run, info or ExitInfo(None, signal.SIGKILL, None))
+
+    # --- applying the outcome ----------------------------------------------------------
+    def finish(self, run: Running, info: ExitInfo) -> None:
+        """Record how an attempt ended and apply what ``core.outcome`` decides next."""
+        now = self.clock()
+        run.cancel_timers()
+        try:
+            read_outputs(self.store, self.tracking, [run], now, final=True)
+        except (OSError, StoreError):  # the end must be recorded even so
+            log.exception("job %s: reading its last output failed", run.job_id)
+        self.table.running.pop(run.job_id, None)
+        if run.output is not None:
+            self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
+        self.monitor.release(run.job_id)
+        end = Exited(info.exit_code, info.signal)
+        outcome = decide(self._facts(run, end), end, now)
+        self._apply(run, self.table.state(run.job_id), outcome, end, now)
+        reason = outcome.reason if isinstance(outcome, Cancelled | TimedOut | Requeue) \
+            else end.how
+        self.store.update_attempt(run.attempt_id, ended_at=now, exit_code=info.exit_code,
+                                  signal=info.signal, outcome=outcome.record, reason=reason,
+                                  peak_gpu_mem=run.peak_gpu_mem or None)
+        self.metrics.ends.labels(outcome.record).inc()
+        self.metrics.run_time.labels(outcome.record).observe(max(0.0, now - run.started_at))
+        if self.table.state(run.job_id).terminal:
+            self.table.notify_end(run.job_id)
+        self.kick()
+
+    def launch_failed(self, run: Running, why: str) -> None:
+        """The attempt's launch failed: no process exists; the outcome decides what next."""
+        now = self.clock()
+        self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
+                                  reason=why)
+        del self.table.running[run.job_id]
+        end = NeverStarted(why)
+        outcome = decide(self._facts(run, end), end, now)
+        self._apply(run, JobState.STARTING, outcome, end, now)
+        self.kick()
+
+    def _facts(self, run: Running, end: Exited | NeverStarted) -> AttemptFacts:
+        """What ``decide`` needs; the costly facts (the log's tail, checkpoints on disk)
+        only where the decision reads them."""
+        spec, stop = run.spec, run.stop_reason
+        failed = ends_in_failure(stop, end)
+        checkpointing = stop is StopReason.PREEMPT and (
+            spec.checkpoint_dir is not None
+            or bool(run.output and run.output.progress.checkpoint))
+        return AttemptFacts(
+            stop=stop, failures=run.failures,
+            policy=RetryPolicy(spec.retries, spec.retry_backoff, spec.retry_backoff_max),
+            gpus=run.gpus, milli=run.milli, gpu_mem=run.gpu_mem, time_limit=spec.time_limit,
+            oom=self._oom_facts(run) if failed else None, checkpointing=checkpointing,
+            checkpoint=self._saved(run) if checkpointing else None)
+
+    def _apply(self, run: Running, src: JobState, outcome: Outcome, end: Exited | NeverStarted,
+               now: float) -> None:
+        """Carry out a decided outcome: the job's transition and its place in the queue."""
+        job_id, code, table = run.job_id, end.code, self.table
+        match outcome:
+            case Complete():
+                table.transition(job_id, src, JobState.COMPLETED, message=outcome.message,
+                                 ended_at=now, exit_code=0, end_reason=outcome.message)
+            case Cancelled():
+                fields: dict[str, Any] = {"exit_code": code} if isinstance(end, Exited) \
+                    else {}
+                table.transition(job_id, src, JobState.CANCELLED, message=outcome.reason,
+                                 ended_at=now, end_reason=outcome.end_reason, **fields)
+            case TimedOut():
+                table.transition(job_id, src, JobState.TIMEOUT, message=outcome.reason,
+                                 ended_at=now, exit_code=code, end_reason=outcome.reason)
+            case Requeue():
+                table.requeue(job_id, src, outcome.reason, run.pending)
+            case RetryWithMoreMemory():
+                self.store.update_job(job_id, gpus=outcome.gpus_milli / MILLI,
+                                      gpu_mem=outcome.gpu_mem)
+                pending = run.pending._replace(gpus_milli=outcome.gpus_milli,
+                                               gpu_mem=outcome.gpu_mem)
+                table.requeue(job_id, src, outcome.reason, pending, exit_code=code)
+                self.store.add_event(job_id=job_id, kind="oom_retry", now=now,
+                                     message=outcome.note)
+            case RetryAt():
+                table.requeue(job_id, src, outcome.reason, run.pending, not_before=outcome.at,
+                              failures=outcome.failures, exit_code=code)
+            case Fail():
+                table.transition(job_id, src, JobState.FAILED, message=outcome.reason,
+                                 ended_at=now, exit_code=code, end_reason=outcome.reason,
+                                 failures=outcome.failures)
+
+    def _saved(self, run: Running) -> SavedCheckpoint | None:
+        """The newest valid checkpoint the stopped attempt left."""
+        # the attempt has just ended: what it wrote counts without waiting for it to settle
+        best = checkpoints.newest_valid(checkpoints_of(
+            run, since=run.started_at, now=self.clock() + checkpoints.SETTLE_S))
+        return None if best is None else SavedCheckpoint(best.path, best.step)
+
+    def _oom_facts(self, run: Running) -> OomFacts | None:
+        """Whether the attempt died of GPU out-of-memory, and the larger request some GPU it
+        may use can hold (a job runs once more with more memory)."""
+        if not run.gpus or not oom.died_of_oom(read_tail(run.log_path, oom.TAIL_BYTES)):
+            return None
+        if any(e.kind == "oom_retry" for e in self.store.events(run.job_id)):
+            return OomFacts(retried_before=True, bigger=None, peak=run.peak_gpu_mem)
+        totals = [g.memory_total for i, g in self.monitor.readings.items()
+                  if run.pending.allowed is None or i in run.pending.allowed]
+        bigger = oom.bigger_request(asked=run.gpu_mem, peak=run.peak_gpu_mem,
+                                    milli=run.milli, gpu_total=max(totals, default=0))
+        return OomFacts(retried_before=False, bigger=bigger, peak=run.peak_gpu_mem)

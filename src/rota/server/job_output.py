@@ -1,0 +1,69 @@
+"""What a running job writes: its output, read into metrics and progress, and its
+checkpoints on disk."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable
+
+from rota.ml import checkpoints
+from rota.ml.parse import LineParser
+from rota.server.outputs import OutputReader, Progress, events_path
+from rota.server.running import Running
+from rota.server.tracking import Tracking
+from rota.store.repo import Store
+
+log = logging.getLogger("rota.daemon")
+
+
+def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
+    """The reader of an attempt's output; a re-adopted attempt goes on where the stored
+    progress says reading had got to, a new one starts at the log's current end."""
+    progress = Progress.from_json(stored, run.attempt_no)
+    # a later attempt's output follows the earlier ones' in the job's log (the first
+    # attempt's log starts empty: no stat for it)
+    if run.attempt_no > 1 and (stored is None or stored.get("attempt") != run.attempt_no):
+        with contextlib.suppress(OSError):
+            progress.log_offset = run.log_path.stat().st_size
+    tb = run.spec.tensorboard_dir
+    if tb is not None and not os.path.isabs(tb):
+        tb = os.path.join(run.spec.cwd or ".", tb)
+    return OutputReader(job_id=run.job_id, log_path=run.log_path,
+                        events_path=events_path(run.status_path),
+                        parser=LineParser(run.spec.metric_patterns), progress=progress,
+                        tensorboard_dir=tb)
+
+
+def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now: float, *,
+                 final: bool = False) -> None:
+    """Metrics and progress from what the jobs wrote since the last read, stored in the
+    open transaction (or in one of their own) and mirrored to their trackers."""
+    rows: list[dict[str, object]] = []
+    progress: dict[int, dict[str, object]] = {}
+    for run in runs:
+        out = run.output
+        if out is None:
+            continue
+        out.read(now, final=final)
+        rows += out.drain()
+        if out.changed:  # offsets alone change with every line: stored with progress
+            out.changed = False
+            progress[run.job_id] = out.progress.to_json()
+    if rows or progress:
+        store.add_metrics(rows, progress)
+    if rows:
+        tracking.mirror(rows)
+
+
+def checkpoints_of(run: Running, *, since: float, now: float) -> list[checkpoints.Checkpoint]:
+    """The job's checkpoints written since ``since``: under its checkpoint_dir, the one it
+    reported, or (naming no checkpoint_dir) the usual layouts under its working directory."""
+    try:
+        return checkpoints.of_job(
+            run.spec.checkpoint_dir, run.spec.cwd, since=since,
+            reported=run.output.progress.checkpoint if run.output else None, now=now)
+    except OSError as e:
+        log.warning("job %s: looking for checkpoints failed: %s", run.job_id, e)
+        return []

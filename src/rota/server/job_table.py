@@ -1,0 +1,152 @@
+"""The jobs the daemon holds in memory, and the one place their states change.
+
+Pending jobs wait in the queue (in scheduling order), jobs that hold GPUs are ``running``,
+and ``states`` knows the state of every job seen this run (ahead of the store by at most
+one batch). A state changes through ``transition`` only: the store first, then memory, and
+whoever waits for the job's end learns of it. A job that wants an MLflow run it does not
+have yet joins the queue once the run exists. The API reads a ``LiveJobs`` view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from rota.config import Settings
+from rota.core.lifecycle import JobState
+from rota.core.snapshot import PendingJob, to_milli
+from rota.core.spec import JobSpec
+from rota.errors import NotFound
+from rota.server.queue import PendingQueue
+from rota.server.running import Running
+from rota.server.tracking import Tracking
+from rota.store.repo import JobRecord, Store
+
+
+def pending_of(row: JobRecord) -> PendingJob:
+    """A stored job as the queue holds it (its id is its place among equal priorities)."""
+    spec = row.spec
+    allowed = spec.get("allowed_gpus")
+    return PendingJob(id=row.id, priority=row.priority, seq=row.id,
+                      gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
+                      allowed=frozenset(allowed) if allowed else None,
+                      after=tuple(spec.get("after") or ()), not_before=row.not_before)
+
+
+@dataclass(frozen=True)
+class LiveJobs:
+    """A read-only view of the table for the API (live: it follows the table)."""
+
+    states: Mapping[int, JobState]
+    running: Mapping[int, Running]
+
+
+class JobTable:
+    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float],
+                 tracking: Tracking, kick: Callable[[], None]) -> None:
+        self.settings, self.store, self.clock = settings, store, clock
+        self.tracking, self.kick = tracking, kick
+        self.queue = PendingQueue()
+        self.running: dict[int, Running] = {}
+        self.states: dict[int, JobState] = {}
+        self.live = LiveJobs(MappingProxyType(self.states), MappingProxyType(self.running))
+        self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
+
+    # --- states ----------------------------------------------------------------------------
+    def state(self, job_id: int) -> JobState:
+        st = self.states.get(job_id)
+        if st is None:
+            try:
+                st = JobState(self.store.get_job(job_id).state)
+            except NotFound:
+                raise NotFound(f"no job {job_id}") from None
+            self.states[job_id] = st
+        return st
+
+    def transition(self, job_id: int, src: JobState, dst: JobState, *, message: str,
+                   kind: str | None = None, **fields: object) -> None:
+        self.store.transition(job_id, src, dst, now=self.clock(), message=message, kind=kind,
+                              **fields)
+        self.states[job_id] = dst
+        if dst.terminal:
+            self.notify_end(job_id)
+            self.tracking.ended(job_id, dst.value, now=self.clock())
+
+    def requeue(self, job_id: int, src: JobState, why: str, pending: PendingJob, *,
+                not_before: float | None = None, **fields: object) -> None:
+        """Back to the queue, in its old place among jobs of its priority (same seq)."""
+        self.transition(job_id, src, JobState.PENDING, message=why, kind="requeued",
+                        not_before=not_before, **fields)
+        self.queue.add(pending._replace(not_before=not_before))
+
+    async def wait_for_end(self, job_id: int, timeout: float | None) -> JobState:
+        state = self.state(job_id)
+        if state.terminal:
+            return state
+        ev = self._exited.setdefault(job_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), timeout)
+        return self.state(job_id)
+
+    def notify_end(self, job_id: int) -> None:
+        ev = self._exited.pop(job_id, None)
+        if ev is not None:
+            ev.set()
+
+    def forget(self) -> None:
+        """Drop what memory holds of jobs (to read it all again from the store)."""
+        self.running.clear()
+        self.states.clear()
+        self.queue = PendingQueue()
+        self.tracking.parked.clear()
+
+    # --- joining the queue -------------------------------------------------------------
+    def accept(self, rows: list[JobRecord]) -> None:
+        """Newly stored jobs join the queue and a pass runs."""
+        for row in rows:
+            st = JobState(row.state)
+            self.states[row.id] = st
+            if st in (JobState.PENDING, JobState.HELD):
+                self.enqueue(row, queue=st is JobState.PENDING)
+        self.kick()
+
+    def enqueue(self, row: JobRecord, *, queue: bool = True) -> None:
+        """A pending job joins the queue (a held one only gets ready): a job that wants an
+        MLflow run it does not have yet waits for it, so its first attempt logs there."""
+        if self.tracking.wants_mlflow(row.spec) and row.id not in self.tracking.creating:
+            spec = JobSpec.model_validate(row.spec)
+            log_path = self.settings.logs_dir / f"{row.id}.log"
+            if not self.tracking.adopt(row.id, spec, row.tracking, row.created_at, log_path,
+                                       row.attempts):
+                self.tracking.open_run(job_id=row.id, user=row.user, spec=spec,
+                                       submitted_at=row.created_at, log_path=log_path,
+                                       done=self._run_opened)
+        if queue:
+            self.add_pending(pending_of(row))
+
+    def add_pending(self, pending: PendingJob) -> None:
+        if pending.id in self.tracking.creating:
+            self.tracking.parked[pending.id] = pending
+        else:
+            self.queue.add(pending)
+
+    def _run_opened(self, job_id: int, found: dict[str, object] | None,
+                    error: str | None) -> None:
+        """The job's MLflow run exists (or could not be made): record it, and queue the job
+        if it was waiting for it."""
+        if found is not None:
+            self.store.set_tracking(job_id, {"mlflow": found})
+            self.store.add_event(job_id=job_id, kind="mlflow", now=self.clock(),
+                                 message=f"MLflow run {found['run_id']} in experiment "
+                                         f"{found['experiment']!r} at {found['uri']}")
+        else:
+            self.store.set_tracking(job_id, {"mlflow": {"error": error}})
+            self.store.add_event(job_id=job_id, kind="mlflow_error", now=self.clock(),
+                                 message=f"{error}; the job runs without an MLflow run")
+        pending = self.tracking.parked.pop(job_id, None)
+        if pending is not None and self.state(job_id) is JobState.PENDING:
+            self.queue.add(pending)
+            self.kick()

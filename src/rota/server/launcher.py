@@ -1,0 +1,281 @@
+"""Starting jobs: the launch intents, the launches, and the records of their handles.
+
+A pass's starts are committed together as intents (PENDING -> STARTING and the attempt)
+before any process exists (write-ahead); then each backend gets its share at once. A
+backend that answers later (``launch_later``) has each started job watched as soon as it
+is known; the handles are stored with the next write or within ``record_after`` seconds,
+since a transaction per answer would cost more than the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rota.backends.base import Handle, Launched, LaunchFailed, LaunchOutcome, LaunchRequest
+from rota.config import Settings
+from rota.core.argv import cuda_visible_devices, inject_cuda_arg, substitute_checkpoint
+from rota.core.lifecycle import JobState
+from rota.core.plan import Start
+from rota.core.snapshot import MILLI, PendingJob
+from rota.core.spec import JobSpec
+from rota.errors import BackendError, TrackerError
+from rota.ml import checkpoints
+from rota.server.backend_set import BackendSet
+from rota.server.batch import Batch, each
+from rota.server.device_monitor import DeviceMonitor
+from rota.server.job_output import checkpoints_of, reader_for
+from rota.server.job_table import JobTable
+from rota.server.metrics import Metrics
+from rota.server.outputs import events_path, stop_file
+from rota.server.running import Running
+from rota.server.stopper import Stopper
+from rota.server.tracking import Tracking
+from rota.store.repo import LaunchInfo, Store
+
+if TYPE_CHECKING:
+    from rota.server.exits import Exits
+
+log = logging.getLogger("rota.daemon")
+
+
+def gpu_text(gpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, gpus)) or "none"
+
+
+class Launcher:
+    def __init__(self, *, settings: Settings, store: Store, clock: Callable[[], float],
+                 table: JobTable, backends: BackendSet, monitor: DeviceMonitor,
+                 tracking: Tracking, metrics: Metrics, stopper: Stopper, exits: Exits,
+                 batch: Batch, record_after: float) -> None:
+        self.settings, self.store, self.clock = settings, store, clock
+        self.table, self.backends, self.monitor = table, backends, monitor
+        self.tracking, self.metrics, self.stopper, self.exits = tracking, metrics, stopper, exits
+        self.batch, self.record_after = batch, record_after
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when the daemon starts
+        self.in_flight = 0  # sent to a backend that answers later, not answered yet
+        self.unrecorded: list[tuple[Running, LaunchOutcome]] = []  # answered, not stored
+        self._record_timer: asyncio.TimerHandle | None = None
+
+    def start(self, starts: list[Start], now: float) -> None:
+        """Commit the intents of a pass's starts in one transaction, then launch them."""
+        runs: list[Running] = []
+        try:
+            with self.store.transaction():
+                self.write_launches()
+                rows = self.store.launch_info(s.job_id for s in starts)
+                runs = self._intend(starts, rows, now)
+        except Exception:
+            # the commit failed: no intent is stored, so none may look started
+            for run in runs:
+                self._forget_intent(run)
+            raise
+        if runs:
+            self._launch_all(runs)
+
+    def _intend(self, starts: list[Start], rows: dict[int, LaunchInfo],
+                now: float) -> list[Running]:
+        """Store the launch intents; a job the store no longer has pending stays queued:
+        the next pass decides."""
+        intents: list[tuple[Running, dict[str, object]]] = []
+        for start in starts:
+            pending = self.table.queue.remove(start.job_id)
+            row = rows.get(start.job_id)
+            if pending is None:
+                continue
+            if row is None:
+                log.error("job %s is no longer pending in the store; not started",
+                          start.job_id)
+                self.table.queue.add(pending)
+                continue
+            run = self._run_of(start, row, pending, now)
+            intents.append((run, {
+                "number": run.attempt_no, "gpu_indices": list(start.gpu_indices),
+                "gpu_uuids": [self.monitor.readings[i].uuid for i in start.gpu_indices
+                              if i in self.monitor.readings],
+                "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
+                "backend": run.backend.name, "log_path": str(run.log_path),
+                "status_path": str(run.status_path), "started_at": now}))
+        try:
+            ids = self.store.start_attempts(
+                [(run.job_id, attempt, f"attempt {run.attempt_no} on GPUs {gpu_text(run.gpus)}")
+                 for run, attempt in intents], now=now)
+        except Exception:
+            for run, _ in intents:
+                self.table.queue.add(run.pending)
+            raise
+        runs = []
+        for (run, _), attempt_id in zip(intents, ids, strict=True):
+            run.attempt_id = attempt_id
+            self.metrics.queue_wait.observe(max(0.0, now - rows[run.job_id].updated_at))
+            run.output = reader_for(run, rows[run.job_id].progress)
+            self.table.states[run.job_id] = JobState.STARTING
+            self.table.running[run.job_id] = run
+            runs.append(run)
+        return runs
+
+    def _run_of(self, start: Start, row: LaunchInfo, pending: PendingJob,
+                now: float) -> Running:
+        job_id, number = start.job_id, row.attempts + 1
+        spec = JobSpec.model_validate(row.spec)
+        logs, status = self.settings.logs_dir, self.settings.status_dir
+        return Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
+                       gpus=start.gpu_indices, milli=start.milli_per_gpu,
+                       gpu_mem=start.gpu_mem, backend=self.backends.get(
+                           BackendSet.name_of(spec)),
+                       started_at=now, pending=pending,
+                       failures=row.failures, log_path=logs / f"{job_id}.log",
+                       status_path=status / f"{job_id}-{number}.json",
+                       submitted_at=row.created_at, user=row.user)
+
+    def _forget_intent(self, run: Running) -> None:
+        """Undo _intend in memory after its transaction was rolled back."""
+        self.table.running.pop(run.job_id, None)
+        self.table.states[run.job_id] = JobState.PENDING
+        self.table.queue.add(run.pending)
+
+    def _launch_all(self, runs: list[Running]) -> None:
+        """Spawn the processes (each backend gets its share at once), then record their
+        handles in one commit."""
+        outcomes: dict[int, LaunchOutcome] = {}
+        batches: dict[str, list[tuple[Running, LaunchRequest]]] = {}
+        for run in runs:
+            try:
+                req = self._request(run)
+            except (BackendError, TrackerError) as e:
+                outcomes[run.job_id] = LaunchFailed(str(e))
+                continue
+            batches.setdefault(run.backend.name, []).append((run, req))
+        for batch in batches.values():
+            backend, reqs = batch[0][0].backend, [req for _, req in batch]
+            # where the backend can, the loop goes on while the processes are started
+            if self.loop is not None:
+                self.in_flight += len(reqs)
+                if backend.launch_later(reqs, functools.partial(
+                        self._answered, [run for run, _ in batch])):
+                    continue
+                self.in_flight -= len(reqs)
+            for (run, _), outcome in zip(batch, backend.launch_many(reqs), strict=True):
+                outcomes[run.job_id] = outcome
+        done = [run for run in runs if run.job_id in outcomes]
+        if done:
+            with self.batch():
+                for run in done:
+                    each(self._launched, run, outcomes[run.job_id])
+            self.monitor.refresh()
+
+    def _launched(self, run: Running, outcome: LaunchOutcome) -> None:
+        if isinstance(outcome, LaunchFailed):
+            self.exits.launch_failed(run, outcome.reason)
+        else:
+            self.adopt(run, outcome.handle, JobState.STARTING)
+
+    def _answered(self, runs: list[Running], i: int, outcome: LaunchOutcome) -> None:
+        """A launch's outcome as soon as the backend knows it, while it starts the rest of
+        its batch: a started job is watched at once (a short one ends long before a large
+        batch is through). The store learns of it with the next write (an exit or a pass,
+        whose transaction takes it first) or within ``record_after``."""
+        self.in_flight -= 1
+        run = runs[i]
+        if isinstance(outcome, Launched):
+            self._take_handle(run, outcome.handle)
+        self.unrecorded.append((run, outcome))
+        if self._record_timer is None and self.loop is not None:
+            self._record_timer = self.loop.call_later(self.record_after, self.record_launches)
+
+    def record_launches(self) -> None:
+        """Store the launches answered so far, in a transaction of their own."""
+        with self.batch():
+            self.write_launches()
+        self.monitor.refresh()
+
+    def write_launches(self) -> None:
+        """The launches answered and not yet stored, into the open transaction."""
+        self.forget_unrecorded(keep=True)
+        todo, self.unrecorded = self.unrecorded, []
+        for run, outcome in todo:
+            if isinstance(outcome, LaunchFailed):
+                each(self.exits.launch_failed, run, outcome.reason)
+            else:
+                each(self._record_handle, run, outcome.handle, JobState.STARTING)
+
+    def forget_unrecorded(self, *, keep: bool = False) -> None:
+        """Stop the timer that stores answered launches (and, unless ``keep``, forget them:
+        the work is taken up again from the store)."""
+        if self._record_timer is not None:
+            self._record_timer.cancel()
+            self._record_timer = None
+        if not keep:
+            self.unrecorded.clear()
+
+    def _request(self, run: Running) -> LaunchRequest:
+        spec = run.spec
+        resume = self._resume_point(run)
+        argv = list(spec.command)
+        if spec.cuda_arg and not spec.shell:
+            argv = inject_cuda_arg(argv, list(run.gpus))
+        if not spec.shell:
+            argv = substitute_checkpoint(argv, resume)
+        env = dict(spec.env)
+        env.update(self.tracking.launch_env(job_id=run.job_id, user=run.user, spec=spec))
+        if resume is not None:
+            env["ROTA_RESUME_FROM"] = resume
+        env.update(CUDA_VISIBLE_DEVICES=cuda_visible_devices(list(run.gpus)),
+                   ROTA_JOB_ID=str(run.job_id), ROTA_ATTEMPT=str(run.attempt_no),
+                   ROTA_GPU_FRACTION=f"{run.milli / MILLI:g}",
+                   ROTA_GRACE_SECONDS=f"{spec.grace:g}",
+                   ROTA_EVENTS_FILE=str(events_path(run.status_path)),
+                   ROTA_STOP_FILE=str(stop_file(run.status_path)),
+                   ROTA_STOP_SIGNAL=spec.stop_signal)
+        if not run.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
+        return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
+                             shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
+                             log_path=run.log_path, status_path=run.status_path,
+                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
+                             log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
+                                        f"on GPUs {gpu_text(run.gpus)}")
+
+    def _resume_point(self, run: Running) -> str | None:
+        """The newest valid checkpoint of this job for a retry to continue from (a first
+        attempt starts fresh): found under its checkpoint_dir, or reported by rota.job."""
+        if run.attempt_no < 2:
+            return None
+        best = checkpoints.newest_valid(checkpoints_of(run, since=run.submitted_at,
+                                                       now=self.clock()))
+        if best is None:
+            return None
+        self.store.add_event(job_id=run.job_id, kind="resume", now=self.clock(),
+                             message=f"attempt {run.attempt_no} resumes from {best.path}"
+                                     + (f" (step {best.step})" if best.step is not None else ""))
+        return best.path
+
+    # --- adopting a process ----------------------------------------------------------------
+    def adopt(self, run: Running, handle: Handle, src: JobState) -> None:
+        """A process exists for the job (just launched, or found after a restart): record
+        its handle, the job running, and watch it with its timers armed."""
+        self._record_handle(run, handle, src)
+        self._take_handle(run, handle)
+
+    def _record_handle(self, run: Running, handle: Handle, src: JobState) -> None:
+        """The store's part of adopting a process: its handle, and the job running."""
+        if src is JobState.STARTING:
+            self.metrics.starts.inc()
+        self.store.update_attempt(run.attempt_id, handle=handle.to_json())
+        if src is not JobState.RUNNING:
+            self.table.transition(run.job_id, src, JobState.RUNNING,
+                                  message=f"pid {handle.pid} via {handle.backend}",
+                                  started_at=run.started_at)
+
+    def _take_handle(self, run: Running, handle: Handle) -> None:
+        """Memory's part: the process is its job's, watched, with its timers armed."""
+        run.handle = handle
+        self.monitor.place(run)  # simulated GPUs: the job drives their figures
+        self.exits.watch(run)
+        if run.stop_reason is not None:  # stopped while its launch was in flight
+            self.stopper.signal_now(run)
+        self.stopper.arm_time_limit(run)

@@ -1,0 +1,162 @@
+"""The decision after an attempt ends (rota.core.outcome): every branch, no processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+import pytest
+
+from rota.core.outcome import (
+    AttemptFacts,
+    Cancelled,
+    Checkpoint,
+    Complete,
+    Exited,
+    Fail,
+    NeverStarted,
+    OomFacts,
+    Requeue,
+    RetryAt,
+    RetryPolicy,
+    RetryWithMoreMemory,
+    StopReason,
+    TimedOut,
+    decide,
+    ends_in_failure,
+    stop_text,
+    time_limit_text,
+)
+
+GIB = 1 << 30
+NOW = 1000.0
+OK, FAILED, KILLED = Exited(0), Exited(3), Exited(None, int(signal.SIGKILL))
+
+
+def facts(**kw: object) -> AttemptFacts:
+    base = AttemptFacts(stop=None, failures=0, policy=RetryPolicy(), gpus=(0,), milli=1000)
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_a_clean_exit_completes() -> None:
+    assert decide(facts(), OK, NOW) == Complete("exit code 0")
+    assert decide(facts(), OK, NOW).record == "completed"
+
+
+def test_a_failure_without_retries_fails_and_counts_it() -> None:
+    got = decide(facts(failures=2), FAILED, NOW)
+    assert got == Fail("exit code 3", failures=3)
+    assert decide(facts(), KILLED, NOW) == Fail("killed by signal 9", failures=1)
+
+
+@pytest.mark.parametrize(("failures", "delay"), [(0, 2.0), (1, 4.0), (2, 8.0), (3, 10.0)])
+def test_retries_back_off_exponentially_up_to_the_cap(failures: int, delay: float) -> None:
+    f = facts(failures=failures, policy=RetryPolicy(retries=5, backoff=2.0, backoff_max=10.0))
+    got = decide(f, FAILED, NOW)
+    assert isinstance(got, RetryAt) and got.record == "failed"
+    assert got.at == NOW + delay and got.failures == failures + 1
+    assert got.reason == f"exit code 3; retry {failures + 1}/5 in {delay:g}s"
+
+
+def test_the_last_retry_spent_fails() -> None:
+    f = facts(failures=2, policy=RetryPolicy(retries=2, backoff=1.0))
+    assert decide(f, FAILED, NOW) == Fail("exit code 3", failures=3)
+
+
+def test_gpu_out_of_memory_retries_once_with_more_memory() -> None:
+    oom = OomFacts(retried_before=False, bigger=(1000, 12 * GIB), peak=8 * GIB)
+    got = decide(facts(gpus=(0, 1), gpu_mem=4 * GIB, oom=oom), FAILED, NOW)
+    assert isinstance(got, RetryWithMoreMemory)
+    assert (got.gpus_milli, got.gpu_mem) == (2000, 12 * GIB)  # two whole GPUs stay two
+    assert got.note == ("GPU out of memory (peak 8G on one GPU, 4G asked): retried once "
+                        "with 12G per GPU")
+    assert got.reason == f"exit code 3; {got.note}"
+
+
+def test_a_shared_gpu_job_grows_its_share_on_out_of_memory() -> None:
+    oom = OomFacts(retried_before=False, bigger=(500, 6 * GIB), peak=0)
+    got = decide(facts(milli=250, oom=oom), FAILED, NOW)
+    assert isinstance(got, RetryWithMoreMemory) and got.gpus_milli == 500
+    assert "no amount asked" in got.note
+
+
+@pytest.mark.parametrize("oom", [
+    OomFacts(retried_before=True, bigger=(1000, 12 * GIB), peak=1),  # once only
+    OomFacts(retried_before=False, bigger=None, peak=1),  # no GPU has that much
+])
+def test_out_of_memory_falls_back_to_the_retry_policy(oom: OomFacts) -> None:
+    f = facts(oom=oom, policy=RetryPolicy(retries=1, backoff=1.0))
+    assert isinstance(decide(f, FAILED, NOW), RetryAt)
+
+
+def test_a_cpu_job_never_gets_more_gpu_memory() -> None:
+    oom = OomFacts(retried_before=False, bigger=(1000, GIB), peak=1)
+    assert decide(facts(gpus=(), oom=oom), FAILED, NOW) == Fail("exit code 3", failures=1)
+
+
+@pytest.mark.parametrize("end", [OK, FAILED, KILLED])
+def test_a_cancelled_job_is_cancelled_however_it_ended(end: Exited) -> None:
+    got = decide(facts(stop=StopReason.CANCEL), end, NOW)
+    assert got == Cancelled(f"cancelled ({end.how})", end_reason=f"cancelled ({end.how})")
+
+
+def test_a_job_stopped_at_its_time_limit_timed_out() -> None:
+    got = decide(facts(stop=StopReason.TIMEOUT, time_limit=3.0), KILLED, NOW)
+    assert got == TimedOut("time limit 3s reached (killed by signal 9)")
+
+
+def test_a_preempted_job_queues_again_saying_what_it_saved() -> None:
+    stop = StopReason.PREEMPT
+    assert decide(facts(stop=stop), OK, NOW) == Requeue(
+        "preempted (exit code 0); queued again in its place", record="preempted")
+    none = decide(facts(stop=stop, checkpointing=True), OK, NOW)
+    assert isinstance(none, Requeue) and "; it saved no checkpoint;" in none.reason
+    saved = decide(facts(stop=stop, checkpointing=True,
+                         checkpoint=Checkpoint("/ck/step-40", 40)), KILLED, NOW)
+    assert saved == Requeue("preempted (killed by signal 9); last checkpoint /ck/step-40 "
+                            "(step 40); queued again in its place", record="preempted",
+                            resume_from="/ck/step-40")
+
+
+@pytest.mark.parametrize(("stop", "why"), [(StopReason.GPU_LOST, "its GPU was lost"),
+                                           (StopReason.REQUEUE, "requeued by request")])
+def test_lost_gpus_and_requeues_queue_again_without_counting_a_failure(
+        stop: StopReason, why: str) -> None:
+    got = decide(facts(stop=stop, policy=RetryPolicy(retries=0)), FAILED, NOW)
+    assert got == Requeue(f"{why} (exit code 3); queued again", record="requeued")
+    assert stop.runs_again and not StopReason.CANCEL.runs_again
+
+
+def test_a_failed_launch_is_a_failure_like_any_other() -> None:
+    end = NeverStarted("cwd missing")
+    f = facts(policy=RetryPolicy(retries=1, backoff=5.0))
+    assert decide(f, end, NOW) == RetryAt(NOW + 5.0, "launch failed: cwd missing; retry 1/1 "
+                                          "in 5s", failures=1)
+    assert decide(facts(), end, NOW) == Fail("launch failed: cwd missing", failures=1)
+    # a launch that failed while the job was being stopped for another reason still fails
+    assert isinstance(decide(facts(stop=StopReason.PREEMPT), end, NOW), Fail)
+
+
+def test_a_job_cancelled_while_its_launch_was_in_flight_is_cancelled() -> None:
+    got = decide(facts(stop=StopReason.CANCEL), NeverStarted("runner lost"), NOW)
+    assert got == Cancelled("cancelled (its launch failed: runner lost)",
+                            end_reason="cancelled by request")
+
+
+def test_which_ends_count_as_failures() -> None:
+    assert ends_in_failure(None, FAILED) and ends_in_failure(None, KILLED)
+    assert not ends_in_failure(None, OK)
+    assert not ends_in_failure(StopReason.TIMEOUT, FAILED)
+    assert ends_in_failure(StopReason.REQUEUE, NeverStarted("x"))
+    assert not ends_in_failure(StopReason.CANCEL, NeverStarted("x"))
+
+
+def test_stop_wording_reads_as_a_person_writes_it() -> None:
+    # `--time-limit 3s --grace 1s`: warned 1 s before the limit (the timer lands a hair early)
+    assert stop_text(time_limit_text(3.0), "SIGTERM", 0.999828) == \
+        "time limit of 3s reached; sent SIGTERM, then SIGKILL 1s later"
+    assert stop_text("cancelled by request", "SIGINT", 90) == \
+        "cancelled by request; sent SIGINT, then SIGKILL 1m30s later"
+    assert stop_text("x", "SIGTERM", 0.5) == "x; sent SIGTERM, then SIGKILL 0.5s later"
+    assert stop_text("x", "SIGTERM", -0.01) == "x; sent SIGTERM, then SIGKILL 0s later"
+    assert time_limit_text(7200) == "time limit of 2h00m reached"
