@@ -20,8 +20,11 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# the CPU build of torch first: a bare `torch` (or the ml extra's range) pulls a multi-GB CUDA build
-.venv/bin/python -m pip install -q torch==2.13.0
+# the CPU build of torch first, pinned by its local version (+cpu): a bare `torch` (or the ml
+# extra's range) pulls a multi-GB CUDA build. pip finds torch-2.13.0+cpu through the configured
+# find-links; where only the public index is there, the same wheel comes from PyTorch's CPU index.
+.venv/bin/python -m pip install -q 'torch==2.13.0+cpu' \
+  || .venv/bin/python -m pip install -q 'torch==2.13.0+cpu' --index-url https://download.pytorch.org/whl/cpu
 .venv/bin/python -m pip install -q -e '.[test,ml,trackers]'
 
 # --- a private PostgreSQL server ------------------------------------------------------

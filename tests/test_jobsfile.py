@@ -340,6 +340,17 @@ def test_yaml_unknown_field_is_named() -> None:
     assert msg.startswith("jobs.yaml:2: job 1 (from line 1): gpu: ")
 
 
+def test_yaml_gpu_mem_bare_number_is_gib_as_on_the_command_line() -> None:
+    got = yml("- {command: a, gpu_mem: 20}\n- {command: b, gpu_mem: 1.5}\n"
+              "- {command: c, gpu_mem: '512M'}\n- {command: d, gpu_mem: '20'}\n"
+              "- {command: e, gpu_mem: 1000B}\n")
+    assert not got.errors
+    assert [e.spec.gpu_mem for e in got.entries] == [20 << 30, 3 << 29, 512 << 20, 20 << 30,
+                                                     1000]
+    bad = yml("- command: a\n  gpu_mem: -2\n")
+    assert bad.errors[0].line == 2 and "gpu_mem" in bad.errors[0].message
+
+
 def test_yaml_syntax_error_has_a_line() -> None:
     p = yml("- command: [a]\n- command: [b\n- command: [c]\n")
     assert p.entries == []

@@ -15,15 +15,9 @@ from pydantic_settings import (
 )
 
 from rota.errors import InvalidSpec
+from rota.home import default_home
 
-
-def default_home() -> Path:
-    env = os.environ.get("ROTA_HOME")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "rota"
+__all__ = ["Settings", "default_home", "load_settings"]
 
 
 def _login_name() -> str:

@@ -7,6 +7,7 @@ import re
 from rota.errors import InvalidSpec
 
 _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+MEMORY_HELP = "GiB unless a unit is given: 20, 20G, 512M"
 _MEM_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DUR_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _DUR_FULL_RE = re.compile(r"(\s*\d+(?:\.\d+)?\s*[dhms])+\s*", re.IGNORECASE)
@@ -14,16 +15,34 @@ _DUR_MULT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
 
 def parse_memory(text: str | int, *, field: str = "gpu_mem") -> int:
-    """'20G', '512M', '1.5GiB', or a plain number of bytes -> bytes (binary units)."""
+    """'20G', '512M', '1.5GiB', '64MB', '1000B' -> bytes (binary units); a bare number a
+    person writes ('20') means GiB, since nobody asks for 20 bytes of GPU memory.
+
+    An int comes from a program (the API, the SDK) and is already bytes.
+    """
     if isinstance(text, int):
         if text < 0:
             raise InvalidSpec(f"{field}: memory cannot be negative", field=field)
         return text
     m = _MEM_RE.match(text)
     if not m:
-        raise InvalidSpec(f"{field}: cannot read {text!r} as a memory size (like 20G or 512M)",
-                          field=field)
-    return int(float(m.group(1)) * _MEM_MULT[m.group(2).lower()])
+        raise InvalidSpec(f"{field}: cannot read {text!r} as a memory size "
+                          f"({MEMORY_HELP})", field=field)
+    number, prefix, suffix = m.group(1), m.group(2).lower(), m.group(3).lower()
+    if not prefix and suffix not in ("", "b"):
+        raise InvalidSpec(f"{field}: {text!r} has no size prefix ({MEMORY_HELP})", field=field)
+    mult = _MEM_MULT[prefix] if prefix or suffix else _MEM_MULT["g"]
+    return int(float(number) * mult)
+
+
+def parse_memory_person(value: object, *, field: str = "gpu_mem") -> object:
+    """A memory written by a person in a jobs file or YAML: a bare number (20 or 1.5) is GiB
+    there too. Other values are left for the spec's own check to judge."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise InvalidSpec(f"{field}: memory cannot be negative", field=field)
+        return int(value * _MEM_MULT["g"])
+    return value
 
 
 def format_memory(n: int | None) -> str:

@@ -97,7 +97,7 @@ def test_submit_sweep_makes_one_job_per_combination(rota: Any, daemon: Any) -> N
              "--", "echo", "lr={lr}")
     assert r.exit_code == 0, r.output
     assert "submitted 6 jobs" in r.stdout
-    assert "echo lr={lr}[lr=0.01,seed=2]" in r.stdout  # brackets shown, not eaten as markup
+    assert "echo[lr=0.01,seed=2]" in r.stdout  # brackets shown, not eaten as markup
     ids = [int(w) for w in r.stdout.splitlines()[0].split(": ")[1].split(", ")]
     commands = sorted(tuple(daemon.client.job(i)["spec"]["command"]) for i in ids)
     assert commands[0] == ("echo", "lr=0.001", "--seed", "1")
@@ -210,7 +210,7 @@ def test_queue_show_why_for_a_held_job(rota: Any, daemon: Any) -> None:
     rows = _json(rota("queue", "--state", "held", "--json"))
     assert jid in [j["id"] for j in rows] and all(j["state"] == "held" for j in rows)
     r = rota("why", str(jid))
-    assert r.exit_code == 0 and f"job {jid} (held)" in r.stdout and "rota release" in r.stdout
+    assert r.exit_code == 0 and f"job {jid} is held: `rota release` lets it run" in r.stdout
     assert _json(rota("why", str(jid), "--json"))["code"] == "held"
     show = rota("show", str(jid))
     assert "held-one" in show.stdout and "timeline" in show.stdout and "submitted" in show.stdout
@@ -344,7 +344,7 @@ def test_pause_and_resume_show_in_gpus_and_why(rota: Any, daemon: Any, until: An
         assert r.exit_code == 0 and "paused GPU 3" in r.stdout
         gpus = _json(rota("gpus", "--json"))["gpus"]
         assert all(g["paused"] for g in gpus)
-        assert "yes" in rota("gpus").stdout
+        assert rota("gpus").stdout.count("paused") >= 4
         jid = _one(rota, "--gpus", "1", "--allowed-gpus", "2", "--", "true")
         why = _why_after_a_pass(rota, until, jid)
         assert why["state"] == "pending" and why["code"] == "resources"
@@ -402,9 +402,11 @@ def test_add_appends_a_line_that_the_daemon_queues(
     assert r.exit_code == 0 and "not queued again" in r.stdout
     r = rota("add", "1", "x.sh", "--allowed-gpus", "3-1")
     assert r.exit_code == 2 and "allowed_gpus" in r.stderr
+    before = jobs_file.read_text()
     r = rota("add", "1", "x.py", "--conda", "no-such-env-here", "--json")
     if shutil.which("conda") is None:
-        assert r.exit_code == 2 and "conda" in _json(r)["error"]
+        assert r.exit_code == 2 and "conda is not installed" in _json(r)["message"]
+        assert jobs_file.read_text() == before  # nothing left behind
 
 
 # --- the demo ---------------------------------------------------------------------------------

@@ -79,9 +79,23 @@ def test_unused_key_is_appended_as_an_option() -> None:
     assert job.name == "t[lr=0.1,seed=7]"
 
 
-def test_name_defaults_to_the_display_name() -> None:
-    (job,) = expand_sweep(a_job("python", "t.py"), [("seed", ["1"])])
-    assert job.name == "python t.py[seed=1]"
+def test_name_defaults_to_the_script_the_job_runs() -> None:
+    spec = a_job("python", "./scripts/train.py", "--lr", "{lr}", "--epochs", "30")
+    jobs = expand_sweep(spec, [("lr", ["1e-3"]), ("seed", ["1", "2"])])
+    assert [j.name for j in jobs] == ["train[lr=1e-3,seed=1]", "train[lr=1e-3,seed=2]"]
+
+
+@pytest.mark.parametrize(("command", "shell", "base"), [
+    (["python", "-m", "pkg.evaluate", "--x"], False, "evaluate"),
+    (["torchrun", "--nproc_per_node=2", "ft.py"], False, "ft"),
+    (["accelerate", "launch", "--config_file", "c.yaml", "t.py"], False, "t"),
+    (["bash", "jobs/run.sh"], False, "run"),
+    (["echo", "lr={lr}"], False, "echo"),
+    (["python3.11 train.py --lr 3 | tee out.txt"], True, "train"),
+])
+def test_default_base_names(command: list[str], shell: bool, base: str) -> None:
+    (job,) = expand_sweep(a_job(*command, shell=shell), [("seed", ["1"])])
+    assert job.name == f"{base}[seed=1]"
 
 
 def test_braces_that_are_not_placeholders_are_left_alone() -> None:

@@ -4,14 +4,12 @@ may be given (`rota secret ...`)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from rota.cli.common import client, emit, run_cli
-from rota.cli.jobs import fmt_time
-from rota.core.spec import check_secret_name
+from rota.cli.fmt import fmt_time
 from rota.errors import InvalidSpec
 
 user_app = typer.Typer(help="Users of the TCP API (the socket's owner needs none).",
@@ -22,6 +20,9 @@ token_app = typer.Typer(help="API tokens for the TCP API (shown once, stored has
 secret_app = typer.Typer(help="Your stored secrets (API keys, tokens): encrypted, given to "
                               "jobs with --secret or --wandb, never shown.",
                          no_args_is_help=True)
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 JSON = typer.Option(False, "--json", help="print JSON")
 
@@ -44,11 +45,38 @@ def user_list(json_out: bool = JSON) -> None:
         data = c.request("GET", "/v1/users")
 
         def table(d: dict[str, Any]) -> Table:
+            from rich.table import Table
+
             t = Table("user", "admin", "added", header_style="bold")
             for u in d["users"]:
                 t.add_row(u["name"], "yes" if u["admin"] else "no", fmt_time(u["created_at"]))
             return t
         emit(data, json_out, table)
+
+
+@user_app.command("rm")
+def user_rm(name: str = typer.Argument(..., help="the user to remove"),
+            cancel_jobs: bool = typer.Option(False, "--cancel-jobs",
+                                             help="cancel the user's active jobs first"),
+            yes: bool = typer.Option(False, "--yes", "-y", help="do not ask first"),
+            json_out: bool = JSON) -> None:
+    """Remove a user: revokes their tokens and deletes their secrets; ended jobs stay.
+
+    A user with active jobs is refused unless --cancel-jobs cancels them.
+    """
+    with run_cli(json_out=json_out):
+        if not yes:
+            what = "cancel their active jobs, " if cancel_jobs else ""
+            if not typer.confirm(f"remove user {name} ({what}revoke their tokens, delete "
+                                 "their secrets; their ended jobs stay as history)?",
+                                 default=False, err=True):
+                raise typer.Exit(1)
+        with client() as c:
+            got = c.request("DELETE", f"/v1/users/{name}",
+                            params={"cancel_jobs": "true" if cancel_jobs else "false"})
+        emit(got, json_out, lambda d: f"user {d['user']} removed: {d['tokens_revoked']} "
+                                      f"token(s) revoked, {d['jobs_cancelled']} job(s) "
+                                      "cancelled")
 
 
 @token_app.command("create")
@@ -70,6 +98,8 @@ def token_list(json_out: bool = JSON) -> None:
         data = c.request("GET", "/v1/tokens")
 
         def table(d: dict[str, Any]) -> Table:
+            from rich.table import Table
+
             t = Table("id", "user", "starts with", "note", "created", "last used", "revoked",
                       header_style="bold")
             for r in d["tokens"]:
@@ -109,6 +139,8 @@ def secret_set(name: str = typer.Argument(..., help="e.g. WANDB_API_KEY, HF_TOKE
                json_out: bool = JSON) -> None:
     """Store a secret (the value is asked for, or read from stdin)."""
     with run_cli(json_out=json_out):
+        from rota.core.spec import check_secret_name
+
         value = _read_secret(check_secret_name(name))
         with client() as c:
             got = c.request("PUT", f"/v1/secrets/{name}", json={"value": value, "user": user})
@@ -123,6 +155,8 @@ def secret_list(user: str = typer.Option(None, "--user", "-u"), json_out: bool =
         data = c.request("GET", "/v1/secrets", params={"user": user} if user else None)
 
         def table(d: dict[str, Any]) -> Table:
+            from rich.table import Table
+
             t = Table("secret", "stored", "changed", header_style="bold")
             for r in d["secrets"]:
                 t.add_row(r["name"], fmt_time(r["created_at"]), fmt_time(r["updated_at"]))

@@ -1,54 +1,107 @@
-"""What every command shares: settings, the client, --json output, error handling."""
+"""What every command shares: settings, the client, --json output, error handling.
+
+Cheap to import (the fast lane of `rota submit` goes through here): Rich and the settings
+are loaded when first used; ``console`` and ``err_console`` are made on first access.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.console import Console
-from rich.markup import escape
-
-from rota.client import RawClient as Client
-from rota.config import Settings, load_settings
+from rota.cli.lazy_typer import Exit
+from rota.client.raw import RawClient as Client
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rota.config import Settings
+
+    console: Console
+    err_console: Console
+
+#: characters that make Rich read a plain string differently (markup, emoji codes)
+_RICH_SYNTAX = ("[", ":")
+
+
+class Plain(str):
+    """Text that :func:`emit` prints exactly as it is (never read as markup), as Rich
+    prints an unstyled ``Text``, without importing Rich (~10 ms a call)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("console", "err_console"):
+        from rich.console import Console
+
+        made = Console(stderr=name == "err_console")
+        globals()[name] = made
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load(**overrides: Any) -> Settings:
+    from rota.config import load_settings
+
     return load_settings(**overrides)
 
 
 def client() -> Client:
     """The daemon at $ROTA_URL (with $ROTA_TOKEN) when set, else this ROTA_HOME's socket."""
-    if os.environ.get("ROTA_URL"):
-        return Client()
-    return Client(load().socket_path)
+    return Client()
 
 
 def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
     """Print JSON for programs, or the human rendering (a string or a Rich renderable)."""
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    else:
-        out = human(data)
-        if out is not None:
-            console.print(out, highlight=False, soft_wrap=True)
+        return
+    out = human(data)
+    if out is None:
+        return
+    if isinstance(out, Plain) or (isinstance(out, str)
+                                  and not any(c in out for c in _RICH_SYNTAX)):
+        sys.stdout.write(out + "\n")  # what Rich would print, without importing it
+        return
+    text = getattr(out, "plain", None)
+    if isinstance(text, str) and not out.spans and not out.style:
+        sys.stdout.write(text + "\n")  # an unstyled rich Text
+        return
+    _console("console").print(out, highlight=False, soft_wrap=True)
+
+
+def _console(name: str) -> Console:
+    made: Console = __getattr__(name) if name not in globals() else globals()[name]
+    return made
+
+
+def _plain_stderr() -> bool:
+    """Whether stderr gets no colours anyway (then Rich is not needed to write to it)."""
+    return not sys.stderr.isatty()
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False,
-                      soft_wrap=True)
+    if _plain_stderr():
+        sys.stderr.write(f"warning: {message}\n")
+        return
+    from rich.markup import escape
+
+    _console("err_console").print(f"[bold yellow]warning:[/] {escape(message)}",
+                                  highlight=False, soft_wrap=True)
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """An error line on stderr (``message`` is shown as it is, never read as markup)."""
+    if _plain_stderr():
+        sys.stderr.write(f"error: {message}\n")
+        return
+    from rich.markup import escape
+
+    _console("err_console").print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                                  soft_wrap=True)
 
 
 @contextmanager
@@ -70,7 +123,7 @@ def _report(e: RotaError, json_out: bool, code: int) -> None:
                                      "field": getattr(e, "field", None)}) + "\n")
     else:
         fail(str(e))
-    raise typer.Exit(code)
+    raise Exit(code)
 
 
 def apply_each(targets: list[int], key: str, json_out: bool,
@@ -80,8 +133,6 @@ def apply_each(targets: list[int], key: str, json_out: bool,
 
     ``key`` names the target in an error entry ("id" for jobs, "index" for GPUs).
     """
-    from rich.text import Text
-
     with run_cli(json_out=json_out):
         results: list[dict[str, Any]] = []
         failed = False
@@ -101,6 +152,6 @@ def apply_each(targets: list[int], key: str, json_out: bool,
                 if "error" in r:
                     fail(r["message"])
                 else:
-                    console.print(Text(done(r)))
+                    sys.stdout.write(done(r) + "\n")
         if failed:
-            raise typer.Exit(1)
+            raise Exit(1)

@@ -13,18 +13,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.rule import Rule
-from rich.table import Table
-from rich.text import Text
 
 from rota.cli.common import console, load, run_cli
-from rota.cli.jobs import add_row, fmt_gpus, queue_order, queue_table
-from rota.client import RawClient as Client
-from rota.config import Settings
+from rota.cli.fmt import add_row, fmt_gpus
+from rota.cli.job_view import why_sentence
+from rota.cli.queue_view import queue_order, queue_table
 from rota.errors import RotaError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rota.client import RawClient as Client
+    from rota.config import Settings
 
 PY = sys.executable
 _FLAKY = ("import os, sys\n"
@@ -38,10 +41,13 @@ _SWEEP = "import time; print('training with lr={lr}'); time.sleep(1)"
 
 
 def _say(text: str) -> None:
-    console.print(Text(text))
+    console.print(text, markup=False, highlight=False)
 
 
 def _step(title: str) -> None:
+    from rich.rule import Rule
+    from rich.text import Text
+
     console.print(Rule(Text(title, style="bold cyan"), align="left"))
 
 
@@ -56,6 +62,9 @@ def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
     A fresh ROTA_HOME is used as it is; one that already holds a database gets the demo in
     its own `demo/` folder, so the demo never runs (or re-adopts) anyone's real jobs.
     """
+    from rota.client import RawClient as Client
+    from rota.config import Settings
+
     settings = load()
     c = Client(settings.socket_path)
     from rota.server.serve import socket_alive, start_detached
@@ -143,6 +152,8 @@ def _show_queue(c: Client, ids: list[int], title: str) -> None:
 
 
 def _summary(c: Client, ids: list[int], t0: float) -> Table:
+    from rich.table import Table
+
     t = Table(title="summary", title_justify="left", header_style="bold")
     for col in ("job", "name", "state", "prio", "attempts", "gpus", "on GPUs", "started"):
         t.add_column(col, overflow="fold")
@@ -212,15 +223,22 @@ def run_demo(c: Client, timeout: float, *, stays: bool = True) -> list[int]:
                            "retry_backoff": 1.0, **base}])[0]
         _say(f"  {flaky['id']} flaky: exits 3 on its first try; retries=1, retry_backoff=1s")
 
-        _step("5. a job that cannot start says why")
-        huge = c.submit([_sleep_job("huge", 1, n_gpus + 1, priority=10, **base)])[0]
-        _say(f"  {huge['id']} huge: asks for {n_gpus + 1} GPUs on a {n_gpus}-GPU machine")
+        _step("5. a job that cannot run here is refused, or waits with --force")
+        from rota.cli.submit import post_jobs
+        from rota.errors import InvalidSpec
+
+        huge_spec = _sleep_job("huge", 1, n_gpus + 1, priority=10, **base)
+        with contextlib.suppress(InvalidSpec):
+            c.submit([huge_spec])
+            raise RotaError("the daemon accepted a job that asks for more GPUs than exist")
+        _say(f"  huge asks for {n_gpus + 1} GPUs on a {n_gpus}-GPU machine: refused at submit")
+        huge = post_jobs(c, [huge_spec], force=True)["jobs"][0]
+        _say(f"  {huge['id']} huge: with --force it is queued, and waits saying why")
         ids = [j["id"] for j in (*share, *train, *evals, urgent, *sweep, flaky, huge)]
         _until_looked_at(c, ids)
         _show_queue(c, ids, "the queue right after submitting")
         for jid in (urgent["id"], huge["id"]):
-            w = c.why(jid)
-            _say(f"$ rota why {jid}\n  {w['message'] or w['state']}")
+            _say(f"$ rota why {jid}\n  {why_sentence(c.why(jid))}")
 
         _step("6. waiting for the jobs to finish")
         finite = [i for i in ids if i != huge["id"]]

@@ -3,29 +3,44 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from rota.cli.common import apply_each, client, emit, run_cli
-from rota.units import format_memory
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.text import Text
+
+    from rota.config import Settings
 
 
-def _yes(flag: bool, good: bool) -> Text:
-    return Text("yes" if flag else "no", style="green" if flag == good else "bold red")
+def _state(g: dict[str, Any]) -> Text:
+    """One word or two: `ok`, `paused`, `unhealthy`, `paused,unhealthy`."""
+    from rich.text import Text
+
+    words = [w for w, on in (("paused", g["paused"]), ("unhealthy", not g["healthy"])) if on]
+    return Text(",".join(words) or "ok", style="bold red" if not g["healthy"] else
+                "yellow" if g["paused"] else "green")
 
 
 def gpus_view(data: dict[str, Any]) -> Group:
-    """The `rota gpus` table and a line saying where the readings come from."""
-    t = Table(header_style="bold")
-    for col, kw in (("gpu", {"justify": "right"}), ("memory", {}),
-                    ("outside", {}), ("rota mem", {}), ("util", {"justify": "right"}),
-                    ("allocated", {"justify": "right"}),
-                    ("jobs", {}), ("kept for", {}), ("paused", {}), ("healthy", {})):
-        t.add_column(col, **kw)  # type: ignore[arg-type]
+    """The `rota gpus` table (fits 80 columns: short headers, values never cut) and a line
+    saying where the readings come from."""
+    from rich.box import SIMPLE_HEAD
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from rota.units import format_memory
+
+    t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
+    for col, right in (("gpu", True), ("used/total", False), ("outside", False),
+                       ("rota", False), ("util", True), ("share", True), ("jobs", False),
+                       ("kept for", False), ("state", False)):
+        t.add_column(col, justify="right" if right else "left", no_wrap=col != "jobs",
+                     overflow="fold")
     kept = {i: f"job {r['job']}" for r in data.get("reservations", []) for i in r["gpus"]}
     for g in data["gpus"]:
         t.add_row(str(g["index"]),
@@ -33,20 +48,24 @@ def gpus_view(data: dict[str, Any]) -> Group:
                   format_memory(g["memory_external"]) if g["memory_external"] else "-",
                   format_memory(g["reserved_memory"]) if g["reserved_memory"] else "-",
                   f"{g['utilization']:.0%}", f"{g['allocated']:g}",
-                  ",".join(map(str, g["jobs"])) or "-", kept.get(g["index"], "-"),
-                  _yes(g["paused"], False), _yes(g["healthy"], True))
+                  ", ".join(map(str, g["jobs"])) or "-", kept.get(g["index"], "-"),
+                  _state(g))
     names = Counter(g["name"] for g in data["gpus"])
     kinds = ", ".join(f"{n} x {name}" for name, n in names.items()) or "no GPUs"
     source = ("simulated GPUs, no real hardware" if data["devices"] == "simulated"
               else "read through NVML")
-    lines: list[Any] = [t, Text(f"{kinds} ({source})")]
+    from rota.cli.fmt import console_width, wrap_words
+
+    note = (f"{kinds} ({source}). outside: memory held by processes Rota did not start; "
+            "rota: memory kept for Rota's jobs")
+    lines: list[Any] = [t, *(Text(x) for x in wrap_words(note, console_width()))]
     if data.get("draining"):
         lines.append(Text("draining: nothing new starts (`rota drain --off` ends it)",
                           style="bold yellow"))
     return Group(*lines)
 
 
-def gpus(json_out: bool = typer.Option(False, "--json")) -> None:
+def gpus(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The GPUs: memory (outside use included), utilisation, Rota's share, jobs, state."""
     with run_cli(json_out=json_out), client() as c:
         data = c.gpus()
@@ -65,19 +84,19 @@ def _each_gpu(indices: list[int], paused: bool, json_out: bool) -> None:
 
 
 def pause(indices: list[int] = typer.Argument(..., metavar="GPU..."),
-          json_out: bool = typer.Option(False, "--json")) -> None:
+          json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Pause GPUs: jobs on them keep running, no new job starts there."""
     _each_gpu(indices, True, json_out)
 
 
 def resume(indices: list[int] = typer.Argument(..., metavar="GPU..."),
-           json_out: bool = typer.Option(False, "--json")) -> None:
+           json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Resume paused GPUs."""
     _each_gpu(indices, False, json_out)
 
 
 def drain(off: bool = typer.Option(False, "--off", help="stop draining"),
-          json_out: bool = typer.Option(False, "--json")) -> None:
+          json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Drain the machine: running jobs finish, nothing new starts (--off ends it)."""
     with run_cli(json_out=json_out), client() as c:
         emit(c.drain(on=not off), json_out,
@@ -86,6 +105,9 @@ def drain(off: bool = typer.Option(False, "--off", help="stop draining"),
 
 
 def _status_text(d: dict[str, Any]) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
     h, q = d["health"], d["queue"]
     counts = q.get("counts", {})
     order = ["pending", "held", "starting", "running", "preempted", "completed", "failed",
@@ -105,10 +127,26 @@ def _status_text(d: dict[str, Any]) -> Group:
     return Group(*lines)
 
 
-def status(json_out: bool = typer.Option(False, "--json")) -> None:
+def status(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Is the daemon up, and how many jobs are in each state."""
     with run_cli(json_out=json_out), client() as c:
         emit({"health": c.health(), "queue": c.queue_summary()}, json_out, _status_text)
+
+
+def say_if_simulated(settings: Settings) -> None:
+    """After `rota server --detach` with no --simulate: a daemon that found no GPU
+    simulates some; say so where the user looks, not only in the daemon's log."""
+    from rota.cli.common import err_console
+
+    with client() as c:
+        health = c.health()
+    if health.get("devices") != "simulated":
+        return
+    n = health.get("gpus", 0)
+    err_console.print(f"note: no NVIDIA GPU found, so the daemon simulates {n} GPU"
+                      f"{'s' if n != 1 else ''} (no real hardware; `rota gpus` shows them, "
+                      f"{settings.home / 'daemon.log'} says why; `rota server --simulate "
+                      "4x24G` chooses them)", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -118,3 +156,6 @@ def register(app: typer.Typer) -> None:
     app.command()(resume)
     app.command()(drain)
     app.command()(status)
+    from rota.cli import service
+
+    service.register(app)

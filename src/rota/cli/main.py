@@ -1,4 +1,11 @@
-"""The `rota` command line. Each command group lives in its own module."""
+"""The `rota` command line. Each command group lives in its own module.
+
+``app`` is the `rota` command: called with no arguments (the console script), it runs a
+hot command through the fast lane (:mod:`rota.cli.fast`) when it can, prints saved help
+(:mod:`rota.cli.help_cache`), and runs everything else through the Typer app, built on
+first need. Everywhere else (``typer.testing``, Typer's
+own functions) it stands for that Typer app.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +14,20 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import typer
+from rota.cli import lazy_typer as typer
+from rota.cli.common import emit, load, run_cli
 
-from rota.cli.common import emit, fail, load, run_cli
-from rota.errors import RotaError
+if TYPE_CHECKING:
+    import typer as real_typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Rota: a GPU job scheduler. Lower priority numbers run first.")
-server_app = typer.Typer(help="Run or stop the daemon.", invoke_without_command=True)
-app.add_typer(server_app, name="server")
+#: the modules whose ``register(app)`` attaches their commands
+COMMAND_MODULES = ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access",
+                   "rota.cli.ml")
+HELP = "Rota: a GPU job scheduler. Lower priority numbers run first."
 
 
-@server_app.callback()
 def server(ctx: typer.Context,
            simulate: str = typer.Option(None, help="simulated GPUs, e.g. 4x24G or 2x24G,1x48G"),
            detach: bool = typer.Option(False, "--detach", "-d", help="run in the background"),
@@ -54,15 +62,18 @@ def server(ctx: typer.Context,
                 argv += ["--api-workers", str(api_workers)]
             pid = start_detached(settings, argv)
             typer.echo(f"rota daemon started (pid {pid}); socket {settings.socket_path}")
+            if not simulate:
+                from rota.cli.machine import say_if_simulated
+
+                say_if_simulated(settings)
             return
         from rota.server.serve import run_foreground
 
         run_foreground(settings)
 
 
-@server_app.command("stop")
 def server_stop(timeout: float = typer.Option(30.0, help="seconds to wait for it to exit"),
-                json_out: bool = typer.Option(False, "--json")) -> None:
+                json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Stop the daemon gracefully. Running jobs keep running and are re-adopted later."""
     with run_cli(json_out=json_out):
         settings = load()
@@ -85,24 +96,88 @@ def server_stop(timeout: float = typer.Option(30.0, help="seconds to wait for it
              lambda d: f"rota daemon stopped (pid {d['pid']})")
 
 
-def _register() -> None:
-    """Attach the other command groups (kept in their own modules)."""
+def _version(value: bool) -> None:
+    if value:
+        from rota import __version__
+
+        typer.echo(f"rota {__version__}")
+        raise typer.Exit()
+
+
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print Rota's version and exit")) -> None:
+    """Rota: a GPU job scheduler. Lower priority numbers run first."""
+
+
+def build() -> real_typer.Typer:
+    """The whole Typer app: every command group attached, options made Typer's own."""
     import importlib
 
-    for mod in ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access",
-                "rota.cli.ml"):
+    import typer as real
+
+    app = real.Typer(no_args_is_help=True, add_completion=True, help=HELP)
+    app.callback()(_root)
+    server_app = real.Typer(help="Run or stop the daemon.", invoke_without_command=True)
+    server_app.callback()(server)
+    server_app.command("stop")(server_stop)
+    app.add_typer(server_app, name="server")
+    for mod in COMMAND_MODULES:
         try:
             importlib.import_module(mod).register(app)
         except ModuleNotFoundError as e:
             if e.name != mod:
                 raise
+    typer.realize_app(app)
+    return app
 
 
-_register()
+class Rota:
+    """The `rota` command (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._typer: real_typer.Typer | None = None
+
+    @property
+    def typer(self) -> real_typer.Typer:
+        if self._typer is None:
+            try:
+                self._typer = build()
+            except AttributeError as e:  # not "no such attribute" of this object
+                raise RuntimeError(f"building the rota command failed: {e!r}") from e
+        return self._typer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            from rota.cli import fast, help_cache
+
+            argv = sys.argv[1:]
+            if fast.run(argv):
+                return 0
+            key = help_cache.key_for(argv, sys.argv[0])
+            if key is not None:
+                if help_cache.show(key):
+                    return 0
+                return help_cache.render(key, self.typer, lambda: self.is_command(argv[:-1]))
+        return self.typer(*args, **kwargs)
+
+    def is_command(self, path: list[str]) -> bool:
+        """Whether ``path`` names a command or group (``[]``: the `rota` command itself)."""
+        from typer.main import get_command
+
+        cmd: Any = get_command(self.typer)
+        for word in path:
+            cmd = getattr(cmd, "commands", {}).get(word)
+            if cmd is None:
+                return False
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.typer, name)
+
+
+app: Any = Rota()
 
 if __name__ == "__main__":  # pragma: no cover
-    try:
-        app()
-    except RotaError as e:
-        fail(str(e))
-        sys.exit(2)
+    app()

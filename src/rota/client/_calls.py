@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import httpx
 from pydantic import TypeAdapter
 
 from rota.client.models import (
@@ -175,12 +174,12 @@ def wait_hold(deadline: float | None) -> float:
     return max(0.001, min(WAIT_STEP, deadline - time.monotonic()))
 
 
-def wait_once(ref: JobRef, hold: float, base: httpx.Timeout) -> Call[dict[str, Any]]:
-    """One long poll: the daemon answers when the job ends or after ``hold`` seconds."""
-    read = None if base.read is None else hold + max(base.read, WAIT_SLACK)
-    timeout = httpx.Timeout(base.connect, read=read, write=base.write, pool=base.pool)
+def wait_once(ref: JobRef, hold: float, base_read: float | None) -> Call[dict[str, Any]]:
+    """One long poll: the daemon answers when the job ends or after ``hold`` seconds
+    (``base_read``: the client's read limit in seconds, None for none)."""
+    read = None if base_read is None else hold + max(base_read, WAIT_SLACK)
     return Call("GET", _jobs_path(ref, "/wait"), dict, params={"timeout": hold},
-                extra={"timeout": timeout})
+                extra={"timeout": read})
 
 
 def read_log(ref: JobRef, offset: int, limit: int | None) -> Call[LogChunk]:

@@ -7,7 +7,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from rota.client._transport import DEFAULT_TIMEOUT, Endpoint, SyncTransport, TimeoutTypes
+from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
+from rota.client._wire import Timeout, WireTransport
 
 
 class RawClient:
@@ -16,8 +17,8 @@ class RawClient:
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
                  url: str | None = None, token: str | None = None,
-                 timeout: TimeoutTypes = DEFAULT_TIMEOUT) -> None:
-        self._t = SyncTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
+                 timeout: Timeout = DEFAULT_TIMEOUT) -> None:
+        self._t = WireTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
         self.socket_path = self._t.endpoint.socket_path
 
     def close(self) -> None:

@@ -9,11 +9,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
-from httpx_sse import EventSource
-
 from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
-from rota.client._transport import DEFAULT_TIMEOUT, Endpoint, SyncTransport, TimeoutTypes
+from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
+from rota.client._wire import Timeout, WireTransport, sse_events
 from rota.client.models import (
     Checkpoints,
     Event,
@@ -43,8 +42,8 @@ class Client:
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
                  url: str | None = None, token: str | None = None,
-                 timeout: TimeoutTypes = DEFAULT_TIMEOUT) -> None:
-        self._t = SyncTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
+                 timeout: Timeout = DEFAULT_TIMEOUT) -> None:
+        self._t = WireTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -194,8 +193,8 @@ class Client:
         while not f.ended:
             try:
                 with self._t.stream("GET", f.path, params=f.params()) as resp:
-                    for ev in EventSource(resp).iter_sse():
-                        text = f.take(ev.event, ev.data)
+                    for event, data in sse_events(resp.iter_lines()):
+                        text = f.take(event, data)
                         if text:
                             yield text
             except DaemonUnavailable as e:

@@ -93,6 +93,38 @@ def _check_grid(grid: list[tuple[str, list[str]]]) -> None:
                           f"{MAX_COMBINATIONS:,}", field="sweep")
 
 
+# Words that run the program rather than name it: `python train.py` is "train".
+_LAUNCHERS = frozenset({"python", "python3", "python2", "bash", "sh", "zsh", "env", "uv", "uvx",
+                        "run", "torchrun", "accelerate", "launch", "deepspeed", "srun",
+                        "nohup", "exec", "time", "conda", "poetry", "pipenv", "pdm"})
+_BASE_MAX = 40
+_SCRIPT = re.compile(r"(.+)\.(?:py|sh|bash)")
+
+
+def default_base_name(command: list[str], *, shell: bool = False) -> str:
+    """A short name for a job with none: the script or module it runs, without its folder
+    or suffix (`python ./scripts/train.py --lr 3` -> `train`, `python -m pkg.eval` ->
+    `eval`); else the first word that is not a launcher or an option (`echo`)."""
+    words = list(command)
+    if shell and len(words) == 1:
+        try:
+            words = shlex.split(words[0])
+        except ValueError:
+            words = words[0].split()
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words):
+            return words[i + 1].rsplit(".", 1)[-1][:_BASE_MAX] or "job"
+        m = _SCRIPT.fullmatch(word.rsplit("/", 1)[-1])
+        if m:
+            return m.group(1)[:_BASE_MAX]
+    for word in words:
+        stem = word.rstrip("/").rsplit("/", 1)[-1]
+        if stem and not stem.startswith("-") and "=" not in stem \
+                and re.sub(r"[\d.]+$", "", stem) not in _LAUNCHERS:
+            return stem[:_BASE_MAX]
+    return (words[0].rsplit("/", 1)[-1] if words else "")[:_BASE_MAX] or "job"
+
+
 def _job_name(base: str, combo: dict[str, str]) -> str:
     suffix = "[" + ",".join(f"{k}={v}" for k, v in combo.items()) + "]"
     room = _NAME_MAX - len(suffix)
@@ -114,7 +146,7 @@ def expand_sweep(spec: JobSpec, grid: list[tuple[str, list[str]]]) -> list[JobSp
     # One pass over each argument, so a value that contains "{other}" is not substituted again.
     pattern = re.compile("|".join(re.escape("{" + k + "}") for k in used)) if used else None
     used_set = set(used)
-    base = spec.name or spec.display_name
+    base = spec.name or default_base_name(spec.command, shell=spec.shell)
     template: dict[str, Any] = spec.model_dump()
     out: list[JobSpec] = []
     for values in itertools.product(*(v for _, v in grid)):

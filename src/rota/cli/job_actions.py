@@ -1,0 +1,311 @@
+"""Acting on jobs named on the command line (by id or name): logs, wait, cancel, hold,
+release, preempt, requeue, attach, sessions."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from rota.cli.common import client, emit, run_cli
+from rota.cli.fmt import fail
+from rota.cli.job_view import JOB_ARG
+from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from rota.client import RawClient as Client
+
+JOBS_ARG = typer.Argument(None, metavar="JOB...", help="jobs by id or name")
+JSON = typer.Option(False, "--json", help="print JSON (one entry a job)")
+
+
+# --- logs --------------------------------------------------------------------------------
+
+def logs(job: str = JOB_ARG,
+         follow: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends"),
+         json_out: bool = typer.Option(False, "--json",
+                                       help="JSON ({data, next}; with -f one object a chunk)"),
+         ) -> None:
+    """Print a job's output (stdout and stderr)."""
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out), client() as c:
+        job_id = resolve(c, job)
+        if follow:
+            _say_it_waits(c, job_id)
+            for chunk in c.follow_logs(job_id):
+                _write_chunk(chunk, json_out)
+            return
+        offset, parts = 0, []
+        while True:
+            got = c.logs(job_id, offset)
+            if not got["data"]:
+                break
+            parts.append(got["data"])
+            offset = got["next"]
+        data = "".join(parts)
+        if json_out:
+            emit({"id": job_id, "data": data, "next": offset}, True, str)
+        else:
+            sys.stdout.write(data)
+            sys.stdout.flush()
+
+
+def _say_it_waits(c: Client, job_id: int) -> None:
+    """A job that has not started has no output yet: say so once, on stderr, with why."""
+    why = c.why(job_id)
+    if why["state"] not in ("pending", "held"):
+        return
+    from rota.cli.common import err_console
+
+    reason = str(why.get("message") or "").removeprefix("held: ")
+    what = "is held" if why["state"] == "held" else "has not started yet"
+    err_console.print(f"job {job_id} {what} ({reason}); waiting for it to start, then "
+                      "following its output (Ctrl-C to stop waiting)",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+def _write_chunk(chunk: bytes, json_out: bool) -> None:
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps({"data": chunk.decode("utf-8", "replace")}) + "\n")
+        sys.stdout.flush()
+        return
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        sys.stdout.flush()
+        out.write(chunk)
+        out.flush()
+    else:  # pragma: no cover - a text-only stdout
+        sys.stdout.write(chunk.decode("utf-8", "replace"))
+        sys.stdout.flush()
+
+
+# --- wait --------------------------------------------------------------------------------
+
+def wait_exit_code(res: dict[str, Any]) -> int:
+    """0 completed; the job's code when it has one; 124 when the wait timed out; else 1."""
+    if not res.get("done"):
+        return 124
+    if res["state"] == "completed":
+        return 0
+    code = res.get("exit_code")
+    if isinstance(code, int) and 0 < code < 256:
+        return code
+    return 1
+
+
+def wait(jobs: list[str] = typer.Argument(..., metavar="JOB...", help="jobs by id or name"),
+         timeout: float = typer.Option(None, metavar="SECONDS",
+                                       help="give up after this many seconds (exit 124)"),
+         json_out: bool = typer.Option(False, "--json",
+                                       help="print JSON (a list when several jobs are given)"),
+         ) -> None:
+    """Block until jobs end; exit with the worst exit code among them (0 if all completed)."""
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out):
+        if timeout is not None and timeout <= 0:
+            raise InvalidSpec("--timeout: must be more than 0 seconds", field="timeout")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results: list[dict[str, Any]] = []
+        with client() as c:
+            for ref in jobs:
+                left = None if deadline is None else max(0.01, deadline - time.monotonic())
+                res = c.wait(resolve(c, ref), timeout=left)
+                results.append({**res, "cli_exit": wait_exit_code(res)})
+        code = max(r["cli_exit"] for r in results)
+
+        def human(rs: list[dict[str, Any]]) -> Text:
+            from rich.text import Text
+
+            return Text("\n".join(_waited(d, timeout) for d in rs))
+
+        emit(results[0] if len(jobs) == 1 else results, json_out,
+             lambda d: human([d] if isinstance(d, dict) else d))
+    raise typer.Exit(code)
+
+
+def _waited(d: dict[str, Any], timeout: float | None) -> str:
+    if not d["done"]:
+        return f"job {d['id']} is still {d['state']} after {timeout or 0:g}s"
+    extra = f" (exit code {d['exit_code']})" if d.get("exit_code") is not None else ""
+    return f"job {d['id']} {d['state']}{extra}"
+
+
+# --- acting on several jobs --------------------------------------------------------------
+
+def each(refs: list[str], json_out: bool, act: Callable[[Client, int], dict[str, Any]],
+         done: Callable[[dict[str, Any]], str]) -> None:
+    """Apply one action to each job; report each; exit 1 if any of them failed (the
+    others are still done)."""
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out):
+        if not refs:
+            raise InvalidSpec("no job given (give ids or names)", field="job")
+        results: list[dict[str, Any]] = []
+        with client() as c:
+            for ref in refs:
+                try:
+                    results.append(act(c, resolve(c, ref)))
+                except DaemonUnavailable:
+                    raise
+                except RotaError as e:
+                    key: Any = int(ref) if ref.isdigit() else ref
+                    results.append({"id": key, "error": type(e).__name__, "message": str(e)})
+        _report(results, json_out, done)
+
+
+def _report(results: list[dict[str, Any]], json_out: bool,
+            done: Callable[[dict[str, Any]], str]) -> None:
+    from rota.cli.common import console
+
+    if json_out:
+        emit(results, True, str)
+    else:
+        for r in results:
+            if "error" in r:
+                fail(r["message"])
+            else:
+                console.print(done(r), markup=False, highlight=False, soft_wrap=True)
+    if any("error" in r for r in results):
+        raise typer.Exit(1)
+
+
+def _cancelled(r: dict[str, Any]) -> str:
+    if r["state"] == "cancelled":
+        return f"cancelled job {r['id']}"
+    return f"job {r['id']} was {r['state']}: stopping it (SIGTERM, SIGKILL after its grace)"
+
+
+def cancel(jobs: list[str] = JOBS_ARG,
+           user: str = typer.Option(None, "--user", "-u", help="every active job of this user"),
+           name: str = typer.Option(None, "--name", help="every active job whose name "
+                                                         "contains this"),
+           state: list[str] = typer.Option(None, "--state", metavar="STATE",
+                                           help="only active jobs in this state (repeatable)"),
+           all_: bool = typer.Option(False, "--all", help="every active job you may cancel"),
+           yes: bool = typer.Option(False, "--yes", "-y",
+                                    help="do not ask before cancelling by filter"),
+           json_out: bool = JSON) -> None:
+    """Cancel jobs by id or name, or every job a filter picks (asks first).
+
+    A running job gets SIGTERM, then SIGKILL after its grace period.
+    """
+    from rota.cli.job_refs import matching
+
+    by_filter = bool(user or name or state or all_)
+    if not by_filter:
+        each(jobs or [], json_out, lambda c, j: c.cancel(j), _cancelled)
+        return
+    with run_cli(json_out=json_out):
+        if jobs:
+            raise InvalidSpec("give jobs, or a filter (--user, --name, --state, --all), "
+                              "not both", field="job")
+        with client() as c:
+            picked = matching(c, user=user, name=name, states=state)
+        if not picked:
+            emit([], json_out, lambda _: "no active job matches: nothing to cancel")
+            return
+        ids = [int(j["id"]) for j in picked]
+        if not yes:
+            _confirm(picked)
+    each([str(i) for i in ids], json_out, lambda c, j: c.cancel(j), _cancelled)
+
+
+def _confirm(picked: list[dict[str, Any]]) -> None:
+    import click
+
+    shown = ", ".join(f"{j['id']} {j['name']} ({j['state']})" for j in picked[:10])
+    more = f" and {len(picked) - 10} more" if len(picked) > 10 else ""
+    prompt = f"cancel {len(picked)} job{'s' if len(picked) != 1 else ''}: {shown}{more}?"
+    try:
+        ok = typer.confirm(prompt, default=False, err=True)
+    except click.exceptions.Abort:
+        ok = False
+    if not ok:
+        fail("nothing cancelled (--yes cancels without asking)")
+        raise typer.Exit(1)
+
+
+def hold(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+    """Hold pending jobs: they stay queued but do not start."""
+    each(jobs or [], json_out, lambda c, j: c.hold(j), lambda r: f"held job {r['id']}")
+
+
+def release(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+    """Release held jobs: they may start again."""
+    each(jobs or [], json_out, lambda c, j: c.release(j), lambda r: f"released job {r['id']}")
+
+
+def preempt(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+    """Stop running jobs and queue them again in their place.
+
+    They stop through the stop handshake and resume from their newest checkpoint.
+    """
+    each(jobs or [], json_out, lambda c, j: c.preempt(j),
+         lambda r: f"preempting job {r['id']}: it saves and stops, then waits in its place")
+
+
+def requeue(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+    """Run jobs again (a running one restarts, an ended one is submitted anew).
+
+    A running job is stopped and queued again; an ended one becomes a new job with the
+    same spec.
+    """
+    def done(r: dict[str, Any]) -> str:
+        new = r["job"]["id"]
+        return (f"job {r['requeued']} is stopping and will run again" if new == r["requeued"]
+                else f"job {r['requeued']} submitted again as job {new}")
+    each(jobs or [], json_out, lambda c, j: c.requeue(j), done)
+
+
+# --- sessions ----------------------------------------------------------------------------
+
+def attach(job: str = JOB_ARG,
+           json_out: bool = typer.Option(False, "--json",
+                                         help="print the attach argv instead of running it")
+           ) -> None:
+    """Attach to a running job's tmux/screen session."""
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out), client() as c:
+        job_id = resolve(c, job)
+        argv = c.attach_argv(job_id)
+    if json_out:
+        emit({"id": job_id, "argv": argv}, True, str)
+        return
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        fail(f"cannot run {shlex.join(argv)}: {e.strerror or e}")
+        raise typer.Exit(1) from None
+
+
+def sessions(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Running jobs you can attach to (`rota attach JOB`)."""
+    def human(rows: list[dict[str, Any]]) -> Any:
+        from rich.table import Table
+
+        from rota.cli.fmt import add_row
+
+        if not rows:
+            return "no attachable sessions (submit with --session tmux or --session screen)"
+        t = Table(header_style="bold")
+        for col in ("job", "session", "backend", "gpus", "attach with"):
+            t.add_column(col, overflow="fold", no_wrap=col != "attach with")
+        for s in rows:
+            add_row(t, str(s["job"]), s["session"], s["backend"],
+                    ",".join(map(str, s["gpus"])) or "-", shlex.join(s["attach"] or []))
+        return t
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.sessions(), json_out, human)

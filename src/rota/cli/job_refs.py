@@ -1,0 +1,58 @@
+"""A job named on the command line by its id (`7`) or by its name (`train[lr=1e-3]`).
+
+A name is looked up through the job list. When several jobs share it, the one that is
+still active wins if it is the only active one (`rota cancel train` means the job that
+runs, not last week's); otherwise the name is ambiguous and the error lists the ids.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rota.errors import InvalidSpec, NotFound
+
+if TYPE_CHECKING:
+    from rota.client import RawClient as Client
+
+ACTIVE = ("pending", "held", "starting", "running", "preempted")
+_LOOKUP_LIMIT = 1000
+
+
+def resolve(c: Client, ref: str | int) -> int:
+    """The id of the job ``ref`` names."""
+    text = str(ref).strip()
+    if text.isdigit():
+        return int(text)
+    if not text:
+        raise InvalidSpec("a job is given as an empty string: give its id or its name",
+                          field="job")
+    # the list filter matches names that contain the text: keep the exact ones
+    same = [j for j in c.jobs(name=text, limit=_LOOKUP_LIMIT) if j["name"] == text]
+    if not same:
+        raise NotFound(f"no job is named {text!r} (`rota queue --all` lists jobs and "
+                       "their ids)")
+    if len(same) == 1:
+        return int(same[0]["id"])
+    active = [j for j in same if j["state"] in ACTIVE]
+    if len(active) == 1:
+        return int(active[0]["id"])
+    shown = active or same
+    ids = ", ".join(f"{j['id']} ({j['state']})" for j in sorted(shown, key=_id))
+    raise InvalidSpec(f"{len(shown)} jobs are named {text!r}: {ids}; give the id instead",
+                      field="job")
+
+
+def _id(job: dict[str, Any]) -> int:
+    return int(job["id"])
+
+
+def matching(c: Client, *, user: str | None, name: str | None, states: list[str] | None,
+             ) -> list[dict[str, Any]]:
+    """Active jobs that match every filter given (``name``: the name contains it)."""
+    wanted = [s for s in (states or ACTIVE)]
+    bad = [s for s in wanted if s not in ACTIVE]
+    if bad:
+        raise InvalidSpec(f"--state {bad[0]}: only jobs that have not ended can be picked "
+                          f"({', '.join(ACTIVE)})", field="state")
+    jobs = c.jobs(states=wanted, user=user, name=name, limit=_LOOKUP_LIMIT * 10)
+    return sorted(jobs, key=_id)

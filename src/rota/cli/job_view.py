@@ -1,0 +1,204 @@
+"""`rota show` and `rota why`: one job, in words and short tables that fit 80 columns.
+
+Times, ids and states never wrap (their cells do not wrap); free text (messages,
+reasons, commands) wraps between words.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from rota.cli import lazy_typer as typer
+from rota.cli.common import emit, run_cli
+from rota.cli.fmt import add_row, fmt_gpus, fmt_time, styled_state
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
+
+JOB_ARG = typer.Argument(..., metavar="JOB", help="the job's id or name")
+
+
+def _grid() -> Table:
+    from rich.table import Table
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    return t
+
+
+def _spec_lines(spec: dict[str, Any]) -> Table:
+    from rota.units import format_duration, format_memory
+
+    t = _grid()
+    cmd = spec["command"]
+    add_row(t, "command", cmd[0] if spec.get("shell") else shlex.join(cmd))
+    for key, value in spec.items():
+        if key == "gpus":
+            add_row(t, key, fmt_gpus(value))
+            continue
+        if key in ("command", "name") or value in (None, False, [], {}, "none"):
+            continue
+        if key.startswith("retry_backoff") and not spec.get("retries"):
+            continue
+        if key in ("grace", "retry_backoff", "retry_backoff_max", "time_limit"):
+            value = format_duration(value)
+        elif key == "gpu_mem":
+            value = format_memory(value)
+        elif key == "env":
+            value = " ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        add_row(t, key, str(value))
+    return t
+
+
+def _attempt_line(a: dict[str, Any], now: float) -> str:
+    """One attempt in a sentence-like line: `#1 GPU 0 (share 1) 12:03:01-12:05:11 2m10s
+    exit 0 completed, peak 3.2G, local pid 4242`."""
+    from rota.units import format_duration, format_memory
+
+    took = (a["ended_at"] or now) - a["started_at"] if a.get("started_at") else None
+    gpus = ",".join(map(str, a.get("gpus") or []))
+    where = f"GPU {gpus}" if gpus and "," not in gpus else f"GPUs {gpus}" if gpus else "CPU"
+    exit_text = (f"exit {a['exit_code']}" if a.get("exit_code") is not None
+                 else f"signal {a['signal']}" if a.get("signal") else "")
+    when = fmt_time(a.get("started_at"), short=True)
+    if a.get("ended_at"):
+        when += f" to {fmt_time(a['ended_at'], short=True)}"
+    parts = [f"#{a['number']}", f"{where} (share {a['fraction']:g})", when,
+             format_duration(took), exit_text, a.get("outcome") or "running"]
+    line = " ".join(p for p in parts if p and p != "-")
+    extra = []
+    if a.get("peak_gpu_mem"):
+        extra.append(f"peak {format_memory(a['peak_gpu_mem'])}")
+    who = a.get("session") or (f"pid {a['pid']}" if a.get("pid") else "")
+    if a.get("backend") or who:
+        extra.append(" ".join(x for x in (a.get("backend") or "", who) if x))
+    if a.get("reason") and not str(a["reason"]).startswith("exit code"):
+        extra.append(str(a["reason"]))  # "exit code N" is said already
+    return line + (", " + ", ".join(extra) if extra else "")
+
+
+def _attempts(attempts: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
+    t = Table.grid(padding=(0, 1))
+    t.add_column(overflow="fold")
+    now = time.time()
+    for a in attempts:
+        add_row(t, _attempt_line(a, now))
+    return t
+
+
+def _events_table(events: list[dict[str, Any]]) -> Table:
+    from rich.box import SIMPLE_HEAD
+    from rich.table import Table
+
+    t = Table(box=SIMPLE_HEAD, pad_edge=False, header_style="bold", show_edge=False)
+    t.add_column("time", no_wrap=True)
+    t.add_column("event", no_wrap=True)
+    t.add_column("state", no_wrap=True)
+    t.add_column("message", overflow="fold", ratio=1)
+    for e in events:
+        move = f"{e['from'] or ''}->{e['to']}" if e.get("to") else ""
+        add_row(t, fmt_time(e["ts"], short=True), e["kind"], move, e.get("message") or "")
+    return t
+
+
+def render_job(job: dict[str, Any]) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
+    head = Text.assemble((f"job {job['id']}", "bold"), f"  {job['name']}  ",
+                         styled_state(job["state"]))
+    facts = _grid()
+    add_row(facts, "user", job["user"])
+    if job.get("project") or (job.get("spec") or {}).get("project"):
+        add_row(facts, "project", job.get("project") or job["spec"]["project"])
+    add_row(facts, "priority", str(job["priority"]))
+    gpus = fmt_gpus(job["gpus"])
+    if job.get("gpu_indices"):
+        gpus += " on " + ",".join(map(str, job["gpu_indices"]))
+    add_row(facts, "gpus", gpus)
+    add_row(facts, "source", job["source"])
+    add_row(facts, "submitted", fmt_time(job["created_at"]))
+    if job.get("reason"):
+        add_row(facts, Text("waits", style="bold yellow"), job["reason"]["message"])
+    if job.get("end_reason") and job["state"] not in ("pending", "held", "running"):
+        add_row(facts, "ended", job["end_reason"])
+    for label, text in _tracking(job.get("tracking") or {}):
+        add_row(facts, label, text)
+    parts: list[Any] = [head, facts, "", Text("spec", style="bold"), _spec_lines(job["spec"])]
+    if job.get("attempts_detail"):
+        parts += ["", Text("attempts", style="bold"), _attempts(job["attempts_detail"])]
+    if job.get("events"):
+        parts += ["", Text("timeline", style="bold"), _events_table(job["events"])]
+    return Group(*parts)
+
+
+def _tracking(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the job's experiment-tracker runs are."""
+    out = []
+    ml = t.get("mlflow")
+    if ml:
+        if "run_id" in ml:
+            where = ml.get("url") or f"experiment {ml['experiment']!r} in {ml['uri']}"
+            out.append(("MLflow", f"run {ml['run_id']}, {where}"))
+        elif "error" in ml:
+            out.append(("MLflow", f"error: {ml['error']}"))
+        else:
+            out.append(("MLflow", "the run is being created"))
+    wb = t.get("wandb")
+    if wb:
+        where = wb.get("url") or (f"run {wb['run_id']} in project {wb['project']}"
+                                  + (f" of {wb['entity']}" if wb.get("entity") else ""))
+        if wb.get("offline_dir"):
+            where += f" (offline: `wandb sync {wb['offline_dir']}` uploads it)"
+        out.append(("W&B", where))
+    return out
+
+
+def show(job: str = JOB_ARG,
+         json_out: bool = typer.Option(False, "--json", help="print JSON (every field)"),
+         ) -> None:
+    """Everything about one job: spec, state, why it waits, attempts and timeline."""
+    from rota.cli.common import client
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out), client() as c:
+        job_id = resolve(c, job)
+        data = c.job(job_id)
+        data["events"] = c.events(job_id)
+        emit(data, json_out, render_job)
+
+
+def why_sentence(d: dict[str, Any]) -> str:
+    """`job 7 waits: ...`, `job 7 is held: ...`, `job 7 runs on GPU 0 since 12:03 (2m10s)`.
+
+    The daemon's message for a job that runs or ended is a predicate ("runs on GPU 0 since
+    12:03", "completed at 12:05 with exit code 0 after 2m 10s"): it follows "job N".
+    """
+    job, state, message = d["id"], d["state"], str(d.get("message") or "")
+    if state == "pending":
+        return f"job {job} waits: {message}" if message else f"job {job} waits"
+    if state == "held":
+        rest = message.removeprefix("held: ").removeprefix("held")
+        return f"job {job} is held" + (f": {rest}" if rest else "")
+    if message.startswith("it is "):  # an older daemon: "it is completed: ..."
+        return f"job {job} is {message.removeprefix('it is ')}"
+    return f"job {job} {message}" if message else f"job {job} is {state}"
+
+
+def why(job: str = JOB_ARG,
+        json_out: bool = typer.Option(False, "--json", help="print JSON (code, message)"),
+        ) -> None:
+    """Why a job waits (or what it is doing, or how it ended)."""
+    from rota.cli.common import Plain, client
+    from rota.cli.job_refs import resolve
+
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.why(resolve(c, job)), json_out, lambda d: Plain(why_sentence(d)))

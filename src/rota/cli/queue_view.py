@@ -1,0 +1,181 @@
+"""`rota queue`: running and waiting jobs, readable at 80 columns.
+
+The table is drawn line by line rather than by a Rich table, so that no value is ever cut
+or broken inside a word: the fixed columns keep their width, a long name is shortened
+with an ellipsis (whole in `--wide`, `--json` and `rota show`), and when the reasons do
+not fit beside the columns each one goes on its own line under its job, wrapped between
+words.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rota.cli import lazy_typer as typer
+from rota.cli.common import emit, run_cli
+from rota.cli.fmt import STATE_STYLE, console_width, fmt_gpus, job_clock, wrap_words
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.text import Text
+
+ACTIVE_STATES = ["pending", "held", "starting", "running", "preempted"]
+_RANK = {"running": 0, "starting": 0, "preempted": 0, "pending": 1, "held": 2}
+_RIGHT = {"id", "prio", "gpus"}
+_NAME_MIN = 12
+_GAP = "  "
+
+
+def queue_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Running first, then waiting jobs in the order they would start, then held, then done."""
+    def key(j: dict[str, Any]) -> tuple[int, int, int]:
+        rank = _RANK.get(j["state"], 3)
+        if rank == 1:
+            return (rank, j["priority"], j["id"])
+        return (rank, 0, j["id"] if rank < 3 else -j["id"])
+    return sorted(jobs, key=key)
+
+
+def short_reason(job: dict[str, Any]) -> str:
+    """Why it waits, how it ended, or how far it has come."""
+    state = job["state"]
+    if state in ("pending", "held"):
+        return str((job.get("reason") or {}).get("message", ""))
+    if state in ("failed", "timeout", "cancelled"):
+        return str(job.get("end_reason") or "")
+    if state == "running":
+        from rota.cli.ml import progress_text
+
+        return progress_text(job.get("progress"))
+    return ""
+
+
+def _cells(job: dict[str, Any], now: float, wide: bool) -> dict[str, str]:
+    on = ",".join(map(str, job.get("gpu_indices") or []))
+    gpus = fmt_gpus(job["gpus"])
+    cells = {"id": str(job["id"]), "name": str(job["name"]), "user": str(job["user"]),
+             "state": str(job["state"]), "prio": str(job["priority"])}
+    if wide:
+        cells |= {"gpus": gpus, "on": on or "-", "time": job_clock(job, now),
+                  "project": str(job.get("project") or "-"),
+                  "tags": ",".join(job.get("tags") or []) or "-"}
+    else:  # "1 on 0,1": one column for how many and where
+        cells |= {"gpus": f"{gpus} on {on}" if on else gpus, "time": job_clock(job, now)}
+    return cells
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def queue_lines(jobs: list[dict[str, Any]], *, width: int | None = None, wide: bool = False,
+                title: str | None = None) -> Group:
+    """The `rota queue` table (also used by `rota demo`) as lines that fit ``width``
+    (no limit with ``wide``)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    now = time.time()
+    rows = [_cells(j, now, wide) for j in jobs]
+    reasons = [short_reason(j) for j in jobs]
+    heads = list(rows[0]) if rows else ["id", "name", "user", "state", "prio", "gpus", "time"]
+    widths = {h: max([len(h)] + [len(r[h]) for r in rows]) for h in heads}
+    limit = width if width is not None and not wide else None
+    if limit is not None:
+        others = sum(w for h, w in widths.items() if h != "name") + len(_GAP) * len(heads)
+        widths["name"] = min(widths["name"], max(_NAME_MIN, limit - others))
+    used = sum(widths.values()) + len(_GAP) * (len(heads) - 1)
+    room = None if limit is None else limit - used - len(_GAP)
+    beside = room is None or max(map(len, reasons), default=0) <= room
+    head_line = _line({h: h for h in heads}, heads, widths, style="bold")
+    if beside:
+        head_line.append(_GAP + "reason / progress", style="bold")
+    lines: list[Text] = [Text(title, style="bold")] if title else []
+    lines.append(head_line)
+    indent = widths["id"] + len(_GAP)
+    for row, job, reason in zip(rows, jobs, reasons, strict=True):
+        row = {**row, "name": _shorten(row["name"], widths["name"])}
+        line = _line(row, heads, widths, state_style=STATE_STYLE.get(job["state"], ""))
+        if reason and beside:
+            line.append(_GAP + reason)
+        lines.append(line)
+        if reason and not beside:
+            text_width = (limit or 80) - indent
+            lines += [Text(" " * indent + part, style="dim")
+                      for part in wrap_words(reason, text_width)]
+    return Group(*lines)
+
+
+def _line(cells: dict[str, str], heads: list[str], widths: dict[str, int], *,
+          style: str = "", state_style: str = "") -> Text:
+    from rich.text import Text
+
+    out = Text(style=style)
+    for k, h in enumerate(heads):
+        cell = cells[h]
+        padded = cell.rjust(widths[h]) if h in _RIGHT else cell.ljust(widths[h])
+        if k == len(heads) - 1:
+            padded = padded.rstrip()
+        out.append(padded, style=state_style if h == "state" and not style else "")
+        if k < len(heads) - 1:
+            out.append(_GAP)
+    return out
+
+
+def queue_table(jobs: list[dict[str, Any]], *, title: str | None = None) -> Group:
+    """The queue at the terminal's width (kept for `rota demo`)."""
+    return queue_lines(jobs, width=console_width(), title=title)
+
+
+def queue(
+    state: list[str] = typer.Option(None, "--state", metavar="STATE",
+                                    help="only jobs in this state (repeatable)"),
+    user: str = typer.Option(None, help="only this user's jobs"),
+    name: str = typer.Option(None, help="only jobs whose name contains this"),
+    all_: bool = typer.Option(False, "--all", "-a", help="include finished jobs"),
+    limit: int = typer.Option(200, min=1, help="at most this many jobs (newest first)"),
+    wide: bool = typer.Option(False, "--wide", "-w",
+                              help="every column, whole, however long the lines get"),
+    watch: float = typer.Option(None, "--watch", metavar="SECONDS", min=0.1,
+                                help="draw it again every SECONDS; Ctrl-C leaves"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON (every field)"),
+) -> None:
+    """The queue: running and waiting jobs (with why they wait); --all adds finished ones."""
+    from rota.cli.common import client
+
+    states = list(state) if state else (None if all_ else ACTIVE_STATES)
+    empty = "the queue is empty" + ("" if all_ or state else
+                                    " (`rota queue --all` shows finished jobs)")
+
+    def draw() -> None:
+        with client() as c:
+            jobs = queue_order(c.jobs(states=states, user=user, name=name, limit=limit))
+        emit(jobs, json_out, lambda js: queue_lines(js, width=console_width(), wide=wide)
+             if js else empty)
+
+    with run_cli(json_out=json_out):
+        if watch is None:
+            draw()
+            return
+        _watch(draw, watch)
+
+
+def _watch(draw: Any, every: float) -> None:
+    """Draw, wait, draw again until Ctrl-C (which ends it quietly, exit 0)."""
+    import datetime
+
+    from rota.cli.common import console
+
+    try:
+        while True:
+            console.clear()
+            stamp = datetime.datetime.now().strftime("%H:%M:%S")
+            console.print(f"every {every:g}s, at {stamp} (Ctrl-C to leave)", style="dim",
+                          highlight=False)
+            draw()
+            if not console.is_terminal:
+                console.file.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return
