@@ -52,3 +52,22 @@ def test_estimate_sizes_for_this_machine_and_learns_time_limits(rota, daemon, tm
     (cfg / "config.json").write_text(json.dumps({"hidden_size": 4096}))
     r = rota("estimate", str(cfg))
     assert r.exit_code != 0 and "num_hidden_layers" in r.output
+
+
+def test_metrics_and_checkpoints_take_a_job_by_name(rota, daemon, tmp_path,  # type: ignore[no-untyped-def]
+                                                    until) -> None:
+    import json
+    import sys
+
+    script = "print({'loss': '0.5', 'epoch': '1.0'}, flush=True)"
+    job = json.loads(rota("submit", "--json", "--gpus", "0", "--name", "named-run", "--",
+                          sys.executable, "-c", script).stdout)["jobs"][0]
+    until(lambda: daemon.client.job(job["id"])["state"] == "completed", what="the run")
+    until(lambda: daemon.client.metrics(job["id"])["series"], what="its metrics")
+    by_name = json.loads(rota("metrics", "named-run", "--json").stdout)
+    assert by_name == json.loads(rota("metrics", str(job["id"]), "--json").stdout)
+    assert by_name["series"]["loss"][0][1] == 0.5
+    r = rota("checkpoints", "named-run", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["id"] == job["id"]
+    r = rota("metrics", "no-such-run")
+    assert r.exit_code != 0 and "no job is named 'no-such-run'" in r.output

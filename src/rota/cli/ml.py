@@ -15,6 +15,8 @@ import typer
 from rich.table import Table
 
 from rota.cli.common import client, console, emit, run_cli
+from rota.cli.job_refs import resolve
+from rota.cli.job_view import JOB_ARG
 from rota.cli.jobs import fmt_time
 from rota.errors import InvalidSpec, RotaError
 from rota.units import format_duration, format_memory, parse_memory
@@ -95,7 +97,7 @@ def metrics_table(data: dict[str, Any], job: dict[str, Any] | None = None) -> Ta
     return t
 
 
-def metrics(job_id: int = typer.Argument(..., metavar="JOB"),
+def metrics(job: str = JOB_ARG,
             name: list[str] = typer.Option(None, "--name", "-n",
                                            help="only this metric (repeatable)"),
             json_out: bool = typer.Option(False, "--json",
@@ -104,9 +106,10 @@ def metrics(job_id: int = typer.Argument(..., metavar="JOB"),
             ) -> None:
     """Metrics read from a job's output (loss, lr, ...): last value, range and a trend line."""
     with run_cli(json_out=json_out), client() as c:
+        job_id = resolve(c, job)
         data = c.metrics(job_id, list(name or []))
-        job = None if json_out else c.job(job_id)  # has it ended? (no ETA then)
-        emit(data, json_out, lambda d: metrics_table(d, job))
+        row = None if json_out else c.job(job_id)  # has it ended? (no ETA then)
+        emit(data, json_out, lambda d: metrics_table(d, row))
 
 
 def checkpoints_table(data: dict[str, Any]) -> Table | str:
@@ -126,11 +129,11 @@ def checkpoints_table(data: dict[str, Any]) -> Table | str:
     return t
 
 
-def checkpoints(job_id: int = typer.Argument(..., metavar="JOB"),
+def checkpoints(job: str = JOB_ARG,
                 json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """A job's checkpoints (step, size, time) and the one a retry resumes from."""
     with run_cli(json_out=json_out), client() as c:
-        emit(c.checkpoints(job_id), json_out, checkpoints_table)
+        emit(c.checkpoints(resolve(c, job)), json_out, checkpoints_table)
 
 
 DEFAULT_GPU_MEMORY = "80G"
@@ -248,11 +251,12 @@ def templates(json_out: bool = typer.Option(False, "--json", help="print JSON"))
         emit(data, json_out, show)
 
 
-def tensorboard(job_id: int = typer.Argument(..., metavar="JOB"),
+def tensorboard(job: str = JOB_ARG,
                 port: int = typer.Option(6006, min=1, max=65535),
                 host: str = typer.Option("127.0.0.1", help="address to serve on")) -> None:
     """Serve a job's TensorBoard logs (its tensorboard_dir) with TensorBoard, if installed."""
     with run_cli(json_out=False), client() as c:
+        job_id = resolve(c, job)
         spec = c.job(job_id)["spec"]
         where = spec.get("tensorboard_dir")
         if not where:
