@@ -19,7 +19,8 @@ and to the first answered submit (a held job, so the queue's figures do not move
 resident memory then (RSS) and its peak (VmHWM); after the restart, also the RSS after
 passes, the wall time of `rota queue` (the real CLI, median of 3) and the daemon's own
 pass durations (`GET /v1/stats`: every pass, the snapshot included, p50 and max) over
-passes forced by submits.
+passes forced by submits. Then, in process, a pass over N jobs that can never start (forced
+in), with and without the daemon's queue setting them aside.
 
 With ROTA_TEST_PG_URL set, the same runs go against that PostgreSQL database too (its jobs
 tables are emptied first: use a scratch database).
@@ -62,8 +63,10 @@ MB = 1 << 20
 
 
 # --- the store -----------------------------------------------------------------------------
-def fill(url: str, n: int) -> float:
-    """N pending jobs written straight into the store's jobs table; seconds it took."""
+def fill(url: str, n: int, vacuum: bool = False) -> float:
+    """N pending jobs written straight into the store's jobs table; seconds it took.
+    ``vacuum``: then VACUUM ANALYZE it on PostgreSQL, as autovacuum does some time after a
+    bulk insert (until then an index-only scan still reads every row's heap page)."""
     from sqlalchemy import delete, insert
 
     from rota.store.tables import AttemptRow, EventRow, JobRow
@@ -90,6 +93,11 @@ def fill(url: str, n: int) -> float:
                     "not_before": now - 60 if k % 50 == 7 else None})
             with store.engine.begin() as c:
                 c.execute(insert(jobs), rows)
+        if vacuum and store.engine.dialect.name == "postgresql":
+            from sqlalchemy import text
+
+            with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                c.execute(text("VACUUM ANALYZE jobs"))
     finally:
         store.close()
     return time.monotonic() - t0
@@ -179,7 +187,7 @@ def queue_cli(env: dict[str, str], runs: int = 3) -> dict[str, Any]:
             "last_line": out[-1] if out else ""}
 
 
-def one_size(n: int, db: str | None, log: Any) -> dict[str, Any]:
+def one_size(n: int, db: str | None, log: Any, vacuum: bool = False) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="rota-scale-"))
     env = {**os.environ, "ROTA_HOME": str(home)}
     if db:
@@ -187,10 +195,11 @@ def one_size(n: int, db: str | None, log: Any) -> dict[str, Any]:
     else:
         env.pop("ROTA_DATABASE_URL", None)
     settings = load_settings(home=home, simulate=SIMULATE, database_url=db)
-    r: dict[str, Any] = {"n": n, "db": "postgresql" if db else "sqlite"}
+    r: dict[str, Any] = {"n": n, "db": ("pg+vacuum" if vacuum else "postgresql") if db
+                         else "sqlite"}
     pid = 0
     try:
-        r["fill_s"] = fill(settings.db_url, n)
+        r["fill_s"] = fill(settings.db_url, n, vacuum)
         log(f"N={n} {r['db']}: store filled in {r['fill_s']:.1f} s")
         home.chmod(0o700)
         pid, r["first_start"] = start(settings, env)
@@ -210,6 +219,34 @@ def one_size(n: int, db: str | None, log: Any) -> dict[str, Any]:
         shutil.rmtree(home, ignore_errors=True)
     r["verdicts"] = verdicts(r)
     return r
+
+
+def never_pass(n: int) -> dict[str, float]:
+    """In process, on the same 8x80G machine: a pass over N forced jobs that can never
+    start (16 whole GPUs each) behind 4 that can (so 4 GPUs stay free and the pass cannot
+    stop early), as the daemon's queue hands them to the scheduler (set aside:
+    rota.server.queue), against the same pass given them all."""
+    from rota.core.schedule import schedule
+    from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
+    from rota.server.queue import PendingQueue
+
+    gpus = [GpuView(index=i, memory_total=80 << 30) for i in range(8)]
+    jobs = [PendingJob(i, 0, i, 1000 if i <= 4 else 16_000) for i in range(1, n + 5)]
+    t0 = time.perf_counter()
+    schedule(Snapshot(gpus=gpus, pending=jobs, presorted=True), Policy(), 0.0)
+    whole = time.perf_counter() - t0
+    q = PendingQueue()
+    q.load(list(jobs))
+    t0 = time.perf_counter()
+    q.fit_to({g.index: g.memory_total for g in gpus})
+    sort_out = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = schedule(Snapshot(gpus=gpus, pending=q.ordered(), presorted=True, by_id=q.index()),
+                    Policy(), 0.0)
+    aside = time.perf_counter() - t0
+    assert len(plan.starts) == 4 and len(q.aside()) == n
+    return {"pass_all_ms": 1000 * whole, "set_aside_once_ms": 1000 * sort_out,
+            "pass_aside_ms": 1000 * aside}
 
 
 def verdicts(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -248,13 +285,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="pending queue lengths, comma-separated")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-sqlite", action="store_true", help="only PostgreSQL")
+    p.add_argument("--vacuum", action="store_true",
+                   help="VACUUM ANALYZE the PostgreSQL jobs table once filled")
     args = p.parse_args(argv)
     dbs: list[str | None] = [] if args.no_sqlite else [None]
     if os.environ.get("ROTA_TEST_PG_URL"):
         dbs.append(os.environ["ROTA_TEST_PG_URL"])
     print(f"load average before: {loadavg()}")
-    results = [one_size(int(n), db, print) for db in dbs for n in args.sizes.split(",")]
+    results = [one_size(int(n), db, print, args.vacuum) for db in dbs
+               for n in args.sizes.split(",")]
     print(table(results))
+    for n in args.sizes.split(","):
+        never = never_pass(int(n))
+        print(f"{int(n):,} never-runnable jobs (in process): a pass over them all "
+              f"{never['pass_all_ms']:.1f} ms; set aside once {never['set_aside_once_ms']:.1f}"
+              f" ms, then a pass {never['pass_aside_ms']:.2f} ms")
+        results.append({"n": int(n), "never_runnable": never, "verdicts": {}})
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

@@ -144,3 +144,38 @@ def test_the_time_limit_warns_grace_before_and_kills_at_the_limit(
     j = job(daemon, jid)
     took = j["ended_at"] - j["started_at"]
     assert 3.8 <= took <= 5.5, took  # killed at the 4 s limit, not at limit + grace
+
+
+def test_a_checkpoint_found_in_the_usual_layout_is_named_when_preempted(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """No --checkpoint-dir and nothing reported: the checkpoint the job saved as it stopped
+    is found in its working directory's usual layout (checkpoints/), named in the stopped
+    attempt's record, and the retry resumes from it."""
+    script = textwrap.dedent("""
+        import os, signal, sys, time, zipfile
+        if os.environ["ROTA_ATTEMPT"] == "2":
+            print("resumes from", os.environ.get("ROTA_RESUME_FROM"), flush=True)
+            sys.exit(0)
+        def on_term(*_):
+            os.makedirs("checkpoints", exist_ok=True)
+            with zipfile.ZipFile("checkpoints/step_00007.pt", "w") as z:  # torch.save's form
+                z.writestr("archive/data.pkl", "7")
+                z.writestr("archive/data/0", os.urandom(1 << 12))
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        print("waiting", flush=True)
+        time.sleep(60)
+    """)
+    jid = submit(daemon, "--gpus", "1", "--cwd", str(tmp_path), "--", sys.executable, "-u",
+                 "-c", script)
+    wait_until(lambda: "waiting" in log_of(daemon, jid), timeout=30)
+    r = subprocess.run([sys.executable, "-m", "rota", "preempt", str(jid)], env=daemon.env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: job(daemon, jid)["state"] == "completed", timeout=30)
+    saved = tmp_path / "checkpoints" / "step_00007.pt"
+    first = job(daemon, jid)["attempts_detail"][0]
+    assert first["outcome"] == "preempted"
+    assert f"last checkpoint {saved} (step 7)" in first["reason"], first["reason"]
+    assert "saved no checkpoint" not in first["reason"]
+    assert f"resumes from {saved}" in log_of(daemon, jid)

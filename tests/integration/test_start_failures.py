@@ -95,3 +95,40 @@ def test_a_failed_commit_of_the_intents_undoes_them_all(tmp_path: Path,
             store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_job_no_backend_here_can_run_is_refused_at_submit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backends' capabilities are read before a job is queued: it is refused with a
+    sentence instead of failing at its launch."""
+    import dataclasses
+
+    from rota.backends.base import Capabilities
+    from rota.backends.local.backend import LocalBackend
+    from rota.errors import InvalidSpec
+    from rota.server import backend_set
+    from rota.server.intake import Intake
+
+    class NoPinning(LocalBackend):
+        capabilities = dataclasses.replace(Capabilities(), gpu_pinning=False)
+
+    d, store = _daemon(tmp_path)
+    try:
+        intake = Intake(d)
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        monkeypatch.setenv("PATH", str(empty))
+        with pytest.raises(InvalidSpec, match=r"^jobs\[0\]: session: tmux is not installed "
+                                              "on this machine") as refused:
+            intake.submit([{"command": ["true"], "session": "tmux", "gpus": 0}], user="u",
+                          source="t")
+        assert refused.value.field == "session"
+        monkeypatch.setattr(backend_set, "make_backend",
+                            lambda name, **_: NoPinning(tmp_path / "runner.sock"))
+        with pytest.raises(InvalidSpec, match="the local backend cannot pin a job to GPUs"):
+            intake.submit([{"command": ["true"], "gpus": 1}], user="u", source="t", force=True)
+        assert store.count_by_state() == {}  # nothing was stored
+        [row] = intake.submit([{"command": ["true"], "gpus": 0}], user="u", source="t")
+        assert row.id in d.queue
+    finally:
+        store.close()

@@ -23,8 +23,10 @@ def test_add_and_read_jobs_with_events(store: Store):
     assert got.user == "ann" and got.spec["command"] == ["true"] and got.name == "a"
     assert [e.kind for e in store.events(rows[0].id)] == ["submitted"]
     assert store.count_by_state() == {"pending": 1, "held": 1}
-    with pytest.raises(NotFound):
-        store.get_job(999_999)
+    assert [store.count_in_state(s) for s in ("held", "pending", "running")] == [1, 1, 0]
+    for missing in (999_999, 0, -1, 2**80):  # ids no column holds: not found either
+        with pytest.raises(NotFound):
+            store.get_job(missing)
 
 
 def test_transitions_follow_the_table_and_are_checked_against_the_stored_state(store: Store):

@@ -90,11 +90,25 @@ class Capabilities:
     gpu_pinning: bool = True  # honours CUDA_VISIBLE_DEVICES
     adopt_after_restart: bool = True
     launch_blocks: bool = False  # a launch waits on the process (run off the event loop)
+    stop_signal: bool = True  # sends the job's own stop signal (else only SIGTERM)
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a job asks of the backend that runs it (see ``refusal``)."""
+
+    gpus: bool = False  # pinned to its GPUs (CUDA_VISIBLE_DEVICES)
+    stop_signal: str = "SIGTERM"  # what asks it to stop
 
 
 class Backend(Protocol):
     name: str
     capabilities: Capabilities
+
+    def missing(self) -> str | None:
+        """What this machine lacks to run any job here (tmux not installed), in a
+        sentence; None when nothing is."""
+        ...
 
     def check(self, req: LaunchRequest) -> None:
         """Raise BackendError naming what is missing (tmux not installed, no conda)."""
@@ -150,3 +164,20 @@ class Backend(Protocol):
     def list_sessions(self) -> list[str]:
         """Names of Rota's live sessions (tmux/screen); empty for the plain local backend."""
         ...
+
+
+def refusal(backend: Backend, needs: Needs) -> str | None:
+    """Why ``backend`` cannot run a job with these needs, in a sentence a person can act
+    on; None when it can. Read before a job is queued, so that a job no backend here can
+    run is refused at once instead of failing at its launch."""
+    missing = backend.missing()
+    if missing is not None:
+        return missing
+    caps = backend.capabilities
+    if needs.gpus and not caps.gpu_pinning:
+        return (f"the {backend.name} backend cannot pin a job to GPUs; ask for no GPUs "
+                "or choose another session")
+    if needs.stop_signal != "SIGTERM" and not caps.stop_signal:
+        return (f"the {backend.name} backend stops jobs with SIGTERM only, not "
+                f"{needs.stop_signal}")
+    return None

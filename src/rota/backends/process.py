@@ -43,6 +43,10 @@ class ProcessBackend:
     def launch(self, req: LaunchRequest) -> Handle:
         raise NotImplementedError
 
+    def missing(self) -> str | None:
+        """What this machine lacks to run jobs here (nothing, unless a backend says)."""
+        return None
+
     def read_status(self, path: str | Path) -> dict[str, Any] | None:
         """The attempt's start/end record (see ``common.read_status``)."""
         return read_status(path)

@@ -72,10 +72,16 @@ class _SessionBackend(ProcessBackend):
     def _client_env(self) -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if k not in _CLIENT_DROP}
 
-    def _check_program(self) -> None:
+    def missing(self) -> str | None:
         if shutil.which(self.program) is None:
-            raise BackendError(f"{self.program} is not installed on this machine (session="
-                               f"{self.name!r} needs it); install it or use session='none'")
+            return (f"{self.program} is not installed on this machine (session="
+                    f"{self.name!r} needs it); install it or use session='none'")
+        return None
+
+    def _check_program(self) -> None:
+        missing = self.missing()
+        if missing is not None:
+            raise BackendError(missing)
 
     def check(self, req: LaunchRequest) -> None:
         self._check_program()
@@ -153,16 +159,20 @@ class TmuxBackend(_SessionBackend):
     def _tmux(self, socket_name: str | None = None) -> list[str]:
         return ["tmux", "-L", socket_name or self.socket_name]
 
-    def _check_program(self) -> None:
-        super()._check_program()
-        if self._version_ok:
-            return
-        out = _run(["tmux", "-V"], self._client_env()).stdout.strip()
+    def missing(self) -> str | None:
+        found = super().missing()
+        if found is not None or self._version_ok:
+            return found
+        try:
+            out = _run(["tmux", "-V"], self._client_env()).stdout.strip()
+        except BackendError as e:
+            return str(e)
         m = re.search(r"(\d+)\.(\d+)", out)
         # 3.0 added new-session with the command as separate arguments, exec'd directly.
         if m and (int(m.group(1)), int(m.group(2))) < (3, 0):
-            raise BackendError(f"tmux >= 3.0 is needed, this machine has {out!r}")
+            return f"tmux >= 3.0 is needed, this machine has {out!r}"
         self._version_ok = True
+        return None
 
     def _start(self, name: str, argv: list[str]) -> None:
         bad = [a for a in argv if a.endswith(";")]

@@ -130,9 +130,12 @@ def render_job(job: dict[str, Any]) -> Group:
         add_row(facts, Text("waits", style="bold yellow"), job["reason"]["message"])
     if job.get("end_reason") and job["state"] not in ("pending", "held", "running"):
         add_row(facts, "ended", job["end_reason"])
-    for label, text in _tracking(job.get("tracking") or {}):
-        add_row(facts, label, text)
-    parts: list[Any] = [head, facts, "", Text("spec", style="bold"), _spec_lines(job["spec"])]
+    # URLs and paths are never folded: each tracker line is printed whole, so it can be
+    # copied from any terminal width (the terminal wraps it, not Rota)
+    runs = [Text(f"{label}: {text}", no_wrap=True, overflow="ignore")
+            for label, text in _tracking(job.get("tracking") or {})]
+    parts: list[Any] = [head, facts, *runs, "", Text("spec", style="bold"),
+                        _spec_lines(job["spec"])]
     if job.get("attempts_detail"):
         parts += ["", Text("attempts", style="bold"), _attempts(job["attempts_detail"])]
     if job.get("events"):

@@ -18,6 +18,7 @@ from rota.cli.common import client, console, emit, run_cli
 from rota.cli.job_refs import resolve
 from rota.cli.job_view import JOB_ARG
 from rota.cli.jobs import fmt_time
+from rota.cli.ml_text import ended_text, progress_text
 from rota.errors import InvalidSpec, RotaError
 from rota.units import format_duration, format_memory, parse_memory
 
@@ -35,46 +36,6 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     if math.isclose(lo, hi):
         return SPARKS[0] * len(means)
     return "".join(SPARKS[round((m - lo) / (hi - lo) * (len(SPARKS) - 1))] for m in means)
-
-
-#: How an ended job's run time is told, by its state.
-ENDED_WORDS = {"completed": "completed in", "failed": "failed after",
-               "cancelled": "cancelled after", "timeout": "timed out after"}
-
-
-def ended_text(job: dict[str, Any]) -> str | None:
-    """``completed in 2m13s`` for a job that has ended, None for one that has not."""
-    words = ENDED_WORDS.get(str(job.get("state")))
-    if words is None:
-        return None
-    start, end = job.get("started_at"), job.get("ended_at")
-    if start is None or end is None:
-        return words.split()[0]  # ended without running (cancelled while pending)
-    return f"{words} {format_duration(max(0.0, end - start))}"
-
-
-def progress_text(p: dict[str, Any] | None, ended: str | None = None) -> str:
-    """``45% step 450/1000, 14.8 steps/s, ETA 37s`` from a job's progress; for a job that
-    has ended (``ended``: how, from ended_text) no rate or time left, but how it ended."""
-    if ended is not None:
-        return ", ".join(x for x in (progress_text(
-            {k: v for k, v in (p or {}).items() if k not in ("rate", "eta_s")}), ended) if x)
-    if not p:
-        return ""
-    parts = []
-    if p.get("fraction") is not None:
-        parts.append(f"{100 * p['fraction']:.0f}%")
-    if p.get("step") is not None:
-        parts.append(f"step {p['step']}" + (f"/{p['total_steps']}" if p.get("total_steps") else ""))
-    if p.get("epoch") is not None:
-        parts.append(f"epoch {p['epoch']:g}"
-                     + (f"/{p['total_epochs']}" if p.get("total_epochs") else ""))
-    rate = p.get("rate")
-    if rate:
-        parts.append(f"{rate:.3g} steps/s" if rate >= 1 else f"{1 / rate:.3g} s/step")
-    if p.get("eta_s") is not None:
-        parts.append(f"ETA {format_duration(p['eta_s'])}")
-    return ", ".join(parts)
 
 
 def metrics_table(data: dict[str, Any], job: dict[str, Any] | None = None) -> Table | str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._wire import Timeout, WireTransport
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class RawClient:
@@ -19,7 +22,11 @@ class RawClient:
                  url: str | None = None, token: str | None = None,
                  timeout: Timeout = DEFAULT_TIMEOUT) -> None:
         self._t = WireTransport(Endpoint.resolve(socket_path, url=url, token=token), timeout)
-        self.socket_path = self._t.endpoint.socket_path
+
+    @property
+    def socket_path(self) -> Path | None:
+        """The daemon's socket (None for a daemon reached by URL)."""
+        return self._t.endpoint.socket_path
 
     def close(self) -> None:
         self._t.close()
@@ -141,6 +148,14 @@ class RawClient:
 
     def queue_summary(self) -> dict[str, Any]:
         return dict(self.request("GET", "/v1/queue"))
+
+    def queue(self, *, limit: int = 200, offset: int = 0,
+              counts: bool = True) -> dict[str, Any]:
+        """Totals, the jobs on GPUs, ``limit`` waiting jobs from ``offset`` in the order
+        they will start (with why they wait), and the oldest held ones; ``counts=False``
+        leaves out the counts per state (they read every job's row)."""
+        return dict(self.request("GET", "/v1/queue", params={
+            "limit": limit, "offset": offset, "counts": counts}))
 
     def sessions(self) -> list[dict[str, Any]]:
         return list(self.request("GET", "/v1/sessions")["sessions"])

@@ -30,8 +30,11 @@ _milli_of = attrgetter("gpus_milli")
 
 
 def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
-    pending = (list(snapshot.pending) if snapshot.presorted
-               else sorted(snapshot.pending, key=queue_order))
+    if snapshot.presorted:  # the pass reads it only: no copy of a list
+        pending = snapshot.pending if isinstance(snapshot.pending, list) \
+            else list(snapshot.pending)
+    else:
+        pending = sorted(snapshot.pending, key=queue_order)
     if policy.draining:
         plan = Plan()
         drain = Reason(ReasonCode.DRAINING, "the machine is draining: nothing new starts")
@@ -62,7 +65,9 @@ class _Pass:
         waiting = 0  # jobs blocked on resources so far: the queue position of the next one
         # the least any waiting job needs of one GPU: a whole-GPU job needs a free GPU, and no
         # GPU has more than 1000 thousandths free, so cap it there
-        smallest = min(min(map(_milli_of, pending), default=0), MILLI)
+        least = self.snapshot.smallest_milli
+        smallest = min(min(map(_milli_of, pending), default=0) if least is None else least,
+                       MILLI)
         checked_at = -1  # pool version at the last saturation check
         for n, job in enumerate(pending):
             if job.after or job.not_before is not None:

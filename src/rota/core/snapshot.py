@@ -91,3 +91,6 @@ class Snapshot:
     # the caller's own index of `pending` by id, if it keeps one: the plan then finds a
     # waiting job's place by a binary search rather than an index of a million of its own
     by_id: Mapping[int, PendingJob] | None = None
+    # the least gpus_milli among `pending`, if the caller keeps it: the pass then need not
+    # look at every job for it (44 ms of an 80 ms pass over a million)
+    smallest_milli: int | None = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from rota.backends.base import Backend
+from rota.backends.base import Backend, Needs, refusal
 from rota.backends.registry import make_backend
 from rota.config import Settings
 from rota.core.spec import JobSpec
+from rota.errors import BackendError
 
 log = logging.getLogger("rota.daemon")
 
@@ -29,6 +30,16 @@ class BackendSet:
                 name, tmux_socket=self.settings.tmux_socket,
                 runner_socket=self.settings.home / "runner.sock")
         return b
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        """Why no backend here can run this job (its session program is not installed, or
+        it asks what its backend cannot do), in a sentence; None when one can. Read before
+        the job is queued: it is refused at submit instead of failing at its launch."""
+        try:
+            backend = self.get(self.name_of(spec))
+        except BackendError as e:
+            return str(e)
+        return refusal(backend, Needs(gpus=spec.gpus > 0, stop_signal=spec.stop_signal))
 
     def tidy(self, active: set[str]) -> None:
         """Let every backend drop its records of attempts whose end is stored (``active``:

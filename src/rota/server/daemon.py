@@ -33,7 +33,6 @@ from rota.config import Settings
 from rota.core.lifecycle import JobState
 from rota.core.outcome import StopReason
 from rota.core.plan import Plan
-from rota.core.preempt import RunningJob
 from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
 from rota.devices.base import DeviceSource, GpuReading
@@ -49,7 +48,7 @@ from rota.server.launcher import Launcher
 from rota.server.metrics import Metrics
 from rota.server.outputs import READ_EVERY_S
 from rota.server.queue import PendingQueue
-from rota.server.running import Running
+from rota.server.running import Running, preemption_view
 from rota.server.secrets import Secrets
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
@@ -242,29 +241,14 @@ class Daemon:
                       backfill=s.backfill, draining=self.draining)
 
     def snapshot(self) -> Snapshot:
-        deps: dict[int, JobState] = {}
-        for job in self.queue.ordered():
-            for d in job.after:
-                deps[d] = self.job_state(d)
-        return Snapshot(gpus=self.gpu_views(), pending=self.queue.ordered(),
-                        dependency_states=deps, presorted=True, running=self._running_view(),
-                        by_id=self.queue.index())
-
-    def _running_view(self) -> list[RunningJob]:
-        """Running jobs as preemption weighs them (only worth building when one may be
-        preempted or is being stopped)."""
-        if not any(r.spec.preemptible or r.stop_reason for r in self.running.values()):
-            return []
-        now = self.clock()
-        out = []
-        for r in self.running.values():
-            saved = ((r.output.progress.checkpoint or {}).get("ts") if r.output else None) or 0.0
-            out.append(RunningJob(
-                id=r.job_id, priority=r.pending.priority, gpu_indices=r.gpus, milli=r.milli,
-                gpu_mem=r.gpu_mem, preemptible=r.spec.preemptible and r.handle is not None,
-                since_checkpoint_s=max(0.0, now - max(r.started_at, float(saved))),
-                stopping=r.stop_reason is not None))
-        return out
+        gpus = self.gpu_views()
+        self.queue.fit_to({g.index: g.memory_total for g in gpus})  # never-runnable aside
+        deps = {d: self.job_state(d) for job in self.queue.with_dependencies()
+                for d in job.after}
+        return Snapshot(gpus=gpus, pending=self.queue.ordered(),
+                        dependency_states=deps, presorted=True, by_id=self.queue.index(),
+                        smallest_milli=self.queue.smallest_milli(),
+                        running=preemption_view(self.running.values(), self.clock()))
 
     def schedule_pass(self) -> Plan:
         """Plan, then carry the plan out: starts (see Launcher.start), preemptions, and

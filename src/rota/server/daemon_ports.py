@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from rota.server.daemon import Daemon
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
 from rota.server.ports import Fault, Submitted, UserRemoved
-from rota.server.views import HELD, tracked
+from rota.server.views import HELD, job_view, tracked
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, Store
 from rota.store.tables import TokenRow, UserRow
@@ -48,6 +49,8 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
     elif state == "pending" and job_id in d.tracking.parked:
         out["reason"] = {"code": "tracker", "message": "waits for its MLflow run to be "
                          f"created in {redact_url(d.tracking.uri())}"}
+    elif state == "pending" and (never := d.queue.never_reason(job_id)) is not None:
+        out["reason"] = {"code": "unsatisfiable", "message": never}  # kept out of passes
     elif state == "pending":
         reason = d.last_plan.reason(job_id)
         if reason is None:
@@ -75,6 +78,48 @@ def gpu_views(d: Daemon) -> list[dict[str, Any]]:
                     "jobs": sorted(jobs.get(i, [])), "paused": i in d.paused,
                     "healthy": g.healthy, "temperature_c": g.temperature_c,
                     "history": [list(pt) for pt in d.history.get(i, ())]})
+    return out
+
+
+def queue_answer(d: Daemon, *, limit: int, offset: int, counts: bool) -> dict[str, Any]:
+    """The queue as the scheduler holds it: totals, and with ``limit`` the jobs that hold
+    GPUs, then ``limit`` waiting ones from ``offset`` in the order they will start (those
+    that never can, and those waiting for their MLflow run, last), then the oldest held.
+    The ``counts`` per state read the whole jobs table (0.1-0.5 s for a million rows);
+    the rest reads only the rows it shows."""
+    waiting = (d.queue.ordered(), d.queue.aside(),
+               [d.tracking.parked[i] for i in sorted(d.tracking.parked)])
+    total = sum(map(len, waiting))
+    out: dict[str, Any] = {
+        "pending": total, "running": len(d.running),
+        "held": d.store.count_in_state(JobState.HELD.value),
+        "reservations": [{"job": r.job_id, "gpus": list(r.gpu_indices)}
+                         for r in d.last_plan.reservations],
+        "offset": offset, "limit": limit,
+        "next_offset": offset + limit if limit and offset + limit < total else None}
+    if counts:
+        out["counts"] = d.store.count_by_state()
+    if not limit:
+        return out
+    page = [j.id for j in islice(chain.from_iterable(  # slices of at most limit each
+        seq[max(0, offset - skip):max(0, offset - skip) + limit]
+        for seq, skip in _starts(waiting)), limit)]
+    held = d.store.list_jobs(states=["held"], limit=limit)[::-1]  # oldest first
+    rows = d.store.jobs([*d.running, *page])
+    views = [job_view(r, live_facts(d, r)) for r in [*rows.values(), *held]]
+    by_id = {v["id"]: v for v in views}
+    out["running_jobs"] = [by_id[i] for i in sorted(d.running) if i in by_id]
+    out["waiting_jobs"] = [by_id[i] for i in page if i in by_id]
+    out["held_jobs"] = views[len(rows):]
+    return out
+
+
+def _starts(seqs: Sequence[Sequence[Any]]) -> list[tuple[Sequence[Any], int]]:
+    """Each sequence with the number of items before it in their concatenation."""
+    out, before = [], 0
+    for seq in seqs:
+        out.append((seq, before))
+        before += len(seq)
     return out
 
 
@@ -116,12 +161,8 @@ class DaemonPorts:
         return {"devices": self._d.devices.kind, "gpus": gpu_views(self._d),
                 "draining": self._d.draining}
 
-    def queue(self) -> dict[str, Any]:
-        d = self._d
-        return {"counts": d.store.count_by_state(), "pending": len(d.queue),
-                "running": len(d.running),
-                "reservations": [{"job": r.job_id, "gpus": list(r.gpu_indices)}
-                                 for r in d.last_plan.reservations]}
+    def queue(self, *, limit: int = 0, offset: int = 0, counts: bool = True) -> dict[str, Any]:
+        return queue_answer(self._d, limit=limit, offset=offset, counts=counts)
 
     def stats(self) -> dict[str, Any]:
         p = sorted(self._d.pass_seconds)

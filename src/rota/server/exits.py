@@ -184,15 +184,20 @@ class Exits:
         only where the decision reads them."""
         spec, stop = run.spec, run.stop_reason
         failed = ends_in_failure(stop, end)
-        checkpointing = stop is StopReason.PREEMPT and (
-            spec.checkpoint_dir is not None
+        # a preempted job's record names what it saved, wherever it was found (its
+        # checkpoint_dir, what it reported, or the usual layouts under its cwd); "saved no
+        # checkpoint" only for a job that checkpoints and left none
+        preempted = stop is StopReason.PREEMPT
+        saved = self._saved(run) if preempted else None
+        checkpointing = preempted and (
+            saved is not None or spec.checkpoint_dir is not None
             or bool(run.output and run.output.progress.checkpoint))
         return AttemptFacts(
             stop=stop, failures=run.failures,
             policy=RetryPolicy(spec.retries, spec.retry_backoff, spec.retry_backoff_max),
             gpus=run.gpus, milli=run.milli, gpu_mem=run.gpu_mem, time_limit=spec.time_limit,
             oom=self._oom_facts(run) if failed else None, checkpointing=checkpointing,
-            checkpoint=self._saved(run) if checkpointing else None)
+            checkpoint=saved)
 
     def _apply(self, run: Running, src: JobState, outcome: Outcome, end: Exited | NeverStarted,
                now: float) -> None:

@@ -70,9 +70,9 @@ class Intake:
         if spec.conda and not (os.environ.get("CONDA_EXE") or shutil.which("conda")):
             raise InvalidSpec(f"{prefix}conda: environment {spec.conda!r} requested but conda "
                               "is not installed on this machine", field="conda")
-        if spec.session != "none" and not shutil.which(spec.session):
-            raise InvalidSpec(f"{prefix}session: {spec.session} is not installed on this "
-                              "machine", field="session")
+        unrunnable = self.daemon.backends.refusal(spec)  # the backend's capabilities
+        if unrunnable is not None:
+            raise InvalidSpec(f"{prefix}session: {unrunnable}", field="session")
         if spec.cwd and not os.path.isdir(spec.cwd):
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         for dep in spec.after:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rota.backends.base import Backend, Handle
 from rota.core.outcome import StopReason
+from rota.core.preempt import RunningJob
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 from rota.server.outputs import OutputReader
@@ -44,3 +46,20 @@ class Running:
         for t in self.timers:
             t.cancel()
         self.timers.clear()
+
+
+def preemption_view(runs: Iterable[Running], now: float) -> list[RunningJob]:
+    """Running jobs as preemption weighs them (only worth building when one may be
+    preempted or is being stopped)."""
+    runs = list(runs)
+    if not any(r.spec.preemptible or r.stop_reason for r in runs):
+        return []
+    out = []
+    for r in runs:
+        saved = ((r.output.progress.checkpoint or {}).get("ts") if r.output else None) or 0.0
+        out.append(RunningJob(
+            id=r.job_id, priority=r.pending.priority, gpu_indices=r.gpus, milli=r.milli,
+            gpu_mem=r.gpu_mem, preemptible=r.spec.preemptible and r.handle is not None,
+            since_checkpoint_s=max(0.0, now - max(r.started_at, float(saved))),
+            stopping=r.stop_reason is not None))
+    return out

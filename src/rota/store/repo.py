@@ -120,6 +120,9 @@ def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
     return sql
 
 
+_MAX_ID = 2**63 - 1  # what every database's integer columns hold
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a million tuples are made: they hold no
@@ -330,8 +333,10 @@ class Store:
         return found
 
     def get_job(self, job_id: int) -> JobRecord:
-        with self._reading() as c:
-            row = c.execute(_GET_JOB, {"id_": job_id}).first()
+        row = None
+        if 0 < job_id <= _MAX_ID:  # no row has any other id (and the driver refuses some)
+            with self._reading() as c:
+                row = c.execute(_GET_JOB, {"id_": job_id}).first()
         if row is None:
             raise NotFound(f"no job {job_id}")
         return row
@@ -406,6 +411,13 @@ class Store:
                 (out.tracked if wants else out.held).append(job_id)
         out.tracked.sort()
         return out
+
+    def count_in_state(self, state: str) -> int:
+        """How many jobs are in ``state`` (through ix_jobs_state: cheap for a rare state,
+        where count_by_state reads every row)."""
+        with self._reading() as c:
+            return int(c.scalar(select(func.count()).select_from(_jobs)
+                                .where(_jobs.c.state == state)) or 0)
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as c:

@@ -12,11 +12,38 @@ from pydantic import BaseModel, Field
 
 from rota import __version__
 from rota.errors import NotFound
-from rota.server.api._shared import Who
+from rota.server.api._shared import MAX_ID, Who
 from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
 from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
 from rota.server.ports import Commands, Reads
 from rota.server.problems import errors
+
+MAX_PAGE = 10_000
+
+
+class Kept(BaseModel):
+    job: int
+    gpus: list[int]
+
+
+class QueueAnswer(BaseModel):
+    """GET /v1/queue. The job lists are there when ``limit`` > 0; each job as in
+    GET /v1/jobs (a waiting one with its ``reason``)."""
+
+    counts: dict[str, int] | None = Field(
+        default=None, description="jobs per state, in the store (unless counts=false)")
+    pending: int = Field(description="jobs waiting to start (the scheduler's queue)")
+    running: int = Field(description="jobs on GPUs (starting or running)")
+    held: int
+    reservations: list[Kept]
+    offset: int
+    limit: int
+    next_offset: int | None = Field(description="the offset of the next page; null: last")
+    running_jobs: list[dict[str, Any]] = Field(default_factory=list)
+    waiting_jobs: list[dict[str, Any]] = Field(
+        default_factory=list, description="from offset, in the order they will start")
+    held_jobs: list[dict[str, Any]] = Field(default_factory=list,
+                                            description="the oldest held jobs")
 
 
 class LiveBody(BaseModel):
@@ -60,9 +87,21 @@ def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
         commands.set_draining(on)
         return {"draining": on}
 
-    @r.get("/queue", responses=errors(401, 503))
-    async def queue() -> dict[str, Any]:
-        return reads.queue()
+    @r.get("/queue", response_model=QueueAnswer, response_model_exclude_unset=True,
+           responses=errors(401, 422, 503))
+    async def queue(limit: int = Query(0, ge=0, le=MAX_PAGE, description=(
+                        "list this many waiting jobs (and held ones); 0: only the totals")),
+                    offset: int = Query(0, ge=0, le=MAX_ID, description=(
+                        "skip this many waiting jobs (next_offset of the last page)")),
+                    counts: bool = Query(True, description=(
+                        "false leaves out the counts per state, which read every job's "
+                        "row: the rest reads only the jobs it lists")),
+                    ) -> dict[str, Any]:
+        """The queue as the scheduler holds it: totals per state, the GPUs kept for a job
+        that waits; with ``limit``, the jobs on GPUs, then the waiting jobs in the order
+        they will start (priority, then submission; those that never can, last), each with
+        why it waits, then the oldest held jobs."""
+        return reads.queue(limit=limit, offset=offset, counts=counts)
 
     @r.get("/summary", responses=errors(401, 503))
     async def summary() -> dict[str, Any]:
