@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import atexit
 import functools
+from datetime import timedelta
+from typing import Any
 
 from rota import job
+
+_LEAVE_WAIT_S = 60  # how long a rank waits at exit for its peers to finish too
 
 
 def stop_requested() -> bool:
@@ -42,8 +46,23 @@ def leave_process_group() -> None:
         import torch.distributed as dist
     except ImportError:
         return
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    _wait_for_every_rank(dist)
+    dist.destroy_process_group()
+
+
+def _wait_for_every_rank(dist: Any) -> None:
+    """Leave together: a rank that tears its gloo pairs down while a slower peer is still
+    saving makes that peer's gloo thread abort (seen under load: rank 1 SIGABRT after rank
+    0 left). Bounded, so that a rank whose peer died still exits."""
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=_LEAVE_WAIT_S))
+        else:
+            dist.barrier()
+    except RuntimeError:
+        pass  # a peer is gone: nobody is left to wait for
 
 
 @functools.cache
