@@ -23,6 +23,9 @@ HEAVY = ["httpx", "pydantic_settings", "fastapi", "starlette", "uvicorn", "sqlal
          "importlib.metadata", "http.client", "email", "ssl"]
 #: what submit and why print is one line: no Rich console or tables (which import these)
 NO_RICH = ["rich.console", "rich.table", "dataclasses", "inspect"]
+#: standard modules that cost milliseconds each and that no hot command needs: the socket is
+#: a plain _socket, paths are os.path strings (rota.home, the client's Endpoint)
+DEAR_STDLIB = ["pathlib", "socket", "http", "urllib.request", "ssl", "asyncio"]
 
 _RUN = """
 import json, sys
@@ -36,8 +39,8 @@ finally:
 """
 
 
-def loaded(daemon: Any, *args: str) -> tuple[int, set[str]]:
-    env = {**os.environ, **daemon.env}
+def loaded(daemon: Any, *args: str, **extra_env: str) -> tuple[int, set[str]]:
+    env = {**os.environ, **daemon.env, **extra_env}
     r = subprocess.run([sys.executable, "-c", _RUN, json.dumps(list(args))], env=env,
                        capture_output=True, text=True, timeout=60, check=False)
     return r.returncode, set(json.loads(r.stdout.rsplit("@@", 1)[1]))
@@ -61,11 +64,30 @@ def test_hot_commands_load_no_heavy_module(daemon: Any, args: list[str],
     code, mods = loaded(daemon, *args)
     assert code == 0, args
     assert "rota.cli.fast" in mods  # it went through the fast lane
-    assert _hits(mods, banned) == [], args
+    assert _hits(mods, banned + DEAR_STDLIB) == [], args
 
 
-def test_the_check_can_fail(daemon: Any) -> None:
-    """--help is Typer's: the same check sees Typer and Rich there."""
-    code, mods = loaded(daemon, "submit", "--help")
+def test_queue_with_running_jobs_loads_no_heavy_module(daemon: Any, until: Any) -> None:
+    """A running job's line says how far it is (rota.cli.ml_text, not rota.cli.ml, which
+    imports Typer)."""
+    env = {**os.environ, **daemon.env}
+    sub = subprocess.run([sys.executable, "-m", "rota", "submit", "--gpus", "0", "--json",
+                          "--name", "budget-running", "--", "sleep", "60"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    jid = json.loads(sub.stdout)["jobs"][0]["id"]
+    try:
+        until(lambda: daemon.client.job(jid)["state"] == "running")
+        code, mods = loaded(daemon, "queue")
+        assert code == 0
+        assert "rota.cli.ml_text" in mods  # it did describe a running job
+        assert _hits(mods, HEAVY + DEAR_STDLIB) == []
+    finally:
+        daemon.client.cancel(jid)
+
+
+def test_the_check_can_fail(daemon: Any, tmp_path: Any) -> None:
+    """--help is Typer's the first time (then it is cached): the same check sees Typer and
+    Rich there."""
+    code, mods = loaded(daemon, "submit", "--help", XDG_CACHE_HOME=str(tmp_path))
     assert code == 0
     assert "typer" in mods and "rich.console" in mods

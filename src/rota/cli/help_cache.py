@@ -17,6 +17,7 @@ be written, help is simply rendered each time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -107,7 +108,7 @@ def render(key: str, run: Callable[[], Any], is_path: Callable[[], bool]) -> Any
     (exit status 0) for a real command path (``is_path``, asked after the run)."""
     real = sys.stdout
     tee = _Tee(real)
-    sys.stdout = tee  # type: ignore[assignment]
+    sys.stdout = tee
     code: Any = None
     try:
         code = run()
@@ -142,7 +143,5 @@ def _save(key: str, text: str) -> None:
             json.dump({"key": key, "files": files, "text": text}, f)
         os.replace(tmp, target)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass

@@ -3,17 +3,15 @@
 ``app`` is the `rota` command: called with no arguments (the console script), it runs a
 hot command through the fast lane (:mod:`rota.cli.fast`) when it can, prints saved help
 (:mod:`rota.cli.help_cache`), and runs everything else through the Typer app, built on
-first need. Everywhere else (``typer.testing``, Typer's
-own functions) it stands for that Typer app.
+first need. Everywhere else (``typer.testing``, Typer's own functions) it stands for that
+Typer app.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rota.cli import lazy_typer as typer
@@ -31,7 +29,8 @@ HELP = "Rota: a GPU job scheduler. Lower priority numbers run first."
 def server(ctx: typer.Context,
            simulate: str = typer.Option(None, help="simulated GPUs, e.g. 4x24G or 2x24G,1x48G"),
            detach: bool = typer.Option(False, "--detach", "-d", help="run in the background"),
-           jobs_file: Path = typer.Option(None, help="watched jobs file (default: jobs.txt)"),
+           jobs_file: str = typer.Option(None, metavar="PATH",
+                                         help="watched jobs file (default: jobs.txt)"),
            database_url: str = typer.Option(None, help="PostgreSQL URL (default: SQLite)"),
            listen: str = typer.Option(None, help="also serve the API and the dashboard on "
                                                  "TCP, e.g. 127.0.0.1:8787 (tokens required)"),
@@ -91,6 +90,8 @@ def server_stop(timeout: float = typer.Option(30.0, help="seconds to wait for it
             time.sleep(0.05)
         else:
             if pid_text:
+                import signal
+
                 os.kill(int(pid_text), signal.SIGTERM)
         emit({"stopped": True, "pid": int(pid_text) if pid_text else None}, json_out,
              lambda d: f"rota daemon stopped (pid {d['pid']})")

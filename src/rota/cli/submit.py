@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rota.cli import lazy_typer as typer
@@ -21,12 +20,26 @@ from rota.errors import InvalidSpec, RotaError
 from rota.units import MEMORY_HELP
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rota.client import RawClient as Client
     from rota.jobsfile import JobsFileError
 
 _JOB_ITEM = re.compile(r"^jobs\[(\d+)\]: ")
-#: specs per request from a file: the daemon starts the first jobs while the rest is sent
-FILE_CHUNK = 200
+#: specs per request from a file: the daemon starts jobs between requests, so a file's
+#: first jobs run while the rest is sent. 2,000 `true` jobs straight to the daemon, first
+#: submit to last end, median of 4 on fresh daemons: 100 a request 3.4 s, 200 3.2 s, 25
+#: 4.1 s, all in one 3.8 s; on a daemon holding 20,000 ended jobs, 100 a request 6.6-6.9 s,
+#: 200 9.2-10.8 s, one 13-16 s. (One request also takes at most 10,000.)
+FILE_CHUNK = 100
+
+
+def chunks(n: int, *, whole: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of the requests that send ``n`` specs (one when ``whole``)."""
+    size = max(n, 1) if whole else FILE_CHUNK
+    return [(start, min(n, start + size)) for start in range(0, n, size)]
+
+
 FORCE_HELP = "accept a job this machine cannot run now; it waits until the GPUs change"
 
 # Options come first; the first word that is not an option starts the job's own argv, so
@@ -283,8 +296,8 @@ def submit(
     dedup: bool = typer.Option(False, "--dedup", help="skip jobs identical to a queued/done one"),
     idempotency_key: str = typer.Option(None, "--idempotency-key",
                                         help="a retried submit with this key adds nothing"),
-    file: Path = typer.Option(None, "--file", "-f", metavar="FILE",
-                              help="specs from a YAML/JSON file (or a jobs.txt-style file)"),
+    file: str = typer.Option(None, "--file", "-f", metavar="FILE",
+                             help="specs from a YAML/JSON file (or a jobs.txt-style file)"),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
@@ -309,8 +322,10 @@ def submit(
             if given:
                 raise InvalidSpec(f"--file takes the whole spec from the file; do not combine "
                                   f"it with {', '.join(given)}", field="file")
-            _submit_file(file, json_out=json_out, dedup=dedup, idempotency_key=idempotency_key,
-                         force=force)
+            from pathlib import Path
+
+            _submit_file(Path(file), json_out=json_out, dedup=dedup,
+                         idempotency_key=idempotency_key, force=force)
             return
         trackers = {"mlflow": mlflow, "mlflow_experiment": mlflow_experiment, "wandb": wandb,
                     "wandb_project": wandb_project, "wandb_entity": wandb_entity}
@@ -395,13 +410,12 @@ def _submit_file(path: Path, *, json_out: bool, dedup: bool,
     items, errors = read_jobs_file(path)
     jobs: list[dict[str, Any]] = []
     if items:
-        # a key names one request: with one the file goes whole, as one retryable unit
-        size = len(items) if idempotency_key else FILE_CHUNK
         warnings: list[str] = []
         with client() as c:
-            for start in range(0, len(items), size):
+            # a key names one request: with one, the file goes whole (one retryable unit)
+            for start, end in chunks(len(items), whole=idempotency_key is not None):
                 try:
-                    answer, rejected = submit_items(c, items[start:start + size], str(path),
+                    answer, rejected = submit_items(c, items[start:end], str(path),
                                                     force=force, dedup=dedup,
                                                     idempotency_key=idempotency_key)
                 except RotaError:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rota.errors import (
     Conflict,
@@ -18,6 +17,9 @@ from rota.errors import (
     RotaError,
     Unauthorized,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Seconds for one request unless the caller says otherwise.
 DEFAULT_TIMEOUT = 30.0
@@ -30,23 +32,34 @@ _BY_STATUS: dict[int, type[RotaError]] = {
 
 class Endpoint:
     """Where the daemon is and how to prove who we are. (A plain class: dataclasses
-    imports inspect, ~10 ms of every CLI call.)"""
+    imports inspect, ~10 ms of every CLI call; the socket is kept as a string and made a
+    Path only when asked for: pathlib costs ~4 ms of every CLI call.)"""
 
-    __slots__ = ("base_url", "socket_path", "token")
+    __slots__ = ("base_url", "socket_file", "token")
 
-    def __init__(self, base_url: str, socket_path: Path | None = None,
+    def __init__(self, base_url: str, socket_path: str | os.PathLike[str] | None = None,
                  token: str | None = None) -> None:
-        self.base_url, self.socket_path, self.token = base_url, socket_path, token
+        self.base_url, self.token = base_url, token
+        self.socket_file = None if socket_path is None else os.fspath(socket_path)
+
+    @property
+    def socket_path(self) -> Path | None:
+        """The daemon's Unix socket (None for a daemon reached by URL)."""
+        if self.socket_file is None:
+            return None
+        from pathlib import Path
+
+        return Path(self.socket_file)
 
     def __repr__(self) -> str:
         return f"Endpoint({self.base_url!r}, socket_path={self.socket_path!r})"
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Endpoint) and (self.base_url, self.socket_path, self.token)
-                == (other.base_url, other.socket_path, other.token))
+        return (isinstance(other, Endpoint) and (self.base_url, self.socket_file, self.token)
+                == (other.base_url, other.socket_file, other.token))
 
     def __hash__(self) -> int:
-        return hash((self.base_url, self.socket_path, self.token))
+        return hash((self.base_url, self.socket_file, self.token))
 
     @classmethod
     def resolve(cls, socket_path: str | os.PathLike[str] | None = None, *,
@@ -66,20 +79,20 @@ class Endpoint:
             from rota.home import socket_path as configured
 
             socket_path = configured()
-        return cls(base_url="http://rota", socket_path=Path(socket_path), token=token)
+        return cls(base_url="http://rota", socket_path=socket_path, token=token)
 
     @property
     def where(self) -> str:
-        return f"on {self.socket_path}" if self.socket_path else f"at {self.base_url}"
+        return f"on {self.socket_file}" if self.socket_file else f"at {self.base_url}"
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def not_answering(self, e: Exception) -> DaemonUnavailable:
         """The error for a daemon nobody answers for, saying how to start one."""
-        if self.socket_path is not None:
+        if self.socket_file is not None:
             return DaemonUnavailable(
-                f"no Rota daemon is answering on {self.socket_path}. Start one with "
+                f"no Rota daemon is answering on {self.socket_file}. Start one with "
                 "`rota server --detach` (or `rota server` in another terminal).")
         return DaemonUnavailable(
             f"no Rota daemon is answering at {self.base_url} ({e}). Start one there with "

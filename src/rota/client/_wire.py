@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import _socket  # socket.py costs ~4 ms to import (its enums); a Unix socket needs none of it
 import json as _json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -139,18 +138,18 @@ class WireTransport:
         self._sock: _socket.socket | None = None
         self._host, self._port, self._tls, self._prefix = _split_url(endpoint)
         auth = "".join(f"{k}: {v}\r\n" for k, v in endpoint.headers().items())
-        host = "rota" if endpoint.socket_path else endpoint.base_url.partition("://")[2]
+        host = "rota" if endpoint.socket_file else endpoint.base_url.partition("://")[2]
         self._fixed = f"Host: {host.partition('/')[0]}\r\nAccept: application/json\r\n{auth}"
 
     # --- connection ------------------------------------------------------------------
     def _connect(self, timeout: float | None) -> _socket.socket:
         ep = self.endpoint
         try:
-            if ep.socket_path is not None:
+            if ep.socket_file is not None:
                 sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
                 sock.settimeout(timeout)
                 try:
-                    sock.connect(os.fspath(ep.socket_path))
+                    sock.connect(ep.socket_file)
                 except BaseException:
                     sock.close()
                     raise
@@ -278,7 +277,7 @@ def _read_head(sock: _socket.socket) -> Answer:
 
 def _split_url(ep: Endpoint) -> tuple[str, int, bool, str]:
     """(host, port, tls, path prefix) of the endpoint's base URL."""
-    if ep.socket_path is not None:
+    if ep.socket_file is not None:
         return "rota", 0, False, ""
     scheme, _, rest = ep.base_url.partition("://")
     hostport, slash, prefix = rest.partition("/")
