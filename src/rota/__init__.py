@@ -16,7 +16,8 @@ __all__ = [
     "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
     "DaemonUnavailable", "Event", "Forbidden", "Gpu", "Health", "Identity", "InvalidSpec",
     "Job", "JobDetail", "JobState", "LogChunk", "Metrics", "NotFound", "Page", "Progress",
-    "QueueSummary", "Reason", "RotaError", "Unauthorized", "WaitTimeout", "Why", "__version__",
+    "QueuePage", "QueueSummary", "Reason", "RotaError", "Unauthorized", "WaitTimeout", "Why",
+    "__version__",
 ]
 
 _ERRORS = ("Conflict", "DaemonUnavailable", "Forbidden", "InvalidSpec", "NotFound",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         Metrics,
         Page,
         Progress,
+        QueuePage,
         QueueSummary,
         Reason,
         Why,

@@ -63,7 +63,8 @@ def test_queue_at_80_columns_cuts_no_header_name_or_reason(rota: Any, daemon: An
         wide = cli(daemon, "queue", "--wide")
         assert "reason / progress" in wide.stdout and "project" in wide.stdout
         assert any(reason in line for line in wide.stdout.splitlines())  # on one line
-        rows = json.loads(cli(daemon, "queue", "--json").stdout)["held_jobs"]
+        rows = [j for j in json.loads(cli(daemon, "queue", "--json").stdout)["jobs"]
+                if j["state"] == "held"]
         assert {"id", "name", "reason", "gpu_mem"} <= set(rows[0])
     finally:
         for j in [*ids, big]:

@@ -81,7 +81,7 @@ def test_metrics_and_progress_come_from_the_output(daemon: DaemonProcess, tmp_pa
         assert live["state"] == "running"
         p = live["progress"]
         assert p["total_steps"] == 30 and 0 < p["fraction"] < 1 and p["attempt"] == 1
-        [queued] = [j for j in json.loads(cli(daemon, "queue", "--json").stdout)["running_jobs"]
+        [queued] = [j for j in json.loads(cli(daemon, "queue", "--json").stdout)["jobs"]
                     if j["id"] == job_id]
         assert queued["progress"]["total_steps"] == 30
         wait_until(lambda: state(c, job_id)["state"] == "completed", timeout=60)

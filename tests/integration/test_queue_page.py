@@ -51,8 +51,11 @@ def test_queue_pages_in_start_order_with_reasons(daemon: Any) -> None:
         assert at[blocker] < at[order[0]] < at[order[1]] < at[held]
         assert "… and 3 more waiting (rota queue --all / --limit N)" in r.stdout
         data = json.loads(daemon.cli("queue", "--json", "--limit", "2").stdout)
-        assert [j["id"] for j in data["waiting_jobs"]] == order[:2] and data["pending"] == 5
-        for j in (blocker, *late, never, held):
+        # one list in the table's order, the totals beside it
+        assert [j["id"] for j in data["jobs"]] == [blocker, *order[:2], held]
+        assert data["pending"] == 5 and data["held"] == 1 and data["next_offset"] == 2
+        assert "waiting_jobs" not in data
+        for j in (*late, never, held, blocker):  # the blocker last: nothing starts and ends
             c.cancel(j)
 
 

@@ -77,6 +77,14 @@ def test_machine_and_errors(sdk: Sdk, tmp_path: Path) -> None:
             assert (await c.pause_gpu(2)).paused
             assert not (await c.resume_gpu(2)).paused
             assert (await c.health()).ok and (await c.queue()).counts is not None
+            with pytest.raises(InvalidSpec):
+                await c.submit(command=["true"], gpus=8)
+            huge = await c.submit(command=["true"], gpus=8, force=True)
+            try:
+                page = await c.queue(limit=10_000, counts=False)
+                assert huge.id in [j.id for j in page.waiting_jobs] and page.counts == {}
+            finally:
+                await c.cancel(huge)
             assert (await c.whoami()).via == "socket"
             with pytest.raises(NotFound, match="no job 99999999"):
                 await c.get(99999999)

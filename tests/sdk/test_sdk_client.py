@@ -11,7 +11,9 @@ import pytest
 from sdk_helpers import PY, Sdk, held, printer
 
 import rota
+import rota_testing
 from rota import JobState
+from rota.client import RawClient
 from rota.errors import (
     Conflict,
     DaemonUnavailable,
@@ -195,6 +197,55 @@ def test_queue_health_and_whoami(client: rota.Client) -> None:
     assert h.ok and h.version == rota.__version__ and h.gpus == 4
     me = client.whoami()
     assert me.admin is True and me.via == "socket"
+
+
+def test_force_queues_a_job_this_machine_cannot_run(sdk: Sdk, client: rota.Client,
+                                                     unique: Unique) -> None:
+    name = unique("huge")
+    with pytest.raises(InvalidSpec, match="4 GPUs"):  # the machine has 4
+        client.submit(command=["true"], gpus=8, name=name)
+    huge = client.submit(command=["true"], gpus=8, name=name, force=True)
+    also = client.submit([{"command": ["true"], "gpus": 8, "name": name}], force=True)
+    raw = RawClient(sdk.daemon.socket)
+    try:
+        with pytest.raises(InvalidSpec):
+            raw.submit([{"command": ["true"], "gpus": 8, "name": name}])
+        [by_raw] = raw.submit([{"command": ["true"], "gpus": 8, "name": name}], force=True)
+    finally:
+        raw.close()
+    try:
+        assert huge.state is JobState.PENDING and len(also) == 1
+        assert client.why(by_raw["id"]).code == "unsatisfiable"
+    finally:
+        for jid in (huge.id, also[0].id, by_raw["id"]):
+            client.cancel(jid)
+
+
+def test_queue_pages_in_start_order(client: rota.Client, unique: Unique) -> None:
+    name = unique("paged")
+    huge = client.submit(command=["true"], gpus=8, name=name, force=True)
+    held_jobs = client.submit([held(name) for _ in range(2)])
+    try:
+        rota_testing.wait_until(lambda: client.why(huge).code == "unsatisfiable")
+        page = client.queue(limit=10_000)
+        assert isinstance(page, rota.QueuePage) and isinstance(page, rota.QueueSummary)
+        assert page.jobs == [*page.running_jobs, *page.waiting_jobs, *page.held_jobs]
+        [mine] = [j for j in page.waiting_jobs if j.id == huge.id]
+        assert isinstance(mine, rota.Job) and mine.reason and mine.reason.code == "unsatisfiable"
+        assert page.waiting_jobs[-1].reason.code == "unsatisfiable"  # never-runnable: last
+        assert {j.id for j in held_jobs} <= {j.id for j in page.held_jobs}
+        assert page.pending == len(page.waiting_jobs) and page.held >= 2
+        assert page.next_offset is None and page.counts["held"] == page.held
+        first = client.queue(limit=1, counts=False)
+        assert len(first.waiting_jobs) == 1 and first.counts == {}
+        assert first.next_offset == (1 if first.pending > 1 else None)
+        last = client.queue(limit=1, offset=first.pending - 1)
+        assert [j.reason.code for j in last.waiting_jobs] == ["unsatisfiable"]
+        totals = client.queue()  # no arguments: the totals alone, as before
+        assert totals.waiting_jobs == [] and totals.jobs == [] and totals.counts
+    finally:
+        for j in (huge, *held_jobs):
+            client.cancel(j)
 
 
 # --- errors --------------------------------------------------------------------------------

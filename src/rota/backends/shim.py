@@ -159,60 +159,89 @@ def _exit_code(record: dict[str, Any]) -> int:
     return 128 + int(record["signal"])
 
 
+class _CannotStart(Exception):
+    """The job could not be started: the shim's exit code, and why."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code, self.why = code, why
+
+
+def _open_tee(path: str) -> _Tee | None:
+    try:
+        return _Tee(path)
+    except OSError as e:  # still run the job; its output goes to the terminal only
+        _write_all(2, f"rota: cannot open the log {path!r}: {e.strerror}\n".encode())
+        return None
+
+
+def _job(ns: argparse.Namespace) -> tuple[list[str], dict[str, str] | None]:
+    """The job's argv and environment (None: the shim's own), in its working directory."""
+    job_argv, env, cwd = ns.argv, None, None
+    if ns.job_file:
+        try:
+            job = _read_job_file(ns.job_file)
+        except (OSError, ValueError, TypeError) as e:
+            raise _CannotStart(126, f"cannot read the job file {ns.job_file!r}: {e}") from e
+        job_argv, env, cwd = [str(a) for a in job["argv"]], job.get("env"), job.get("cwd")
+    if cwd is not None:
+        try:
+            os.chdir(cwd)
+        except OSError as e:
+            raise _CannotStart(
+                126, f"cannot enter the working directory {cwd!r}: {e.strerror}") from e
+    return job_argv, env
+
+
+def _spawn(job_argv: list[str], env: dict[str, str] | None,
+           tee: _Tee | None) -> subprocess.Popen[bytes]:
+    out: int | None = subprocess.PIPE if tee else None
+    err: int | None = subprocess.STDOUT if tee else None
+    try:
+        # stdin is inherited: a person attached to a tmux/screen session may type into it
+        return subprocess.Popen(job_argv, stdout=out, stderr=err, env=env, close_fds=True)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise _CannotStart(code, f"cannot run {job_argv[0]!r}: {why}") from e
+
+
+def _failed(status: str, record: dict[str, Any], tee: _Tee | None, e: _CannotStart) -> int:
+    """Say why in the log (or on stderr) and record it as the job's end."""
+    data = f"rota: {e.why}\n".encode(errors="replace")
+    if tee:
+        tee.write(data)
+    else:
+        with contextlib.suppress(OSError):
+            _write_all(2, data)
+    record.update(exit_code=e.code, signal=None, ended_at=time.time())
+    write_status(status, record)
+    return e.code
+
+
+def _wait(proc: subprocess.Popen[bytes], tee: _Tee | None) -> int:
+    if tee and proc.stdout is not None:
+        tee.pump(proc.stdout.fileno(), proc)
+        proc.stdout.close()
+    return proc.wait()  # signals interrupt it, PEP 475 resumes it
+
+
 def run(argv: list[str]) -> int:
     """Run the job described by the shim's command line; return the shim's exit code."""
     for sig in _SURVIVE:
         signal.signal(sig, _survive)
     ns = _parse(argv)
-    started_at = time.time()
     record: dict[str, Any] = {"shim_pid": os.getpid(), "pgid": os.getpgrp(),
-                              "child_pid": None, "started_at": started_at}
-    tee: _Tee | None = None
-    if ns.tee:
-        try:
-            tee = _Tee(ns.tee)
-        except OSError as e:  # still run the job; its output goes to the terminal only
-            _write_all(2, f"rota: cannot open the log {ns.tee!r}: {e.strerror}\n".encode())
-
-    def fail(code: int, msg: str) -> int:
-        data = f"rota: {msg}\n".encode(errors="replace")
-        if tee:
-            tee.write(data)
-        else:
-            with contextlib.suppress(OSError):
-                _write_all(2, data)
-        record.update(exit_code=code, signal=None, ended_at=time.time())
-        write_status(ns.status, record)
-        return code
-
+                              "child_pid": None, "started_at": time.time()}
+    tee = _open_tee(ns.tee) if ns.tee else None
     try:
-        job_argv, env, cwd = ns.argv, None, None
-        if ns.job_file:
-            try:
-                job = _read_job_file(ns.job_file)
-            except (OSError, ValueError, TypeError) as e:
-                return fail(126, f"cannot read the job file {ns.job_file!r}: {e}")
-            job_argv, env, cwd = [str(a) for a in job["argv"]], job.get("env"), job.get("cwd")
-        if cwd is not None:
-            try:
-                os.chdir(cwd)
-            except OSError as e:
-                return fail(126, f"cannot enter the working directory {cwd!r}: {e.strerror}")
-        out: int | None = subprocess.PIPE if tee else None
-        err: int | None = subprocess.STDOUT if tee else None
         try:
-            # stdin is inherited: a person attached to a tmux/screen session may type into it
-            proc = subprocess.Popen(job_argv, stdout=out, stderr=err, env=env, close_fds=True)
-        except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
-            code = 127 if isinstance(e, FileNotFoundError) else 126
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            return fail(code, f"cannot run {job_argv[0]!r}: {why}")
+            proc = _spawn(*_job(ns), tee)
+        except _CannotStart as e:
+            return _failed(ns.status, record, tee, e)
         record["child_pid"] = proc.pid
         write_status(ns.status, record)
-        if tee and proc.stdout is not None:
-            tee.pump(proc.stdout.fileno(), proc)
-            proc.stdout.close()
-        rc = proc.wait()  # signals interrupt it, PEP 475 resumes it
+        rc = _wait(proc, tee)
     finally:
         if tee:
             tee.close()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rota.cli.lazy_typer import Exit
 from rota.client.raw import RawClient as Client
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
     console: Console
     err_console: Console
+
+T = TypeVar("T")
 
 #: characters that make Rich read a plain string differently (markup, emoji codes)
 _RICH_SYNTAX = ("[", ":")
@@ -126,16 +128,18 @@ def _report(e: RotaError, json_out: bool, code: int) -> None:
     raise Exit(code)
 
 
-def apply_each(targets: list[int], key: str, json_out: bool,
-               act: Callable[[Client, int], dict[str, Any]],
-               done: Callable[[dict[str, Any]], str]) -> None:
-    """Apply one action to several jobs or GPUs; report each; exit 1 if any of them failed.
+def apply_each(targets: Sequence[T], key: str, json_out: bool,
+               act: Callable[[Client, T], dict[str, Any]],
+               done: Callable[[dict[str, Any]], str],
+               label: Callable[[T], Any] = lambda t: t) -> None:
+    """Apply one action to several jobs or GPUs; report each; exit 1 if any of them failed
+    (the others are still done).
 
-    ``key`` names the target in an error entry ("id" for jobs, "index" for GPUs).
+    An error entry names its target as ``{key: label(target)}`` ("id" for jobs, "index"
+    for GPUs).
     """
     with run_cli(json_out=json_out):
         results: list[dict[str, Any]] = []
-        failed = False
         with client() as c:
             for t in targets:
                 try:
@@ -143,8 +147,8 @@ def apply_each(targets: list[int], key: str, json_out: bool,
                 except DaemonUnavailable:
                     raise
                 except RotaError as e:
-                    failed = True
-                    results.append({key: t, "error": type(e).__name__, "message": str(e)})
+                    results.append({key: label(t), "error": type(e).__name__,
+                                    "message": str(e)})
         if json_out:
             emit(results, True, str)
         else:
@@ -153,5 +157,5 @@ def apply_each(targets: list[int], key: str, json_out: bool,
                     fail(r["message"])
                 else:
                     sys.stdout.write(done(r) + "\n")
-        if failed:
+        if any("error" in r for r in results):
             raise Exit(1)

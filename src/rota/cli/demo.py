@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,8 +178,24 @@ def _until_looked_at(c: Client, ids: list[int], timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def run_demo(c: Client, timeout: float, *, stays: bool = True) -> list[int]:
-    """Submit the tour's jobs, narrate, wait; returns the ids of the demo's jobs."""
+@dataclass
+class _Tour:
+    """The demo's jobs as the daemon answered them, and what they share."""
+
+    base: dict[str, Any]  # every job's cwd, tags and grace
+    marker: Path  # the flaky job's "I failed once" file
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    urgent: dict[str, Any] = field(default_factory=dict)
+    flaky: dict[str, Any] = field(default_factory=dict)
+    huge: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> list[int]:
+        return [j["id"] for j in self.jobs]
+
+
+def _gpus_for_demo(c: Client) -> int:
+    """The daemon's GPU count, once it is sure the demo can run there."""
     health = c.health()
     if health.get("draining"):
         raise RotaError("the daemon is draining, so nothing would start; "
@@ -187,80 +204,105 @@ def run_demo(c: Client, timeout: float, *, stays: bool = True) -> list[int]:
     if n_gpus < 2:
         raise RotaError(f"the demo needs at least 2 GPUs; this daemon has {n_gpus} "
                         "(try `rota demo --simulate 4x24G` with no daemon running)")
+    return n_gpus
+
+
+def _sharing_and_priorities(c: Client, tour: _Tour, n_gpus: int) -> None:
+    base = tour.base
+    _step("1. sharing: two jobs that each ask for half a GPU land on the same GPU")
+    share = c.submit([{**_sleep_job("share-a", 4, 0.5), **base},
+                      {**_sleep_job("share-b", 4, 0.5), **base}])
+    train = c.submit([_sleep_job(f"train-{k}", 1 + k, 1, **base) for k in range(1, n_gpus)])
+    _say(f"half-GPU jobs {share[0]['id']}, {share[1]['id']}; whole-GPU jobs "
+         f"{', '.join(str(j['id']) for j in train)} fill the other GPUs")
+
+    _step("2. priorities: lower numbers run first")
+    evals = c.submit([{**_sleep_job(f"eval-{k}", 1, 1, priority=10), **base} for k in (1, 2)])
+    tour.urgent = c.submit([{**_sleep_job("urgent", 1, 1, priority=-5), **base}])[0]
+    _say(f"eval-1 and eval-2 (priority 10) queued first; 'urgent' (priority -5, job "
+         f"{tour.urgent['id']}) was queued last but will start first")
+    tour.jobs += [*share, *train, *evals, tour.urgent]
+
+
+def _sweep_and_retry(c: Client, tour: _Tour) -> None:
+    from rota.core.spec import parse_spec
+    from rota.core.sweep import expand_sweep, parse_sweep_arg
+
+    base = tour.base
+    _step("3. a sweep: one spec, three learning rates, a quarter GPU each")
+    spec = parse_spec({"command": [PY, "-c", _SWEEP], "name": "sweep", "gpus": 0.25})
+    grid = [parse_sweep_arg("lr=1e-3,3e-4,1e-4")]
+    sweep = c.submit([{"command": s.command, "name": s.name, "gpus": 0.25,
+                       "priority": 10, **base} for s in expand_sweep(spec, grid)])
+    _say("  " + ", ".join(f"{j['id']} {j['name']}" for j in sweep))
+
+    _step("4. retries: a job that fails once and succeeds on its retry")
+    tour.flaky = c.submit([{"command": [PY, "-c", _FLAKY, str(tour.marker)],
+                            "name": "flaky", "gpus": 0.25, "priority": 10, "retries": 1,
+                            "retry_backoff": 1.0, **base}])[0]
+    _say(f"  {tour.flaky['id']} flaky: exits 3 on its first try; retries=1, retry_backoff=1s")
+    tour.jobs += [*sweep, tour.flaky]
+
+
+def _refused_or_forced(c: Client, tour: _Tour, n_gpus: int) -> None:
+    from rota.errors import InvalidSpec
+
+    _step("5. a job that cannot run here is refused, or waits with --force")
+    huge_spec = _sleep_job("huge", 1, n_gpus + 1, priority=10, **tour.base)
+    with contextlib.suppress(InvalidSpec):
+        c.submit([huge_spec])
+        raise RotaError("the daemon accepted a job that asks for more GPUs than exist")
+    _say(f"  huge asks for {n_gpus + 1} GPUs on a {n_gpus}-GPU machine: refused at submit")
+    tour.huge = c.submit([huge_spec], force=True)[0]
+    _say(f"  {tour.huge['id']} huge: with --force it is queued, and waits saying why")
+    tour.jobs.append(tour.huge)
+
+
+def _wait_for_the_end(c: Client, tour: _Tour, timeout: float) -> None:
+    ids, huge = tour.ids, tour.huge["id"]
+    _until_looked_at(c, ids)
+    _show_queue(c, ids, "the queue right after submitting")
+    for jid in (tour.urgent["id"], huge):
+        _say(f"$ rota why {jid}\n  {why_sentence(c.why(jid))}")
+
+    _step("6. waiting for the jobs to finish")
+    deadline = time.monotonic() + timeout
+    res = c.wait(tour.urgent["id"], timeout=timeout)
+    _show_queue(c, ids, f"the queue when 'urgent' {res['state']}")
+    for jid in ids:
+        if jid != huge:
+            c.wait(jid, timeout=max(0.1, deadline - time.monotonic()))
+    c.cancel(huge)
+    _say(f"cancelled job {huge} (it could never start here)")
+
+
+def _wrap_up(c: Client, tour: _Tour, t0: float, stays: bool) -> None:
+    flaky = tour.flaky["id"]
+    console.print(_summary(c, tour.ids, t0))
+    log = c.logs(flaky)["data"]
+    _say(f"$ rota logs {flaky}\n" + "".join(f"  {line}\n" for line in log.splitlines()))
+    _say(f"done in {time.time() - t0:.0f}s.")
+    if stays:
+        _say(f"Look around: `rota show {flaky}` (attempts and timeline), "
+             "`rota queue --all`, `rota gpus`.")
+    else:
+        _say("`rota demo --keep` leaves the daemon running to look around afterwards.")
+
+
+def run_demo(c: Client, timeout: float, *, stays: bool = True) -> list[int]:
+    """Submit the tour's jobs, narrate, wait; returns the ids of the demo's jobs."""
+    n_gpus = _gpus_for_demo(c)
     tmp = Path(tempfile.mkdtemp(prefix="rota-demo-"))
-    base = {"cwd": str(tmp), "tags": ["demo"], "grace": 2.0}
+    tour = _Tour(base={"cwd": str(tmp), "tags": ["demo"], "grace": 2.0},
+                 marker=tmp / "marker")
     t0 = time.time()
     try:
-        _step("1. sharing: two jobs that each ask for half a GPU land on the same GPU")
-        share = c.submit([{**_sleep_job("share-a", 4, 0.5), **base},
-                          {**_sleep_job("share-b", 4, 0.5), **base}])
-        busy = [_sleep_job(f"train-{k}", 1 + k, 1, **base) for k in range(1, n_gpus)]
-        train = c.submit(busy)
-        _say(f"half-GPU jobs {share[0]['id']}, {share[1]['id']}; whole-GPU jobs "
-             f"{', '.join(str(j['id']) for j in train)} fill the other GPUs")
-
-        _step("2. priorities: lower numbers run first")
-        evals = c.submit([{**_sleep_job(f"eval-{k}", 1, 1, priority=10), **base}
-                          for k in (1, 2)])
-        urgent = c.submit([{**_sleep_job("urgent", 1, 1, priority=-5), **base}])[0]
-        _say(f"eval-1 and eval-2 (priority 10) queued first; 'urgent' (priority -5, job "
-             f"{urgent['id']}) was queued last but will start first")
-
-        _step("3. a sweep: one spec, three learning rates, a quarter GPU each")
-        sweep_cmd = [PY, "-c", _SWEEP]
-        from rota.core.spec import parse_spec
-        from rota.core.sweep import expand_sweep, parse_sweep_arg
-
-        spec = parse_spec({"command": sweep_cmd, "name": "sweep", "gpus": 0.25})
-        grid = [parse_sweep_arg("lr=1e-3,3e-4,1e-4")]
-        sweep = c.submit([{"command": s.command, "name": s.name, "gpus": 0.25,
-                           "priority": 10, **base} for s in expand_sweep(spec, grid)])
-        _say("  " + ", ".join(f"{j['id']} {j['name']}" for j in sweep))
-
-        _step("4. retries: a job that fails once and succeeds on its retry")
-        flaky = c.submit([{"command": [PY, "-c", _FLAKY, str(tmp / "marker")],
-                           "name": "flaky", "gpus": 0.25, "priority": 10, "retries": 1,
-                           "retry_backoff": 1.0, **base}])[0]
-        _say(f"  {flaky['id']} flaky: exits 3 on its first try; retries=1, retry_backoff=1s")
-
-        _step("5. a job that cannot run here is refused, or waits with --force")
-        from rota.cli.submit import post_jobs
-        from rota.errors import InvalidSpec
-
-        huge_spec = _sleep_job("huge", 1, n_gpus + 1, priority=10, **base)
-        with contextlib.suppress(InvalidSpec):
-            c.submit([huge_spec])
-            raise RotaError("the daemon accepted a job that asks for more GPUs than exist")
-        _say(f"  huge asks for {n_gpus + 1} GPUs on a {n_gpus}-GPU machine: refused at submit")
-        huge = post_jobs(c, [huge_spec], force=True)["jobs"][0]
-        _say(f"  {huge['id']} huge: with --force it is queued, and waits saying why")
-        ids = [j["id"] for j in (*share, *train, *evals, urgent, *sweep, flaky, huge)]
-        _until_looked_at(c, ids)
-        _show_queue(c, ids, "the queue right after submitting")
-        for jid in (urgent["id"], huge["id"]):
-            _say(f"$ rota why {jid}\n  {why_sentence(c.why(jid))}")
-
-        _step("6. waiting for the jobs to finish")
-        finite = [i for i in ids if i != huge["id"]]
-        deadline = time.monotonic() + timeout
-        res = c.wait(urgent["id"], timeout=timeout)
-        _show_queue(c, ids, f"the queue when 'urgent' {res['state']}")
-        for jid in finite:
-            left = max(0.1, deadline - time.monotonic())
-            c.wait(jid, timeout=left)
-        c.cancel(huge["id"])
-        _say(f"cancelled job {huge['id']} (it could never start here)")
-        console.print(_summary(c, ids, t0))
-        log = c.logs(flaky["id"])["data"]
-        _say(f"$ rota logs {flaky['id']}\n" + "".join(f"  {line}\n" for line in
-                                                       log.splitlines()))
-        _say(f"done in {time.time() - t0:.0f}s.")
-        if stays:
-            _say(f"Look around: `rota show {flaky['id']}` (attempts and timeline), "
-                 "`rota queue --all`, `rota gpus`.")
-        else:
-            _say("`rota demo --keep` leaves the daemon running to look around afterwards.")
-        return ids
+        _sharing_and_priorities(c, tour, n_gpus)
+        _sweep_and_retry(c, tour)
+        _refused_or_forced(c, tour, n_gpus)
+        _wait_for_the_end(c, tour, timeout)
+        _wrap_up(c, tour, t0, stays)
+        return tour.ids
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -41,12 +41,11 @@ def fmt_time(ts: float | None, *, short: bool = False) -> str:
 
 
 def fail(message: str) -> None:
-    """An error line on stderr (user text is never read as Rich markup)."""
-    from rich.markup import escape
-
+    """An error line on stderr (user text is never read as Rich markup: common.fail
+    escapes it; escaping here too showed a backslash before every '[' on a terminal)."""
     from rota.cli.common import fail as _fail
 
-    _fail(escape(message))
+    _fail(message)
 
 
 def styled_state(state: str) -> Text:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rota.cli.common import client, emit, run_cli
+from rota.cli.common import apply_each, client, emit, run_cli
 from rota.cli.fmt import fail
 from rota.cli.job_view import JOB_ARG
-from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
+from rota.errors import InvalidSpec
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -149,36 +149,11 @@ def each(refs: list[str], json_out: bool, act: Callable[[Client, int], dict[str,
     others are still done)."""
     from rota.cli.job_refs import resolve
 
-    with run_cli(json_out=json_out):
-        if not refs:
+    if not refs:
+        with run_cli(json_out=json_out):
             raise InvalidSpec("no job given (give ids or names)", field="job")
-        results: list[dict[str, Any]] = []
-        with client() as c:
-            for ref in refs:
-                try:
-                    results.append(act(c, resolve(c, ref)))
-                except DaemonUnavailable:
-                    raise
-                except RotaError as e:
-                    key: Any = int(ref) if ref.isdigit() else ref
-                    results.append({"id": key, "error": type(e).__name__, "message": str(e)})
-        _report(results, json_out, done)
-
-
-def _report(results: list[dict[str, Any]], json_out: bool,
-            done: Callable[[dict[str, Any]], str]) -> None:
-    from rota.cli.common import console
-
-    if json_out:
-        emit(results, True, str)
-    else:
-        for r in results:
-            if "error" in r:
-                fail(r["message"])
-            else:
-                console.print(done(r), markup=False, highlight=False, soft_wrap=True)
-    if any("error" in r for r in results):
-        raise typer.Exit(1)
+    apply_each(refs, "id", json_out, lambda c, ref: act(c, resolve(c, ref)), done,
+               label=lambda ref: int(ref) if ref.isdigit() else ref)
 
 
 def _cancelled(r: dict[str, Any]) -> str:

@@ -25,6 +25,8 @@ _RANK = {"running": 0, "starting": 0, "preempted": 0, "pending": 1, "held": 2}
 _RIGHT = {"id", "prio", "gpus"}
 _NAME_MIN = 12
 _GAP = "  "
+#: the job lists of a GET /v1/queue answer, in the order `rota queue` shows them
+_SECTIONS = ("running_jobs", "waiting_jobs", "held_jobs")
 
 
 def queue_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -157,13 +159,13 @@ def queue(
         with client() as c:
             if all_ or state or user or name:  # the job list, newest first
                 jobs = queue_order(c.jobs(states=states, user=user, name=name, limit=limit))
-                emit(jobs, json_out, lambda js: queue_lines(
-                    js, width=console_width(), wide=wide) if js else empty)
+                emit(list_json(jobs, limit), json_out, lambda _: queue_lines(
+                    jobs, width=console_width(), wide=wide) if jobs else empty)
                 return
             # the scheduler's own order, from the daemon; no counts of ended jobs (they
             # read every row: 0.1-0.5 s at a million jobs)
             answer = c.queue(limit=limit, counts=False)
-        emit(answer, json_out, lambda a: _page_lines(a, wide) or empty)
+        emit(page_json(answer), json_out, lambda _: _page_lines(answer, wide) or empty)
 
     with run_cli(json_out=json_out):
         if watch is None:
@@ -174,8 +176,20 @@ def queue(
 
 def page_jobs(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The jobs of a GET /v1/queue answer as `rota queue` lists them."""
-    return [*answer.get("running_jobs", []), *answer.get("waiting_jobs", []),
-            *answer.get("held_jobs", [])]
+    return [job for key in _SECTIONS for job in answer.get(key, [])]
+
+
+def page_json(answer: dict[str, Any]) -> dict[str, Any]:
+    """`rota queue --json` of a GET /v1/queue answer: its jobs under ``jobs`` in the order
+    the table lists them (running, waiting, held), its totals beside."""
+    rest = {k: v for k, v in answer.items() if k not in _SECTIONS}
+    return {"jobs": page_jobs(answer), **rest}
+
+
+def list_json(jobs: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """`rota queue --all/--state/--user/--name --json`: the same shape as page_json with
+    what a filtered list knows (``more``: --limit was reached, so there may be more)."""
+    return {"jobs": jobs, "limit": limit, "more": len(jobs) >= limit}
 
 
 def more_lines(answer: dict[str, Any]) -> list[str]:

@@ -27,7 +27,7 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
-    QueueSummary,
+    QueuePage,
     Why,
 )
 from rota.errors import DaemonUnavailable, InvalidSpec, NotFound
@@ -104,10 +104,15 @@ def submit_body(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
     return specs, False
 
 
-def submit(specs: list[dict[str, Any]], idempotency_key: str | None) -> Call[list[Job]]:
+def submit(specs: list[dict[str, Any]], idempotency_key: str | None,
+           force: bool = False) -> Call[list[Job]]:
+    """``force``: accept a job this machine cannot run now (it waits until the GPUs
+    change) instead of refusing it."""
     body: dict[str, Any] = {"jobs": specs}
     if idempotency_key is not None:
         body["idempotency_key"] = idempotency_key
+    if force:
+        body["force"] = True
     return Call("POST", "/v1/jobs", lambda d: _JOBS.validate_python(d["jobs"]), json=body)
 
 
@@ -257,8 +262,14 @@ def pick_gpu(all_gpus: list[Gpu], index: int) -> Gpu:
     raise NotFound(f"no GPU {index}")
 
 
-def queue() -> Call[QueueSummary]:
-    return Call("GET", "/v1/queue", QueueSummary.model_validate)
+def queue(limit: int, offset: int, counts: bool) -> Call[QueuePage]:
+    """The totals; with ``limit`` > 0 also a page of the queue (see QueuePage)."""
+    params: dict[str, Any] = {}
+    if limit:
+        params |= {"limit": limit, "offset": offset}
+    if not counts:
+        params["counts"] = False
+    return Call("GET", "/v1/queue", QueuePage.model_validate, params=params or None)
 
 
 def health() -> Call[Health]:

@@ -27,7 +27,7 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
-    QueueSummary,
+    QueuePage,
     Why,
 )
 from rota.errors import DaemonUnavailable, WaitTimeout
@@ -69,17 +69,22 @@ class AsyncClient:
     # --- jobs ----------------------------------------------------------------------------
     @overload
     async def submit(self, spec: Mapping[str, Any] | None = None, /, *,
-               idempotency_key: str | None = None, **fields: Any) -> Job: ...
+                     idempotency_key: str | None = None, force: bool = False,
+                     **fields: Any) -> Job: ...
     @overload
     async def submit(self, spec: Sequence[Mapping[str, Any]], /, *,
-               idempotency_key: str | None = None) -> builtins.list[Job]: ...
+                     idempotency_key: str | None = None,
+                     force: bool = False) -> builtins.list[Job]: ...
 
     async def submit(self, spec: Any = None, /, *, idempotency_key: str | None = None,
-               **fields: Any) -> Job | builtins.list[Job]:
+                     force: bool = False, **fields: Any) -> Job | builtins.list[Job]:
         """Queue one job (a spec dict, or its fields as keywords) or several (a list of
-        dicts, all or none). A repeated ``idempotency_key`` answers the first job again."""
+        dicts, all or none). A repeated ``idempotency_key`` answers the first job again.
+        A job this machine can never run as it is now (more GPUs or memory than it has) is
+        refused (:class:`rota.errors.InvalidSpec`) unless ``force``: then it waits until
+        the GPUs change."""
         specs, single = calls.submit_body(spec, fields)
-        jobs = await self._send(calls.submit(specs, idempotency_key))
+        jobs = await self._send(calls.submit(specs, idempotency_key, force))
         return jobs[0] if single else jobs
 
     async def get(self, job_id: JobRef) -> JobDetail:
@@ -221,9 +226,12 @@ class AsyncClient:
         await self._send(calls.gpu_action(index, "resume"))
         return calls.pick_gpu(await self.gpus(), index)
 
-    async def queue(self) -> QueueSummary:
-        """Jobs per state, and the GPUs reserved for jobs that wait for them."""
-        return await self._send(calls.queue())
+    async def queue(self, limit: int = 0, *, offset: int = 0, counts: bool = True) -> QueuePage:
+        """The queue's totals (jobs per state, the GPUs kept for jobs that wait for them);
+        with ``limit``, also the jobs on GPUs, ``limit`` waiting jobs from ``offset`` in the
+        order they will start, and the oldest held ones. ``counts=False`` leaves out the
+        counts per state (they read every job's row)."""
+        return await self._send(calls.queue(limit, offset, counts))
 
     async def health(self) -> Health:
         return await self._send(calls.health())

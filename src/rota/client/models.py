@@ -15,7 +15,7 @@ from rota.core.lifecycle import TERMINAL, JobState
 
 __all__ = [
     "Attempt", "Event", "Gpu", "Health", "Identity", "Job", "JobDetail", "JobState",
-    "LogChunk", "Page", "QueueSummary", "Reason", "Reservation", "Why",
+    "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason", "Reservation", "Why",
 ]
 
 T = TypeVar("T")
@@ -172,10 +172,34 @@ class Reservation(Model):
 
 
 class QueueSummary(Model):
+    """The queue's totals: ``counts`` per state (empty when asked without them), the jobs
+    waiting (``pending``), on GPUs (``running``) and held, and the GPUs kept for a job
+    that waits for them."""
+
     counts: dict[str, int] = Field(default_factory=dict)
     pending: int = 0
     running: int = 0
+    held: int = 0
     reservations: list[Reservation] = Field(default_factory=list)
+
+
+class QueuePage(QueueSummary):
+    """The queue as the scheduler holds it: the totals, and with a ``limit`` the jobs on
+    GPUs, then ``limit`` waiting jobs from ``offset`` in the order they will start (each
+    with its ``reason``), then the oldest held ones. ``next_offset`` is the ``offset`` of
+    the next page (None on the last)."""
+
+    offset: int = 0
+    limit: int = 0
+    next_offset: int | None = None
+    running_jobs: list[Job] = Field(default_factory=list)
+    waiting_jobs: list[Job] = Field(default_factory=list)
+    held_jobs: list[Job] = Field(default_factory=list)
+
+    @property
+    def jobs(self) -> list[Job]:
+        """The page's jobs in the order `rota queue` lists them: running, waiting, held."""
+        return [*self.running_jobs, *self.waiting_jobs, *self.held_jobs]
 
 
 class Health(Model):

@@ -42,13 +42,19 @@ class RawClient:
 
     # --- jobs ----------------------------------------------------------------------------
     def submit(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-               dedup: bool = False) -> list[dict[str, Any]]:
-        return list(self.submit_full(jobs, idempotency_key=idempotency_key, dedup=dedup)["jobs"])
+               dedup: bool = False, force: bool = False) -> list[dict[str, Any]]:
+        return list(self.submit_full(jobs, idempotency_key=idempotency_key, dedup=dedup,
+                                     force=force)["jobs"])
 
     def submit_full(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                    dedup: bool = False) -> dict[str, Any]:
-        """The whole answer: ``jobs``, and ``warnings`` about their sizes when there are any."""
-        body = {"jobs": jobs, "idempotency_key": idempotency_key, "dedup": dedup}
+                    dedup: bool = False, force: bool = False) -> dict[str, Any]:
+        """The whole answer: ``jobs``, and ``warnings`` about their sizes when there are any.
+        ``force``: accept a job this machine cannot run now (it waits until the GPUs
+        change) instead of refusing it."""
+        body: dict[str, Any] = {"jobs": jobs, "idempotency_key": idempotency_key,
+                                "dedup": dedup}
+        if force:
+            body["force"] = True
         return dict(self.request("POST", "/v1/jobs", json=body))
 
     def jobs(self, *, states: list[str] | None = None, user: str | None = None,

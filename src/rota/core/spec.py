@@ -42,6 +42,13 @@ def check_secret_name(name: str) -> str:
     return name
 
 
+def wants_mlflow(asked: bool | None, default: bool) -> bool:
+    """Whether a job wants an MLflow run: its own ``mlflow`` field, else the daemon's
+    default (``--mlflow`` at start-up). The one place this is decided (the store's queue
+    query says the same in SQL)."""
+    return default if asked is None else bool(asked)
+
+
 def _as_value_error(parse: Callable[[Any], Any], v: Any) -> Any:
     """A units parser's InvalidSpec as the ValueError pydantic reports at its field (where
     the spec is a request body, pydantic lets other exceptions through)."""

@@ -555,55 +555,85 @@ def _value(value: object, python: bool) -> float | None:
 
 
 def _free_text(text: str, d: _Draft, *, nested: bool = False) -> None:
-    # A tqdm bar's rate and times are read with it: the standalone rules would read them
-    # again, or read a side task's bar as training speed.
-    bar = False
-    # Where the key/value and progress-word rules start: past the description of a bar
-    # that is no training ("Map (num_proc=4): 100%|...").
-    start = 0
+    # A progress bar's rate and times are read with it: the standalone rules would read
+    # them again, or read a side task's bar as training speed. ``start``: where the
+    # key/value and progress-word rules start, past the description of a bar that is no
+    # training ("Map (num_proc=4): 100%|...").
+    bar, start = _tqdm_bar(text, d, nested)
+    bar, start = _rich_bar(text, d, bar, start)
+    _keras_bar(text, d)
+    _mmengine_line(text, d)
+    _progress_words(text, d, start)
+    if "}" in text and text.find("{") > 0 and not text.lstrip().startswith("{"):
+        _embedded_dict(text, d)
+    _key_values(text, d, start)
+    if not bar:
+        _rate_and_eta(text, d)
+
+
+def _tqdm_bar(text: str, d: _Draft, nested: bool) -> tuple[bool, int]:
+    """A tqdm bar (with a total or without): whether there is one, and where the other
+    rules start."""
     if "%|" in text and (m := _TQDM.search(text)):
-        bar = True
         iters, rate = _bar_rate(m["rate"])
-        if iters and not nested and not _SIDE_TASK.search(text, 0, m.start()):
-            done, of = _count(m["n"]), _count(m["total"])
-            if done is not None:
-                d.progress(_BAR, done, of or None)
-            d.rate = rate
-            if m["remaining"] != "?":
-                d.eta_s = _seconds(m["remaining"])
-        else:
-            start = m.start()
-    elif "[" in text and (m := _TQDM_NO_TOTAL.search(text)):
-        bar = True
+        if not iters or nested or _SIDE_TASK.search(text, 0, m.start()):
+            return True, m.start()
+        done, of = _count(m["n"]), _count(m["total"])
+        if done is not None:
+            d.progress(_BAR, done, of or None)
+        d.rate = rate
+        if m["remaining"] != "?":
+            d.eta_s = _seconds(m["remaining"])
+        return True, 0
+    if "[" in text and (m := _TQDM_NO_TOTAL.search(text)):
         iters, rate = _bar_rate(m["rate"])
-        if (m["unit"].lower() in _ITER_UNITS and iters and not nested
-                and not _SIDE_TASK.search(text, 0, m.start())):
-            d.progress(_BAR, int(m["n"]), None)
-            d.rate = rate
-        else:
-            start = m.start()
-    if ("━" in text or "╸" in text or "╺" in text) and (m := _RICH.search(text)):
-        if _SIDE_TASK.search(text, 0, m.start()):
-            bar, start = True, m.start()
-        else:  # its rate stands alone after the bar: the standalone rule reads it
-            d.progress(_BAR, int(m["n"]), int(m["total"]) or None)
-            if m["remaining"]:
-                d.eta_s = _seconds(m["remaining"])
-    if (text[:1].isspace() or text[:1].isdigit()) and (m := _KERAS.match(text)):
-        done = int(m["n"])
-        of = int(m["total"]) if m["total"] else None
-        d.progress(_BAR, done, of or None)
-        if m["eta"] and of is not None and done < of:  # a finished bar shows time elapsed
-            eta = m["eta"]
-            d.eta_s = float(eta[:-1]) if eta.endswith("s") else _seconds(eta)
-    if "(" in text and (m := _MMENGINE.search(text)):
-        training = m["mode"].lower() == "train"
-        if m["kind"] == "Epoch":
-            d.set_epoch(float(m["a"]), int(m["at"]) if m["at"] else None)
-            if training and m["b"]:
-                d.progress(_BAR, int(m["b"]), int(m["bt"]) or None)
-        elif training:
-            d.progress(_ITER, int(m["a"]), int(m["at"]) if m["at"] else None)
+        if (m["unit"].lower() not in _ITER_UNITS or not iters or nested
+                or _SIDE_TASK.search(text, 0, m.start())):
+            return True, m.start()
+        d.progress(_BAR, int(m["n"]), None)
+        d.rate = rate
+        return True, 0
+    return False, 0
+
+
+def _rich_bar(text: str, d: _Draft, bar: bool, start: int) -> tuple[bool, int]:
+    """A Rich progress bar; a side task's bar moves ``start`` past it."""
+    if not ("━" in text or "╸" in text or "╺" in text) or not (m := _RICH.search(text)):
+        return bar, start
+    if _SIDE_TASK.search(text, 0, m.start()):
+        return True, m.start()
+    # its rate stands alone after the bar: the standalone rule reads it
+    d.progress(_BAR, int(m["n"]), int(m["total"]) or None)
+    if m["remaining"]:
+        d.eta_s = _seconds(m["remaining"])
+    return bar, start
+
+
+def _keras_bar(text: str, d: _Draft) -> None:
+    if not (text[:1].isspace() or text[:1].isdigit()) or not (m := _KERAS.match(text)):
+        return
+    done = int(m["n"])
+    of = int(m["total"]) if m["total"] else None
+    d.progress(_BAR, done, of or None)
+    if m["eta"] and of is not None and done < of:  # a finished bar shows time elapsed
+        eta = m["eta"]
+        d.eta_s = float(eta[:-1]) if eta.endswith("s") else _seconds(eta)
+
+
+def _mmengine_line(text: str, d: _Draft) -> None:
+    if "(" not in text or not (m := _MMENGINE.search(text)):
+        return
+    training = m["mode"].lower() == "train"
+    if m["kind"] == "Epoch":
+        d.set_epoch(float(m["a"]), int(m["at"]) if m["at"] else None)
+        if training and m["b"]:
+            d.progress(_BAR, int(m["b"]), int(m["bt"]) or None)
+    elif training:
+        d.progress(_ITER, int(m["a"]), int(m["at"]) if m["at"] else None)
+
+
+def _progress_words(text: str, d: _Draft, start: int) -> None:
+    """Progress words: "epoch 3/10", "step 120 of 1000" and the like."""
     for m in _PROGRESS.finditer(text, start):
         word = m["word"].lower()
         count = float(m["n"])
@@ -612,8 +642,10 @@ def _free_text(text: str, d: _Draft, *, nested: bool = False) -> None:
             d.set_epoch(count, of)
         elif count.is_integer():
             d.progress(_STEP_KEYS[word.replace("_", " ")], int(count), of or None)
-    if "}" in text and text.find("{") > 0 and not text.lstrip().startswith("{"):
-        _embedded_dict(text, d)
+
+
+def _key_values(text: str, d: _Draft, start: int) -> None:
+    """Values by name: "loss=0.31", "acc: 0.9", and known names written with spaces."""
     if ":" in text or "=" in text:
         for m in _KV.finditer(text, start):
             f = _as_float(m["value"])
@@ -623,12 +655,15 @@ def _free_text(text: str, d: _Draft, *, nested: bool = False) -> None:
         f = _as_float(m["value"])
         if f is not None:
             d.put(m["name"].replace(" ", "_"), f)
-    if (not bar and d.rate is None and ("/s" in text or "s/" in text)
-            and (m := _RATE.search(text))):
+
+
+def _rate_and_eta(text: str, d: _Draft) -> None:
+    """A rate ("3.2 it/s", "310ms/step") and a time left standing alone in the line."""
+    if d.rate is None and ("/s" in text or "s/" in text) and (m := _RATE.search(text)):
         v, unit = float(m["v"]), m["unit"]
         if unit == "it/s":
             d.rate = v
         elif v > 0:  # seconds (or ms, us) per iteration
             d.rate = 1.0 / (v / {"s": 1, "m": 1e3, "u": 1e6, "µ": 1e6}[unit[0]])
-    if not bar and d.eta_s is None and (m := _ETA.search(text)):
+    if d.eta_s is None and (m := _ETA.search(text)):
         d.eta_s = _seconds(m["t"]) if m["t"] else float(m["s"])

@@ -29,16 +29,16 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import h11
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Histogram
 
 from rota import __version__
 from rota.config import Settings
 from rota.errors import DaemonUnavailable
+from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
 from rota.server.auth import VIA_HEADER, Authenticator, Principal
-from rota.server.job_reads import add_job_reads
 from rota.server.metrics import (
     FORWARDED_ROUTE_KEY,
     ROUTE_HEADER,
@@ -193,7 +193,6 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
         return auth.principal("tcp", request.headers.get("authorization"))
 
     answer_errors_as_problems(app)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(who)])
 
     async def facts_of(rows: Sequence[JobRecord]) -> list[dict[str, Any]]:
         live = [r.id for r in rows if needs_live_facts(r, settings.mlflow)]
@@ -208,8 +207,8 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
             got = json.loads(data)["facts"]
         return [got.get(str(r.id)) or stored_facts(r) for r in rows]
 
-    add_job_reads(v1, store, facts_of)
-    app.include_router(v1)
+    app.state.reads = job_reads.StoredJobs(store, facts_of)  # what job_reads reads
+    app.include_router(job_reads.router, dependencies=[Depends(who)])
 
     @app.api_route("/{path:path}", methods=_METHODS, include_in_schema=False)
     async def forward(request: Request) -> Response:

@@ -36,9 +36,9 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
     batch), its GPUs, why it waits, its tracker runs."""
     r = row._mapping
     job_id, spec = r["id"], r["spec"]
-    known = d.states.get(job_id)
+    known = d.live.states.get(job_id)
     state: str = r["state"] if known is None else known.value
-    run = d.running.get(job_id)
+    run = d.live.running.get(job_id)
     out: dict[str, Any] = {"state": state, "gpu_indices": list(run.gpus) if run else []}
     if tracked(r, d.settings.mlflow):
         tracking = d.tracking.view(job_id, spec, r["tracking"], r["progress"])
@@ -65,7 +65,7 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
 def gpu_views(d: Daemon) -> list[dict[str, Any]]:
     views = {v.index: v for v in d.gpu_views()}
     jobs: dict[int, list[int]] = {}
-    for r in d.running.values():
+    for r in d.live.running.values():
         for i in r.gpus:
             jobs.setdefault(i, []).append(r.job_id)
     out = []
@@ -91,7 +91,7 @@ def queue_answer(d: Daemon, *, limit: int, offset: int, counts: bool) -> dict[st
                [d.tracking.parked[i] for i in sorted(d.tracking.parked)])
     total = sum(map(len, waiting))
     out: dict[str, Any] = {
-        "pending": total, "running": len(d.running),
+        "pending": total, "running": len(d.live.running),
         "held": d.store.count_in_state(JobState.HELD.value),
         "reservations": [{"job": r.job_id, "gpus": list(r.gpu_indices)}
                          for r in d.last_plan.reservations],
@@ -105,10 +105,10 @@ def queue_answer(d: Daemon, *, limit: int, offset: int, counts: bool) -> dict[st
         seq[max(0, offset - skip):max(0, offset - skip) + limit]
         for seq, skip in _starts(waiting)), limit)]
     held = d.store.list_jobs(states=["held"], limit=limit)[::-1]  # oldest first
-    rows = d.store.jobs([*d.running, *page])
+    rows = d.store.jobs([*d.live.running, *page])
     views = [job_view(r, live_facts(d, r)) for r in [*rows.values(), *held]]
     by_id = {v["id"]: v for v in views}
-    out["running_jobs"] = [by_id[i] for i in sorted(d.running) if i in by_id]
+    out["running_jobs"] = [by_id[i] for i in sorted(d.live.running) if i in by_id]
     out["waiting_jobs"] = [by_id[i] for i in page if i in by_id]
     out["held_jobs"] = views[len(rows):]
     return out
@@ -155,7 +155,7 @@ class DaemonPorts:
     def health(self) -> dict[str, Any]:
         d = self._d
         return {"devices": d.devices.kind, "gpus": len(d.readings), "pending": len(d.queue),
-                "running": len(d.running), "draining": d.draining}
+                "running": len(d.live.running), "draining": d.draining}
 
     def gpus(self) -> dict[str, Any]:
         return {"devices": self._d.devices.kind, "gpus": gpu_views(self._d),
@@ -171,7 +171,7 @@ class DaemonPorts:
 
     def sessions(self) -> list[dict[str, Any]]:
         out = []
-        for r in self._d.running.values():
+        for r in self._d.live.running.values():
             if r.handle is not None and r.backend.capabilities.attachable:
                 out.append({"job": r.job_id, "session": r.handle.session_name,
                             "backend": r.handle.backend, "gpus": list(r.gpus),
@@ -179,7 +179,7 @@ class DaemonPorts:
         return out
 
     def attach_argv(self, job_id: int) -> list[str] | None:
-        run = self._d.running.get(job_id)
+        run = self._d.live.running.get(job_id)
         if run is None or run.handle is None:
             raise NotFound(f"job {job_id} is not running")
         return run.backend.attach_argv(run.handle)

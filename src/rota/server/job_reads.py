@@ -1,12 +1,14 @@
-"""The job reads (list, get), shared by the daemon's API and by the
-API workers that answer those reads from the store (see rota.server.api_worker)."""
+"""The job reads (list, get), shared by the daemon's API and by the API workers that
+answer those reads from the store (see rota.server.api_worker). Both put their source of
+jobs in ``app.state.reads``: the daemon its Reads port, a worker a StoredJobs."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol, cast
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 
 from rota.core.lifecycle import JobState
@@ -21,25 +23,51 @@ JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a job's id")]
 FactsOf = Callable[[Sequence[JobRecord]], Awaitable[list[dict[str, Any]]]]
 
 
-def add_job_reads(v1: APIRouter, store: StoreReads, facts_of: FactsOf) -> None:
-    @v1.get("/jobs", responses=errors(401, 422, 503))
-    async def list_jobs(state: list[JobState] = Query(default=[]), user: str | None = None,
-                        name: str | None = None, project: str | None = None,
-                        tag: str | None = None, limit: int = Query(200, ge=1, le=10000),
-                        before: int | None = Query(None, ge=1, le=MAX_ID)) -> dict[str, Any]:
-        """Newest first, a page of ``limit`` at a time: ``next`` is the ``before`` that asks
-        for the next page (None on the last)."""
-        rows = store.list_jobs(states=state or None, user=user, name=name, project=project,
-                               tag=tag, limit=limit, before_id=before)
-        nxt = rows[-1].id if len(rows) == limit else None
-        facts = await facts_of(rows)
-        return {"jobs": [job_view(r, f) for r, f in zip(rows, facts, strict=True)],
-                "next": nxt}
+class JobSource(Protocol):
+    """Stored rows and their live facts (rota.server.ports.Reads is one)."""
 
-    @v1.get("/jobs/{job_id}", responses=errors(401, 404, 422, 503))
-    async def get_job(job_id: JobId) -> dict[str, Any]:
-        row, attempts = store.job_with_attempts(job_id)
-        [facts] = await facts_of([row])
-        out = job_view(row, facts, detail=True)
-        out["attempts_detail"] = [attempt_view(a) for a in attempts]
-        return out
+    @property
+    def store(self) -> StoreReads: ...
+    async def facts(self, rows: Sequence[JobRecord]) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class StoredJobs:
+    """An API worker's JobSource: the store, and the daemon asked for the live facts."""
+
+    store: StoreReads
+    facts: FactsOf
+
+
+async def _source(request: Request) -> JobSource:
+    return cast(JobSource, request.app.state.reads)
+
+
+Source = Annotated[JobSource, Depends(_source)]
+#: GET /v1/jobs and /v1/jobs/{job_id} (the prefix is in the route templates: metrics labels)
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/jobs", responses=errors(401, 422, 503))
+async def list_jobs(source: Source, state: list[JobState] = Query(default=[]),
+                    user: str | None = None, name: str | None = None,
+                    project: str | None = None, tag: str | None = None,
+                    limit: int = Query(200, ge=1, le=10000),
+                    before: int | None = Query(None, ge=1, le=MAX_ID)) -> dict[str, Any]:
+    """Newest first, a page of ``limit`` at a time: ``next`` is the ``before`` that asks
+    for the next page (None on the last)."""
+    rows = source.store.list_jobs(states=state or None, user=user, name=name,
+                                  project=project, tag=tag, limit=limit, before_id=before)
+    nxt = rows[-1].id if len(rows) == limit else None
+    facts = await source.facts(rows)
+    return {"jobs": [job_view(r, f) for r, f in zip(rows, facts, strict=True)],
+            "next": nxt}
+
+
+@router.get("/jobs/{job_id}", responses=errors(401, 404, 422, 503))
+async def get_job(job_id: JobId, source: Source) -> dict[str, Any]:
+    row, attempts = source.store.job_with_attempts(job_id)
+    [facts] = await source.facts([row])
+    out = job_view(row, facts, detail=True)
+    out["attempts_detail"] = [attempt_view(a) for a in attempts]
+    return out

@@ -25,7 +25,7 @@ from typing import Any
 
 from rota.config import Settings
 from rota.core.snapshot import PendingJob
-from rota.core.spec import JobSpec
+from rota.core.spec import JobSpec, wants_mlflow
 from rota.errors import InvalidSpec, TrackerError
 from rota.ml import checkpoints, mlflow_bridge, wandb_bridge
 from rota.ml.gitinfo import git_info
@@ -35,12 +35,6 @@ from rota.store.db import redact_url
 log = logging.getLogger("rota.tracking")
 #: How long a stopping daemon waits for MLflow calls still queued.
 CLOSE_WAIT_S = 15.0
-
-
-def wants_mlflow(asked: bool | None, default: bool) -> bool:
-    """Whether a job wants an MLflow run: its own ``mlflow`` field, else the daemon's
-    default (``--mlflow`` at start-up). The one place this is decided."""
-    return default if asked is None else bool(asked)
 
 
 @dataclass

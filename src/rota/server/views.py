@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from rota.core.lifecycle import TERMINAL
-from rota.core.spec import JobSpec
+from rota.core.spec import JobSpec, wants_mlflow
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 
 HELD = {"code": "held", "message": "held: `rota release` lets it run"}
@@ -46,9 +46,10 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
 
 
 def tracked(r: Any, mlflow_default: bool) -> bool:
+    """Whether a job (a row's mapping) has or will have a tracker run."""
     spec = r["spec"]
-    return bool(r["tracking"] or spec.get("wandb") or spec.get("mlflow")
-                or (mlflow_default and spec.get("mlflow") is None))
+    return bool(r["tracking"] or spec.get("wandb")
+                or wants_mlflow(spec.get("mlflow"), mlflow_default))
 
 
 def needs_live_facts(row: JobRecord, mlflow_default: bool) -> bool:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 
 from rota import __version__
+from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
 from rota.server.api import access, gpus, job_outputs, jobs, secrets, system
-from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
+from rota.server.api._shared import caller
+from rota.server.auth import VIA_KEY
 from rota.server.dashboard import mount_dashboard
 from rota.server.metrics import RequestTimer
 from rota.server.ports import Commands, Reads
@@ -20,22 +22,15 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 
 def build_app(commands: Commands, reads: Reads) -> FastAPI:
     app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None)
-
-    async def who(request: Request) -> Principal:
-        via = request.scope.get(VIA_KEY, "socket")
-        if via == "socket" and request.headers.get(VIA_HEADER) == "tcp":
-            via = "tcp"  # forwarded by an API worker: the caller's token decides
-        return reads.principal(via, request.headers.get("authorization"))
-
+    app.state.commands, app.state.reads = commands, reads  # the routers' ports (_shared)
     app.add_middleware(PointRequestsFirst)  # inside the timer: its wait is timed
     app.add_middleware(RequestTimer, histogram=reads.requests)
     document_problems(app)
-    app.include_router(system.metrics_route(reads, who))
-    parts = [jobs.router(commands, reads, who), job_outputs.router(reads, who),
-             gpus.router(commands, reads, who), access.router(commands, reads, who),
-             secrets.router(commands, reads, who), system.router(commands, reads, who)]
+    app.include_router(system.metrics_router)
+    parts = [job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
+             secrets.router, system.router]
     for part in parts:
-        app.include_router(part, dependencies=[Depends(who)])  # every /v1 call needs a caller
+        app.include_router(part, dependencies=[Depends(caller)])  # every /v1 call: a caller
     answer_errors_as_problems(app, methods_by_path(r for p in parts for r in p.routes))
     mount_dashboard(app)
     return app

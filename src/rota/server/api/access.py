@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StrictBool
 
-from rota.server.api._shared import RowId, UserName, Who
-from rota.server.auth import Principal, UserNameText
-from rota.server.ports import Commands, Reads
+from rota.server.api._shared import Caller, CommandsPort, ReadsPort, RowId, UserName
+from rota.server.auth import UserNameText
 from rota.server.problems import errors
 from rota.store.tables import TokenRow
 
@@ -31,57 +30,63 @@ def _token_view(t: TokenRow) -> dict[str, Any]:
             "revoked_at": t.revoked_at}
 
 
-def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
-    @r.get("/whoami", responses=errors(401, 503))
-    async def whoami(p: Principal = Depends(who)) -> dict[str, Any]:
-        return {"user": p.user, "admin": p.admin, "via": p.via}
 
-    @r.get("/users", responses=errors(401, 403, 503))
-    async def users(p: Principal = Depends(who)) -> dict[str, Any]:
-        p.require_admin("listing users")
-        return {"users": [{"name": u.name, "admin": u.admin, "created_at": u.created_at}
-                          for u in reads.store.users()]}
+@router.get("/whoami", responses=errors(401, 503))
+async def whoami(p: Caller) -> dict[str, Any]:
+    return {"user": p.user, "admin": p.admin, "via": p.via}
 
-    @r.post("/users", status_code=201, responses=errors(400, 401, 403, 409, 422, 503))
-    async def add_user(body: UserBody, p: Principal = Depends(who)) -> dict[str, Any]:
-        p.require_admin("adding users")
-        u = commands.add_user(body.name, admin=body.admin)
-        return {"name": u.name, "admin": u.admin, "created_at": u.created_at}
 
-    @r.delete("/users/{name}", responses=errors(401, 403, 404, 409, 422, 503))
-    async def remove_user(name: UserName, cancel_jobs: bool = Query(
-            False, description="cancel the user's active jobs first (else 409 while "
-                               "they have any)"),
-            p: Principal = Depends(who)) -> dict[str, Any]:
-        """Revoke all the user's tokens and remove their stored secrets; their ended jobs
-        stay as history. Not yourself, nor the daemon's owner (409)."""
-        p.require_admin("removing users")
-        done = commands.remove_user(name, cancel_jobs=cancel_jobs, by=p.user)
-        return {"user": done.user, "tokens_revoked": done.tokens_revoked,
-                "jobs_cancelled": done.jobs_cancelled}
+@router.get("/users", responses=errors(401, 403, 503))
+async def users(p: Caller, reads: ReadsPort) -> dict[str, Any]:
+    p.require_admin("listing users")
+    return {"users": [{"name": u.name, "admin": u.admin, "created_at": u.created_at}
+                      for u in reads.store.users()]}
 
-    @r.get("/tokens", responses=errors(401, 503))
-    async def tokens(p: Principal = Depends(who)) -> dict[str, Any]:
-        """An admin sees every user's tokens, anyone else their own (never the tokens
-        themselves: their first characters)."""
-        rows = reads.store.tokens(None if p.admin else p.user)
-        return {"tokens": [_token_view(t) for t in rows]}
 
-    @r.post("/tokens", status_code=201, responses=errors(400, 401, 403, 404, 422, 503))
-    async def create_token(body: TokenBody, p: Principal = Depends(who)) -> dict[str, Any]:
-        """The token itself is in this answer only; the store keeps its SHA-256."""
-        user = body.user or p.user
-        if user != p.user:
-            p.require_admin(f"creating a token for {user!r}")
-        row, token = commands.add_token(user, note=body.note)
-        return {**_token_view(row), "token": token}
+@router.post("/users", status_code=201, responses=errors(400, 401, 403, 409, 422, 503))
+async def add_user(body: UserBody, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    p.require_admin("adding users")
+    u = commands.add_user(body.name, admin=body.admin)
+    return {"name": u.name, "admin": u.admin, "created_at": u.created_at}
 
-    @r.post("/tokens/{token_id}/revoke", responses=errors(401, 403, 404, 409, 422, 503))
-    async def revoke_token(token_id: RowId, p: Principal = Depends(who)) -> dict[str, Any]:
-        if reads.store.token(token_id).user != p.user:
-            p.require_admin("revoking another user's token")
-        return _token_view(commands.revoke_token(token_id))
 
-    return r
+@router.delete("/users/{name}", responses=errors(401, 403, 404, 409, 422, 503))
+async def remove_user(name: UserName, p: Caller, commands: CommandsPort,
+                      cancel_jobs: bool = Query(False, description=(
+                          "cancel the user's active jobs first (else 409 while they "
+                          "have any)"))) -> dict[str, Any]:
+    """Revoke all the user's tokens and remove their stored secrets; their ended jobs
+    stay as history. Not yourself, nor the daemon's owner (409)."""
+    p.require_admin("removing users")
+    done = commands.remove_user(name, cancel_jobs=cancel_jobs, by=p.user)
+    return {"user": done.user, "tokens_revoked": done.tokens_revoked,
+            "jobs_cancelled": done.jobs_cancelled}
+
+
+@router.get("/tokens", responses=errors(401, 503))
+async def tokens(p: Caller, reads: ReadsPort) -> dict[str, Any]:
+    """An admin sees every user's tokens, anyone else their own (never the tokens
+    themselves: their first characters)."""
+    rows = reads.store.tokens(None if p.admin else p.user)
+    return {"tokens": [_token_view(t) for t in rows]}
+
+
+@router.post("/tokens", status_code=201, responses=errors(400, 401, 403, 404, 422, 503))
+async def create_token(body: TokenBody, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    """The token itself is in this answer only; the store keeps its SHA-256."""
+    user = body.user or p.user
+    if user != p.user:
+        p.require_admin(f"creating a token for {user!r}")
+    row, token = commands.add_token(user, note=body.note)
+    return {**_token_view(row), "token": token}
+
+
+@router.post("/tokens/{token_id}/revoke", responses=errors(401, 403, 404, 409, 422, 503))
+async def revoke_token(token_id: RowId, p: Caller, commands: CommandsPort,
+                       reads: ReadsPort) -> dict[str, Any]:
+    if reads.store.token(token_id).user != p.user:
+        p.require_admin("revoking another user's token")
+    return _token_view(commands.revoke_token(token_id))
+

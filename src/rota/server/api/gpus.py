@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
-from rota.server.api._shared import GpuIndex, Who
-from rota.server.auth import Principal
-from rota.server.ports import Commands, Fault, Reads
+from rota.server.api._shared import Caller, CommandsPort, GpuIndex, ReadsPort
+from rota.server.ports import Fault
 from rota.server.problems import errors
 
 
@@ -29,35 +28,37 @@ class SimulateBody(BaseModel):
         return v
 
 
-def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
-    @r.get("/gpus", responses=errors(401, 503))
-    async def gpus() -> dict[str, Any]:
-        return reads.gpus()
 
-    @r.post("/gpus/{index}/pause", responses=errors(401, 403, 404, 422, 503))
-    async def pause(index: GpuIndex, p: Principal = Depends(who)) -> dict[str, Any]:
-        """The GPU takes no new job; what runs there goes on."""
-        p.require_admin("pausing a GPU")
-        commands.set_paused(index, True)
-        return {"index": index, "paused": True}
+@router.get("/gpus", responses=errors(401, 503))
+async def gpus(reads: ReadsPort) -> dict[str, Any]:
+    return reads.gpus()
 
-    @r.post("/gpus/{index}/resume", responses=errors(401, 403, 404, 422, 503))
-    async def resume(index: GpuIndex, p: Principal = Depends(who)) -> dict[str, Any]:
-        p.require_admin("resuming a GPU")
-        commands.set_paused(index, False)
-        return {"index": index, "paused": False}
 
-    @r.post("/gpus/{index}/simulate", responses=errors(400, 401, 403, 404, 409, 422, 503))
-    async def simulate(index: GpuIndex, body: SimulateBody,
-                       p: Principal = Depends(who)) -> dict[str, Any]:
-        """Inject a fault into a simulated GPU (409 on real GPUs, 404 for an index the
-        simulation does not have)."""
-        p.require_admin("injecting GPU faults")
-        commands.simulate(index, Fault(healthy=body.healthy, present=body.present,
-                                       external_mem=body.external_mem,
-                                       external_util=body.external_util))
-        return {"index": index, "ok": True}
+@router.post("/gpus/{index}/pause", responses=errors(401, 403, 404, 422, 503))
+async def pause(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    """The GPU takes no new job; what runs there goes on."""
+    p.require_admin("pausing a GPU")
+    commands.set_paused(index, True)
+    return {"index": index, "paused": True}
 
-    return r
+
+@router.post("/gpus/{index}/resume", responses=errors(401, 403, 404, 422, 503))
+async def resume(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    p.require_admin("resuming a GPU")
+    commands.set_paused(index, False)
+    return {"index": index, "paused": False}
+
+
+@router.post("/gpus/{index}/simulate", responses=errors(400, 401, 403, 404, 409, 422, 503))
+async def simulate(index: GpuIndex, body: SimulateBody,
+                   p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    """Inject a fault into a simulated GPU (409 on real GPUs, 404 for an index the
+    simulation does not have)."""
+    p.require_admin("injecting GPU faults")
+    commands.simulate(index, Fault(healthy=body.healthy, present=body.present,
+                                   external_mem=body.external_mem,
+                                   external_util=body.external_util))
+    return {"index": index, "ok": True}
+

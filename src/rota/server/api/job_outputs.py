@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
 from rota.errors import InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
-from rota.server.api._shared import MAX_ID, JobId, Who, own
-from rota.server.auth import Principal
+from rota.server.api._shared import MAX_ID, Caller, JobId, ReadsPort, own
 from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
@@ -25,109 +25,117 @@ from rota.server.views import progress_view
 _LOG_RANGE = {"application/json": {}, "text/plain": {"schema": {"type": "string"}}}
 
 
-def router(reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
-    def ended(job_id: int) -> Callable[[], bool]:
-        return lambda: reads.job_state(job_id).terminal
 
-    @r.get("/jobs/{job_id}/logs", responses={
-        **errors(401, 403, 404, 422, 503),
-        200: {"content": _LOG_RANGE,
-              "description": "a byte range as JSON (offset, next, data); with follow=true the "
-                             "log as plain text until the job ends"}})
-    async def logs(job_id: JobId, offset: int = Query(0, ge=0, le=MAX_ID),
-                   limit: int = Query(1 << 20, ge=1, le=16 << 20),
-                   follow: bool = False, p: Principal = Depends(who)) -> Response:
-        path = reads.log_path(own(reads, p, job_id, "read the logs of"))
-        if not follow:
-            data = read_range(path, offset, limit)
-            return JSONResponse({"offset": offset, "next": offset + len(data),
-                                 "data": data.decode("utf-8", "replace")})
-        chunks = (data async for _, data in follow_log(path, offset, ended(job_id)))
-        return StreamingResponse(chunks, media_type="text/plain")
+def _ended(reads: Reads, job_id: int) -> Callable[[], bool]:
+    return lambda: reads.job_state(job_id).terminal
 
-    @r.get("/jobs/{job_id}/logs/stream", response_class=StreamingResponse, responses={
-        **errors(401, 403, 404, 422, 503),
-        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-              "description": "server-sent events: `log`, then `end`"}})
-    async def log_events(job_id: JobId, offset: int = Query(0, ge=0, le=MAX_ID),
-                         last_event_id: str | None = Header(
-                             None, json_schema_extra={"pattern": r"^[0-9]{1,18}$"},
-                             description="the byte offset to resume from"),
-                         p: Principal = Depends(who)) -> StreamingResponse:
-        """The log as server-sent events that follow the job until it ends. A client
-        that reconnects with ``Last-Event-ID`` resumes where it left off."""
-        path = reads.log_path(own(reads, p, job_id, "read the logs of"))
-        if last_event_id is not None:
-            if not (last_event_id.isascii() and last_event_id.isdigit()) \
-                    or len(last_event_id) > 18:
-                raise InvalidSpec(f"Last-Event-ID: {last_event_id[:40]!r} is not a byte "
-                                  "offset", field="Last-Event-ID")
-            offset = int(last_event_id)
 
-        def end() -> dict[str, Any]:
-            row = reads.store.get_job(job_id)
-            return {"id": job_id, "state": str(reads.job_state(job_id)),
-                    "exit_code": row.exit_code, "end_reason": row.end_reason}
+def _end(reads: Reads, job_id: int) -> dict[str, Any]:
+    """The last server-sent event: how the job ended."""
+    row = reads.store.get_job(job_id)
+    return {"id": job_id, "state": str(reads.job_state(job_id)),
+            "exit_code": row.exit_code, "end_reason": row.end_reason}
 
-        return StreamingResponse(log_sse(path, offset, ended(job_id), end),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store",
-                                          "X-Accel-Buffering": "no"})
 
-    @r.get("/jobs/{job_id}/metrics", responses=errors(401, 404, 422, 503))
-    async def metrics_of(job_id: JobId, name: list[str] = Query(default=[]),
-                         attempt: int | None = Query(None, ge=1, le=1_000_000),
-                         after: int = Query(0, ge=0, le=MAX_ID),
-                         limit: int = Query(10_000, ge=1, le=100_000)) -> dict[str, Any]:
-        """Metric samples read from the job's output, per metric as [step, value, time,
-        attempt] points, oldest first. ``next`` is the ``after`` that asks for what came
-        since (poll with it); ``more`` says whether this answer stopped at ``limit``."""
-        row = reads.store.get_job(job_id)
-        got = reads.store.metrics(job_id, names=name, attempt=attempt, after_id=after,
-                                  limit=limit)
-        series: dict[str, list[list[Any]]] = {}
-        for m in got:
-            series.setdefault(m.name, []).append([m.step, m.value, m.ts, m.attempt])
-        return {"id": job_id, "series": series, "next": got[-1].id if got else after,
-                "more": len(got) == limit, "progress": progress_view(row.progress)}
+def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
+    row = reads.store.get_job(job_id)
+    found = checkpoints_of_job(row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
+                               reported=(row.progress or {}).get("checkpoint"),
+                               since=row.created_at, now=reads.now())
+    return found, newest_valid(found)
 
-    def checkpoints(job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
-        row = reads.store.get_job(job_id)
-        found = checkpoints_of_job(row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
-                                   reported=(row.progress or {}).get("checkpoint"),
-                                   since=row.created_at, now=reads.now())
-        return found, newest_valid(found)
 
-    @r.get("/jobs/{job_id}/checkpoints", responses=errors(401, 404, 422, 503))
-    async def checkpoints_of(job_id: JobId) -> dict[str, Any]:
-        """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
-        step first, and the one a retry would resume from."""
-        found, best = checkpoints(job_id)
-        return {"id": job_id, "checkpoints": [c.to_json() for c in found],
-                "resume_from": best.path if best else None}
+@router.get("/jobs/{job_id}/logs", responses={
+    **errors(401, 403, 404, 422, 503),
+    200: {"content": _LOG_RANGE,
+          "description": "a byte range as JSON (offset, next, data); with follow=true the "
+                         "log as plain text until the job ends"}})
+async def logs(job_id: JobId, p: Caller, reads: ReadsPort,
+               offset: int = Query(0, ge=0, le=MAX_ID),
+               limit: int = Query(1 << 20, ge=1, le=16 << 20),
+               follow: bool = False) -> Response:
+    path = reads.log_path(own(reads, p, job_id, "read the logs of"))
+    if not follow:
+        data = read_range(path, offset, limit)
+        return JSONResponse({"offset": offset, "next": offset + len(data),
+                             "data": data.decode("utf-8", "replace")})
+    chunks = (data async for _, data in follow_log(path, offset, _ended(reads, job_id)))
+    return StreamingResponse(chunks, media_type="text/plain")
 
-    @r.get("/jobs/{job_id}/checkpoints/download", response_class=StreamingResponse,
-           responses={**errors(401, 403, 404, 422, 503),
-                      200: {"content": {"application/octet-stream": {},
-                                        "application/x-tar": {}},
-                            "description": "the file, or a directory as a tar stream"}})
-    async def checkpoint_download(job_id: JobId, path: str = Query(..., max_length=4096),
-                                  p: Principal = Depends(who)) -> Response:
-        """One of the listed checkpoints: a file as it is, a directory as a tar stream. Only
-        a path the listing gives is served."""
-        own(reads, p, job_id, "download the checkpoints of")
-        found, _ = checkpoints(job_id)
-        hit = next((c for c in found if c.path == path), None)
-        if hit is None:
-            raise NotFound(f"job {job_id} has no checkpoint {path!r}; "
-                           f"`rota checkpoints {job_id}` lists them")
-        name = os.path.basename(hit.path.rstrip("/"))
-        if os.path.isdir(hit.path):
-            return StreamingResponse(tar_stream(hit.path), media_type="application/x-tar",
-                                     headers={"Content-Disposition":
-                                              f'attachment; filename="{name}.tar"'})
-        return FileResponse(hit.path, filename=name, media_type="application/octet-stream")
 
-    return r
+@router.get("/jobs/{job_id}/logs/stream", response_class=StreamingResponse, responses={
+    **errors(401, 403, 404, 422, 503),
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+          "description": "server-sent events: `log`, then `end`"}})
+async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
+                     offset: int = Query(0, ge=0, le=MAX_ID),
+                     last_event_id: str | None = Header(
+                         None, json_schema_extra={"pattern": r"^[0-9]{1,18}$"},
+                         description="the byte offset to resume from")) -> StreamingResponse:
+    """The log as server-sent events that follow the job until it ends. A client
+    that reconnects with ``Last-Event-ID`` resumes where it left off."""
+    path = reads.log_path(own(reads, p, job_id, "read the logs of"))
+    if last_event_id is not None:
+        if not (last_event_id.isascii() and last_event_id.isdigit()) \
+                or len(last_event_id) > 18:
+            raise InvalidSpec(f"Last-Event-ID: {last_event_id[:40]!r} is not a byte "
+                              "offset", field="Last-Event-ID")
+        offset = int(last_event_id)
+    return StreamingResponse(log_sse(path, offset, _ended(reads, job_id),
+                                     partial(_end, reads, job_id)),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store",
+                                      "X-Accel-Buffering": "no"})
+
+
+@router.get("/jobs/{job_id}/metrics", responses=errors(401, 404, 422, 503))
+async def metrics_of(job_id: JobId, reads: ReadsPort, name: list[str] = Query(default=[]),
+                     attempt: int | None = Query(None, ge=1, le=1_000_000),
+                     after: int = Query(0, ge=0, le=MAX_ID),
+                     limit: int = Query(10_000, ge=1, le=100_000)) -> dict[str, Any]:
+    """Metric samples read from the job's output, per metric as [step, value, time,
+    attempt] points, oldest first. ``next`` is the ``after`` that asks for what came
+    since (poll with it); ``more`` says whether this answer stopped at ``limit``."""
+    row = reads.store.get_job(job_id)
+    got = reads.store.metrics(job_id, names=name, attempt=attempt, after_id=after,
+                              limit=limit)
+    series: dict[str, list[list[Any]]] = {}
+    for m in got:
+        series.setdefault(m.name, []).append([m.step, m.value, m.ts, m.attempt])
+    return {"id": job_id, "series": series, "next": got[-1].id if got else after,
+            "more": len(got) == limit, "progress": progress_view(row.progress)}
+
+
+@router.get("/jobs/{job_id}/checkpoints", responses=errors(401, 404, 422, 503))
+async def checkpoints_of(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+    """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
+    step first, and the one a retry would resume from."""
+    found, best = _checkpoints(reads, job_id)
+    return {"id": job_id, "checkpoints": [c.to_json() for c in found],
+            "resume_from": best.path if best else None}
+
+
+@router.get("/jobs/{job_id}/checkpoints/download", response_class=StreamingResponse,
+              responses={**errors(401, 403, 404, 422, 503),
+                         200: {"content": {"application/octet-stream": {},
+                                           "application/x-tar": {}},
+                               "description": "the file, or a directory as a tar stream"}})
+async def checkpoint_download(job_id: JobId, p: Caller, reads: ReadsPort,
+                              path: str = Query(..., max_length=4096)) -> Response:
+    """One of the listed checkpoints: a file as it is, a directory as a tar stream. Only
+    a path the listing gives is served."""
+    own(reads, p, job_id, "download the checkpoints of")
+    found, _ = _checkpoints(reads, job_id)
+    hit = next((c for c in found if c.path == path), None)
+    if hit is None:
+        raise NotFound(f"job {job_id} has no checkpoint {path!r}; "
+                       f"`rota checkpoints {job_id}` lists them")
+    name = os.path.basename(hit.path.rstrip("/"))
+    if os.path.isdir(hit.path):
+        return StreamingResponse(tar_stream(hit.path), media_type="application/x-tar",
+                                 headers={"Content-Disposition":
+                                          f'attachment; filename="{name}.tar"'})
+    return FileResponse(hit.path, filename=name, media_type="application/octet-stream")
+

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StrictBool
 
 from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
-from rota.server.api._shared import JobId, Who, own
-from rota.server.auth import Principal, UserNameText
-from rota.server.job_reads import add_job_reads
-from rota.server.ports import Commands, Reads
+from rota.server.api._shared import Caller, CommandsPort, JobId, ReadsPort, own
+from rota.server.auth import UserNameText
+from rota.server.ports import Reads
 from rota.server.problems import errors
 from rota.server.views import event_view, job_view, why_view
 
@@ -32,84 +31,98 @@ class SubmitBody(BaseModel):
                                     "until the GPUs change")
 
 
-def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
-    add_job_reads(r, reads.store, reads.facts)  # with submit: one resource, one Allow
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
-    async def view(row: Any) -> dict[str, Any]:
-        [facts] = await reads.facts([row])
-        return job_view(row, facts)
 
-    @r.post("/jobs", status_code=201, responses=errors(400, 401, 403, 404, 409, 422, 503))
-    async def submit(body: SubmitBody, p: Principal = Depends(who)) -> dict[str, Any]:
-        """All or nothing: every job is checked before any is stored; an error about one of
-        them starts ``jobs[i]: ``. A job this machine can never run as it is now (more GPUs
-        or memory than it has) is refused unless ``force``."""
-        if body.user and body.user != p.user:
-            p.require_admin(f"submitting as {body.user!r}")
-        done = commands.submit(body.jobs, user=body.user or p.user, source="api",
-                               idempotency_key=body.idempotency_key, dedup=body.dedup,
-                               force=body.force)
-        facts = await reads.facts(done.rows)
-        out: dict[str, Any] = {"jobs": [job_view(row, f) for row, f in
-                                        zip(done.rows, facts, strict=True)]}
-        if done.warnings:
-            out["warnings"] = done.warnings
-        return out
+async def _view(reads: Reads, row: Any) -> dict[str, Any]:
+    [facts] = await reads.facts([row])
+    return job_view(row, facts)
 
-    @r.get("/jobs/{job_id}/events", responses=errors(401, 404, 422, 503))
-    async def events(job_id: JobId) -> dict[str, Any]:
-        reads.job_state(job_id)  # NotFound if unknown
-        return {"events": [event_view(e) for e in reads.store.events(job_id)]}
 
-    @r.get("/jobs/{job_id}/why", responses=errors(401, 404, 422, 503))
-    async def why(job_id: JobId) -> dict[str, Any]:
-        """Why the job waits, or what it is doing, or how it ended, in a sentence."""
-        return why_view(await view(reads.store.get_job(job_id)), reads.now())
+@router.post("/jobs", status_code=201, responses=errors(400, 401, 403, 404, 409, 422, 503))
+async def submit(body: SubmitBody, p: Caller, commands: CommandsPort,
+                 reads: ReadsPort) -> dict[str, Any]:
+    """All or nothing: every job is checked before any is stored; an error about one of
+    them starts ``jobs[i]: ``. A job this machine can never run as it is now (more GPUs
+    or memory than it has) is refused unless ``force``."""
+    if body.user and body.user != p.user:
+        p.require_admin(f"submitting as {body.user!r}")
+    done = commands.submit(body.jobs, user=body.user or p.user, source="api",
+                           idempotency_key=body.idempotency_key, dedup=body.dedup,
+                           force=body.force)
+    facts = await reads.facts(done.rows)
+    out: dict[str, Any] = {"jobs": [job_view(row, f) for row, f in
+                                    zip(done.rows, facts, strict=True)]}
+    if done.warnings:
+        out["warnings"] = done.warnings
+    return out
 
-    @r.post("/jobs/{job_id}/cancel", responses=errors(401, 403, 404, 409, 422, 503))
-    async def cancel(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        return {"id": job_id, "state": str(commands.cancel(own(reads, p, job_id, "cancel")))}
 
-    @r.post("/jobs/{job_id}/hold", responses=errors(401, 403, 404, 409, 422, 503))
-    async def hold(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        commands.hold(own(reads, p, job_id, "hold"))
-        return {"id": job_id, "state": "held"}
+@router.get("/jobs/{job_id}/events", responses=errors(401, 404, 422, 503))
+async def events(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+    reads.job_state(job_id)  # NotFound if unknown
+    return {"events": [event_view(e) for e in reads.store.events(job_id)]}
 
-    @r.post("/jobs/{job_id}/release", responses=errors(401, 403, 404, 409, 422, 503))
-    async def release(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        commands.release(own(reads, p, job_id, "release"))
-        return {"id": job_id, "state": "pending"}
 
-    @r.post("/jobs/{job_id}/preempt", responses=errors(401, 403, 404, 409, 422, 503))
-    async def preempt(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        """The stop handshake (its stop signal, its grace, then SIGKILL); once it has exited
-        it waits again in its old place in the queue, and resumes from its checkpoint."""
-        state = commands.preempt(own(reads, p, job_id, "preempt"))
-        return {"id": job_id, "state": str(state)}
+@router.get("/jobs/{job_id}/why", responses=errors(401, 404, 422, 503))
+async def why(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+    """Why the job waits, or what it is doing, or how it ended, in a sentence."""
+    return why_view(await _view(reads, reads.store.get_job(job_id)), reads.now())
 
-    @r.post("/jobs/{job_id}/requeue", responses=errors(401, 403, 404, 409, 422, 503))
-    async def requeue(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        """A running job is stopped and queued again; an ended one is submitted anew."""
-        row = commands.requeue(own(reads, p, job_id, "requeue"))
-        return {"requeued": job_id, "job": await view(row)}
 
-    @r.get("/jobs/{job_id}/wait", responses=errors(401, 404, 422, 503))
-    async def wait(job_id: JobId,
-                   timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
-        """Until the job ends, or ``timeout`` seconds (``done`` says which)."""
-        state = await commands.wait_for_end(job_id, timeout)
-        row = reads.store.get_job(job_id)
-        return {"id": job_id, "state": str(state), "exit_code": row.exit_code,
-                "done": state.terminal}
+@router.post("/jobs/{job_id}/cancel", responses=errors(401, 403, 404, 409, 422, 503))
+async def cancel(job_id: JobId, p: Caller, commands: CommandsPort,
+                 reads: ReadsPort) -> dict[str, Any]:
+    return {"id": job_id, "state": str(commands.cancel(own(reads, p, job_id, "cancel")))}
 
-    @r.get("/jobs/{job_id}/attach", responses=errors(401, 403, 404, 409, 422, 503))
-    async def attach(job_id: JobId, p: Principal = Depends(who)) -> dict[str, Any]:
-        argv = reads.attach_argv(own(reads, p, job_id, "attach to"))
-        if argv is None:
-            raise InvalidSpec(f"job {job_id} runs without a session; submit it with "
-                              "--session tmux or --session screen to attach", field="session")
-        return {"argv": argv}
 
-    return r
+@router.post("/jobs/{job_id}/hold", responses=errors(401, 403, 404, 409, 422, 503))
+async def hold(job_id: JobId, p: Caller, commands: CommandsPort,
+               reads: ReadsPort) -> dict[str, Any]:
+    commands.hold(own(reads, p, job_id, "hold"))
+    return {"id": job_id, "state": "held"}
+
+
+@router.post("/jobs/{job_id}/release", responses=errors(401, 403, 404, 409, 422, 503))
+async def release(job_id: JobId, p: Caller, commands: CommandsPort,
+                  reads: ReadsPort) -> dict[str, Any]:
+    commands.release(own(reads, p, job_id, "release"))
+    return {"id": job_id, "state": "pending"}
+
+
+@router.post("/jobs/{job_id}/preempt", responses=errors(401, 403, 404, 409, 422, 503))
+async def preempt(job_id: JobId, p: Caller, commands: CommandsPort,
+                  reads: ReadsPort) -> dict[str, Any]:
+    """The stop handshake (its stop signal, its grace, then SIGKILL); once it has exited
+    it waits again in its old place in the queue, and resumes from its checkpoint."""
+    state = commands.preempt(own(reads, p, job_id, "preempt"))
+    return {"id": job_id, "state": str(state)}
+
+
+@router.post("/jobs/{job_id}/requeue", responses=errors(401, 403, 404, 409, 422, 503))
+async def requeue(job_id: JobId, p: Caller, commands: CommandsPort,
+                  reads: ReadsPort) -> dict[str, Any]:
+    """A running job is stopped and queued again; an ended one is submitted anew."""
+    row = commands.requeue(own(reads, p, job_id, "requeue"))
+    return {"requeued": job_id, "job": await _view(reads, row)}
+
+
+@router.get("/jobs/{job_id}/wait", responses=errors(401, 404, 422, 503))
+async def wait(job_id: JobId, commands: CommandsPort, reads: ReadsPort,
+               timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
+    """Until the job ends, or ``timeout`` seconds (``done`` says which)."""
+    state = await commands.wait_for_end(job_id, timeout)
+    row = reads.store.get_job(job_id)
+    return {"id": job_id, "state": str(state), "exit_code": row.exit_code,
+            "done": state.terminal}
+
+
+@router.get("/jobs/{job_id}/attach", responses=errors(401, 403, 404, 409, 422, 503))
+async def attach(job_id: JobId, p: Caller, reads: ReadsPort) -> dict[str, Any]:
+    argv = reads.attach_argv(own(reads, p, job_id, "attach to"))
+    if argv is None:
+        raise InvalidSpec(f"job {job_id} runs without a session; submit it with "
+                          "--session tmux or --session screen to attach", field="session")
+    return {"argv": argv}
+
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from rota.server.api._shared import SecretName, Who
+from rota.server.api._shared import Caller, CommandsPort, ReadsPort, SecretName
 from rota.server.auth import Principal, UserNameText
-from rota.server.ports import Commands, Reads
 from rota.server.problems import errors
 from rota.server.secrets import MAX_VALUE_BYTES
 
@@ -32,30 +31,30 @@ def _owner(p: Principal, user: str | None, what: str) -> str:
     return owner
 
 
-def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
-    @r.get("/secrets", responses=errors(401, 403, 422, 503))
-    async def secrets_list(user: str | None = _OWNER,
-                           p: Principal = Depends(who)) -> dict[str, Any]:
-        """Names and dates only: no answer ever carries a secret's value."""
-        owner = _owner(p, user, "listing the secrets")
-        return {"user": owner, "secrets": [
-            {"name": n, "created_at": c, "updated_at": u}
-            for n, c, u in reads.store.secret_list(owner)]}
 
-    @r.put("/secrets/{name}", responses=errors(400, 401, 403, 422, 503))
-    async def secret_put(name: SecretName, body: SecretBody,
-                         p: Principal = Depends(who)) -> dict[str, Any]:
-        owner = _owner(p, body.user, "setting a secret")
-        created = commands.put_secret(owner, name, body.value)
-        return {"user": owner, "name": name, "created": created}
+@router.get("/secrets", responses=errors(401, 403, 422, 503))
+async def secrets_list(p: Caller, reads: ReadsPort, user: str | None = _OWNER) -> dict[str, Any]:
+    """Names and dates only: no answer ever carries a secret's value."""
+    owner = _owner(p, user, "listing the secrets")
+    return {"user": owner, "secrets": [
+        {"name": n, "created_at": c, "updated_at": u}
+        for n, c, u in reads.store.secret_list(owner)]}
 
-    @r.delete("/secrets/{name}", responses=errors(401, 403, 404, 422, 503))
-    async def secret_delete(name: SecretName, user: str | None = _OWNER,
-                            p: Principal = Depends(who)) -> dict[str, Any]:
-        owner = _owner(p, user, "deleting a secret")
-        commands.delete_secret(owner, name)
-        return {"user": owner, "name": name, "deleted": True}
 
-    return r
+@router.put("/secrets/{name}", responses=errors(400, 401, 403, 422, 503))
+async def secret_put(name: SecretName, body: SecretBody, p: Caller,
+                     commands: CommandsPort) -> dict[str, Any]:
+    owner = _owner(p, body.user, "setting a secret")
+    created = commands.put_secret(owner, name, body.value)
+    return {"user": owner, "name": name, "created": created}
+
+
+@router.delete("/secrets/{name}", responses=errors(401, 403, 404, 422, 503))
+async def secret_delete(name: SecretName, p: Caller, commands: CommandsPort,
+                        user: str | None = _OWNER) -> dict[str, Any]:
+    owner = _owner(p, user, "deleting a secret")
+    commands.delete_secret(owner, name)
+    return {"user": owner, "name": name, "deleted": True}
+

@@ -12,10 +12,9 @@ from pydantic import BaseModel, Field
 
 from rota import __version__
 from rota.errors import NotFound
-from rota.server.api._shared import MAX_ID, Who
-from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
+from rota.server.api._shared import MAX_ID, Caller, CommandsPort, ReadsPort, caller
+from rota.server.auth import VIA_HEADER, VIA_KEY
 from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
-from rota.server.ports import Commands, Reads
 from rota.server.problems import errors
 
 MAX_PAGE = 10_000
@@ -72,94 +71,103 @@ def _for_workers_only(request: Request) -> None:
         raise NotFound(f"no such endpoint: {request.url.path}")
 
 
-def router(commands: Commands, reads: Reads, who: Who) -> APIRouter:
-    r = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
-
-    @r.get("/health", responses=errors(401))
-    async def health() -> dict[str, Any]:
-        return {"ok": True, "version": __version__, "pid": os.getpid(), **reads.health()}
-
-    @r.post("/drain", responses=errors(401, 403, 422, 503))
-    async def drain(on: bool = Query(True, description="false ends draining"),
-                    p: Principal = Depends(who)) -> dict[str, Any]:
-        """Start no new job (running ones go on) until drained with on=false."""
-        p.require_admin("draining the machine")
-        commands.set_draining(on)
-        return {"draining": on}
-
-    @r.get("/queue", response_model=QueueAnswer, response_model_exclude_unset=True,
-           responses=errors(401, 422, 503))
-    async def queue(limit: int = Query(0, ge=0, le=MAX_PAGE, description=(
-                        "list this many waiting jobs (and held ones); 0: only the totals")),
-                    offset: int = Query(0, ge=0, le=MAX_ID, description=(
-                        "skip this many waiting jobs (next_offset of the last page)")),
-                    counts: bool = Query(True, description=(
-                        "false leaves out the counts per state, which read every job's "
-                        "row: the rest reads only the jobs it lists")),
-                    ) -> dict[str, Any]:
-        """The queue as the scheduler holds it: totals per state, the GPUs kept for a job
-        that waits; with ``limit``, the jobs on GPUs, then the waiting jobs in the order
-        they will start (priority, then submission; those that never can, last), each with
-        why it waits, then the oldest held jobs."""
-        return reads.queue(limit=limit, offset=offset, counts=counts)
-
-    @r.get("/summary", responses=errors(401, 503))
-    async def summary() -> dict[str, Any]:
-        """Counts by state, and GPU-hours used by user and by project."""
-        return {"counts": reads.store.count_by_state(),
-                "gpu_hours": reads.store.gpu_hours(now=reads.now())}
-
-    @r.get("/stats", responses=errors(401))
-    async def stats() -> dict[str, Any]:
-        return reads.stats()
-
-    @r.get("/sessions", responses=errors(401))
-    async def sessions() -> dict[str, Any]:
-        return {"sessions": reads.sessions()}
-
-    @r.get("/jobsfile", responses=errors(401))
-    async def jobsfile() -> dict[str, Any]:
-        return reads.jobs_file()
-
-    @r.post("/jobsfile/reload", responses=errors(401, 403, 503))
-    async def jobsfile_reload(p: Principal = Depends(who)) -> dict[str, Any]:
-        p.require_admin("reloading the jobs file")
-        return commands.reload_jobs_file()
-
-    @r.post("/shutdown", responses=errors(401, 403))
-    async def shutdown(p: Principal = Depends(who)) -> dict[str, Any]:
-        """Stop the daemon; running jobs go on and are taken up again at its next start."""
-        p.require_admin("stopping the daemon")
-        commands.shutdown()
-        return {"stopping": True}
-
-    @r.post("/live", include_in_schema=False)
-    async def live(body: LiveBody, request: Request) -> dict[str, Any]:
-        """For the API workers: what the daemon's memory knows of these jobs (see
-        rota.server.daemon_ports.live_facts), by id."""
-        _for_workers_only(request)
-        rows = list(reads.store.jobs(body.ids).values())
-        facts = await reads.facts(rows)
-        return {"facts": {str(row.id): f for row, f in zip(rows, facts, strict=True)}}
-
-    @r.post("/worker-requests", include_in_schema=False)
-    async def worker_requests(body: WorkerRequestsBody, request: Request) -> dict[str, Any]:
-        """For the API workers: the running totals of the requests a worker answered, for
-        /metrics (see rota.server.metrics.WorkerRequests)."""
-        _for_workers_only(request)
-        commands.report_worker_requests(body.slot, body.pid, body.totals())
-        return {"ok": True}
-
-    return r
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
-def metrics_route(reads: Reads, who: Who) -> APIRouter:
-    """/metrics, outside /v1 (where Prometheus looks)."""
-    r = APIRouter()
+@router.get("/health", responses=errors(401))
+async def health(reads: ReadsPort) -> dict[str, Any]:
+    return {"ok": True, "version": __version__, "pid": os.getpid(), **reads.health()}
 
-    @r.get("/metrics", dependencies=[Depends(who)], include_in_schema=False)
-    async def metrics() -> Response:
-        """Prometheus text format; over TCP a scraper sends a token like any client."""
-        return Response(reads.metrics_text(), media_type=CONTENT_TYPE)
 
-    return r
+@router.post("/drain", responses=errors(401, 403, 422, 503))
+async def drain(p: Caller, commands: CommandsPort,
+                on: bool = Query(True, description="false ends draining")) -> dict[str, Any]:
+    """Start no new job (running ones go on) until drained with on=false."""
+    p.require_admin("draining the machine")
+    commands.set_draining(on)
+    return {"draining": on}
+
+
+@router.get("/queue", response_model=QueueAnswer, response_model_exclude_unset=True,
+            responses=errors(401, 422, 503))
+async def queue(reads: ReadsPort,
+                limit: int = Query(0, ge=0, le=MAX_PAGE, description=(
+                    "list this many waiting jobs (and held ones); 0: only the totals")),
+                offset: int = Query(0, ge=0, le=MAX_ID, description=(
+                    "skip this many waiting jobs (next_offset of the last page)")),
+                counts: bool = Query(True, description=(
+                    "false leaves out the counts per state, which read every job's "
+                    "row: the rest reads only the jobs it lists")),
+                ) -> dict[str, Any]:
+    """The queue as the scheduler holds it: totals per state, the GPUs kept for a job
+    that waits; with ``limit``, the jobs on GPUs, then the waiting jobs in the order
+    they will start (priority, then submission; those that never can, last), each with
+    why it waits, then the oldest held jobs."""
+    return reads.queue(limit=limit, offset=offset, counts=counts)
+
+
+@router.get("/summary", responses=errors(401, 503))
+async def summary(reads: ReadsPort) -> dict[str, Any]:
+    """Counts by state, and GPU-hours used by user and by project."""
+    return {"counts": reads.store.count_by_state(),
+            "gpu_hours": reads.store.gpu_hours(now=reads.now())}
+
+
+@router.get("/stats", responses=errors(401))
+async def stats(reads: ReadsPort) -> dict[str, Any]:
+    return reads.stats()
+
+
+@router.get("/sessions", responses=errors(401))
+async def sessions(reads: ReadsPort) -> dict[str, Any]:
+    return {"sessions": reads.sessions()}
+
+
+@router.get("/jobsfile", responses=errors(401))
+async def jobsfile(reads: ReadsPort) -> dict[str, Any]:
+    return reads.jobs_file()
+
+
+@router.post("/jobsfile/reload", responses=errors(401, 403, 503))
+async def jobsfile_reload(p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    p.require_admin("reloading the jobs file")
+    return commands.reload_jobs_file()
+
+
+@router.post("/shutdown", responses=errors(401, 403))
+async def shutdown(p: Caller, commands: CommandsPort) -> dict[str, Any]:
+    """Stop the daemon; running jobs go on and are taken up again at its next start."""
+    p.require_admin("stopping the daemon")
+    commands.shutdown()
+    return {"stopping": True}
+
+
+@router.post("/live", include_in_schema=False)
+async def live(body: LiveBody, request: Request, reads: ReadsPort) -> dict[str, Any]:
+    """For the API workers: what the daemon's memory knows of these jobs (see
+    rota.server.daemon_ports.live_facts), by id."""
+    _for_workers_only(request)
+    rows = list(reads.store.jobs(body.ids).values())
+    facts = await reads.facts(rows)
+    return {"facts": {str(row.id): f for row, f in zip(rows, facts, strict=True)}}
+
+
+@router.post("/worker-requests", include_in_schema=False)
+async def worker_requests(body: WorkerRequestsBody, request: Request,
+                          commands: CommandsPort) -> dict[str, Any]:
+    """For the API workers: the running totals of the requests a worker answered, for
+    /metrics (see rota.server.metrics.WorkerRequests)."""
+    _for_workers_only(request)
+    commands.report_worker_requests(body.slot, body.pid, body.totals())
+    return {"ok": True}
+
+
+
+#: /metrics, outside /v1 (where Prometheus looks)
+metrics_router = APIRouter()
+
+
+@metrics_router.get("/metrics", dependencies=[Depends(caller)], include_in_schema=False)
+async def metrics(reads: ReadsPort) -> Response:
+    """Prometheus text format; over TCP a scraper sends a token like any client."""
+    return Response(reads.metrics_text(), media_type=CONTENT_TYPE)
