@@ -625,3 +625,10 @@ def test_a_caller_that_knows_the_least_share_gets_the_same_plan(cpu_job: bool) -
     plain = schedule(snap, Policy(), 0.0)
     assert normalised(schedule(hinted, Policy(), 0.0)) == normalised(plain)
     assert plain.tail or cpu_job  # the early cut, which the least share decides, was taken
+
+
+def test_gpus_kept_for_a_reservation_are_worded_in_number() -> None:
+    from rota.core.schedule import _gpus_kept
+
+    assert _gpus_kept({0}) == "GPU 0 is kept"
+    assert _gpus_kept({0, 1, 2, 5}) == "GPUs 0-2,5 are kept"

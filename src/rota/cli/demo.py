@@ -157,7 +157,8 @@ def _summary(c: Client, ids: list[int], t0: float) -> Table:
 
     t = Table(title="summary", title_justify="left", header_style="bold")
     for col in ("job", "name", "state", "prio", "attempts", "gpus", "on GPUs", "started"):
-        t.add_column(col, overflow="fold")
+        # names are the demo's own (at most 16 characters): whole, never folded mid-name
+        t.add_column(col, no_wrap=col == "name", overflow="fold")
     for jid in ids:
         j = c.job(jid)
         att = j.get("attempts_detail") or []

@@ -119,7 +119,7 @@ class _Pass:
     def _cut(self, tail: list[PendingJob], waiting: int) -> None:
         """No GPU can hold even the smallest pending job: the rest waits for the same reason."""
         plan, snapshot, now = self.plan, self.snapshot, self.now
-        kept = f" (GPUs {format_gpu_set(set(self.pool.reserved_for))} are kept for job " \
+        kept = f" ({_gpus_kept(set(self.pool.reserved_for))} for job " \
             f"{plan.reservations[0].job_id})" if plan.reservations else ""
         plan.tail, plan.tail_position, plan.by_id = tail, waiting, snapshot.by_id
         plan.tail_reason = Reason(ReasonCode.RESOURCES,
@@ -331,3 +331,10 @@ def _explain(job: PendingJob, pool: GpuPool) -> Reason:
     if notes:
         text += f" ({'; '.join(notes)})"
     return Reason(ReasonCode.RESOURCES, text)
+
+
+def _gpus_kept(gpus: set[int]) -> str:
+    """'GPU 0 is kept', 'GPUs 0-2 are kept'."""
+    if len(gpus) == 1:
+        return f"GPU {format_gpu_set(gpus)} is kept"
+    return f"GPUs {format_gpu_set(gpus)} are kept"
