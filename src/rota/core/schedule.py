@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 
-from rota.core.feasibility import never_runnable
+from rota.core.feasibility import need_text, never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
@@ -266,14 +266,7 @@ def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
 
 
 def _need_text(job: PendingJob) -> str:
-    if job.gpus_milli < MILLI:
-        text = f"{job.gpus_milli / MILLI:g} of a GPU"
-    else:
-        n = job.gpus_milli // MILLI
-        text = f"{n} whole GPU{'s' if n != 1 else ''}"
-    if job.gpu_mem:
-        text += f" with {format_memory(job.gpu_mem)} free memory each"
-    return text
+    return need_text(job.gpus_milli, job.gpu_mem)
 
 
 def _never(job: PendingJob, views: Mapping[int, GpuView], all_gpus: frozenset[int],
@@ -300,10 +293,8 @@ def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | No
 
 
 def _explain(job: PendingJob, pool: GpuPool) -> Reason:
-    """Why a job found no GPUs, in words, with the figures a person needs."""
-    never = _unsatisfiable(job, pool.views)
-    if never is not None:
-        return never
+    """Why a job that can run here (the caller checked: see _never) found no GPUs now, in
+    words, with the figures a person needs."""
     scope = sorted(job.allowed) if job.allowed is not None else sorted(pool.views)
     present = [i for i in scope if i in pool.views]
     where = f"allowed GPUs {{{format_gpu_set(job.allowed)}}}" if job.allowed else "GPUs"
