@@ -194,20 +194,27 @@ class WireTransport:
             sock = self._sock
             assert sock is not None
             sock.settimeout(timeout)
-            try:
-                sock.sendall(data)
-                return _read_head(sock)
-            except (_Closed, BrokenPipeError, ConnectionResetError) as e:
-                self.close()
-                if not reused:
-                    raise self.endpoint.broken(e) from e
-            except TimeoutError as e:
-                self.close()
-                raise self.endpoint.too_slow(e) from e
-            except OSError as e:
-                self.close()
-                raise self.endpoint.broken(e) from e
+            with self._failing():
+                try:
+                    sock.sendall(data)
+                    return _read_head(sock)
+                except (_Closed, BrokenPipeError, ConnectionResetError) as e:
+                    self.close()
+                    if not reused:
+                        raise self.endpoint.broken(e) from e
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """A socket's failure as Rota's error; the connection, maybe half read, is closed."""
+        try:
+            yield
+        except TimeoutError as e:
+            self.close()
+            raise self.endpoint.too_slow(e) from e
+        except OSError as e:
+            self.close()
+            raise self.endpoint.broken(e) from e
 
     def _finish(self, answer: Answer) -> None:
         if not (answer.done and answer.keep_alive):
@@ -226,14 +233,8 @@ class WireTransport:
         t = self.timeout if timeout == "default" else seconds(timeout)
         body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
         answer = self._exchange(self._head(method, path, params, body), t)
-        try:
+        with self._failing():
             content = answer.read()
-        except TimeoutError as e:
-            self.close()
-            raise self.endpoint.too_slow(e) from e
-        except OSError as e:
-            self.close()
-            raise self.endpoint.broken(e) from e
         self._finish(answer)
         return decode(answer.status, content, answer.reason)
 
