@@ -189,10 +189,7 @@ def read_jobs_file(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[J
 def post_jobs(c: Client, raws: list[dict[str, Any]], *, idempotency_key: str | None = None,
               dedup: bool = False, force: bool = False) -> dict[str, Any]:
     """POST /v1/jobs; the whole answer (``jobs``, and ``warnings`` when there are any)."""
-    body: dict[str, Any] = {"jobs": raws, "idempotency_key": idempotency_key, "dedup": dedup}
-    if force:
-        body["force"] = True
-    return dict(c.request("POST", "/v1/jobs", json=body))
+    return c.submit_full(raws, idempotency_key=idempotency_key, dedup=dedup, force=force)
 
 
 def submit_items(c: Client, items: list[tuple[int, dict[str, Any]]], source: str, *,
