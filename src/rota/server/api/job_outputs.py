@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from pydantic import WithJsonSchema
 
+from rota.core.lifecycle import TERMINAL
 from rota.errors import InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
@@ -22,8 +24,35 @@ from rota.server.ports import Reads
 from rota.server.problems import errors
 from rota.server.views import progress_view
 
-_LOG_RANGE = {"application/json": {}, "text/plain": {"schema": {"type": "string"}}}
+_OFFSET = {"type": "integer", "minimum": 0}
+_LOG_RANGE = {"application/json": {"schema": {
+    "type": "object", "required": ["offset", "next", "data"],
+    "properties": {"offset": _OFFSET, "next": _OFFSET, "data": {"type": "string"}}}},
+              "text/plain": {"schema": {"type": "string"}}}
 
+
+def _sse_event(name: str, data: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The schema of one kind of server-sent event, whose ``data`` is JSON with these
+    properties (before OpenAPI 3.2, an event stream's schema describes each event)."""
+    return {"type": "object", "required": ["event", "data", *fields], "properties": {
+        "event": {"const": name}, **fields, "data": {
+            "type": "string", "contentMediaType": "application/json",
+            "contentSchema": {"type": "object", "required": list(data),
+                              "properties": data}}}}
+
+
+_LOG_EVENTS = {"oneOf": [
+    _sse_event("log", {"offset": _OFFSET, "next": _OFFSET, "text": {"type": "string"}},
+           id={"type": "string", "pattern": "^[0-9]+$"}),
+    _sse_event("end", {"id": {"type": "integer"}, "state": {"enum": sorted(TERMINAL)},
+                   "exit_code": {"type": ["integer", "null"]},
+                   "end_reason": {"type": ["string", "null"]}})]}
+
+
+#: Last-Event-ID: a header is absent or a string, never null (pydantic would document
+#: ``str | None`` as string-or-null, and a client cannot send a null)
+_ResumeAt = Annotated[str | None, Header(description="the byte offset to resume from"),
+                      WithJsonSchema({"type": "string", "pattern": r"^[0-9]{1,18}$"})]
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
@@ -67,13 +96,11 @@ async def logs(job_id: JobId, p: Caller, reads: ReadsPort,
 
 @router.get("/jobs/{job_id}/logs/stream", response_class=StreamingResponse, responses={
     **errors(401, 403, 404, 422, 503),
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+    200: {"content": {"text/event-stream": {"schema": _LOG_EVENTS}},
           "description": "server-sent events: `log`, then `end`"}})
 async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
                      offset: int = Query(0, ge=0, le=MAX_ID),
-                     last_event_id: str | None = Header(
-                         None, json_schema_extra={"pattern": r"^[0-9]{1,18}$"},
-                         description="the byte offset to resume from")) -> StreamingResponse:
+                     last_event_id: _ResumeAt = None) -> StreamingResponse:
     """The log as server-sent events that follow the job until it ends. A client
     that reconnects with ``Last-Event-ID`` resumes where it left off."""
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))

@@ -31,6 +31,9 @@ class SubmitBody(BaseModel):
                                     "until the GPUs change")
 
 
+#: a wait's default and longest hold, in seconds (the clients ask for 60 at a time)
+WAIT_DEFAULT_S, WAIT_MAX_S = 60.0, 300.0
+
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
@@ -109,8 +112,10 @@ async def requeue(job_id: JobId, p: Caller, commands: CommandsPort,
 
 @router.get("/jobs/{job_id}/wait", responses=errors(401, 404, 422, 503))
 async def wait(job_id: JobId, commands: CommandsPort, reads: ReadsPort,
-               timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
-    """Until the job ends, or ``timeout`` seconds (``done`` says which)."""
+               timeout: float = Query(WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S, description=(
+                   "seconds to hold the answer while the job runs"))) -> dict[str, Any]:
+    """A long poll: until the job ends, or ``timeout`` seconds (``done`` says which; ask
+    again while it is false). Bounded so that no request holds a connection for hours."""
     state = await commands.wait_for_end(job_id, timeout)
     row = reads.store.get_job(job_id)
     return {"id": job_id, "state": str(state), "exit_code": row.exit_code,
