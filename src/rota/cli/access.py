@@ -4,7 +4,7 @@ may be given (`rota secret ...`)."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -24,6 +24,8 @@ secret_app = typer.Typer(help="Your stored secrets (API keys, tokens): encrypted
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from rota.client.answers import SecretsAnswer, TokensAnswer, UsersAnswer
+
 JSON = typer.Option(False, "--json", help="print JSON")
 
 
@@ -33,7 +35,7 @@ def user_add(name: str = typer.Argument(..., help="login-like name, e.g. alice")
              json_out: bool = JSON) -> None:
     """Add a user."""
     with run_cli(json_out=json_out), client() as c:
-        u = c.request("POST", "/v1/users", json={"name": name, "admin": admin})
+        u = c.add_user(name, admin=admin)
         emit(u, json_out, lambda d: f"user {d['name']} added" + (" (admin)" if d["admin"]
                                                                    else ""))
 
@@ -42,9 +44,9 @@ def user_add(name: str = typer.Argument(..., help="login-like name, e.g. alice")
 def user_list(json_out: bool = JSON) -> None:
     """List users."""
     with run_cli(json_out=json_out), client() as c:
-        data = c.request("GET", "/v1/users")
+        data = c.users()
 
-        def table(d: dict[str, Any]) -> Table:
+        def table(d: UsersAnswer) -> Table:
             from rich.table import Table
 
             t = Table("user", "admin", "added", header_style="bold")
@@ -72,8 +74,7 @@ def user_rm(name: str = typer.Argument(..., help="the user to remove"),
                                  default=False, err=True):
                 raise typer.Exit(1)
         with client() as c:
-            got = c.request("DELETE", f"/v1/users/{name}",
-                            params={"cancel_jobs": "true" if cancel_jobs else "false"})
+            got = c.remove_user(name, cancel_jobs=cancel_jobs)
         emit(got, json_out, lambda d: f"user {d['user']} removed: {d['tokens_revoked']} "
                                       f"token(s) revoked, {d['jobs_cancelled']} job(s) "
                                       "cancelled")
@@ -86,7 +87,7 @@ def token_create(user: str = typer.Option(None, "--user", "-u",
                  json_out: bool = JSON) -> None:
     """Create a token. It is printed once: store it now (e.g. in ROTA_TOKEN)."""
     with run_cli(json_out=json_out), client() as c:
-        t = c.request("POST", "/v1/tokens", json={"user": user, "note": note})
+        t = c.create_token(user, note)
         emit(t, json_out, lambda d: f"{d['token']}\n(token {d['id']} for {d['user']}; it is "
                                     "not shown again)")
 
@@ -95,9 +96,9 @@ def token_create(user: str = typer.Option(None, "--user", "-u",
 def token_list(json_out: bool = JSON) -> None:
     """List tokens (their first characters only)."""
     with run_cli(json_out=json_out), client() as c:
-        data = c.request("GET", "/v1/tokens")
+        data = c.tokens()
 
-        def table(d: dict[str, Any]) -> Table:
+        def table(d: TokensAnswer) -> Table:
             from rich.table import Table
 
             t = Table("id", "user", "starts with", "note", "created", "last used", "revoked",
@@ -115,7 +116,7 @@ def token_revoke(token_id: int = typer.Argument(..., help="the token's id (rota 
                  json_out: bool = JSON) -> None:
     """Revoke a token; requests with it are refused from now on."""
     with run_cli(json_out=json_out), client() as c:
-        t = c.request("POST", f"/v1/tokens/{token_id}/revoke")
+        t = c.revoke_token(token_id)
         emit(t, json_out, lambda d: f"token {d['id']} of {d['user']} revoked")
 
 
@@ -143,7 +144,7 @@ def secret_set(name: str = typer.Argument(..., help="e.g. WANDB_API_KEY, HF_TOKE
 
         value = _read_secret(check_secret_name(name))
         with client() as c:
-            got = c.request("PUT", f"/v1/secrets/{name}", json={"value": value, "user": user})
+            got = c.put_secret(name, value, user=user)
         emit(got, json_out, lambda d: f"secret {d['name']} of {d['user']} "
                                       + ("stored" if d["created"] else "replaced"))
 
@@ -152,9 +153,9 @@ def secret_set(name: str = typer.Argument(..., help="e.g. WANDB_API_KEY, HF_TOKE
 def secret_list(user: str = typer.Option(None, "--user", "-u"), json_out: bool = JSON) -> None:
     """Your secrets' names (never their values)."""
     with run_cli(json_out=json_out), client() as c:
-        data = c.request("GET", "/v1/secrets", params={"user": user} if user else None)
+        data = c.secrets(user)
 
-        def table(d: dict[str, Any]) -> Table:
+        def table(d: SecretsAnswer) -> Table:
             from rich.table import Table
 
             t = Table("secret", "stored", "changed", header_style="bold")
@@ -169,8 +170,7 @@ def secret_rm(name: str = typer.Argument(...), user: str = typer.Option(None, "-
               json_out: bool = JSON) -> None:
     """Delete a secret (a queued job that needs it then fails to start, saying why)."""
     with run_cli(json_out=json_out), client() as c:
-        got = c.request("DELETE", f"/v1/secrets/{name}",
-                        params={"user": user} if user else None)
+        got = c.delete_secret(name, user=user)
         emit(got, json_out, lambda d: f"secret {d['name']} of {d['user']} deleted")
 
 

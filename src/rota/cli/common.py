@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rota.cli.lazy_typer import Exit
 from rota.client.raw import RawClient as Client
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     err_console: Console
 
 T = TypeVar("T")
+#: an answer the daemon gives for one target (rota.client.answers)
+R = TypeVar("R")
 
 #: characters that make Rich read a plain string differently (markup, emoji codes)
 _RICH_SYNTAX = ("[", ":")
@@ -56,8 +58,15 @@ def client() -> Client:
     return Client()
 
 
+@overload
+def emit(data: dict[str, Any], json_out: bool,
+         human: Callable[[dict[str, Any]], Any]) -> None: ...
+@overload
+def emit(data: T, json_out: bool, human: Callable[[T], Any]) -> None: ...
 def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
-    """Print JSON for programs, or the human rendering (a string or a Rich renderable)."""
+    """Print JSON for programs, or the human rendering (a string or a Rich renderable) of
+    the same ``data``. A typed answer (rota.client.answers) keeps its type in ``human``,
+    so mypy checks the keys it reads; a plain dict made here stays a plain dict."""
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         return
@@ -129,8 +138,7 @@ def _report(e: RotaError, json_out: bool, code: int) -> None:
 
 
 def apply_each(targets: Sequence[T], key: str, json_out: bool,
-               act: Callable[[Client, T], dict[str, Any]],
-               done: Callable[[dict[str, Any]], str],
+               act: Callable[[Client, T], R], done: Callable[[R], str],
                label: Callable[[T], Any] = lambda t: t) -> None:
     """Apply one action to several jobs or GPUs; report each; exit 1 if any of them failed
     (the others are still done).
@@ -139,23 +147,29 @@ def apply_each(targets: Sequence[T], key: str, json_out: bool,
     for GPUs).
     """
     with run_cli(json_out=json_out):
-        results: list[dict[str, Any]] = []
+        results: list[R | dict[str, Any]] = []  # an answer, or an error entry
+        lines: list[tuple[bool, str]] = []  # (failed, what to say), said once all are done
         with client() as c:
             for t in targets:
                 try:
-                    results.append(act(c, t))
+                    r = act(c, t)
                 except DaemonUnavailable:
                     raise
                 except RotaError as e:
                     results.append({key: label(t), "error": type(e).__name__,
                                     "message": str(e)})
+                    lines.append((True, str(e)))
+                    continue
+                results.append(r)
+                if not json_out:
+                    lines.append((False, done(r)))
         if json_out:
             emit(results, True, str)
         else:
-            for r in results:
-                if "error" in r:
-                    fail(r["message"])
+            for failed, line in lines:
+                if failed:
+                    fail(line)
                 else:
-                    sys.stdout.write(done(r) + "\n")
-        if any("error" in r for r in results):
+                    sys.stdout.write(line + "\n")
+        if any(failed for failed, _ in lines):
             raise Exit(1)

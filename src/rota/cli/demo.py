@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from rota.client import RawClient as Client
+    from rota.client.answers import JobAnswer, JobDetailAnswer
     from rota.config import Settings
 
 PY = sys.executable
@@ -161,9 +162,10 @@ def _summary(c: Client, ids: list[int], t0: float) -> Table:
         t.add_column(col, no_wrap=col == "name", overflow="fold")
     for jid in ids:
         j = c.job(jid)
-        att = j.get("attempts_detail") or []
+        att = j["attempts_detail"]
         on = ";".join(",".join(map(str, a["gpus"])) or "-" for a in att) or "-"
-        started = f"+{j['started_at'] - t0:.1f}s" if j.get("started_at") else "-"
+        at = j["started_at"]
+        started = f"+{at - t0:.1f}s" if at else "-"
         add_row(t, str(jid), j["name"], j["state"], str(j["priority"]), str(j["attempts"]),
                 fmt_gpus(j["gpus"]), on, started)
     return t
@@ -174,9 +176,15 @@ def _until_looked_at(c: Client, ids: list[int], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = [j for j in c.jobs(limit=500) if j["id"] in ids]
-        if all((j.get("reason") or {}).get("code") != "not_scheduled" for j in jobs):
+        if all(_looked_at(j) for j in jobs):
             return
         time.sleep(0.05)
+
+
+def _looked_at(job: JobAnswer) -> bool:
+    """Whether a scheduling pass has seen the job (it no longer says not_scheduled)."""
+    reason = job.get("reason")
+    return not reason or reason["code"] != "not_scheduled"
 
 
 @dataclass
@@ -185,10 +193,11 @@ class _Tour:
 
     base: dict[str, Any]  # every job's cwd, tags and grace
     marker: Path  # the flaky job's "I failed once" file
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    urgent: dict[str, Any] = field(default_factory=dict)
-    flaky: dict[str, Any] = field(default_factory=dict)
-    huge: dict[str, Any] = field(default_factory=dict)
+    jobs: list[JobAnswer] = field(default_factory=list)
+    # the ids of the jobs the tour talks about, set as it goes
+    urgent: int = 0
+    flaky: int = 0
+    huge: int = 0
 
     @property
     def ids(self) -> list[int]:
@@ -198,10 +207,10 @@ class _Tour:
 def _gpus_for_demo(c: Client) -> int:
     """The daemon's GPU count, once it is sure the demo can run there."""
     health = c.health()
-    if health.get("draining"):
+    if health["draining"]:
         raise RotaError("the daemon is draining, so nothing would start; "
                         "`rota drain --off` first")
-    n_gpus = int(health.get("gpus") or 0)
+    n_gpus = health["gpus"]
     if n_gpus < 2:
         raise RotaError(f"the demo needs at least 2 GPUs; this daemon has {n_gpus} "
                         "(try `rota demo --simulate 4x24G` with no daemon running)")
@@ -219,10 +228,11 @@ def _sharing_and_priorities(c: Client, tour: _Tour, n_gpus: int) -> None:
 
     _step("2. priorities: lower numbers run first")
     evals = c.submit([{**_sleep_job(f"eval-{k}", 1, 1, priority=10), **base} for k in (1, 2)])
-    tour.urgent = c.submit([{**_sleep_job("urgent", 1, 1, priority=-5), **base}])[0]
+    urgent = c.submit([{**_sleep_job("urgent", 1, 1, priority=-5), **base}])[0]
+    tour.urgent = urgent["id"]
     _say(f"eval-1 and eval-2 (priority 10) queued first; 'urgent' (priority -5, job "
-         f"{tour.urgent['id']}) was queued last but will start first")
-    tour.jobs += [*share, *train, *evals, tour.urgent]
+         f"{tour.urgent}) was queued last but will start first")
+    tour.jobs += [*share, *train, *evals, urgent]
 
 
 def _sweep_and_retry(c: Client, tour: _Tour) -> None:
@@ -238,11 +248,12 @@ def _sweep_and_retry(c: Client, tour: _Tour) -> None:
     _say("  " + ", ".join(f"{j['id']} {j['name']}" for j in sweep))
 
     _step("4. retries: a job that fails once and succeeds on its retry")
-    tour.flaky = c.submit([{"command": [PY, "-c", _FLAKY, str(tour.marker)],
-                            "name": "flaky", "gpus": 0.25, "priority": 10, "retries": 1,
-                            "retry_backoff": 1.0, **base}])[0]
-    _say(f"  {tour.flaky['id']} flaky: exits 3 on its first try; retries=1, retry_backoff=1s")
-    tour.jobs += [*sweep, tour.flaky]
+    flaky = c.submit([{"command": [PY, "-c", _FLAKY, str(tour.marker)],
+                       "name": "flaky", "gpus": 0.25, "priority": 10, "retries": 1,
+                       "retry_backoff": 1.0, **base}])[0]
+    tour.flaky = flaky["id"]
+    _say(f"  {tour.flaky} flaky: exits 3 on its first try; retries=1, retry_backoff=1s")
+    tour.jobs += [*sweep, flaky]
 
 
 def _refused_or_forced(c: Client, tour: _Tour, n_gpus: int) -> None:
@@ -254,21 +265,22 @@ def _refused_or_forced(c: Client, tour: _Tour, n_gpus: int) -> None:
         c.submit([huge_spec])
         raise RotaError("the daemon accepted a job that asks for more GPUs than exist")
     _say(f"  huge asks for {n_gpus + 1} GPUs on a {n_gpus}-GPU machine: refused at submit")
-    tour.huge = c.submit([huge_spec], force=True)[0]
-    _say(f"  {tour.huge['id']} huge: with --force it is queued, and waits saying why")
-    tour.jobs.append(tour.huge)
+    huge = c.submit([huge_spec], force=True)[0]
+    tour.huge = huge["id"]
+    _say(f"  {tour.huge} huge: with --force it is queued, and waits saying why")
+    tour.jobs.append(huge)
 
 
 def _wait_for_the_end(c: Client, tour: _Tour, timeout: float) -> None:
-    ids, huge = tour.ids, tour.huge["id"]
+    ids, huge = tour.ids, tour.huge
     _until_looked_at(c, ids)
     _show_queue(c, ids, "the queue right after submitting")
-    for jid in (tour.urgent["id"], huge):
+    for jid in (tour.urgent, huge):
         _say(f"$ rota why {jid}\n  {why_sentence(c.why(jid))}")
 
     _step("6. waiting for the jobs to finish")
     deadline = time.monotonic() + timeout
-    res = c.wait(tour.urgent["id"], timeout=timeout)
+    res = c.wait(tour.urgent, timeout=timeout)
     _show_queue(c, ids, f"the queue when 'urgent' {res['state']}")
     for jid in ids:
         if jid != huge:
@@ -278,7 +290,7 @@ def _wait_for_the_end(c: Client, tour: _Tour, timeout: float) -> None:
 
 
 def _wrap_up(c: Client, tour: _Tour, t0: float, stays: bool) -> None:
-    flaky = tour.flaky["id"]
+    flaky = tour.flaky
     console.print(_summary(c, tour.ids, t0))
     log = c.logs(flaky)["data"]
     _say(f"$ rota logs {flaky}\n" + "".join(f"  {line}\n" for line in log.splitlines()))
@@ -324,7 +336,7 @@ def demo(simulate: str = typer.Option("4x24G", help="simulated GPUs if a daemon 
             _run(simulate, keep, timeout)
 
 
-def _run(simulate: str, keep: bool, timeout: float) -> tuple[list[int], list[dict[str, Any]]]:
+def _run(simulate: str, keep: bool, timeout: float) -> tuple[list[int], list[JobDetailAnswer]]:
     with demo_daemon(simulate, keep) as (c, started):
         ids = run_demo(c, timeout, stays=keep or not started)
         return ids, [c.job(i) for i in ids]

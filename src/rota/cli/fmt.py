@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from rota.client.answers import JobAnswer
+
 STATE_STYLE = {"running": "green", "starting": "green", "pending": "yellow", "held": "magenta",
                "completed": "blue", "failed": "red", "timeout": "red", "cancelled": "dim",
                "preempted": "yellow"}
@@ -61,17 +63,17 @@ def add_row(table: Table, *cells: Any) -> None:
     table.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
 
 
-def job_clock(job: dict[str, Any], now: float | None = None) -> str:
+def job_clock(job: JobAnswer, now: float | None = None) -> str:
     """How long it has waited, run, or ran, in words a queue table can hold."""
     from rota.units import format_duration
 
     now = time.time() if now is None else now
-    state = job["state"]
-    if state in ("running", "starting", "preempted") and job.get("started_at"):
-        return f"ran {format_duration(now - job['started_at'])}"
-    if job.get("ended_at") and job.get("started_at"):
-        return f"ran {format_duration(job['ended_at'] - job['started_at'])}"
-    if job.get("ended_at"):
+    state, started, ended = job["state"], job["started_at"], job["ended_at"]
+    if state in ("running", "starting", "preempted") and started:
+        return f"ran {format_duration(now - started)}"
+    if ended and started:
+        return f"ran {format_duration(ended - started)}"
+    if ended:
         return "-"
     return f"waits {format_duration(now - job['created_at'])}"
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rota.cli.common import apply_each, client, emit, run_cli
+from rota.cli.common import R, apply_each, client, emit, run_cli
 from rota.cli.fmt import fail
 from rota.cli.job_view import JOB_ARG
 from rota.errors import InvalidSpec
@@ -21,6 +21,19 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from rota.client import RawClient as Client
+    from rota.client.answers import (
+        JobAnswer,
+        JobStateAnswer,
+        RequeueAnswer,
+        SessionAnswer,
+        WaitAnswer,
+    )
+
+    class Waited(WaitAnswer):
+        """`rota wait --json`: the daemon's answer and the exit code it makes."""
+
+        cli_exit: int
+
 
 JOBS_ARG = typer.Argument(None, metavar="JOB...", help="jobs by id or name")
 JSON = typer.Option(False, "--json", help="print JSON (one entry a job)")
@@ -65,7 +78,7 @@ def _say_it_waits(c: Client, job_id: int) -> None:
         return
     from rota.cli.common import err_console
 
-    reason = str(why.get("message") or "").removeprefix("held: ")
+    reason = why["message"].removeprefix("held: ")
     what = "is held" if why["state"] == "held" else "has not started yet"
     err_console.print(f"job {job_id} {what} ({reason}); waiting for it to start, then "
                       "following its output (Ctrl-C to stop waiting)",
@@ -91,13 +104,13 @@ def _write_chunk(chunk: bytes, json_out: bool) -> None:
 
 # --- wait --------------------------------------------------------------------------------
 
-def wait_exit_code(res: dict[str, Any]) -> int:
+def wait_exit_code(res: WaitAnswer) -> int:
     """0 completed; the job's code when it has one; 124 when the wait timed out; else 1."""
-    if not res.get("done"):
+    if not res["done"]:
         return 124
     if res["state"] == "completed":
         return 0
-    code = res.get("exit_code")
+    code = res["exit_code"]
     if isinstance(code, int) and 0 < code < 256:
         return code
     return 1
@@ -116,7 +129,7 @@ def wait(jobs: list[str] = typer.Argument(..., metavar="JOB...", help="jobs by i
         if timeout is not None and timeout <= 0:
             raise InvalidSpec("--timeout: must be more than 0 seconds", field="timeout")
         deadline = None if timeout is None else time.monotonic() + timeout
-        results: list[dict[str, Any]] = []
+        results: list[Waited] = []
         with client() as c:
             for ref in jobs:
                 left = None if deadline is None else max(0.01, deadline - time.monotonic())
@@ -124,27 +137,29 @@ def wait(jobs: list[str] = typer.Argument(..., metavar="JOB...", help="jobs by i
                 results.append({**res, "cli_exit": wait_exit_code(res)})
         code = max(r["cli_exit"] for r in results)
 
-        def human(rs: list[dict[str, Any]]) -> Text:
+        def human(rs: list[Waited]) -> Text:
             from rich.text import Text
 
             return Text("\n".join(_waited(d, timeout) for d in rs))
 
-        emit(results[0] if len(jobs) == 1 else results, json_out,
-             lambda d: human([d] if isinstance(d, dict) else d))
+        if len(jobs) == 1:
+            emit(results[0], json_out, lambda d: human([d]))
+        else:
+            emit(results, json_out, human)
     raise typer.Exit(code)
 
 
-def _waited(d: dict[str, Any], timeout: float | None) -> str:
+def _waited(d: WaitAnswer, timeout: float | None) -> str:
     if not d["done"]:
         return f"job {d['id']} is still {d['state']} after {timeout or 0:g}s"
-    extra = f" (exit code {d['exit_code']})" if d.get("exit_code") is not None else ""
+    extra = f" (exit code {d['exit_code']})" if d["exit_code"] is not None else ""
     return f"job {d['id']} {d['state']}{extra}"
 
 
 # --- acting on several jobs --------------------------------------------------------------
 
-def each(refs: list[str], json_out: bool, act: Callable[[Client, int], dict[str, Any]],
-         done: Callable[[dict[str, Any]], str]) -> None:
+def each(refs: list[str], json_out: bool, act: Callable[[Client, int], R],
+         done: Callable[[R], str]) -> None:
     """Apply one action to each job; report each; exit 1 if any of them failed (the
     others are still done)."""
     from rota.cli.job_refs import resolve
@@ -156,7 +171,7 @@ def each(refs: list[str], json_out: bool, act: Callable[[Client, int], dict[str,
                label=lambda ref: int(ref) if ref.isdigit() else ref)
 
 
-def _cancelled(r: dict[str, Any]) -> str:
+def _cancelled(r: JobStateAnswer) -> str:
     if r["state"] == "cancelled":
         return f"cancelled job {r['id']}"
     return f"job {r['id']} was {r['state']}: stopping it (SIGTERM, SIGKILL after its grace)"
@@ -197,7 +212,7 @@ def cancel(jobs: list[str] = JOBS_ARG,
     each([str(i) for i in ids], json_out, lambda c, j: c.cancel(j), _cancelled)
 
 
-def _confirm(picked: list[dict[str, Any]]) -> None:
+def _confirm(picked: list[JobAnswer]) -> None:
     import click
 
     shown = ", ".join(f"{j['id']} {j['name']} ({j['state']})" for j in picked[:10])
@@ -237,7 +252,7 @@ def requeue(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
     A running job is stopped and queued again; an ended one becomes a new job with the
     same spec.
     """
-    def done(r: dict[str, Any]) -> str:
+    def done(r: RequeueAnswer) -> str:
         new = r["job"]["id"]
         return (f"job {r['requeued']} is stopping and will run again" if new == r["requeued"]
                 else f"job {r['requeued']} submitted again as job {new}")
@@ -268,7 +283,7 @@ def attach(job: str = JOB_ARG,
 
 def sessions(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Running jobs you can attach to (`rota attach JOB`)."""
-    def human(rows: list[dict[str, Any]]) -> Any:
+    def human(rows: list[SessionAnswer]) -> Any:
         from rich.table import Table
 
         from rota.cli.fmt import add_row

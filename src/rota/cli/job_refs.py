@@ -7,12 +7,13 @@ runs, not last week's); otherwise the name is ambiguous and the error lists the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rota.errors import InvalidSpec, NotFound
 
 if TYPE_CHECKING:
     from rota.client import RawClient as Client
+    from rota.client.answers import JobAnswer
 
 ACTIVE = ("pending", "held", "starting", "running", "preempted")
 _LOOKUP_LIMIT = 1000
@@ -42,12 +43,12 @@ def resolve(c: Client, ref: str | int) -> int:
                       field="job")
 
 
-def _id(job: dict[str, Any]) -> int:
+def _id(job: JobAnswer) -> int:
     return int(job["id"])
 
 
 def matching(c: Client, *, user: str | None, name: str | None, states: list[str] | None,
-             ) -> list[dict[str, Any]]:
+             ) -> list[JobAnswer]:
     """Active jobs that match every filter given (``name``: the name contains it)."""
     wanted = [s for s in (states or ACTIVE)]
     bad = [s for s in wanted if s not in ACTIVE]

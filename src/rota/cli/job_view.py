@@ -15,8 +15,24 @@ from rota.cli.common import emit, run_cli
 from rota.cli.fmt import add_row, fmt_gpus, fmt_time, styled_state
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Group
     from rich.table import Table
+
+    from rota.client.answers import (
+        AttemptAnswer,
+        EventAnswer,
+        JobDetailAnswer,
+        SpecAnswer,
+        TrackingAnswer,
+        WhyAnswer,
+    )
+
+    class ShownJob(JobDetailAnswer):
+        """What `rota show` shows (and prints with --json): the job and its events."""
+
+        events: list[EventAnswer]
 
 JOB_ARG = typer.Argument(..., metavar="JOB", help="the job's id or name")
 
@@ -30,19 +46,20 @@ def _grid() -> Table:
     return t
 
 
-def _spec_lines(spec: dict[str, Any]) -> Table:
+def _spec_lines(spec: SpecAnswer) -> Table:
     from rota.units import format_duration, format_memory
 
     t = _grid()
     cmd = spec["command"]
-    add_row(t, "command", cmd[0] if spec.get("shell") else shlex.join(cmd))
-    for key, value in spec.items():
+    add_row(t, "command", cmd[0] if spec["shell"] else shlex.join(cmd))
+    every: Mapping[str, Any] = spec  # each field, those this CLI does not know of too
+    for key, value in every.items():
         if key == "gpus":
             add_row(t, key, fmt_gpus(value))
             continue
         if key in ("command", "name") or value in (None, False, [], {}, "none"):
             continue
-        if key.startswith("retry_backoff") and not spec.get("retries"):
+        if key.startswith("retry_backoff") and not spec["retries"]:
             continue
         if key in ("grace", "retry_backoff", "retry_backoff_max", "time_limit"):
             value = format_duration(value)
@@ -56,34 +73,36 @@ def _spec_lines(spec: dict[str, Any]) -> Table:
     return t
 
 
-def _attempt_line(a: dict[str, Any], now: float) -> str:
+def _attempt_line(a: AttemptAnswer, now: float) -> str:
     """One attempt in a sentence-like line: `#1 GPU 0 (share 1) 12:03:01-12:05:11 2m10s
     exit 0 completed, peak 3.2G, local pid 4242`."""
     from rota.units import format_duration, format_memory
 
-    took = (a["ended_at"] or now) - a["started_at"] if a.get("started_at") else None
-    gpus = ",".join(map(str, a.get("gpus") or []))
+    started, ended = a["started_at"], a["ended_at"]
+    took = (ended or now) - started if started else None
+    gpus = ",".join(map(str, a["gpus"]))
     where = f"GPU {gpus}" if gpus and "," not in gpus else f"GPUs {gpus}" if gpus else "CPU"
-    exit_text = (f"exit {a['exit_code']}" if a.get("exit_code") is not None
-                 else f"signal {a['signal']}" if a.get("signal") else "")
-    when = fmt_time(a.get("started_at"), short=True)
-    if a.get("ended_at"):
-        when += f" to {fmt_time(a['ended_at'], short=True)}"
+    exit_text = (f"exit {a['exit_code']}" if a["exit_code"] is not None
+                 else f"signal {a['signal']}" if a["signal"] else "")
+    when = fmt_time(started, short=True)
+    if ended:
+        when += f" to {fmt_time(ended, short=True)}"
     parts = [f"#{a['number']}", f"{where} (share {a['fraction']:g})", when,
-             format_duration(took), exit_text, a.get("outcome") or "running"]
+             format_duration(took), exit_text, a["outcome"] or "running"]
     line = " ".join(p for p in parts if p and p != "-")
     extra = []
-    if a.get("peak_gpu_mem"):
+    if a["peak_gpu_mem"]:
         extra.append(f"peak {format_memory(a['peak_gpu_mem'])}")
-    who = a.get("session") or (f"pid {a['pid']}" if a.get("pid") else "")
-    if a.get("backend") or who:
-        extra.append(" ".join(x for x in (a.get("backend") or "", who) if x))
-    if a.get("reason") and not str(a["reason"]).startswith("exit code"):
-        extra.append(str(a["reason"]))  # "exit code N" is said already
+    who = a["session"] or (f"pid {a['pid']}" if a["pid"] else "")
+    if a["backend"] or who:
+        extra.append(" ".join(x for x in (a["backend"], who) if x))
+    reason = a["reason"]
+    if reason and not reason.startswith("exit code"):
+        extra.append(reason)  # "exit code N" is said already
     return line + (", " + ", ".join(extra) if extra else "")
 
 
-def _attempts(attempts: list[dict[str, Any]]) -> Table:
+def _attempts(attempts: list[AttemptAnswer]) -> Table:
     from rich.table import Table
 
     t = Table.grid(padding=(0, 1))
@@ -94,7 +113,7 @@ def _attempts(attempts: list[dict[str, Any]]) -> Table:
     return t
 
 
-def _events_table(events: list[dict[str, Any]]) -> Table:
+def _events_table(events: list[EventAnswer]) -> Table:
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
@@ -104,12 +123,12 @@ def _events_table(events: list[dict[str, Any]]) -> Table:
     t.add_column("state", no_wrap=True)
     t.add_column("message", overflow="fold", ratio=1)
     for e in events:
-        move = f"{e['from'] or ''}->{e['to']}" if e.get("to") else ""
-        add_row(t, fmt_time(e["ts"], short=True), e["kind"], move, e.get("message") or "")
+        move = f"{e['from'] or ''}->{e['to']}" if e["to"] else ""
+        add_row(t, fmt_time(e["ts"], short=True), e["kind"], move, e["message"] or "")
     return t
 
 
-def render_job(job: dict[str, Any]) -> Group:
+def render_job(job: ShownJob) -> Group:
     from rich.console import Group
     from rich.text import Text
 
@@ -117,18 +136,20 @@ def render_job(job: dict[str, Any]) -> Group:
                          styled_state(job["state"]))
     facts = _grid()
     add_row(facts, "user", job["user"])
-    if job.get("project") or (job.get("spec") or {}).get("project"):
-        add_row(facts, "project", job.get("project") or job["spec"]["project"])
+    project = job["project"] or job["spec"]["project"]
+    if project:
+        add_row(facts, "project", project)
     add_row(facts, "priority", str(job["priority"]))
     gpus = fmt_gpus(job["gpus"])
-    if job.get("gpu_indices"):
+    if job["gpu_indices"]:
         gpus += " on " + ",".join(map(str, job["gpu_indices"]))
     add_row(facts, "gpus", gpus)
     add_row(facts, "source", job["source"])
     add_row(facts, "submitted", fmt_time(job["created_at"]))
-    if job.get("reason"):
-        add_row(facts, Text("waits", style="bold yellow"), job["reason"]["message"])
-    if job.get("end_reason") and job["state"] not in ("pending", "held", "running"):
+    reason = job.get("reason")
+    if reason:
+        add_row(facts, Text("waits", style="bold yellow"), reason["message"])
+    if job["end_reason"] and job["state"] not in ("pending", "held", "running"):
         add_row(facts, "ended", job["end_reason"])
     # URLs and paths are never folded: each tracker line is printed whole, so it can be
     # copied from any terminal width (the terminal wraps it, not Rota)
@@ -136,14 +157,14 @@ def render_job(job: dict[str, Any]) -> Group:
             for label, text in _tracking(job.get("tracking") or {})]
     parts: list[Any] = [head, facts, *runs, "", Text("spec", style="bold"),
                         _spec_lines(job["spec"])]
-    if job.get("attempts_detail"):
+    if job["attempts_detail"]:
         parts += ["", Text("attempts", style="bold"), _attempts(job["attempts_detail"])]
-    if job.get("events"):
+    if job["events"]:
         parts += ["", Text("timeline", style="bold"), _events_table(job["events"])]
     return Group(*parts)
 
 
-def _tracking(t: dict[str, Any]) -> list[tuple[str, str]]:
+def _tracking(t: TrackingAnswer) -> list[tuple[str, str]]:
     """Where the job's experiment-tracker runs are."""
     out = []
     ml = t.get("mlflow")
@@ -157,8 +178,8 @@ def _tracking(t: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("MLflow", "the run is being created"))
     wb = t.get("wandb")
     if wb:
-        where = wb.get("url") or (f"run {wb['run_id']} in project {wb['project']}"
-                                  + (f" of {wb['entity']}" if wb.get("entity") else ""))
+        where = wb["url"] or (f"run {wb['run_id']} in project {wb['project']}"
+                              + (f" of {wb['entity']}" if wb["entity"] else ""))
         if wb.get("offline_dir"):
             where += f" (offline: `wandb sync {wb['offline_dir']}` uploads it)"
         out.append(("W&B", where))
@@ -174,18 +195,17 @@ def show(job: str = JOB_ARG,
 
     with run_cli(json_out=json_out), client() as c:
         job_id = resolve(c, job)
-        data = c.job(job_id)
-        data["events"] = c.events(job_id)
+        data: ShownJob = {**c.job(job_id), "events": c.events(job_id)}
         emit(data, json_out, render_job)
 
 
-def why_sentence(d: dict[str, Any]) -> str:
+def why_sentence(d: WhyAnswer) -> str:
     """`job 7 waits: ...`, `job 7 is held: ...`, `job 7 runs on GPU 0 since 12:03 (2m10s)`.
 
     The daemon's message for a job that runs or ended is a predicate ("runs on GPU 0 since
     12:03", "completed at 12:05 with exit code 0 after 2m 10s"): it follows "job N".
     """
-    job, state, message = d["id"], d["state"], str(d.get("message") or "")
+    job, state, message = d["id"], d["state"], d["message"]
     if state == "pending":
         return f"job {job} waits: {message}" if message else f"job {job} waits"
     if state == "held":

@@ -78,7 +78,7 @@ def add(
         c = client()
         watched: str | None = None
         with contextlib.suppress(DaemonUnavailable):
-            watched = str(c.request("GET", "/v1/jobsfile")["path"])
+            watched = c.jobs_file()["path"]
         path = Path(jobs_file).absolute() if jobs_file else Path(watched or
                                                                    settings.jobs_file_path)
         number, before, after = _append_line(path, line)
@@ -107,9 +107,9 @@ def _queue_it(c: Client, out: dict[str, Any], notes: list[str], before: int,
     """Have the daemon read the file now; take the line out again if it refuses it."""
     path, number = Path(out["path"]), out["line"]
     status = c.reload_jobs_file()
-    mine = [e for e in status.get("errors", []) if e["line"] == number]
+    mine = [e for e in status["errors"] if e["line"] == number]
     source = f"{path}:{number}"
-    for jid in status.get("queued", []):
+    for jid in status["queued"]:
         if c.job(jid)["source"] == source:
             out["job"] = jid
     if mine:

@@ -10,13 +10,34 @@ import typer
 from rota.cli.common import apply_each, client, emit, run_cli
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
     from rich.console import Group
     from rich.text import Text
 
+    from rota.client.answers import (
+        GpuAnswer,
+        GpuPausedAnswer,
+        GpusAnswer,
+        HealthAnswer,
+        QueueAnswer,
+        Reservation,
+    )
     from rota.config import Settings
 
+    class GpusShown(GpusAnswer):
+        """`rota gpus`: the GPUs, and which of them are kept for a waiting job."""
 
-def _state(g: dict[str, Any]) -> Text:
+        reservations: list[Reservation]
+
+    class StatusShown(TypedDict):
+        """`rota status`: the daemon's health and the queue's totals."""
+
+        health: HealthAnswer
+        queue: QueueAnswer
+
+
+def _state(g: GpuAnswer) -> Text:
     """One word or two: `ok`, `paused`, `unhealthy`, `paused,unhealthy`."""
     from rich.text import Text
 
@@ -25,7 +46,7 @@ def _state(g: dict[str, Any]) -> Text:
                 "yellow" if g["paused"] else "green")
 
 
-def gpus_view(data: dict[str, Any]) -> Group:
+def gpus_view(data: GpusShown) -> Group:
     """The `rota gpus` table (fits 80 columns: short headers, values never cut) and a line
     saying where the readings come from."""
     from rich.box import SIMPLE_HEAD
@@ -41,7 +62,7 @@ def gpus_view(data: dict[str, Any]) -> Group:
                        ("kept for", False), ("state", False)):
         t.add_column(col, justify="right" if right else "left", no_wrap=col != "jobs",
                      overflow="fold")
-    kept = {i: f"job {r['job']}" for r in data.get("reservations", []) for i in r["gpus"]}
+    kept = {i: f"job {r['job']}" for r in data["reservations"] for i in r["gpus"]}
     for g in data["gpus"]:
         t.add_row(str(g["index"]),
                   f"{format_memory(g['memory_used'])}/{format_memory(g['memory_total'])}",
@@ -59,7 +80,7 @@ def gpus_view(data: dict[str, Any]) -> Group:
     note = (f"{kinds} ({source}). outside: memory held by processes Rota did not start; "
             "rota: memory kept for Rota's jobs")
     lines: list[Any] = [t, *(Text(x) for x in wrap_words(note, console_width()))]
-    if data.get("draining"):
+    if data["draining"]:
         lines.append(Text("draining: nothing new starts (`rota drain --off` ends it)",
                           style="bold yellow"))
     return Group(*lines)
@@ -68,13 +89,13 @@ def gpus_view(data: dict[str, Any]) -> Group:
 def gpus(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The GPUs: memory (outside use included), utilisation, Rota's share, jobs, state."""
     with run_cli(json_out=json_out), client() as c:
-        data = c.gpus()
-        data["reservations"] = c.queue_summary().get("reservations", [])
+        data: GpusShown = {**c.gpus(),
+                           "reservations": c.queue_summary()["reservations"]}
         emit(data, json_out, gpus_view)
 
 
 def _each_gpu(indices: list[int], paused: bool, json_out: bool) -> None:
-    def done(r: dict[str, Any]) -> str:
+    def done(r: GpuPausedAnswer) -> str:
         if paused:
             return f"paused GPU {r['index']}: running jobs stay, nothing new starts there"
         return f"resumed GPU {r['index']}"
@@ -104,12 +125,12 @@ def drain(off: bool = typer.Option(False, "--off", help="stop draining"),
              else "not draining: jobs start again")
 
 
-def _status_text(d: dict[str, Any]) -> Group:
+def _status_text(d: StatusShown) -> Group:
     from rich.console import Group
     from rich.text import Text
 
     h, q = d["health"], d["queue"]
-    counts = q.get("counts", {})
+    counts = q.get("counts") or {}
     order = ["pending", "held", "starting", "running", "preempted", "completed", "failed",
              "timeout", "cancelled"]
     shown = ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "no jobs yet"
@@ -118,11 +139,11 @@ def _status_text(d: dict[str, Any]) -> Group:
                       f"{h['gpus']} {h['devices']} GPU{'s' if h['gpus'] != 1 else ''}"),
         f"jobs: {shown}",
     ]
-    if q.get("reservations"):
+    if q["reservations"]:
         kept = "; ".join(f"GPUs {','.join(map(str, r['gpus']))} kept for job {r['job']}"
                          for r in q["reservations"])
         lines.append(f"reservations: {kept}")
-    if h.get("draining"):
+    if h["draining"]:
         lines.append(Text("draining: nothing new starts", style="bold yellow"))
     return Group(*lines)
 
@@ -130,7 +151,8 @@ def _status_text(d: dict[str, Any]) -> Group:
 def status(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Is the daemon up, and how many jobs are in each state."""
     with run_cli(json_out=json_out), client() as c:
-        emit({"health": c.health(), "queue": c.queue_summary()}, json_out, _status_text)
+        shown: StatusShown = {"health": c.health(), "queue": c.queue_summary()}
+        emit(shown, json_out, _status_text)
 
 
 def say_if_simulated(settings: Settings) -> None:
@@ -140,9 +162,9 @@ def say_if_simulated(settings: Settings) -> None:
 
     with client() as c:
         health = c.health()
-    if health.get("devices") != "simulated":
+    if health["devices"] != "simulated":
         return
-    n = health.get("gpus", 0)
+    n = health["gpus"]
     err_console.print(f"note: no NVIDIA GPU found, so the daemon simulates {n} GPU"
                       f"{'s' if n != 1 else ''} (no real hardware; `rota gpus` shows them, "
                       f"{settings.home / 'daemon.log'} says why; `rota server --simulate "

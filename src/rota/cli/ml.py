@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -21,6 +21,9 @@ from rota.cli.jobs import fmt_time
 from rota.cli.ml_text import ended_text, progress_text
 from rota.errors import InvalidSpec, RotaError
 from rota.units import format_duration, format_memory, parse_memory
+
+if TYPE_CHECKING:
+    from rota.client.answers import CheckpointsAnswer, JobAnswer, MetricsAnswer
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
@@ -38,9 +41,9 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARKS[round((m - lo) / (hi - lo) * (len(SPARKS) - 1))] for m in means)
 
 
-def metrics_table(data: dict[str, Any], job: dict[str, Any] | None = None) -> Table | str:
-    series: dict[str, list[list[Any]]] = data["series"]
-    head = progress_text(data.get("progress"), ended_text(job) if job else None)
+def metrics_table(data: MetricsAnswer, job: JobAnswer | None = None) -> Table | str:
+    series = data["series"]
+    head = progress_text(data["progress"], ended_text(job) if job else None)
     if not series:
         return f"job {data['id']}: no metrics yet" + (f" ({head})" if head else "")
     t = Table(title=f"job {data['id']}" + (f": {head}" if head else ""), title_justify="left",
@@ -73,7 +76,7 @@ def metrics(job: str = JOB_ARG,
         emit(data, json_out, lambda d: metrics_table(d, row))
 
 
-def checkpoints_table(data: dict[str, Any]) -> Table | str:
+def checkpoints_table(data: CheckpointsAnswer) -> Table | str:
     rows = data["checkpoints"]
     if not rows:
         return (f"job {data['id']}: no checkpoints found (give the job --checkpoint-dir, or "
@@ -83,7 +86,7 @@ def checkpoints_table(data: dict[str, Any]) -> Table | str:
         t.add_column(col, justify="right" if col in ("step", "size") else "left",
                      overflow="fold")
     for c in rows:
-        mark = " (resume)" if c["path"] == data.get("resume_from") else ""
+        mark = " (resume)" if c["path"] == data["resume_from"] else ""
         t.add_row("-" if c["step"] is None else str(c["step"]), format_memory(c["size"]),
                   fmt_time(c["mtime"], short=True),
                   ("yes" if c["valid"] else "no (being written?)") + mark, c["path"])
@@ -125,9 +128,9 @@ def _past_runs(script: Path) -> list[float]:
             jobs = c.jobs(states=["completed"], limit=1000)
     except RotaError:
         return []
-    return [j["ended_at"] - j["started_at"] for j in jobs
-            if j.get("started_at") and j.get("ended_at")
-            and any(Path(word).name == script.name for word in j.get("command", []))]
+    return [end - start for j in jobs
+            if (start := j["started_at"]) and (end := j["ended_at"])
+            and any(Path(word).name == script.name for word in j["command"])]
 
 
 def advice_text(data: dict[str, Any]) -> str:
@@ -219,11 +222,11 @@ def tensorboard(job: str = JOB_ARG,
     with run_cli(json_out=False), client() as c:
         job_id = resolve(c, job)
         spec = c.job(job_id)["spec"]
-        where = spec.get("tensorboard_dir")
+        where = spec["tensorboard_dir"]
         if not where:
             raise InvalidSpec(f"job {job_id} has no tensorboard_dir; submit it with "
                               "--tensorboard-dir DIR", field="tensorboard_dir")
-        logdir = where if os.path.isabs(where) else os.path.join(spec.get("cwd") or ".", where)
+        logdir = where if os.path.isabs(where) else os.path.join(spec["cwd"] or ".", where)
         exe = shutil.which("tensorboard")
         if exe is not None:
             argv = [exe]

@@ -6,45 +6,48 @@ runs on the fast lane (rota.cli.fast); `rota metrics` (rota.cli.ml) says it too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rota.units import format_duration
+
+if TYPE_CHECKING:
+    from rota.client.answers import JobAnswer, ProgressAnswer
 
 #: How an ended job's run time is told, by its state.
 ENDED_WORDS = {"completed": "completed in", "failed": "failed after",
                "cancelled": "cancelled after", "timeout": "timed out after"}
 
 
-def ended_text(job: dict[str, Any]) -> str | None:
+def ended_text(job: JobAnswer) -> str | None:
     """``completed in 2m13s`` for a job that has ended, None for one that has not."""
-    words = ENDED_WORDS.get(str(job.get("state")))
+    words = ENDED_WORDS.get(job["state"])
     if words is None:
         return None
-    start, end = job.get("started_at"), job.get("ended_at")
+    start, end = job["started_at"], job["ended_at"]
     if start is None or end is None:
         return words.split()[0]  # ended without running (cancelled while pending)
     return f"{words} {format_duration(max(0.0, end - start))}"
 
 
-def progress_text(p: dict[str, Any] | None, ended: str | None = None) -> str:
+def progress_text(p: ProgressAnswer | None, ended: str | None = None) -> str:
     """``45% step 450/1000, 14.8 steps/s, ETA 37s`` from a job's progress; for a job that
     has ended (``ended``: how, from ended_text) no rate or time left, but how it ended."""
     if ended is not None:
-        return ", ".join(x for x in (progress_text(
-            {k: v for k, v in (p or {}).items() if k not in ("rate", "eta_s")}), ended) if x)
+        still: ProgressAnswer | None = {**p, "rate": None, "eta_s": None} if p else None
+        return ", ".join(x for x in (progress_text(still), ended) if x)
     if not p:
         return ""
     parts = []
-    if p.get("fraction") is not None:
-        parts.append(f"{100 * p['fraction']:.0f}%")
-    if p.get("step") is not None:
-        parts.append(f"step {p['step']}" + (f"/{p['total_steps']}" if p.get("total_steps") else ""))
-    if p.get("epoch") is not None:
-        parts.append(f"epoch {p['epoch']:g}"
+    if (fraction := p.get("fraction")) is not None:
+        parts.append(f"{100 * fraction:.0f}%")
+    if (step := p.get("step")) is not None:
+        parts.append(f"step {step}" + (f"/{p['total_steps']}" if p.get("total_steps") else ""))
+    if (epoch := p.get("epoch")) is not None:
+        parts.append(f"epoch {epoch:g}"
                      + (f"/{p['total_epochs']}" if p.get("total_epochs") else ""))
     rate = p.get("rate")
     if rate:
         parts.append(f"{rate:.3g} steps/s" if rate >= 1 else f"{1 / rate:.3g} s/step")
-    if p.get("eta_s") is not None:
-        parts.append(f"ETA {format_duration(p['eta_s'])}")
+    if (eta := p.get("eta_s")) is not None:
+        parts.append(f"ETA {format_duration(eta)}")
     return ", ".join(parts)

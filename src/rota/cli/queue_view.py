@@ -17,8 +17,12 @@ from rota.cli.common import emit, run_cli
 from rota.cli.fmt import STATE_STYLE, console_width, fmt_gpus, job_clock, wrap_words
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Group
     from rich.text import Text
+
+    from rota.client.answers import JobAnswer, QueueAnswer
 
 ACTIVE_STATES = ["pending", "held", "starting", "running", "preempted"]
 _RANK = {"running": 0, "starting": 0, "preempted": 0, "pending": 1, "held": 2}
@@ -29,9 +33,9 @@ _GAP = "  "
 _SECTIONS = ("running_jobs", "waiting_jobs", "held_jobs")
 
 
-def queue_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def queue_order(jobs: list[JobAnswer]) -> list[JobAnswer]:
     """Running first, then waiting jobs in the order they would start, then held, then done."""
-    def key(j: dict[str, Any]) -> tuple[int, int, int]:
+    def key(j: JobAnswer) -> tuple[int, int, int]:
         rank = _RANK.get(j["state"], 3)
         if rank == 1:
             return (rank, j["priority"], j["id"])
@@ -39,29 +43,29 @@ def queue_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(jobs, key=key)
 
 
-def short_reason(job: dict[str, Any]) -> str:
+def short_reason(job: JobAnswer) -> str:
     """Why it waits, how it ended, or how far it has come."""
     state = job["state"]
     if state in ("pending", "held"):
-        return str((job.get("reason") or {}).get("message", ""))
+        reason = job.get("reason")
+        return reason["message"] if reason else ""
     if state in ("failed", "timeout", "cancelled"):
-        return str(job.get("end_reason") or "")
+        return job["end_reason"] or ""
     if state == "running":
         from rota.cli.ml_text import progress_text
 
-        return progress_text(job.get("progress"))
+        return progress_text(job["progress"])
     return ""
 
 
-def _cells(job: dict[str, Any], now: float, wide: bool) -> dict[str, str]:
-    on = ",".join(map(str, job.get("gpu_indices") or []))
+def _cells(job: JobAnswer, now: float, wide: bool) -> dict[str, str]:
+    on = ",".join(map(str, job["gpu_indices"]))
     gpus = fmt_gpus(job["gpus"])
     cells = {"id": str(job["id"]), "name": str(job["name"]), "user": str(job["user"]),
              "state": str(job["state"]), "prio": str(job["priority"])}
     if wide:
         cells |= {"gpus": gpus, "on": on or "-", "time": job_clock(job, now),
-                  "project": str(job.get("project") or "-"),
-                  "tags": ",".join(job.get("tags") or []) or "-"}
+                  "project": job["project"] or "-", "tags": ",".join(job["tags"]) or "-"}
     else:  # "1 on 0,1": one column for how many and where
         cells |= {"gpus": f"{gpus} on {on}" if on else gpus, "time": job_clock(job, now)}
     return cells
@@ -71,7 +75,7 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def queue_lines(jobs: list[dict[str, Any]], *, width: int | None = None, wide: bool = False,
+def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool = False,
                 title: str | None = None) -> Group:
     """The `rota queue` table (also used by `rota demo`) as lines that fit ``width``
     (no limit with ``wide``)."""
@@ -125,7 +129,7 @@ def _line(cells: dict[str, str], heads: list[str], widths: dict[str, int], *,
     return out
 
 
-def queue_table(jobs: list[dict[str, Any]], *, title: str | None = None) -> Group:
+def queue_table(jobs: list[JobAnswer], *, title: str | None = None) -> Group:
     """The queue at the terminal's width (kept for `rota demo`)."""
     return queue_lines(jobs, width=console_width(), title=title)
 
@@ -174,25 +178,26 @@ def queue(
         _watch(draw, watch)
 
 
-def page_jobs(answer: dict[str, Any]) -> list[dict[str, Any]]:
+def page_jobs(answer: QueueAnswer) -> list[JobAnswer]:
     """The jobs of a GET /v1/queue answer as `rota queue` lists them."""
-    return [job for key in _SECTIONS for job in answer.get(key, [])]
+    return [*answer.get("running_jobs", []), *answer.get("waiting_jobs", []),
+            *answer.get("held_jobs", [])]
 
 
-def page_json(answer: dict[str, Any]) -> dict[str, Any]:
+def page_json(answer: QueueAnswer) -> dict[str, Any]:
     """`rota queue --json` of a GET /v1/queue answer: its jobs under ``jobs`` in the order
     the table lists them (running, waiting, held), its totals beside."""
     rest = {k: v for k, v in answer.items() if k not in _SECTIONS}
     return {"jobs": page_jobs(answer), **rest}
 
 
-def list_json(jobs: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+def list_json(jobs: list[JobAnswer], limit: int) -> dict[str, Any]:
     """`rota queue --all/--state/--user/--name --json`: the same shape as page_json with
     what a filtered list knows (``more``: --limit was reached, so there may be more)."""
     return {"jobs": jobs, "limit": limit, "more": len(jobs) >= limit}
 
 
-def more_lines(answer: dict[str, Any]) -> list[str]:
+def more_lines(answer: QueueAnswer) -> list[str]:
     """What the page leaves out: '… and 999,800 more waiting (...)'."""
     out = []
     waiting = answer["pending"] - answer["offset"] - len(answer.get("waiting_jobs", []))
@@ -204,7 +209,7 @@ def more_lines(answer: dict[str, Any]) -> list[str]:
     return out
 
 
-def _page_lines(answer: dict[str, Any], wide: bool) -> Group | None:
+def _page_lines(answer: QueueAnswer, wide: bool) -> Group | None:
     from rich.console import Group
     from rich.text import Text
 
@@ -215,7 +220,7 @@ def _page_lines(answer: dict[str, Any], wide: bool) -> Group | None:
     return Group(table, *(Text(line, style="dim") for line in more_lines(answer)))
 
 
-def _watch(draw: Any, every: float) -> None:
+def _watch(draw: Callable[[], None], every: float) -> None:
     """Draw, wait, draw again until Ctrl-C (which ends it quietly, exit 0)."""
     import datetime
 

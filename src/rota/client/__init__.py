@@ -1,7 +1,8 @@
 """Talking to a Rota daemon from Python.
 
-The public SDK is :class:`rota.Client` / :class:`rota.AsyncClient` (typed models); this
-package also holds :class:`RawClient`, the dict-level client the CLI uses.
+The public SDK is :class:`rota.Client` / :class:`rota.AsyncClient` (pydantic models); this
+package also holds :class:`RawClient`, the typed wire client the CLI uses: the daemon's
+JSON as plain dicts, typed by the TypedDicts of :mod:`rota.client.answers`.
 """
 
 from __future__ import annotations

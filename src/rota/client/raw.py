@@ -1,5 +1,6 @@
-"""The dict-level client the CLI uses: the daemon's JSON as it comes, over the same
-transport (socket or URL, token, error mapping) as the typed SDK, :class:`rota.Client`."""
+"""The typed wire client the CLI uses: the daemon's JSON as it comes, typed as the
+TypedDicts of :mod:`rota.client.answers`, over the same transport (socket or URL, token,
+error mapping) as the SDK's :class:`rota.Client`, which gives pydantic models instead."""
 
 from __future__ import annotations
 
@@ -10,13 +11,49 @@ from typing import TYPE_CHECKING, Any
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._wire import Timeout, WireTransport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from pathlib import Path
+
+    from rota.client.answers import (
+        CheckpointsAnswer,
+        DrainAnswer,
+        EventAnswer,
+        GpuPausedAnswer,
+        GpusAnswer,
+        HealthAnswer,
+        JobAnswer,
+        JobDetailAnswer,
+        JobsFileAnswer,
+        JobStateAnswer,
+        LogAnswer,
+        MetricPoint,
+        MetricsAnswer,
+        MetricsPageAnswer,
+        NewTokenAnswer,
+        QueueAnswer,
+        RequeueAnswer,
+        SecretDeletedAnswer,
+        SecretsAnswer,
+        SecretSetAnswer,
+        SessionAnswer,
+        ShutdownAnswer,
+        SimulateAnswer,
+        StatsAnswer,
+        SubmitAnswer,
+        TokenAnswer,
+        TokensAnswer,
+        UserAnswer,
+        UserRemovedAnswer,
+        UsersAnswer,
+        WaitAnswer,
+        WhyAnswer,
+    )
 
 
 class RawClient:
-    """Plain dicts in and out, for code that passes the daemon's answers on unchanged
-    (``rota ... --json``). Programs should use :class:`rota.Client`."""
+    """The daemon's answers as plain dicts whose shape mypy knows (rota.client.answers):
+    nothing is parsed or copied beyond the JSON, so the CLI pays nothing for the types.
+    Programs that want objects (datetimes, enums, helpers) use :class:`rota.Client`."""
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
                  url: str | None = None, token: str | None = None,
@@ -38,16 +75,17 @@ class RawClient:
         self.close()
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
+        """Any endpoint, its answer untyped (the methods below type theirs)."""
         return self._t.request(method, path, **kw)
 
     # --- jobs ----------------------------------------------------------------------------
     def submit(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-               dedup: bool = False, force: bool = False) -> list[dict[str, Any]]:
-        return list(self.submit_full(jobs, idempotency_key=idempotency_key, dedup=dedup,
-                                     force=force)["jobs"])
+               dedup: bool = False, force: bool = False) -> list[JobAnswer]:
+        return self.submit_full(jobs, idempotency_key=idempotency_key, dedup=dedup,
+                                force=force)["jobs"]
 
     def submit_full(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                    dedup: bool = False, force: bool = False) -> dict[str, Any]:
+                    dedup: bool = False, force: bool = False) -> SubmitAnswer:
         """The whole answer: ``jobs``, and ``warnings`` about their sizes when there are any.
         ``force``: accept a job this machine cannot run now (it waits until the GPUs
         change) instead of refusing it."""
@@ -55,10 +93,10 @@ class RawClient:
                                 "dedup": dedup}
         if force:
             body["force"] = True
-        return dict(self.request("POST", "/v1/jobs", json=body))
+        return self.request("POST", "/v1/jobs", json=body)
 
     def jobs(self, *, states: list[str] | None = None, user: str | None = None,
-             name: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+             name: str | None = None, limit: int = 200) -> list[JobAnswer]:
         params: dict[str, Any] = {"limit": limit}
         if states:
             params["state"] = states
@@ -66,38 +104,38 @@ class RawClient:
             params["user"] = user
         if name:
             params["name"] = name
-        return list(self.request("GET", "/v1/jobs", params=params)["jobs"])
+        return self.request("GET", "/v1/jobs", params=params)["jobs"]
 
-    def job(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v1/jobs/{job_id}"))
+    def job(self, job_id: int) -> JobDetailAnswer:
+        return self.request("GET", f"/v1/jobs/{job_id}")
 
-    def events(self, job_id: int) -> list[dict[str, Any]]:
-        return list(self.request("GET", f"/v1/jobs/{job_id}/events")["events"])
+    def events(self, job_id: int) -> list[EventAnswer]:
+        return self.request("GET", f"/v1/jobs/{job_id}/events")["events"]
 
-    def why(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v1/jobs/{job_id}/why"))
+    def why(self, job_id: int) -> WhyAnswer:
+        return self.request("GET", f"/v1/jobs/{job_id}/why")
 
-    def cancel(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/jobs/{job_id}/cancel"))
+    def cancel(self, job_id: int) -> JobStateAnswer:
+        return self.request("POST", f"/v1/jobs/{job_id}/cancel")
 
-    def preempt(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/jobs/{job_id}/preempt"))
+    def preempt(self, job_id: int) -> JobStateAnswer:
+        return self.request("POST", f"/v1/jobs/{job_id}/preempt")
 
-    def requeue(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/jobs/{job_id}/requeue"))
+    def requeue(self, job_id: int) -> RequeueAnswer:
+        return self.request("POST", f"/v1/jobs/{job_id}/requeue")
 
-    def hold(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/jobs/{job_id}/hold"))
+    def hold(self, job_id: int) -> JobStateAnswer:
+        return self.request("POST", f"/v1/jobs/{job_id}/hold")
 
-    def release(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/jobs/{job_id}/release"))
+    def release(self, job_id: int) -> JobStateAnswer:
+        return self.request("POST", f"/v1/jobs/{job_id}/release")
 
-    def wait(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, job_id: int, timeout: float | None = None) -> WaitAnswer:
         """Block until the job ends (or the timeout passes); long-polls the daemon."""
         while True:
             step = 60.0 if timeout is None else min(timeout, 60.0)
-            res = dict(self.request("GET", f"/v1/jobs/{job_id}/wait",
-                                    params={"timeout": step}, timeout=step + 30))
+            res: WaitAnswer = self.request("GET", f"/v1/jobs/{job_id}/wait",
+                                           params={"timeout": step}, timeout=step + 30)
             if res["done"]:
                 return res
             if timeout is not None:
@@ -105,25 +143,25 @@ class RawClient:
                 if timeout <= 0:
                     return res
 
-    def logs(self, job_id: int, offset: int = 0) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset}))
+    def logs(self, job_id: int, offset: int = 0) -> LogAnswer:
+        return self.request("GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset})
 
-    def metrics(self, job_id: int, names: list[str] | None = None) -> dict[str, Any]:
+    def metrics(self, job_id: int, names: list[str] | None = None) -> MetricsAnswer:
         """Every sample of the job's metrics (all pages), merged per metric."""
-        out: dict[str, Any] = {"series": {}}
+        series: dict[str, list[MetricPoint]] = {}
         after = 0
         while True:
-            page = dict(self.request("GET", f"/v1/jobs/{job_id}/metrics",
-                                     params={"name": names or [], "after": after}))
+            page: MetricsPageAnswer = self.request(
+                "GET", f"/v1/jobs/{job_id}/metrics",
+                params={"name": names or [], "after": after})
             for name, points in page["series"].items():
-                out["series"].setdefault(name, []).extend(points)
-            out.update(id=page["id"], progress=page["progress"])
+                series.setdefault(name, []).extend(points)
             if not page["more"]:
-                return out
+                return {"series": series, "id": page["id"], "progress": page["progress"]}
             after = page["next"]
 
-    def checkpoints(self, job_id: int) -> dict[str, Any]:
-        return dict(self.request("GET", f"/v1/jobs/{job_id}/checkpoints"))
+    def checkpoints(self, job_id: int) -> CheckpointsAnswer:
+        return self.request("GET", f"/v1/jobs/{job_id}/checkpoints")
 
     def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
         with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs",
@@ -131,47 +169,83 @@ class RawClient:
             yield from resp.iter_bytes()
 
     def attach_argv(self, job_id: int) -> list[str]:
-        return list(self.request("GET", f"/v1/jobs/{job_id}/attach")["argv"])
+        return self.request("GET", f"/v1/jobs/{job_id}/attach")["argv"]
 
     # --- machine -------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/v1/health"))
+    def health(self) -> HealthAnswer:
+        return self.request("GET", "/v1/health")
 
-    def gpus(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/v1/gpus"))
+    def gpus(self) -> GpusAnswer:
+        return self.request("GET", "/v1/gpus")
 
-    def pause(self, index: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/gpus/{index}/pause"))
+    def pause(self, index: int) -> GpuPausedAnswer:
+        return self.request("POST", f"/v1/gpus/{index}/pause")
 
-    def resume(self, index: int) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/gpus/{index}/resume"))
+    def resume(self, index: int) -> GpuPausedAnswer:
+        return self.request("POST", f"/v1/gpus/{index}/resume")
 
-    def simulate(self, index: int, **fault: Any) -> dict[str, Any]:
-        return dict(self.request("POST", f"/v1/gpus/{index}/simulate", json=fault))
+    def simulate(self, index: int, **fault: Any) -> SimulateAnswer:
+        return self.request("POST", f"/v1/gpus/{index}/simulate", json=fault)
 
-    def drain(self, on: bool = True) -> dict[str, Any]:
-        return dict(self.request("POST", "/v1/drain", params={"on": on}))
+    def drain(self, on: bool = True) -> DrainAnswer:
+        return self.request("POST", "/v1/drain", params={"on": on})
 
-    def queue_summary(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/v1/queue"))
+    def queue_summary(self) -> QueueAnswer:
+        """The totals only (counts per state, no job lists)."""
+        return self.request("GET", "/v1/queue")
 
-    def queue(self, *, limit: int = 200, offset: int = 0,
-              counts: bool = True) -> dict[str, Any]:
+    def queue(self, *, limit: int = 200, offset: int = 0, counts: bool = True) -> QueueAnswer:
         """Totals, the jobs on GPUs, ``limit`` waiting jobs from ``offset`` in the order
         they will start (with why they wait), and the oldest held ones; ``counts=False``
         leaves out the counts per state (they read every job's row)."""
-        return dict(self.request("GET", "/v1/queue", params={
-            "limit": limit, "offset": offset, "counts": counts}))
+        return self.request("GET", "/v1/queue", params={
+            "limit": limit, "offset": offset, "counts": counts})
 
-    def sessions(self) -> list[dict[str, Any]]:
-        return list(self.request("GET", "/v1/sessions")["sessions"])
+    def sessions(self) -> list[SessionAnswer]:
+        return self.request("GET", "/v1/sessions")["sessions"]
 
-    def reload_jobs_file(self) -> dict[str, Any]:
-        return dict(self.request("POST", "/v1/jobsfile/reload"))
+    def jobs_file(self) -> JobsFileAnswer:
+        return self.request("GET", "/v1/jobsfile")
 
-    def stats(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/v1/stats"))
+    def reload_jobs_file(self) -> JobsFileAnswer:
+        return self.request("POST", "/v1/jobsfile/reload")
 
-    def shutdown(self) -> dict[str, Any]:
-        return dict(self.request("POST", "/v1/shutdown"))
+    def stats(self) -> StatsAnswer:
+        return self.request("GET", "/v1/stats")
 
+    def shutdown(self) -> ShutdownAnswer:
+        return self.request("POST", "/v1/shutdown")
+
+    # --- users, tokens, secrets ----------------------------------------------------------
+    def users(self) -> UsersAnswer:
+        return self.request("GET", "/v1/users")
+
+    def add_user(self, name: str, *, admin: bool = False) -> UserAnswer:
+        return self.request("POST", "/v1/users", json={"name": name, "admin": admin})
+
+    def remove_user(self, name: str, *, cancel_jobs: bool = False) -> UserRemovedAnswer:
+        return self.request("DELETE", f"/v1/users/{name}",
+                            params={"cancel_jobs": cancel_jobs})
+
+    def tokens(self) -> TokensAnswer:
+        return self.request("GET", "/v1/tokens")
+
+    def create_token(self, user: str | None = None, note: str | None = None) -> NewTokenAnswer:
+        return self.request("POST", "/v1/tokens", json={"user": user, "note": note})
+
+    def revoke_token(self, token_id: int) -> TokenAnswer:
+        return self.request("POST", f"/v1/tokens/{token_id}/revoke")
+
+    def secrets(self, user: str | None = None) -> SecretsAnswer:
+        """Names and dates (never values); another user's needs an admin."""
+        return self.request("GET", "/v1/secrets", params=_user(user))
+
+    def put_secret(self, name: str, value: str, *, user: str | None = None) -> SecretSetAnswer:
+        return self.request("PUT", f"/v1/secrets/{name}", json={"value": value, "user": user})
+
+    def delete_secret(self, name: str, *, user: str | None = None) -> SecretDeletedAnswer:
+        return self.request("DELETE", f"/v1/secrets/{name}", params=_user(user))
+
+
+def _user(user: str | None) -> dict[str, Any] | None:
+    return {"user": user} if user else None

@@ -1,0 +1,456 @@
+"""The daemon's JSON answers as they come over the wire, described as TypedDicts.
+
+:class:`rota.client.RawClient` (the client the CLI uses) returns these: plain dicts at
+run time, so they cost nothing to build or import, yet mypy checks every key the CLI
+reads. The SDK's :class:`rota.Client` turns the same answers into pydantic models
+(rota.client.models), with datetimes; here times stay epoch seconds, as sent.
+
+Only ``typing`` is imported, and the CLI imports this module under ``TYPE_CHECKING``
+only. The annotations are evaluated (no ``from __future__ import annotations``), so each
+class's ``__required_keys__`` is right at run time for tools that read it.
+tests/sdk/test_answer_types.py holds these types to the daemon's OpenAPI document and
+to its real answers, so a field added or renamed on the server fails until they follow.
+"""
+
+from typing import Literal, NotRequired, TypedDict
+
+__all__ = [
+    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
+    "DrainAnswer", "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuPausedAnswer",
+    "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer", "JobListAnswer",
+    "JobStateAnswer", "JobStateName", "JobsFileAnswer", "JobsFileError", "LogAnswer",
+    "MetricPoint", "MetricsAnswer", "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer",
+    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "ReportedCheckpoint", "RequeueAnswer",
+    "Reservation", "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer",
+    "SessionAnswer", "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer", "SpecAnswer",
+    "StatsAnswer", "SubmitAnswer", "TokenAnswer", "TokensAnswer", "TrackingAnswer",
+    "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer", "WandbRun", "WhyAnswer",
+]
+
+#: a job's state (rota.core.lifecycle.JobState's values)
+JobStateName = Literal["pending", "held", "starting", "running", "preempted", "completed",
+                       "failed", "timeout", "cancelled"]
+
+
+# --- one job -------------------------------------------------------------------------------
+class ReasonAnswer(TypedDict):
+    """Why a job waits; ``until`` and ``blocker`` come with a pass's reasons only."""
+
+    code: str
+    message: str
+    until: NotRequired[float | None]  # backoff: when it may start
+    blocker: NotRequired[int | None]  # dependency / priority: the job it waits for
+
+
+class ReportedCheckpoint(TypedDict):
+    """The last checkpoint the job reported through rota.job."""
+
+    path: str
+    step: int | None
+    ts: float
+
+
+class ProgressAnswer(TypedDict):
+    """How far the job's output says it has got (the whole thing is None until then)."""
+
+    attempt: int | None
+    step: int | None
+    total_steps: int | None
+    epoch: float | None
+    total_epochs: int | None
+    fraction: float | None
+    rate: float | None  # steps per second
+    eta_s: float | None
+    updated_at: float | None
+    checkpoint: ReportedCheckpoint | None
+
+
+class MlflowRun(TypedDict, total=False):
+    """The job's MLflow run: made (run_id ...), failed (error), or not yet (state)."""
+
+    run_id: str
+    experiment_id: str
+    experiment: str
+    uri: str
+    url: str | None
+    error: str
+    state: str
+
+
+class WandbRun(TypedDict):
+    run_id: str
+    project: str
+    entity: str | None
+    url: str | None
+    offline_dir: NotRequired[str]
+
+
+class TrackingAnswer(TypedDict, total=False):
+    mlflow: MlflowRun
+    wandb: WandbRun
+
+
+class JobAnswer(TypedDict):
+    """A job as lists show it (GET /v1/jobs, the queue, a submit's answer)."""
+
+    id: int
+    name: str
+    command: list[str]
+    user: str
+    state: JobStateName
+    priority: int
+    gpus: float
+    gpu_mem: int | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempts: int  # how many; the attempts themselves: JobDetailAnswer.attempts_detail
+    exit_code: int | None
+    end_reason: str | None
+    source: str
+    session: str
+    time_limit: float | None
+    project: str | None
+    tags: list[str]
+    gpu_indices: list[int]
+    progress: ProgressAnswer | None
+    tracking: NotRequired[TrackingAnswer]
+    reason: NotRequired[ReasonAnswer]  # a waiting or held job's
+
+
+class SpecAnswer(TypedDict):
+    """A job's spec as stored (rota.core.spec.JobSpec), secret env values masked."""
+
+    command: list[str]
+    name: str | None
+    shell: bool
+    gpus: float
+    gpu_mem: int | None
+    llm: str | None
+    priority: int
+    allowed_gpus: list[int] | None
+    conda: str | None
+    cwd: str | None
+    env: dict[str, str]
+    secret_env: list[str]
+    secrets: dict[str, str]
+    time_limit: float | None
+    grace: float
+    retries: int
+    retry_backoff: float
+    retry_backoff_max: float
+    after: list[int]
+    hold: bool
+    session: Literal["none", "tmux", "screen"]
+    cuda_arg: bool
+    tags: list[str]
+    project: str | None
+    preemptible: bool
+    stop_signal: str
+    checkpoint_dir: str | None
+    tensorboard_dir: str | None
+    mlflow: bool | None
+    mlflow_experiment: str | None
+    wandb: bool
+    wandb_project: str | None
+    wandb_entity: str | None
+    metric_patterns: list[str]
+
+
+class AttemptAnswer(TypedDict):
+    """One run of a job (a retry or a requeue is another)."""
+
+    number: int
+    gpus: list[int]
+    fraction: float  # of each GPU
+    gpu_mem: int | None
+    backend: str
+    started_at: float
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    outcome: str | None
+    reason: str | None
+    peak_gpu_mem: int | None
+    pid: int | None
+    session: str | None
+
+
+class JobDetailAnswer(JobAnswer):
+    """GET /v1/jobs/{id}: the job with its spec and every attempt."""
+
+    spec: SpecAnswer
+    attempts_detail: list[AttemptAnswer]
+
+
+class JobListAnswer(TypedDict):
+    """GET /v1/jobs: newest first; ``next`` is the ``before`` of the next page."""
+
+    jobs: list[JobAnswer]
+    next: int | None
+
+
+class SubmitAnswer(TypedDict):
+    """POST /v1/jobs."""
+
+    jobs: list[JobAnswer]
+    warnings: NotRequired[list[str]]
+
+
+class WhyAnswer(TypedDict):
+    """GET /v1/jobs/{id}/why: a waiting job's reason, or what it does or how it ended."""
+
+    id: int
+    state: JobStateName
+    code: str
+    message: str
+    until: NotRequired[float | None]
+    blocker: NotRequired[int | None]
+
+
+#: a line of a job's history ("from" is a keyword, hence this form)
+EventAnswer = TypedDict("EventAnswer", {
+    "ts": float, "kind": str, "from": str | None, "to": str | None, "message": str | None})
+
+
+class EventsAnswer(TypedDict):
+    events: list[EventAnswer]
+
+
+class JobStateAnswer(TypedDict):
+    """What cancel, hold, release and preempt answer: the job's state now."""
+
+    id: int
+    state: JobStateName
+
+
+class RequeueAnswer(TypedDict):
+    requeued: int
+    job: JobAnswer  # the same job (it was running) or a new one (it had ended)
+
+
+class WaitAnswer(TypedDict):
+    id: int
+    state: JobStateName
+    exit_code: int | None
+    done: bool  # False: the wait timed out first
+
+
+class AttachAnswer(TypedDict):
+    argv: list[str]
+
+
+class LogAnswer(TypedDict):
+    """Bytes ``offset`` to ``next`` of the job's log, decoded."""
+
+    offset: int
+    next: int
+    data: str
+
+
+#: step, value, time, attempt
+MetricPoint = tuple[int | None, float, float, int]
+
+
+class MetricsPageAnswer(TypedDict):
+    """GET /v1/jobs/{id}/metrics: one page; ``next`` is the ``after`` of the next."""
+
+    id: int
+    series: dict[str, list[MetricPoint]]
+    next: int
+    more: bool
+    progress: ProgressAnswer | None
+
+
+class MetricsAnswer(TypedDict):
+    """Every page merged (RawClient.metrics)."""
+
+    series: dict[str, list[MetricPoint]]
+    id: int
+    progress: ProgressAnswer | None
+
+
+class CheckpointAnswer(TypedDict):
+    path: str
+    step: int | None
+    size: int
+    mtime: float
+    valid: bool  # False: it may still be being written
+    reported: bool  # through rota.job (else found in the checkpoint_dir)
+
+
+class CheckpointsAnswer(TypedDict):
+    id: int
+    checkpoints: list[CheckpointAnswer]
+    resume_from: str | None
+
+
+class SessionAnswer(TypedDict):
+    job: int
+    session: str | None
+    backend: str
+    gpus: list[int]
+    attach: list[str]
+
+
+class SessionsAnswer(TypedDict):
+    sessions: list[SessionAnswer]
+
+
+# --- the machine ---------------------------------------------------------------------------
+class GpuAnswer(TypedDict):
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    memory_used: int
+    memory_external: int  # held by processes Rota did not start
+    utilization: float
+    allocated: float  # Rota's share of it, 0..1
+    reserved_memory: int
+    jobs: list[int]
+    paused: bool
+    healthy: bool
+    temperature_c: float | None
+    history: list[tuple[float, float, int, float]]  # time, allocated, memory used, util
+
+
+class GpusAnswer(TypedDict):
+    devices: str  # "nvml" or "simulated"
+    gpus: list[GpuAnswer]
+    draining: bool
+
+
+class GpuPausedAnswer(TypedDict):
+    index: int
+    paused: bool
+
+
+class SimulateAnswer(TypedDict):
+    index: int
+    ok: bool
+
+
+class DrainAnswer(TypedDict):
+    draining: bool
+
+
+class HealthAnswer(TypedDict):
+    ok: bool
+    version: str
+    pid: int
+    devices: str
+    gpus: int
+    pending: int
+    running: int
+    draining: bool
+
+
+class Reservation(TypedDict):
+    """GPUs kept free for a job that waits for them."""
+
+    job: int
+    gpus: list[int]
+
+
+class QueueAnswer(TypedDict):
+    """GET /v1/queue: totals; with a ``limit`` the jobs on GPUs, ``limit`` waiting ones
+    from ``offset`` in start order, and the oldest held ones; ``counts`` unless
+    counts=false."""
+
+    counts: NotRequired[dict[str, int] | None]  # per state (the model allows a null)
+    pending: int
+    running: int
+    held: int
+    reservations: list[Reservation]
+    offset: int
+    limit: int
+    next_offset: int | None
+    running_jobs: NotRequired[list[JobAnswer]]
+    waiting_jobs: NotRequired[list[JobAnswer]]
+    held_jobs: NotRequired[list[JobAnswer]]
+
+
+class StatsAnswer(TypedDict):
+    passes: int
+    pass_p50_ms: float | None
+    pass_max_ms: float | None
+
+
+class JobsFileError(TypedDict):
+    line: int
+    message: str
+
+
+class JobsFileAnswer(TypedDict):
+    """The watched jobs file as the daemon last read it."""
+
+    path: str
+    loaded_at: float | None
+    queued: list[int]
+    skipped_duplicates: int
+    errors: list[JobsFileError]
+
+
+class ShutdownAnswer(TypedDict):
+    stopping: bool
+
+
+# --- who may use it ------------------------------------------------------------------------
+class UserAnswer(TypedDict):
+    name: str
+    admin: bool
+    created_at: float
+
+
+class UsersAnswer(TypedDict):
+    users: list[UserAnswer]
+
+
+class UserRemovedAnswer(TypedDict):
+    user: str
+    tokens_revoked: int
+    jobs_cancelled: int
+
+
+class TokenAnswer(TypedDict):
+    """A token as listed: its first characters only."""
+
+    id: int
+    user: str
+    prefix: str
+    note: str | None
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+
+class NewTokenAnswer(TokenAnswer):
+    token: str  # in this answer only
+
+
+class TokensAnswer(TypedDict):
+    tokens: list[TokenAnswer]
+
+
+class SecretAnswer(TypedDict):
+    name: str
+    created_at: float
+    updated_at: float
+
+
+class SecretsAnswer(TypedDict):
+    user: str
+    secrets: list[SecretAnswer]
+
+
+class SecretSetAnswer(TypedDict):
+    user: str
+    name: str
+    created: bool  # False: it replaced one
+
+
+class SecretDeletedAnswer(TypedDict):
+    user: str
+    name: str
+    deleted: bool
