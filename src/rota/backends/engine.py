@@ -1,0 +1,137 @@
+"""The engine protocol: a cluster engine that places work itself (Slurm, Ray, Kubernetes).
+
+Executors on this machine (rota.backends.base.Backend: process, tmux, screen, container)
+get their GPUs from Rota's scheduler. An engine does not: Rota decides *when* a job is
+handed over (priority order, holds, dependencies, a per-pool cap on jobs in flight) and the
+engine decides *where* it runs. Rota then follows the job by the engine's id.
+
+Nothing here knows the store or the daemon. Every call may block (a subprocess, an HTTP
+request): the daemon makes them off its event loop.
+
+Crash safety: the daemon commits an attempt before it calls ``submit``, and every engine
+job carries :attr:`EngineJob.key` (in its name, label or comment), so that ``find``
+re-finds it after a restart. The daemon asks ``find`` before it submits an attempt whose
+answer it never recorded, so no attempt reaches an engine twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class EngineJob:
+    """One attempt of a job, as an engine is handed it: what the translation needs and
+    nothing of Rota's store. Secret *values* never appear: ``secret_env`` names the
+    variables, and the engine fills them through its own secret mechanism."""
+
+    job_id: int
+    attempt: int
+    name: str
+    argv: tuple[str, ...]  # one script string when ``shell``
+    shell: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)  # plain variables only
+    secret_env: Mapping[str, str] = field(default_factory=dict)  # variable -> secret name
+    cwd: str | None = None
+    gpus: float = 0.0  # per node: whole GPUs, or a fraction of one
+    gpu_mem: int | None = None  # bytes per GPU
+    gpu_type: str | None = None
+    cpus: float | None = None  # per node
+    memory: int | None = None  # bytes per node
+    nodes: int = 1
+    procs_per_node: int | None = None  # torchrun processes per node (default: its GPUs)
+    time_limit: float | None = None  # seconds
+    grace: float = 30.0  # seconds from the stop signal to the kill
+    stop_signal: str = "SIGTERM"
+    priority: int = 0  # Rota's: lower runs first
+    conda: str | None = None
+    image: str | None = None
+    checkpoint_dir: str | None = None
+    log_path: str | None = None  # where Rota reads the output, when the engine writes a file
+    files: Mapping[str, str] = field(default_factory=dict)  # mount path -> text, read-only
+    model_uri: str | None = None  # fetched before the job starts: runs:/..., s3://..., a path
+    model_dir: str = "/models"  # where the fetched model lands (ROTA_MODEL_DIR)
+    labels: Mapping[str, str] = field(default_factory=dict)  # user, project, ...
+
+    @property
+    def key(self) -> str:
+        """The idempotency key an engine job carries, to be found again by ``find``."""
+        return f"rota-{self.job_id}-{self.attempt}"
+
+
+class EngineState(enum.StrEnum):
+    QUEUED = "queued"  # the engine has it and has not started it
+    RUNNING = "running"
+    ENDED = "ended"  # exit_code / signal say how
+    LOST = "lost"  # the engine no longer knows it and kept no record of its end
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    engine_id: str
+    state: EngineState
+    reason: str | None = None  # why it waits or how it ended, in the engine's words
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHealth:
+    reachable: bool
+    message: str  # what a person reads in `rota pools`
+    nodes: int | None = None
+    gpus_total: float | None = None
+    gpus_free: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCapabilities:
+    fractional_gpus: bool = False
+    gpu_memory: bool = False  # can ask for GPU memory
+    multi_node: bool = False
+    arrays: bool = False  # sweeps as one engine job (Slurm arrays)
+    dependencies: bool = False  # the engine holds a job until others end
+    conda: bool = False
+    images: bool = False
+
+
+class Engine(Protocol):
+    name: str  # "slurm", "ray", "kubernetes"
+    capabilities: EngineCapabilities
+
+    def refusal(self, job: EngineJob) -> str | None:
+        """Why this engine cannot honour the job as asked, in a sentence a person can act
+        on; None when it can. Read at submit, so nothing is silently dropped."""
+        ...
+
+    def render(self, job: EngineJob) -> str:
+        """What ``submit`` would hand the engine (an sbatch script, a Ray job, manifests)."""
+        ...
+
+    def submit(self, job: EngineJob) -> str:
+        """Hand the job to the engine; its id there. Raises BackendError."""
+        ...
+
+    def find(self, key: str) -> str | None:
+        """The engine's id of the job carrying ``key``, if it ever received one."""
+        ...
+
+    def poll(self, engine_ids: list[str]) -> dict[str, EngineStatus]:
+        """Where each job is; an id the engine does not know is LOST."""
+        ...
+
+    def stop(self, engine_id: str, signal: str, grace: float) -> None:
+        """The stop handshake: ``signal`` to every rank, the kill after ``grace`` seconds."""
+        ...
+
+    def read_log(self, engine_id: str, offset: int) -> bytes:
+        """The job's output from byte ``offset`` on (empty when nothing new)."""
+        ...
+
+    def health(self) -> PoolHealth: ...

@@ -1,0 +1,184 @@
+"""The pod a Rota job runs in: containers, volumes, resources, scheduling.
+
+Shared by the batch/v1 Job (one pod) and the PyTorchJob (one pod per node). Every user
+value reaches the pod as a list element, never inside a shell string Rota builds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rota.backends.engine import EngineJob
+from rota.backends.kubernetes.refusal import model_fetch_kind
+from rota.pools import KubernetesPool
+
+SCRATCH = "/scratch"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU feature discovery's label, in MiB
+
+# A fixed program: bucket, key and destination arrive as argv, never in its text.
+_S3_FETCH = """\
+import os, sys, boto3
+bucket, _, prefix = sys.argv[1][len("s3://"):].partition("/")
+dst, s3 = os.path.realpath(sys.argv[2]), boto3.client("s3")
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for obj in page.get("Contents", []):
+        key = obj["Key"]
+        rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
+        path = os.path.realpath(os.path.join(dst, rel))
+        if key.endswith("/") or not path.startswith(dst + os.sep):
+            continue  # a folder marker, or a key that climbs out of dst
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        s3.download_file(bucket, key, path)
+"""
+
+def literal(text: str) -> str:
+    """``text`` as Kubernetes passes it: it expands ``$(VAR)`` in command, args and env
+    values, and ``$$`` is its escape for one ``$``."""
+    return text.replace("$", "$$")
+
+
+def quantity_cpu(cpus: float) -> str:
+    millis = math.ceil(cpus * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def secret_name(user: str) -> str:
+    """The per-user Secret holding a user's stored secrets (key = the secret's name)."""
+    from hashlib import sha256
+
+    clean = "".join(c if c.isalnum() else "-" for c in user.lower()).strip("-.") or "user"
+    if clean != user:  # keep a_b and a-b apart
+        clean = f"{clean[:40]}-{sha256(user.encode()).hexdigest()[:8]}"
+    return f"rota-secrets-{clean}"
+
+
+def env(job: EngineJob, *, user: str) -> list[dict[str, Any]]:
+    """Plain variables as values; secrets as references to the user's Secret."""
+    out: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in job.env.items()]
+    if job.model_uri and "ROTA_MODEL_DIR" not in job.env:
+        out.append({"name": "ROTA_MODEL_DIR", "value": literal(job.model_dir)})
+    if job.procs_per_node and job.nodes == 1:  # torchrun reads PET_* as its defaults
+        out.append({"name": "PET_NPROC_PER_NODE", "value": str(job.procs_per_node)})
+    out += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret_name(user),
+                                                         "key": secret}}}
+            for var, secret in job.secret_env.items()]
+    return out
+
+
+def resources(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
+    """Requests equal limits: the pod gets what Rota was asked for, no more."""
+    amounts: dict[str, str] = {}
+    if job.cpus:
+        amounts["cpu"] = quantity_cpu(job.cpus)
+    if job.memory:
+        amounts["memory"] = str(job.memory)
+    limits = dict(amounts)
+    if job.gpus >= 1:  # extended resources: the limit is the request
+        limits[pool.gpu_resource] = str(int(job.gpus))
+    out: dict[str, Any] = {}
+    if amounts:
+        out["requests"] = amounts
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def command(job: EngineJob) -> dict[str, list[str]]:
+    if job.shell:
+        return {"command": ["/bin/sh", "-c", literal(job.argv[0])]}
+    argv = [literal(a) for a in job.argv]
+    return {"command": argv[:1], "args": argv[1:]} if len(argv) > 1 else {"command": argv}
+
+
+def stop_hook(job: EngineJob) -> dict[str, Any] | None:
+    """Kubernetes sends SIGTERM to each container's PID 1 when a pod is deleted. For
+    another signal a preStop hook sends it to PID 1 and holds the SIGTERM back for the
+    grace; the kubelet kills at the end of the grace either way. The signal's name was
+    checked against the signal table (refusal.py) before it reaches this shell line."""
+    if job.stop_signal == "SIGTERM":
+        return None
+    sig = job.stop_signal.removeprefix("SIG")
+    line = f"kill -s {sig} 1; sleep {math.ceil(job.grace)}"
+    return {"preStop": {"exec": {"command": ["/bin/sh", "-c", line]}}}
+
+
+def volumes(job: EngineJob, pool: KubernetesPool, files_map: str | None
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the main container's mounts."""
+    vols: list[dict[str, Any]] = [{"name": "scratch",
+                                   "emptyDir": {"sizeLimit": pool.scratch_size}}]
+    mounts: list[dict[str, Any]] = [{"name": "scratch", "mountPath": SCRATCH}]
+    if job.model_uri:
+        vols.append({"name": "model", "emptyDir": {}})
+        mounts.append({"name": "model", "mountPath": job.model_dir, "readOnly": True})
+    if files_map:
+        vols.append({"name": "files", "configMap": {"name": files_map}})
+        mounts += [{"name": "files", "mountPath": path, "subPath": file_key(i, path),
+                    "readOnly": True} for i, path in enumerate(sorted(job.files))]
+    if pool.checkpoint_claim and (job.checkpoint_dir or job.nodes > 1):
+        vols.append({"name": "checkpoints",
+                     "persistentVolumeClaim": {"claimName": pool.checkpoint_claim}})
+        # One folder a job, shared by its attempts: a retry resumes from it.
+        mounts.append({"name": "checkpoints", "subPath": f"rota/{job.job_id}",
+                       "mountPath": job.checkpoint_dir or "/checkpoints"})
+    return vols, mounts
+
+
+def file_key(index: int, path: str) -> str:
+    """A ConfigMap key for ``path``: keys allow only ``[-._a-zA-Z0-9]``."""
+    base = "".join(c if c.isalnum() or c in "-._" else "_" for c in path.rsplit("/", 1)[-1])
+    return f"f{index}-{base}"[:253]
+
+
+def fetch_container(job: EngineJob, image: str, env_list: list[dict[str, Any]]
+                    ) -> dict[str, Any]:
+    """The init container that puts ``job.model_uri`` into the model volume."""
+    uri, dst = job.model_uri or "", job.model_dir
+    if model_fetch_kind(uri) == "mlflow":
+        argv = ["mlflow", "artifacts", "download", "--artifact-uri", uri, "--dst-path", dst]
+    else:
+        argv = ["python3", "-c", _S3_FETCH, uri, dst]
+    return {"name": "fetch-model", "image": image, "command": [literal(a) for a in argv],
+            "env": env_list, "volumeMounts": [{"name": "model", "mountPath": dst}]}
+
+
+def scheduling(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
+    """Node selector (pool's, GPU type) and, for gpu_mem, an affinity on GPU memory."""
+    out: dict[str, Any] = {}
+    selector = dict(pool.node_selector)
+    if job.gpu_type:
+        selector[pool.gpu_type_label] = job.gpu_type
+    if selector:
+        out["nodeSelector"] = selector
+    if job.gpu_mem is not None and job.gpus >= 1:
+        mib = math.ceil(job.gpu_mem / 2**20)
+        term = {"matchExpressions": [{"key": GPU_MEMORY_LABEL, "operator": "Gt",
+                                      "values": [str(mib - 1)]}]}
+        out["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return out
+
+
+def pod_spec(job: EngineJob, pool: KubernetesPool, *, user: str, container: str,
+             files_map: str | None) -> dict[str, Any]:
+    """The pod of one node: the job's container, the model fetch, volumes, scheduling."""
+    image = job.image or pool.image or ""
+    env_list = env(job, user=user)
+    vols, mounts = volumes(job, pool, files_map)
+    main: dict[str, Any] = {"name": container, "image": image, **command(job),
+                            "env": env_list, "resources": resources(job, pool),
+                            "volumeMounts": mounts}
+    if job.cwd:
+        main["workingDir"] = job.cwd  # not expanded by Kubernetes
+    hook = stop_hook(job)
+    if hook:
+        main["lifecycle"] = hook
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [main], "volumes": vols,
+                            "terminationGracePeriodSeconds": math.ceil(job.grace),
+                            **scheduling(job, pool)}
+    if job.model_uri:
+        spec["initContainers"] = [fetch_container(job, image, env_list)]
+    if pool.service_account:
+        spec["serviceAccountName"] = pool.service_account
+    return spec

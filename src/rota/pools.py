@@ -1,0 +1,137 @@
+"""Pools: the places a job can run, as `rota.toml` declares them.
+
+``local`` (this machine, Rota's own scheduler) always exists. Clusters are declared under
+``[pools.NAME]`` with their engine and its settings::
+
+    [pools.hpc]
+    engine = "slurm"
+    partition = "gpu"
+    account = "lab"
+
+    [pools.ray]
+    engine = "ray"
+    address = "http://127.0.0.1:8265"
+
+    [pools.k8s]
+    engine = "kubernetes"
+    namespace = "ml"
+    image = "ghcr.io/lab/train:2026.11"
+
+A job names its pool (``pool``); without one it goes to ``default_pool``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LOCAL = "local"
+_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+
+
+class _Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_in_flight: int = Field(
+        default=100, ge=1, le=100_000,
+        description="jobs handed to the engine and not yet ended, at most; the rest wait "
+                    "in Rota's queue, in Rota's order")
+    description: str = ""
+
+
+class LocalPool(_Pool):
+    """This machine: Rota places jobs on its GPUs itself."""
+
+    engine: Literal["local"] = "local"
+    container_network: bool = Field(default=False, description="containers get a network "
+                                    "only when a job asks for one (network=true)")
+
+
+class SlurmPool(_Pool):
+    engine: Literal["slurm"]
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    sbatch_args: list[str] = Field(
+        default_factory=list, description="extra sbatch options every job of the pool gets, "
+                                          "e.g. [\"--exclusive\"]")
+    gpu_gres: str = Field(default="gpu", description="the GRES name of GPUs (gpu:2)")
+    shards: bool = Field(default=False, description="fractional GPUs as GRES shards "
+                         "(needs shards configured in the cluster's gres.conf)")
+    work_dir: str | None = Field(default=None, description="a folder every node sees, for "
+                                 "scripts and logs (default: ROTA_HOME/slurm)")
+    slurm_conf: str | None = Field(default=None, description="SLURM_CONF for the commands")
+    bin_dir: str | None = Field(default=None, description="where sbatch, squeue, sacct "
+                                "and scancel are (default: PATH)")
+
+
+class RayPool(_Pool):
+    engine: Literal["ray"]
+    address: str = Field(default="http://127.0.0.1:8265",
+                         description="the Ray head's dashboard (Jobs API) address")
+    runtime_env: dict[str, object] = Field(default_factory=dict,
+                                           description="merged into every job's runtime_env")
+
+
+class KubernetesPool(_Pool):
+    engine: Literal["kubernetes"]
+    context: str | None = Field(default=None, description="kubeconfig context")
+    kubeconfig: str | None = None
+    namespace: str = "default"
+    image: str | None = Field(default=None, description="the image of jobs that name none")
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_type_label: str = Field(default="nvidia.com/gpu.product",
+                                description="the node label a GPU type selects on")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    kueue_queue: str | None = Field(default=None, description="sets the "
+                                    "kueue.x-k8s.io/queue-name label")
+    service_account: str | None = None
+    ttl_seconds_after_finished: int = Field(default=3600, ge=0)
+    scratch_size: str = Field(default="10Gi", description="the ephemeral scratch volume")
+    checkpoint_claim: str | None = Field(default=None, description="a ReadWriteMany "
+                                         "PersistentVolumeClaim for checkpoints of "
+                                         "multi-node jobs")
+
+
+Pool = Annotated[LocalPool | SlurmPool | RayPool | KubernetesPool,
+                 Field(discriminator="engine")]
+
+
+class Pools(BaseModel):
+    """Every pool by name; ``local`` is always there (declared or not)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: dict[str, Pool] = Field(default_factory=dict, validate_default=True)
+    default: str = LOCAL
+
+    @field_validator("pools")
+    @classmethod
+    def _names(cls, v: dict[str, Pool]) -> dict[str, Pool]:
+        for name, pool in v.items():
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"pool name {name!r}: lower-case letters, digits and '-', "
+                                 "starting with a letter")
+            if name == LOCAL and pool.engine != "local":
+                raise ValueError("the pool 'local' is this machine; name a cluster otherwise")
+        return {LOCAL: LocalPool(), **v}
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> Pools:
+        if self.default not in self.pools:
+            raise ValueError(f"default pool {self.default!r} is not declared; the pools "
+                             f"are: {', '.join(sorted(self.pools))}")
+        return self
+
+    def get(self, name: str | None) -> tuple[str, Pool]:
+        """The pool called ``name`` (None: the default), or InvalidSpec naming the pools."""
+        from rota.errors import InvalidSpec
+
+        key = name or self.default
+        pool = self.pools.get(key)
+        if pool is None:
+            raise InvalidSpec(f"no pool {key!r}; the pools are: {', '.join(sorted(self.pools))}",
+                              field="pool")
+        return key, pool

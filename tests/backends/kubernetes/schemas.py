@@ -1,0 +1,90 @@
+"""Validation against the published schemas: Kubernetes 1.30 (kubernetes-validate, strict:
+unknown fields fail) and the PyTorchJob CRD of training-operator v1.9.0 (shared/schemas)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from jsonschema.protocols import Validator
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+K8S_VERSION = "1.30.0"
+_SCHEMAS = Path(__file__).resolve().parents[4] / "shared" / "schemas"
+PYTORCHJOB_CRD = _SCHEMAS / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+
+
+# Kubernetes' quantity syntax (resource.Quantity), as the CRD spells it; the built-in
+# schemas of kubernetes-validate leave quantities unchecked, so the tests add it.
+QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+                      r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+def validate_builtin(obj: dict[str, Any]) -> None:
+    """A built-in kind (Job, ConfigMap, Secret, PodTemplate); raises ValidationError."""
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for where, value in _quantities(obj):
+        if not QUANTITY.match(str(value)):
+            raise jsonschema.ValidationError(f"{where}: {value!r} is not a quantity")
+
+
+def _quantities(obj: Any, where: str = "") -> list[tuple[str, Any]]:
+    """Every resource amount and emptyDir size limit in ``obj``."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            at = f"{where}.{key}"
+            if key in ("requests", "limits") and isinstance(value, dict):
+                found += [(f"{at}.{k}", v) for k, v in value.items()]
+            elif key == "sizeLimit":
+                found.append((at, value))
+            else:
+                found += _quantities(value, at)
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found += _quantities(value, f"{where}[{i}]")
+    return found
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused, as the API server's strict field
+    validation does (objects that list properties and allow nothing else)."""
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def _pytorchjob_validator() -> Validator:
+    crd = yaml.safe_load(PYTORCHJOB_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate_pytorchjob(obj: dict[str, Any]) -> None:
+    """The CRD's schema, then each replica's pod template as a strict built-in PodTemplate."""
+    assert obj["apiVersion"] == "kubeflow.org/v1" and obj["kind"] == "PyTorchJob"
+    _pytorchjob_validator().validate(obj)
+    for spec in obj["spec"]["pytorchReplicaSpecs"].values():
+        validate_builtin({"apiVersion": "v1", "kind": "PodTemplate",
+                          "metadata": {"name": "replica"}, "template": spec["template"]})
+
+
+def validate(obj: dict[str, Any]) -> None:
+    if obj["kind"] == "PyTorchJob":
+        validate_pytorchjob(obj)
+    else:
+        validate_builtin(obj)

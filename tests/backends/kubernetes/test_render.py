@@ -1,0 +1,293 @@
+"""Manifests of the Kubernetes engine, each validated against the published schemas."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from tests.backends.kubernetes.schemas import validate, validate_builtin, validate_pytorchjob
+
+from rota.backends.engine import EngineJob
+from rota.backends.kubernetes import manifests, refusal, render_yaml, secret_manifest
+from rota.backends.kubernetes.pod import secret_name
+from rota.errors import InvalidSpec
+from rota.pools import KubernetesPool
+
+USER = "alice"
+
+
+def a_job(**kw: Any) -> EngineJob:
+    base = EngineJob(job_id=42, attempt=1, name="train lora", argv=("python", "train.py"))
+    return replace(base, **kw)
+
+
+def a_pool(**kw: Any) -> KubernetesPool:
+    return KubernetesPool(engine="kubernetes", namespace="ml", image="ghcr.io/lab/train:1",
+                          **kw)
+
+
+def rendered(job: EngineJob, pool: KubernetesPool | None = None) -> list[dict[str, Any]]:
+    """The manifests, each checked against its schema first."""
+    docs = manifests(job, pool or a_pool(), user=USER)
+    for doc in docs:
+        validate(doc)
+    return docs
+
+
+def workload(job: EngineJob, pool: KubernetesPool | None = None) -> dict[str, Any]:
+    return rendered(job, pool)[-1]
+
+
+def pod_of(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc["kind"] == "Job":
+        return doc["spec"]["template"]["spec"]
+    return doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+def main(doc: dict[str, Any]) -> dict[str, Any]:
+    return pod_of(doc)["containers"][0]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_plain_cpu_job() -> None:
+    doc = workload(a_job(cpus=1.5, memory=4 * 2**30, cwd="/work", env={"SEED": "1"}))
+    assert doc["apiVersion"] == "batch/v1" and doc["kind"] == "Job"
+    assert doc["metadata"]["name"] == "rota-42-1" and doc["metadata"]["namespace"] == "ml"
+    assert doc["metadata"]["labels"] == {"rota.dev/job": "42", "rota.dev/attempt": "1",
+                                         "rota.dev/key": "rota-42-1"}
+    spec = doc["spec"]
+    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 3600
+    assert "activeDeadlineSeconds" not in spec and "suspend" not in spec
+    pod = pod_of(doc)
+    assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] == 30
+    c = main(doc)
+    assert c["image"] == "ghcr.io/lab/train:1" and c["workingDir"] == "/work"
+    assert c["command"] == ["python"] and c["args"] == ["train.py"]
+    amounts = {"cpu": "1500m", "memory": str(4 * 2**30)}
+    assert c["resources"] == {"requests": amounts, "limits": amounts}
+    assert env_of(c) == {"SEED": "1"}
+    assert {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
+    assert {"name": "scratch", "mountPath": "/scratch"} in c["volumeMounts"]
+    assert "nodeSelector" not in pod and "initContainers" not in pod
+
+
+def test_gpus_and_type_selector() -> None:
+    pool = a_pool(node_selector={"pool": "a100"}, gpu_resource="amd.com/gpu")
+    doc = workload(a_job(gpus=2, gpu_type="NVIDIA-A100-SXM4-80GB", cpus=8), pool)
+    c = main(doc)
+    assert c["resources"]["limits"] == {"cpu": "8", "amd.com/gpu": "2"}
+    assert c["resources"]["requests"] == {"cpu": "8"}
+    assert pod_of(doc)["nodeSelector"] == {"pool": "a100",
+                                          "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+def test_gpu_memory_with_whole_gpus_selects_nodes_by_memory() -> None:
+    doc = workload(a_job(gpus=1, gpu_mem=40 * 2**30))
+    term = (pod_of(doc)["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0])
+    assert term == {"matchExpressions": [{"key": "nvidia.com/gpu.memory", "operator": "Gt",
+                                          "values": ["40959"]}]}
+
+
+def test_secrets_are_references_and_no_value_is_rendered() -> None:
+    job = a_job(env={"MODE": "x"}, secret_env={"HF_TOKEN": "HF_TOKEN", "KEY": "WANDB_API_KEY"})
+    c = main(workload(job))
+    assert env_of(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "rota-secrets-alice",
+                                                      "key": "HF_TOKEN"}}
+    assert env_of(c)["KEY"] == {"secretKeyRef": {"name": "rota-secrets-alice",
+                                                 "key": "WANDB_API_KEY"}}
+    values = {"HF_TOKEN": "hf_s3cr3t_value", "WANDB_API_KEY": "wandb-0123456789"}
+    secret = secret_manifest(USER, values, a_pool())
+    validate_builtin(secret)
+    assert secret["metadata"]["name"] == "rota-secrets-alice"
+    text = render_yaml(job, a_pool(), user=USER)
+    assert "rota-secrets-alice" in text
+    for value in values.values():
+        assert value not in text
+
+
+def test_secret_names_stay_apart_for_users_kubernetes_cannot_spell() -> None:
+    names = {secret_name(u) for u in ("a_b", "a-b", "a.b")}
+    assert len(names) == 3 and secret_name("a-b") == "rota-secrets-a-b"
+    for name in names:
+        validate_builtin({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}})
+
+
+def test_files_in_a_configmap_mounted_read_only() -> None:
+    files = {"/etc/app/config.yaml": "lr: 0.1\n", "/opt/run/args.txt": "--fast\n"}
+    cm, doc = rendered(a_job(files=files))
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "rota-42-1-files"
+    assert cm["immutable"] is True
+    assert sorted(cm["data"].values()) == sorted(files.values())
+    mounts = {m["mountPath"]: m for m in main(doc)["volumeMounts"]}
+    for path, text in files.items():
+        assert mounts[path]["readOnly"] is True
+        assert cm["data"][mounts[path]["subPath"]] == text
+    assert {"name": "files", "configMap": {"name": "rota-42-1-files"}} in pod_of(doc)["volumes"]
+
+
+def test_mlflow_model_fetched_by_an_init_container() -> None:
+    job = a_job(model_uri="models:/llama-lora/3", model_dir="/models/base",
+                env={"MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+    pod = pod_of(workload(job))
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["mlflow", "artifacts", "download", "--artifact-uri",
+                               "models:/llama-lora/3", "--dst-path", "/models/base"]
+    assert env_of(init)["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    assert init["volumeMounts"] == [{"name": "model", "mountPath": "/models/base"}]
+    c = pod["containers"][0]
+    assert {"name": "model", "mountPath": "/models/base", "readOnly": True} in c["volumeMounts"]
+    assert env_of(c)["ROTA_MODEL_DIR"] == "/models/base"
+
+
+def test_s3_model_fetched_with_argv_not_a_shell_line() -> None:
+    uri = "s3://bucket/models/x; rm -rf /"
+    (init,) = pod_of(workload(a_job(model_uri=uri)))["initContainers"]
+    assert init["command"][:2] == ["python3", "-c"]
+    assert init["command"][3:] == [uri, "/models"]
+    assert uri not in init["command"][2]  # the program is fixed; the URI is an argument
+
+
+def test_kueue_label_on_the_workload_only() -> None:
+    cm, doc = rendered(a_job(files={"/a": "b"}), a_pool(kueue_queue="team-a"))
+    assert doc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert doc["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in doc["spec"]["template"]["metadata"]["labels"]
+    assert "kueue.x-k8s.io/queue-name" not in cm["metadata"]["labels"]
+
+
+def test_time_limit_and_grace() -> None:
+    doc = workload(a_job(time_limit=5400.2, grace=12.5))
+    assert doc["spec"]["activeDeadlineSeconds"] == 5401
+    assert pod_of(doc)["terminationGracePeriodSeconds"] == 13
+
+
+def test_shell_command_and_dollar_escaping() -> None:
+    doc = workload(a_job(argv=("echo $(date) $HOME && python train.py",), shell=True,
+                         env={"P": "$(HOME)/x"}))
+    c = main(doc)
+    # Kubernetes expands $(VAR) in command and env: $$ keeps the user's text as written.
+    assert c["command"] == ["/bin/sh", "-c", "echo $$(date) $$HOME && python train.py"]
+    assert "args" not in c and env_of(c)["P"] == "$$(HOME)/x"
+
+
+def test_user_labels_kept_and_rota_labels_win() -> None:
+    labels = {"project": "lora", "team": "Vision Group", "rota.dev/key": "forged"}
+    meta = workload(a_job(labels=labels))["metadata"]
+    assert meta["labels"]["project"] == "lora" and meta["labels"]["rota.dev/key"] == "rota-42-1"
+    assert "team" not in meta["labels"]  # not a valid label value: kept as an annotation
+    assert yaml.safe_load(meta["annotations"]["rota.dev/labels"]) == labels
+    assert meta["annotations"]["rota.dev/name"] == "train lora"
+
+
+def test_other_stop_signal_through_a_pre_stop_hook() -> None:
+    c = main(workload(a_job(stop_signal="SIGINT", grace=20)))
+    assert c["lifecycle"] == {"preStop": {"exec": {"command": [
+        "/bin/sh", "-c", "kill -s INT 1; sleep 20"]}}}
+    assert "lifecycle" not in main(workload(a_job()))
+
+
+def test_multi_node_pytorchjob() -> None:
+    pool = a_pool(checkpoint_claim="ckpt-rwx", kueue_queue="team-a")
+    job = a_job(argv=("torchrun", "train.py", "--epochs", "3"), nodes=3, gpus=4, cpus=16,
+                time_limit=7200, checkpoint_dir="/ckpt", secret_env={"HF_TOKEN": "HF_TOKEN"})
+    doc = workload(job, pool)
+    assert doc["kind"] == "PyTorchJob" and doc["metadata"]["name"] == "rota-42-1"
+    spec = doc["spec"]
+    assert spec["nprocPerNode"] == "4"
+    assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 3600,
+                                 "backoffLimit": 0, "activeDeadlineSeconds": 7200,
+                                 "suspend": True}
+    replicas = spec["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 2
+    for r in replicas.values():
+        assert r["restartPolicy"] == "Never"
+        c = r["template"]["spec"]["containers"][0]
+        assert c["name"] == "pytorch"
+        assert c["ports"] == [{"name": "pytorchjob-port", "containerPort": 23456}]
+        assert c["command"] == ["torchrun"] and c["args"] == ["train.py", "--epochs", "3"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert {"name": "checkpoints", "subPath": "rota/42",
+                "mountPath": "/ckpt"} in c["volumeMounts"]
+        assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt-rwx"}
+                } in r["template"]["spec"]["volumes"]
+    assert replicas["Master"]["template"] is not replicas["Worker"]["template"]
+
+
+def test_multi_node_cpu_procs_per_node() -> None:
+    doc = workload(a_job(nodes=2, procs_per_node=3), a_pool(checkpoint_claim="c"))
+    assert doc["spec"]["nprocPerNode"] == "3"
+    mounts = main(doc)["volumeMounts"]
+    assert {"name": "checkpoints", "subPath": "rota/42", "mountPath": "/checkpoints"} in mounts
+    single = main(workload(a_job(procs_per_node=2)))
+    assert env_of(single)["PET_NPROC_PER_NODE"] == "2"
+
+
+@pytest.mark.parametrize(("job", "pool", "sentence"), [
+    (a_job(gpus=0.5), a_pool(), "whole GPUs only"),
+    (a_job(gpu_mem=8 * 2**30), a_pool(), "cannot reserve GPU memory"),
+    (a_job(conda="torch"), a_pool(), "conda environments are not available"),
+    (a_job(), KubernetesPool(engine="kubernetes"), "set `image` in the pool's settings"),
+    (a_job(nodes=2), a_pool(), "set `checkpoint_claim`"),
+    (a_job(checkpoint_dir="/ckpt"), a_pool(), "retry could not resume"),
+    (a_job(model_uri="/home/alice/model"), a_pool(), "a pod cannot fetch the model"),
+    (a_job(model_uri="hf://meta/llama"), a_pool(), "a pod cannot fetch the model"),
+    (a_job(files={"conf.yaml": "x"}), a_pool(), "needs an absolute path"),
+    (a_job(files={"/big": "x" * (1024 * 1024 + 1)}), a_pool(), "at most 1 MiB"),
+    (a_job(stop_signal="SIGKILL"), a_pool(), "not a signal a job can catch"),
+])
+def test_refusals(job: EngineJob, pool: KubernetesPool, sentence: str) -> None:
+    reason = refusal(job, pool)
+    assert reason is not None and sentence in reason
+    with pytest.raises(InvalidSpec, match=re.escape(sentence)):
+        manifests(job, pool, user=USER)
+
+
+def test_no_refusal_for_what_it_can_run() -> None:
+    pool = a_pool(checkpoint_claim="c")
+    for job in (a_job(), a_job(gpus=2, gpu_mem=2**30), a_job(nodes=4, gpus=8),
+                a_job(image="mine:1"), a_job(model_uri="s3://b/k")):
+        assert refusal(job, pool) is None
+
+
+def test_render_yaml_is_the_manifests() -> None:
+    job, pool = a_job(files={"/a": "b"}), a_pool()
+    text = render_yaml(job, pool, user=USER)
+    assert text.startswith("# Rota job 42, attempt 1 (rota-42-1)\n")
+    assert "&id" not in text and "*id" not in text
+    assert list(yaml.safe_load_all(text)) == manifests(job, pool, user=USER)
+
+
+def test_the_validation_can_fail() -> None:
+    job = workload(a_job())
+    job["spec"]["backoffLimit"] = "none"
+    with pytest.raises(jsonschema.ValidationError, match="'none' is not of type"):
+        validate_builtin(job)
+    job = workload(a_job())
+    job["spec"]["template"]["spec"]["containers"][0]["stopSignal"] = "SIGINT"  # not in 1.30
+    with pytest.raises(jsonschema.ValidationError, match="stopSignal"):
+        validate_builtin(job)
+    pt = workload(a_job(nodes=2), a_pool(checkpoint_claim="c"))
+    pt["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "one"
+    with pytest.raises(jsonschema.ValidationError, match="one"):
+        validate_pytorchjob(pt)
+    pt = workload(a_job(nodes=2), a_pool(checkpoint_claim="c"))
+    pt["spec"]["runPolicy"]["backofLimit"] = 0  # misspelt: strict validation refuses it
+    with pytest.raises(jsonschema.ValidationError, match="backofLimit"):
+        validate_pytorchjob(pt)
+    job = workload(a_job())
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "lots"}
+    with pytest.raises(jsonschema.ValidationError, match="not a quantity"):
+        validate_builtin(job)
+    pt = workload(a_job(nodes=2), a_pool(checkpoint_claim="c"))
+    pt["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
+        "resources"]["limits"] = {"cpu": "lots"}
+    with pytest.raises(jsonschema.ValidationError, match="'lots' does not match"):
+        validate_pytorchjob(pt)
