@@ -30,13 +30,15 @@ import shlex
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
-from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec
 from rota.units import format_gpu_set, parse_gpu_set, parse_memory_person
+
+if TYPE_CHECKING:
+    from rota.core.spec import JobSpec
 
 JobsFormat = Literal["csv", "yaml"]
 
@@ -76,6 +78,37 @@ class JobsFileError:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsFileItem:
+    """One job as written in the file, its spec not yet checked: `rota submit -f` leaves
+    that to the daemon (no spec model to import), the watcher checks it here."""
+
+    line: int
+    data: dict[str, Any]
+    #: "job N" of a YAML item (0: a line of the line format)
+    number: int = 0
+    #: the item's YAML node: an error about a field points at that field's line
+    node: yaml.Node | None = field(default=None, compare=False, repr=False)
+
+    def check(self) -> JobsFileEntry | JobsFileError:
+        """The checked job, or what is wrong with it (as :func:`parse_jobs_text` words it)."""
+        from rota.core.spec import parse_spec
+
+        try:
+            spec = parse_spec(self.data)
+        except InvalidSpec as e:
+            return self.error(e)
+        return JobsFileEntry(self.line, spec, spec.content_hash())
+
+    def error(self, e: InvalidSpec, source: str = "") -> JobsFileError:
+        """``e`` about this job, on the line of the field it names (YAML) or its own."""
+        if not self.number:
+            return JobsFileError(self.line, str(e), source)
+        fline = _field_line(self.node, e.field) or self.line
+        at = f"job {self.number}" + (f" (from line {self.line})" if fline != self.line else "")
+        return JobsFileError(fline, f"{at}: {e}", source)
+
+
+@dataclass(frozen=True, slots=True)
 class JobsFileParse:
     """Everything read from one version of the file: good jobs and bad lines, by line."""
 
@@ -89,9 +122,25 @@ def fmt_for_path(path: str | os.PathLike[str]) -> JobsFormat:
 
 
 def parse_jobs_text(text: str, *, fmt: JobsFormat, source: str) -> JobsFileParse:
-    """Read every job in ``text``; ``source`` (usually the path) is stamped on the errors."""
-    parse = _parse_yaml(text) if fmt == "yaml" else _parse_lines(text)
-    return _with_source(parse, source)
+    """Read and check every job in ``text``; ``source`` (usually the path) is stamped on
+    the errors."""
+    items, errors = read_jobs_text(text, fmt=fmt, source=source)
+    out = JobsFileParse(errors=errors)
+    for item in items:
+        checked = item.check()
+        if isinstance(checked, JobsFileEntry):
+            out.entries.append(checked)
+        else:
+            out.errors.append(checked)
+    return _with_source(out, source)
+
+
+def read_jobs_text(text: str, *, fmt: JobsFormat, source: str,
+                   ) -> tuple[list[JobsFileItem], list[JobsFileError]]:
+    """Every job in ``text`` as written, unchecked, and what could not be read as a job at
+    all (by line, ``source`` stamped on them)."""
+    items, errors = _read_yaml(text) if fmt == "yaml" else _read_lines(text)
+    return items, _with_source(JobsFileParse(errors=errors), source).errors
 
 
 def _with_source(parse: JobsFileParse, source: str) -> JobsFileParse:
@@ -99,10 +148,14 @@ def _with_source(parse: JobsFileParse, source: str) -> JobsFileParse:
     return JobsFileParse(parse.entries, errors)
 
 
+_Read = tuple[list[JobsFileItem], list[JobsFileError]]
+
+
 # --- line format -------------------------------------------------------------------------
 
-def _parse_lines(text: str) -> JobsFileParse:
-    out = JobsFileParse()
+def _read_lines(text: str) -> _Read:
+    items: list[JobsFileItem] = []
+    errors: list[JobsFileError] = []
     # Split on "\n" only: str.splitlines() would also break on characters such as U+2028
     # that may legitimately sit inside an argument.
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -110,12 +163,10 @@ def _parse_lines(text: str) -> JobsFileParse:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            spec = parse_spec(_line_to_dict(line))
+            items.append(JobsFileItem(number, _line_to_dict(line)))
         except InvalidSpec as e:
-            out.errors.append(JobsFileError(number, str(e)))
-            continue
-        out.entries.append(JobsFileEntry(number, spec, spec.content_hash()))
-    return out
+            errors.append(JobsFileError(number, str(e)))
+    return items, errors
 
 
 def _line_to_dict(line: str) -> dict[str, Any]:
@@ -269,6 +320,8 @@ def format_jobs_line(priority: int, script: str, conda: str | None, arguments: l
     gpus = format_gpu_set(parse_gpu_set(allowed_gpus))
     line = ",".join([str(priority), _csv_field(script), _csv_field(conda or ""),
                      _csv_field(shlex.join(arguments)), gpus])
+    from rota.core.spec import parse_spec
+
     parse_spec(_line_to_dict(line))  # the same checks a watcher will make; raises if bad
     return line
 
@@ -280,8 +333,9 @@ def format_jobs_line(priority: int, script: str, conda: str | None, arguments: l
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _parse_yaml(text: str) -> JobsFileParse:
-    out = JobsFileParse()
+def _read_yaml(text: str) -> _Read:
+    items: list[JobsFileItem] = []
+    errors: list[JobsFileError] = []
     loader = _SafeLoader(text)
     number = 0  # jobs counted across documents, for "job N" in messages
     try:
@@ -289,20 +343,24 @@ def _parse_yaml(text: str) -> JobsFileParse:
             node = loader.get_node()
             if node is None:
                 break
-            items = _yaml_items(node, out.errors)
-            duplicated = _duplicate_keys(items, number, out.errors)
+            nodes = _yaml_items(node, errors)
+            duplicated = _duplicate_keys(nodes, number, errors)
             data = loader.construct_document(node)
-            for node_item, value in zip(items, _yaml_values(data), strict=False):
+            for node_item, value in zip(nodes, _yaml_values(data), strict=False):
                 number += 1
                 if node_item not in duplicated:
-                    _yaml_item(node_item, value, number, out)
+                    read = _yaml_item(node_item, value, number)
+                    if isinstance(read, JobsFileItem):
+                        items.append(read)
+                    else:
+                        errors.append(read)
     except yaml.MarkedYAMLError as e:
-        out.errors.append(_yaml_syntax_error(e, text))
+        errors.append(_yaml_syntax_error(e, text))
     except yaml.YAMLError as e:
-        out.errors.append(JobsFileError(0, f"YAML: {e}"))
+        errors.append(JobsFileError(0, f"YAML: {e}"))
     finally:
         loader.dispose()
-    return out
+    return items, errors
 
 
 def _yaml_syntax_error(e: yaml.MarkedYAMLError, text: str) -> JobsFileError:
@@ -380,21 +438,16 @@ def _duplicate_keys(items: list[yaml.Node], first: int,
     return bad
 
 
-def _yaml_item(node: yaml.Node, value: Any, number: int, out: JobsFileParse) -> None:
+def _yaml_item(node: yaml.Node, value: Any, number: int) -> JobsFileItem | JobsFileError:
     line = _line_of(node)
-    where = f"job {number}"
     if not isinstance(value, dict):
-        out.errors.append(JobsFileError(line, f"{where}: expected a mapping of spec fields, "
-                                              f"got {type(value).__name__}"))
-        return
+        return JobsFileError(line, f"job {number}: expected a mapping of spec fields, "
+                                   f"got {type(value).__name__}")
+    item = JobsFileItem(line, value, number, node)
     try:
-        spec = parse_spec(_person_units(_command_from_string(value)))
+        return replace(item, data=_person_units(_command_from_string(value)))
     except InvalidSpec as e:
-        fline = _field_line(node, e.field) or line
-        at = f"job {number}" + (f" (from line {line})" if fline != line else "")
-        out.errors.append(JobsFileError(fline, f"{at}: {e}"))
-        return
-    out.entries.append(JobsFileEntry(line, spec, spec.content_hash()))
+        return item.error(e)
 
 
 def _command_from_string(value: dict[Any, Any]) -> dict[Any, Any]:
@@ -417,7 +470,7 @@ def _person_units(value: dict[Any, Any]) -> dict[Any, Any]:
     return {**value, "gpu_mem": parse_memory_person(value["gpu_mem"])}
 
 
-def _field_line(node: yaml.Node, field_path: str | None) -> int | None:
+def _field_line(node: yaml.Node | None, field_path: str | None) -> int | None:
     """The line of the key ``field_path`` names (its first part) in an item mapping."""
     if not field_path or not isinstance(node, yaml.MappingNode):
         return None

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,37 +116,3 @@ def test_same_answers_both_ways(daemon: Any, rota: Any) -> None:
         assert lane.returncode == 0, lane.stderr
         assert lane.stdout == rota(*args).stdout, args
     rota("cancel", jid)
-
-
-def test_a_big_file_goes_in_chunks_and_keeps_its_line_numbers(
-        rota: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each request is all or nothing on the daemon's side: an item it rejects in a later
-    chunk is still reported on its own line, and every other item is queued once."""
-    from rota.cli import submit as submit_module
-
-    assert submit_module.chunks(250) == [(0, 100), (100, 200), (200, 250)]
-    assert submit_module.chunks(2000, whole=True) == [(0, 2000)]
-    assert submit_module.chunks(0) == []
-    monkeypatch.setattr(submit_module, "FILE_CHUNK", 4)
-    sent: list[int] = []
-    post = submit_module.post_jobs
-
-    def counting(c: Any, raws: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
-        sent.append(len(raws))
-        return post(c, raws, **kw)
-
-    monkeypatch.setattr(submit_module, "post_jobs", counting)
-    f = tmp_path / "jobs.yaml"
-    lines = ["jobs:"] + [f"  - {{command: 'true', gpus: 0, hold: true, name: chunk{i}}}"
-                         for i in range(9)]
-    lines[6] = "  - {command: 'true', gpus: 0, hold: true, cwd: /no/such/dir}"  # job 6
-    f.write_text("\n".join(lines) + "\n")
-    r = rota("submit", "-f", str(f), "--json")
-    assert r.exit_code == 2
-    out = json.loads(r.stdout)
-    assert [e["line"] for e in out["errors"]] == [7]
-    assert [j["name"] for j in out["jobs"]] == [f"chunk{i}" for i in range(9) if i != 5]
-    # 4 (jobs 1-4), then jobs 5-8, then again without job 6 (rejected), then job 9
-    assert sent == [4, 4, 3, 1]
-    for j in out["jobs"]:
-        rota("cancel", str(j["id"]))

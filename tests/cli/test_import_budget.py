@@ -67,6 +67,21 @@ def test_hot_commands_load_no_heavy_module(daemon: Any, args: list[str],
     assert _hits(mods, banned + DEAR_STDLIB) == [], args
 
 
+def test_a_file_of_specs_loads_no_spec_model(daemon: Any, tmp_path: Any) -> None:
+    """`rota submit -f` reads the YAML (yaml, rota.jobsfile, pathlib are its own) and
+    leaves checking the specs to the daemon: no pydantic, no rota.core."""
+    f = tmp_path / "jobs.yaml"
+    f.write_text("".join(f"- {{command: 'true', gpus: 0, hold: true, name: b{i}}}\n"
+                         for i in range(3)))
+    code, mods = loaded(daemon, "submit", "-f", str(f))
+    assert code == 0
+    assert "rota.cli.fast" in mods and "rota.jobsfile" in mods
+    own = {"yaml", "rota.jobsfile", "pathlib", "dataclasses", "inspect"}
+    banned = [m for m in HEAVY + NO_RICH + DEAR_STDLIB if m not in own]
+    assert "pydantic" in banned and "rota.core" in banned
+    assert _hits(mods, banned) == []
+
+
 def test_queue_with_running_jobs_loads_no_heavy_module(daemon: Any, until: Any) -> None:
     """A running job's line says how far it is (rota.cli.ml_text, not rota.cli.ml, which
     imports Typer)."""

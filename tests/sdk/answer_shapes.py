@@ -1,4 +1,4 @@
-"""The JSON shape of a TypedDict of rota.client.answers and of a JSON schema (the daemon's
+"""The JSON shape of a TypedDict of rota.answers and of a JSON schema (the daemon's
 OpenAPI document), in one form, so they can be compared key by key; and a pydantic view
 of a TypedDict that refuses keys it does not declare (for validating real answers).
 
@@ -14,8 +14,9 @@ import types
 import typing
 from typing import Any
 
-import typing_extensions as te
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import TypeAdapter
+
+from rota.server.api.answer_schemas import pydantic_type
 
 Shape = tuple[str, Any]
 _SCALARS: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean",
@@ -23,7 +24,7 @@ _SCALARS: dict[Any, str] = {int: "integer", float: "number", str: "string", bool
 
 
 def of_type(tp: Any) -> Shape:
-    """The JSON shape of a type of rota.client.answers."""
+    """The JSON shape of a type of rota.answers."""
     if typing.is_typeddict(tp):
         hints = typing.get_type_hints(tp)
         return ("object", {k: (k in tp.__required_keys__, of_type(v)) for k, v in hints.items()})
@@ -119,30 +120,7 @@ def _object_differences(a: dict[str, Any], b: dict[str, Any], where: str) -> lis
 
 
 # --- validating real answers ---------------------------------------------------------------
-_STRICT: dict[Any, Any] = {}
-_typed_dict: Any = te.TypedDict  # called with a name made at run time
-
-
 def strict_adapter(tp: Any) -> TypeAdapter[Any]:
-    """A pydantic adapter for a type of rota.client.answers that also refuses keys the
-    TypedDicts do not declare. pydantic needs typing_extensions' TypedDict on Python 3.11,
-    so each one is rebuilt as such (rota.client.answers itself imports only typing)."""
-    return TypeAdapter(_strict(tp))
-
-
-def _strict(tp: Any) -> Any:
-    if typing.is_typeddict(tp):
-        if tp not in _STRICT:
-            hints = typing.get_type_hints(tp)
-            fields = {k: _strict(v) if k in tp.__required_keys__ else te.NotRequired[_strict(v)]
-                      for k, v in hints.items()}
-            made = _typed_dict(tp.__name__, fields)
-            made.__pydantic_config__ = ConfigDict(extra="forbid")  # as pydantic.with_config
-            _STRICT[tp] = made
-        return _STRICT[tp]
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        return typing.Union[tuple(_strict(a) for a in args)]  # noqa: UP007
-    if origin in (list, tuple, dict):
-        return origin[tuple(_strict(a) for a in args)]
-    return tp
+    """A pydantic adapter for a type of rota.answers that also refuses keys the TypedDicts
+    do not declare: the types the daemon's OpenAPI document is made from."""
+    return TypeAdapter(pydantic_type(tp))

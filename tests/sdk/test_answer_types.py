@@ -1,7 +1,8 @@
-"""The typed answers of rota.client.answers (what RawClient, and so the CLI, reads) hold
-to what the daemon sends: to its OpenAPI document, to the models it builds answers from,
-and to its real answers, key by key. A field added, removed, renamed or retyped on the
-server fails here until the TypedDict follows."""
+"""The typed answers of rota.answers (what RawClient, and so the CLI, reads, and what the
+daemon's OpenAPI document is made from) hold to what the daemon sends: every route's answer
+is documented as its type, the models it builds answers from agree, and its real answers
+are those types, key by key. A field added, removed, renamed or retyped on the server
+fails here until the TypedDict follows."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from unittest.mock import MagicMock
 
 import pytest
 from answer_shapes import differences, of_schema, of_type, strict_adapter
+from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 
+from rota import answers as a
 from rota.client import RawClient
-from rota.client import answers as a
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
@@ -44,6 +46,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("post", "/v1/gpus/{index}/resume"): a.GpuPausedAnswer,
     ("post", "/v1/gpus/{index}/simulate"): a.SimulateAnswer,
     ("get", "/v1/health"): a.HealthAnswer,
+    ("get", "/v1/whoami"): a.WhoAmIAnswer,
+    ("get", "/v1/summary"): a.SummaryAnswer,
     ("post", "/v1/drain"): a.DrainAnswer,
     ("get", "/v1/queue"): a.QueueAnswer,
     ("get", "/v1/stats"): a.StatsAnswer,
@@ -90,21 +94,58 @@ def _nested(tp: Any) -> Iterator[Any]:
         yield from _nested(arg)
 
 
+def _json_routes(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """Every operation of the document whose success answer is JSON."""
+    return {(method, path) for path, item in doc["paths"].items()
+            for method, op in item.items() for code, answer in op["responses"].items()
+            if code.startswith("2") and "application/json" in answer.get("content", {})}
+
+
+def test_every_route_documents_its_answer_as_its_type(openapi: dict[str, Any]) -> None:
+    """Each JSON answer in the document is a TypedDict's schema (not a free-form object,
+    which would match any type below), and ROUTES names them all."""
+    assert _json_routes(openapi) == set(ROUTES)
+    named = {k: _answer_schema(openapi, *k).get("$ref", "").rsplit("/", 1)[-1]
+             for k in ROUTES}
+    assert {k: v for k, v in named.items() if v != ROUTES[k].__name__} == {}
+
+
 def test_each_route_answers_as_its_type_says(openapi: dict[str, Any]) -> None:
-    """Where the document describes an answer (GET /v1/queue's model; the others are
-    free-form objects there so far, and the real answers below check them), the keys,
-    which are required, and their JSON types are the same."""
+    """The keys, which are required, their JSON types, nested objects and enums are the
+    same in the document as in the type; and the document allows no other key."""
     found = {}
     for (method, path), tp in ROUTES.items():
         schema = _answer_schema(openapi, method, path)
         found[(method, path)] = differences(of_type(tp), of_schema(schema, openapi),
                                             f"{method.upper()} {path}")
     assert {k: v for k, v in found.items() if v} == {}
+    objects = [s for s in openapi["components"]["schemas"].values() if "properties" in s]
+    closed = [s["title"] for s in objects if s.get("additionalProperties") is False]
+    assert {t.__name__ for t in _nested_all()} <= set(closed)
+
+
+def test_answers_are_documented_not_validated() -> None:
+    """The documentation costs no request anything: FastAPI serialises each answer as the
+    plain dict it is (or the route sends its own Response), never validating it against
+    a response model such as the TypedDict."""
+    from rota.server.api import ROUTERS
+
+    models = {(method, r.path): r.response_model for router in ROUTERS
+              for r in router.routes if isinstance(r, APIRoute) for method in r.methods}
+    plain = {None, dict[str, Any]}
+    checked = {k: m for k, m in models.items()
+               if m not in plain and typing.get_args(m)[:1] != (dict[str, Any],)}
+    assert checked == {}
+    assert len(models) > 40
+
+
+def _nested_all() -> set[Any]:
+    return {t for tp in ROUTES.values() for t in _nested(tp)}
 
 
 def test_every_answer_type_is_held_to_the_daemon() -> None:
     """No TypedDict escapes the checks here: each is a route's answer or a part of one."""
-    checked = {t for tp in ROUTES.values() for t in _nested(tp)} | CLIENT_MADE
+    checked = _nested_all() | CLIENT_MADE
     declared = {t for t in (getattr(a, name) for name in a.__all__) if typing.is_typeddict(t)}
     assert sorted(t.__name__ for t in declared - checked) == []
     assert len(declared) > 40
@@ -184,6 +225,8 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["checkpoints"] = (a.CheckpointsAnswer, c.checkpoints(first))
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())
+    out["whoami"] = (a.WhoAmIAnswer, c.request("GET", "/v1/whoami"))
+    out["summary"] = (a.SummaryAnswer, c.request("GET", "/v1/summary"))
     out["stats"] = (a.StatsAnswer, c.stats())
     out["sessions"] = (a.SessionsAnswer, c.request("GET", "/v1/sessions"))
     out["jobs file"] = (a.JobsFileAnswer, c.jobs_file())

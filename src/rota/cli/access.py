@@ -24,7 +24,7 @@ secret_app = typer.Typer(help="Your stored secrets (API keys, tokens): encrypted
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from rota.client.answers import SecretsAnswer, TokensAnswer, UsersAnswer
+    from rota.answers import SecretsAnswer, TokensAnswer, UsersAnswer
 
 JSON = typer.Option(False, "--json", help="print JSON")
 

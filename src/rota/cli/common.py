@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     err_console: Console
 
 T = TypeVar("T")
-#: an answer the daemon gives for one target (rota.client.answers)
+#: an answer the daemon gives for one target (rota.answers)
 R = TypeVar("R")
 
 #: characters that make Rich read a plain string differently (markup, emoji codes)
@@ -65,7 +65,7 @@ def emit(data: dict[str, Any], json_out: bool,
 def emit(data: T, json_out: bool, human: Callable[[T], Any]) -> None: ...
 def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
     """Print JSON for programs, or the human rendering (a string or a Rich renderable) of
-    the same ``data``. A typed answer (rota.client.answers) keeps its type in ``human``,
+    the same ``data``. A typed answer (rota.answers) keeps its type in ``human``,
     so mypy checks the keys it reads; a plain dict made here stays a plain dict."""
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

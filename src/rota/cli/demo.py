@@ -27,8 +27,8 @@ from rota.errors import RotaError
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from rota.answers import JobAnswer, JobDetailAnswer
     from rota.client import RawClient as Client
-    from rota.client.answers import JobAnswer, JobDetailAnswer
     from rota.config import Settings
 
 PY = sys.executable

@@ -68,51 +68,8 @@ def parse(func: Any, args: list[str], *, interspersed: bool) -> dict[str, Any]:
     params = params_of(func)
     if not params:
         raise _Decline  # the module declares its options with Typer itself
-    annotations = func.__annotations__
-    options: dict[str, _Opt] = {}
-    arguments: list[tuple[str, Param, str]] = []
-    for name, spec in params:
-        type_ = _type_of(annotations.get(name))
-        if set(spec.kw) - _HELP_ONLY:
-            raise _Decline
-        if spec.kind == "argument":
-            arguments.append((name, spec, type_))
-            continue
-        for decl, flag_value in _decls(name, spec, type_):
-            options[decl] = _Opt(name, spec, type_, flag_value)
-    values: dict[str, Any] = {}
-    positional: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            positional += args[i:]
-            break
-        if arg.startswith("-") and len(arg) > 1:
-            key, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-            opt = options.get(key)
-            if opt is None:
-                raise _Decline
-            if opt.flag_value is not None:
-                if eq:
-                    raise _Decline
-                values[opt.name] = opt.flag_value
-                continue
-            if not eq:
-                if i >= len(args):
-                    raise _Decline
-                inline, i = args[i], i + 1
-            value = _convert(inline, opt.type, opt.spec)
-            if opt.type.startswith("list["):
-                values.setdefault(opt.name, []).append(value)
-            else:
-                values[opt.name] = value
-            continue
-        positional.append(arg)
-        if not interspersed:
-            positional += args[i:]
-            break
+    options, arguments = _declared(func, params)
+    values, positional = _read_options(args, options, interspersed=interspersed)
     for name, spec, type_ in arguments:
         if type_.startswith("list["):
             taken, positional = positional, []
@@ -127,6 +84,64 @@ def parse(func: Any, args: list[str], *, interspersed: bool) -> dict[str, Any]:
                 raise _Decline  # Typer says which one is missing
             values[name] = spec.default
     return values
+
+
+def _declared(func: Any, params: list[tuple[str, Param]],
+              ) -> tuple[dict[str, _Opt], list[tuple[str, Param, str]]]:
+    """The options by every string that names one, and the positional arguments."""
+    annotations = func.__annotations__
+    options: dict[str, _Opt] = {}
+    arguments: list[tuple[str, Param, str]] = []
+    for name, spec in params:
+        type_ = _type_of(annotations.get(name))
+        if set(spec.kw) - _HELP_ONLY:
+            raise _Decline
+        if spec.kind == "argument":
+            arguments.append((name, spec, type_))
+            continue
+        for decl, flag_value in _decls(name, spec, type_):
+            options[decl] = _Opt(name, spec, type_, flag_value)
+    return options, arguments
+
+
+def _read_options(args: list[str], options: dict[str, _Opt], *, interspersed: bool,
+                  ) -> tuple[dict[str, Any], list[str]]:
+    """The options' values, and the positional words (all of them after ``--``, and after
+    the first one unless options may follow it)."""
+    values: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            positional += args[i:]
+            break
+        if not (arg.startswith("-") and len(arg) > 1):
+            positional.append(arg)
+            if not interspersed:
+                positional += args[i:]
+                break
+            continue
+        key, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        opt = options.get(key)
+        if opt is None:
+            raise _Decline
+        if opt.flag_value is not None:
+            if eq:
+                raise _Decline
+            values[opt.name] = opt.flag_value
+            continue
+        if not eq:
+            if i >= len(args):
+                raise _Decline
+            inline, i = args[i], i + 1
+        value = _convert(inline, opt.type, opt.spec)
+        if opt.type.startswith("list["):
+            values.setdefault(opt.name, []).append(value)
+        else:
+            values[opt.name] = value
+    return values, positional
 
 
 def _type_of(annotation: Any) -> str:

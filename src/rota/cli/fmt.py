@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from rota.client.answers import JobAnswer
+    from rota.answers import JobAnswer
 
 STATE_STYLE = {"running": "green", "starting": "green", "pending": "yellow", "held": "magenta",
                "completed": "blue", "failed": "red", "timeout": "red", "cancelled": "dim",

@@ -20,14 +20,14 @@ from rota.errors import InvalidSpec
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from rota.client import RawClient as Client
-    from rota.client.answers import (
+    from rota.answers import (
         JobAnswer,
         JobStateAnswer,
         RequeueAnswer,
         SessionAnswer,
         WaitAnswer,
     )
+    from rota.client import RawClient as Client
 
     class Waited(WaitAnswer):
         """`rota wait --json`: the daemon's answer and the exit code it makes."""

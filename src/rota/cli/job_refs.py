@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from rota.errors import InvalidSpec, NotFound
 
 if TYPE_CHECKING:
+    from rota.answers import JobAnswer
     from rota.client import RawClient as Client
-    from rota.client.answers import JobAnswer
 
 ACTIVE = ("pending", "held", "starting", "running", "preempted")
 _LOOKUP_LIMIT = 1000

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Group
     from rich.table import Table
 
-    from rota.client.answers import (
+    from rota.answers import (
         AttemptAnswer,
         EventAnswer,
         JobDetailAnswer,

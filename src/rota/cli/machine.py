@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Group
     from rich.text import Text
 
-    from rota.client.answers import (
+    from rota.answers import (
         GpuAnswer,
         GpuPausedAnswer,
         GpusAnswer,

@@ -23,7 +23,7 @@ from rota.errors import InvalidSpec, RotaError
 from rota.units import format_duration, format_memory, parse_memory
 
 if TYPE_CHECKING:
-    from rota.client.answers import CheckpointsAnswer, JobAnswer, MetricsAnswer
+    from rota.answers import CheckpointsAnswer, JobAnswer, MetricsAnswer
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40

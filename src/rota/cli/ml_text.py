@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rota.units import format_duration
 
 if TYPE_CHECKING:
-    from rota.client.answers import JobAnswer, ProgressAnswer
+    from rota.answers import JobAnswer, ProgressAnswer
 
 #: How an ended job's run time is told, by its state.
 ENDED_WORDS = {"completed": "completed in", "failed": "failed after",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Group
     from rich.text import Text
 
-    from rota.client.answers import JobAnswer, QueueAnswer
+    from rota.answers import JobAnswer, QueueAnswer
 
 ACTIVE_STATES = ["pending", "held", "starting", "running", "preempted"]
 _RANK = {"running": 0, "starting": 0, "preempted": 0, "pending": 1, "held": 2}

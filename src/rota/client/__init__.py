@@ -2,7 +2,7 @@
 
 The public SDK is :class:`rota.Client` / :class:`rota.AsyncClient` (pydantic models); this
 package also holds :class:`RawClient`, the typed wire client the CLI uses: the daemon's
-JSON as plain dicts, typed by the TypedDicts of :mod:`rota.client.answers`.
+JSON as plain dicts, typed by the TypedDicts of :mod:`rota.answers`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The typed wire client the CLI uses: the daemon's JSON as it comes, typed as the
-TypedDicts of :mod:`rota.client.answers`, over the same transport (socket or URL, token,
+TypedDicts of :mod:`rota.answers`, over the same transport (socket or URL, token,
 error mapping) as the SDK's :class:`rota.Client`, which gives pydantic models instead."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rota.client._wire import Timeout, WireTransport
 if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from pathlib import Path
 
-    from rota.client.answers import (
+    from rota.answers import (
         CheckpointsAnswer,
         DrainAnswer,
         EventAnswer,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
 
 
 class RawClient:
-    """The daemon's answers as plain dicts whose shape mypy knows (rota.client.answers):
+    """The daemon's answers as plain dicts whose shape mypy knows (rota.answers):
     nothing is parsed or copied beyond the JSON, so the CLI pays nothing for the types.
     Programs that want objects (datetimes, enums, helpers) use :class:`rota.Client`."""
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Protocol, cast
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 
+from rota.answers import JobDetailAnswer, JobListAnswer
 from rota.core.lifecycle import JobState
 from rota.server.ports import StoreReads
 from rota.server.problems import errors
@@ -53,7 +54,8 @@ async def list_jobs(source: Source, state: list[JobState] = Query(default=[]),
                     user: str | None = None, name: str | None = None,
                     project: str | None = None, tag: str | None = None,
                     limit: int = Query(200, ge=1, le=10000),
-                    before: int | None = Query(None, ge=1, le=MAX_ID)) -> dict[str, Any]:
+                    before: int | None = Query(None, ge=1, le=MAX_ID),
+                    ) -> Annotated[dict[str, Any], JobListAnswer]:
     """Newest first, a page of ``limit`` at a time: ``next`` is the ``before`` that asks
     for the next page (None on the last)."""
     rows = source.store.list_jobs(states=state or None, user=user, name=name,
@@ -65,7 +67,8 @@ async def list_jobs(source: Source, state: list[JobState] = Query(default=[]),
 
 
 @router.get("/jobs/{job_id}", responses=errors(401, 404, 422, 503))
-async def get_job(job_id: JobId, source: Source) -> dict[str, Any]:
+async def get_job(job_id: JobId,
+                  source: Source) -> Annotated[dict[str, Any], JobDetailAnswer]:
     row, attempts = source.store.job_with_attempts(job_id)
     [facts] = await source.facts([row])
     out = job_view(row, facts, detail=True)

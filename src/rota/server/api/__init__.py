@@ -13,11 +13,16 @@ from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
 from rota.server.api import access, gpus, job_outputs, jobs, secrets, system
 from rota.server.api._shared import caller
+from rota.server.api.answer_schemas import document_answers
 from rota.server.auth import VIA_KEY
 from rota.server.dashboard import mount_dashboard
 from rota.server.metrics import RequestTimer
 from rota.server.ports import Commands, Reads
 from rota.server.problems import answer_errors_as_problems, document_problems, methods_by_path
+
+#: every /v1 route (the prefix is in each router's route templates: metrics labels)
+ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
+           secrets.router, system.router)
 
 
 def build_app(commands: Commands, reads: Reads) -> FastAPI:
@@ -27,11 +32,11 @@ def build_app(commands: Commands, reads: Reads) -> FastAPI:
     app.add_middleware(RequestTimer, histogram=reads.requests)
     document_problems(app)
     app.include_router(system.metrics_router)
-    parts = [job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
-             secrets.router, system.router]
-    for part in parts:
+    routes = [r for part in ROUTERS for r in part.routes]
+    document_answers(app, routes)
+    for part in ROUTERS:
         app.include_router(part, dependencies=[Depends(caller)])  # every /v1 call: a caller
-    answer_errors_as_problems(app, methods_by_path(r for p in parts for r in p.routes))
+    answer_errors_as_problems(app, methods_by_path(routes))
     mount_dashboard(app)
     return app
 

@@ -8,7 +8,7 @@ handlers run on the loop thread, beside the daemon, the single writer."""
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
 from fastapi import Path as PathParam
@@ -17,8 +17,12 @@ from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
 from rota.server.job_reads import MAX_ID, JobId
 from rota.server.ports import Commands, Reads
 
-__all__ = ["MAX_ID", "Caller", "CommandsPort", "GpuIndex", "JobId", "ReadsPort", "RowId",
-           "SecretName", "UserName", "caller", "own"]
+__all__ = ["MAX_ID", "Caller", "CommandsPort", "GpuIndex", "JobId", "Json", "ReadsPort",
+           "RowId", "SecretName", "UserName", "caller", "own"]
+
+#: an answer as a route builds it; its return annotation names the TypedDict of
+#: rota.answers it is, for the OpenAPI document (rota.server.api.answer_schemas)
+Json = dict[str, Any]
 
 RowId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StrictBool
 
-from rota.server.api._shared import Caller, CommandsPort, ReadsPort, RowId, UserName
+from rota.answers import (
+    NewTokenAnswer,
+    TokenAnswer,
+    TokensAnswer,
+    UserAnswer,
+    UserRemovedAnswer,
+    UsersAnswer,
+    WhoAmIAnswer,
+)
+from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, RowId, UserName
 from rota.server.auth import UserNameText
 from rota.server.problems import errors
 from rota.store.tables import TokenRow
@@ -34,19 +43,20 @@ router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
 @router.get("/whoami", responses=errors(401, 503))
-async def whoami(p: Caller) -> dict[str, Any]:
+async def whoami(p: Caller) -> Annotated[Json, WhoAmIAnswer]:
     return {"user": p.user, "admin": p.admin, "via": p.via}
 
 
 @router.get("/users", responses=errors(401, 403, 503))
-async def users(p: Caller, reads: ReadsPort) -> dict[str, Any]:
+async def users(p: Caller, reads: ReadsPort) -> Annotated[Json, UsersAnswer]:
     p.require_admin("listing users")
     return {"users": [{"name": u.name, "admin": u.admin, "created_at": u.created_at}
                       for u in reads.store.users()]}
 
 
 @router.post("/users", status_code=201, responses=errors(400, 401, 403, 409, 422, 503))
-async def add_user(body: UserBody, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def add_user(body: UserBody, p: Caller,
+                   commands: CommandsPort) -> Annotated[Json, UserAnswer]:
     p.require_admin("adding users")
     u = commands.add_user(body.name, admin=body.admin)
     return {"name": u.name, "admin": u.admin, "created_at": u.created_at}
@@ -56,7 +66,7 @@ async def add_user(body: UserBody, p: Caller, commands: CommandsPort) -> dict[st
 async def remove_user(name: UserName, p: Caller, commands: CommandsPort,
                       cancel_jobs: bool = Query(False, description=(
                           "cancel the user's active jobs first (else 409 while they "
-                          "have any)"))) -> dict[str, Any]:
+                          "have any)"))) -> Annotated[Json, UserRemovedAnswer]:
     """Revoke all the user's tokens and remove their stored secrets; their ended jobs
     stay as history. Not yourself, nor the daemon's owner (409)."""
     p.require_admin("removing users")
@@ -66,7 +76,7 @@ async def remove_user(name: UserName, p: Caller, commands: CommandsPort,
 
 
 @router.get("/tokens", responses=errors(401, 503))
-async def tokens(p: Caller, reads: ReadsPort) -> dict[str, Any]:
+async def tokens(p: Caller, reads: ReadsPort) -> Annotated[Json, TokensAnswer]:
     """An admin sees every user's tokens, anyone else their own (never the tokens
     themselves: their first characters)."""
     rows = reads.store.tokens(None if p.admin else p.user)
@@ -74,7 +84,8 @@ async def tokens(p: Caller, reads: ReadsPort) -> dict[str, Any]:
 
 
 @router.post("/tokens", status_code=201, responses=errors(400, 401, 403, 404, 422, 503))
-async def create_token(body: TokenBody, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def create_token(body: TokenBody, p: Caller,
+                       commands: CommandsPort) -> Annotated[Json, NewTokenAnswer]:
     """The token itself is in this answer only; the store keeps its SHA-256."""
     user = body.user or p.user
     if user != p.user:
@@ -85,7 +96,7 @@ async def create_token(body: TokenBody, p: Caller, commands: CommandsPort) -> di
 
 @router.post("/tokens/{token_id}/revoke", responses=errors(401, 403, 404, 409, 422, 503))
 async def revoke_token(token_id: RowId, p: Caller, commands: CommandsPort,
-                       reads: ReadsPort) -> dict[str, Any]:
+                       reads: ReadsPort) -> Annotated[Json, TokenAnswer]:
     if reads.store.token(token_id).user != p.user:
         p.require_admin("revoking another user's token")
     return _token_view(commands.revoke_token(token_id))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
-from rota.server.api._shared import Caller, CommandsPort, GpuIndex, ReadsPort
+from rota.answers import GpuPausedAnswer, GpusAnswer, SimulateAnswer
+from rota.server.api._shared import Caller, CommandsPort, GpuIndex, Json, ReadsPort
 from rota.server.ports import Fault
 from rota.server.problems import errors
 
@@ -32,12 +33,13 @@ router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
 @router.get("/gpus", responses=errors(401, 503))
-async def gpus(reads: ReadsPort) -> dict[str, Any]:
+async def gpus(reads: ReadsPort) -> Annotated[Json, GpusAnswer]:
     return reads.gpus()
 
 
 @router.post("/gpus/{index}/pause", responses=errors(401, 403, 404, 422, 503))
-async def pause(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def pause(index: GpuIndex, p: Caller,
+                commands: CommandsPort) -> Annotated[Json, GpuPausedAnswer]:
     """The GPU takes no new job; what runs there goes on."""
     p.require_admin("pausing a GPU")
     commands.set_paused(index, True)
@@ -45,7 +47,8 @@ async def pause(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str,
 
 
 @router.post("/gpus/{index}/resume", responses=errors(401, 403, 404, 422, 503))
-async def resume(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def resume(index: GpuIndex, p: Caller,
+                 commands: CommandsPort) -> Annotated[Json, GpuPausedAnswer]:
     p.require_admin("resuming a GPU")
     commands.set_paused(index, False)
     return {"index": index, "paused": False}
@@ -53,7 +56,7 @@ async def resume(index: GpuIndex, p: Caller, commands: CommandsPort) -> dict[str
 
 @router.post("/gpus/{index}/simulate", responses=errors(400, 401, 403, 404, 409, 422, 503))
 async def simulate(index: GpuIndex, body: SimulateBody,
-                   p: Caller, commands: CommandsPort) -> dict[str, Any]:
+                   p: Caller, commands: CommandsPort) -> Annotated[Json, SimulateAnswer]:
     """Inject a fault into a simulated GPU (409 on real GPUs, 404 for an index the
     simulation does not have)."""
     p.require_admin("injecting GPU faults")

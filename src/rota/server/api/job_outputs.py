@@ -12,11 +12,12 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import WithJsonSchema
 
+from rota.answers import CheckpointsAnswer, LogAnswer, MetricsPageAnswer
 from rota.core.lifecycle import TERMINAL
 from rota.errors import InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
-from rota.server.api._shared import MAX_ID, Caller, JobId, ReadsPort, own
+from rota.server.api._shared import MAX_ID, Caller, JobId, Json, ReadsPort, own
 from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
@@ -25,10 +26,6 @@ from rota.server.problems import errors
 from rota.server.views import progress_view
 
 _OFFSET = {"type": "integer", "minimum": 0}
-_LOG_RANGE = {"application/json": {"schema": {
-    "type": "object", "required": ["offset", "next", "data"],
-    "properties": {"offset": _OFFSET, "next": _OFFSET, "data": {"type": "string"}}}},
-              "text/plain": {"schema": {"type": "string"}}}
 
 
 def _sse_event(name: str, data: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -76,15 +73,15 @@ def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoin
     return found, newest_valid(found)
 
 
-@router.get("/jobs/{job_id}/logs", responses={
+@router.get("/jobs/{job_id}/logs", response_model=None, responses={
     **errors(401, 403, 404, 422, 503),
-    200: {"content": _LOG_RANGE,
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}},  # JSON: LogAnswer's
           "description": "a byte range as JSON (offset, next, data); with follow=true the "
                          "log as plain text until the job ends"}})
 async def logs(job_id: JobId, p: Caller, reads: ReadsPort,
                offset: int = Query(0, ge=0, le=MAX_ID),
                limit: int = Query(1 << 20, ge=1, le=16 << 20),
-               follow: bool = False) -> Response:
+               follow: bool = False) -> Annotated[Response, LogAnswer]:
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))
     if not follow:
         data = read_range(path, offset, limit)
@@ -121,7 +118,8 @@ async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
 async def metrics_of(job_id: JobId, reads: ReadsPort, name: list[str] = Query(default=[]),
                      attempt: int | None = Query(None, ge=1, le=1_000_000),
                      after: int = Query(0, ge=0, le=MAX_ID),
-                     limit: int = Query(10_000, ge=1, le=100_000)) -> dict[str, Any]:
+                     limit: int = Query(10_000, ge=1, le=100_000),
+                     ) -> Annotated[Json, MetricsPageAnswer]:
     """Metric samples read from the job's output, per metric as [step, value, time,
     attempt] points, oldest first. ``next`` is the ``after`` that asks for what came
     since (poll with it); ``more`` says whether this answer stopped at ``limit``."""
@@ -136,7 +134,7 @@ async def metrics_of(job_id: JobId, reads: ReadsPort, name: list[str] = Query(de
 
 
 @router.get("/jobs/{job_id}/checkpoints", responses=errors(401, 404, 422, 503))
-async def checkpoints_of(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+async def checkpoints_of(job_id: JobId, reads: ReadsPort) -> Annotated[Json, CheckpointsAnswer]:
     """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
     step first, and the one a retry would resume from."""
     found, best = _checkpoints(reads, job_id)

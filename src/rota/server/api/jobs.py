@@ -3,14 +3,23 @@ wait), why it is where it is, its events and how to attach to it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StrictBool
 
+from rota.answers import (
+    AttachAnswer,
+    EventsAnswer,
+    JobStateAnswer,
+    RequeueAnswer,
+    SubmitAnswer,
+    WaitAnswer,
+    WhyAnswer,
+)
 from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
-from rota.server.api._shared import Caller, CommandsPort, JobId, ReadsPort, own
+from rota.server.api._shared import Caller, CommandsPort, JobId, Json, ReadsPort, own
 from rota.server.auth import UserNameText
 from rota.server.ports import Reads
 from rota.server.problems import errors
@@ -44,7 +53,7 @@ async def _view(reads: Reads, row: Any) -> dict[str, Any]:
 
 @router.post("/jobs", status_code=201, responses=errors(400, 401, 403, 404, 409, 422, 503))
 async def submit(body: SubmitBody, p: Caller, commands: CommandsPort,
-                 reads: ReadsPort) -> dict[str, Any]:
+                 reads: ReadsPort) -> Annotated[Json, SubmitAnswer]:
     """All or nothing: every job is checked before any is stored; an error about one of
     them starts ``jobs[i]: ``. A job this machine can never run as it is now (more GPUs
     or memory than it has) is refused unless ``force``."""
@@ -62,40 +71,40 @@ async def submit(body: SubmitBody, p: Caller, commands: CommandsPort,
 
 
 @router.get("/jobs/{job_id}/events", responses=errors(401, 404, 422, 503))
-async def events(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+async def events(job_id: JobId, reads: ReadsPort) -> Annotated[Json, EventsAnswer]:
     reads.job_state(job_id)  # NotFound if unknown
     return {"events": [event_view(e) for e in reads.store.events(job_id)]}
 
 
 @router.get("/jobs/{job_id}/why", responses=errors(401, 404, 422, 503))
-async def why(job_id: JobId, reads: ReadsPort) -> dict[str, Any]:
+async def why(job_id: JobId, reads: ReadsPort) -> Annotated[Json, WhyAnswer]:
     """Why the job waits, or what it is doing, or how it ended, in a sentence."""
     return why_view(await _view(reads, reads.store.get_job(job_id)), reads.now())
 
 
 @router.post("/jobs/{job_id}/cancel", responses=errors(401, 403, 404, 409, 422, 503))
 async def cancel(job_id: JobId, p: Caller, commands: CommandsPort,
-                 reads: ReadsPort) -> dict[str, Any]:
+                 reads: ReadsPort) -> Annotated[Json, JobStateAnswer]:
     return {"id": job_id, "state": str(commands.cancel(own(reads, p, job_id, "cancel")))}
 
 
 @router.post("/jobs/{job_id}/hold", responses=errors(401, 403, 404, 409, 422, 503))
 async def hold(job_id: JobId, p: Caller, commands: CommandsPort,
-               reads: ReadsPort) -> dict[str, Any]:
+               reads: ReadsPort) -> Annotated[Json, JobStateAnswer]:
     commands.hold(own(reads, p, job_id, "hold"))
     return {"id": job_id, "state": "held"}
 
 
 @router.post("/jobs/{job_id}/release", responses=errors(401, 403, 404, 409, 422, 503))
 async def release(job_id: JobId, p: Caller, commands: CommandsPort,
-                  reads: ReadsPort) -> dict[str, Any]:
+                  reads: ReadsPort) -> Annotated[Json, JobStateAnswer]:
     commands.release(own(reads, p, job_id, "release"))
     return {"id": job_id, "state": "pending"}
 
 
 @router.post("/jobs/{job_id}/preempt", responses=errors(401, 403, 404, 409, 422, 503))
 async def preempt(job_id: JobId, p: Caller, commands: CommandsPort,
-                  reads: ReadsPort) -> dict[str, Any]:
+                  reads: ReadsPort) -> Annotated[Json, JobStateAnswer]:
     """The stop handshake (its stop signal, its grace, then SIGKILL); once it has exited
     it waits again in its old place in the queue, and resumes from its checkpoint."""
     state = commands.preempt(own(reads, p, job_id, "preempt"))
@@ -104,7 +113,7 @@ async def preempt(job_id: JobId, p: Caller, commands: CommandsPort,
 
 @router.post("/jobs/{job_id}/requeue", responses=errors(401, 403, 404, 409, 422, 503))
 async def requeue(job_id: JobId, p: Caller, commands: CommandsPort,
-                  reads: ReadsPort) -> dict[str, Any]:
+                  reads: ReadsPort) -> Annotated[Json, RequeueAnswer]:
     """A running job is stopped and queued again; an ended one is submitted anew."""
     row = commands.requeue(own(reads, p, job_id, "requeue"))
     return {"requeued": job_id, "job": await _view(reads, row)}
@@ -113,7 +122,8 @@ async def requeue(job_id: JobId, p: Caller, commands: CommandsPort,
 @router.get("/jobs/{job_id}/wait", responses=errors(401, 404, 422, 503))
 async def wait(job_id: JobId, commands: CommandsPort, reads: ReadsPort,
                timeout: float = Query(WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S, description=(
-                   "seconds to hold the answer while the job runs"))) -> dict[str, Any]:
+                   "seconds to hold the answer while the job runs")),
+               ) -> Annotated[Json, WaitAnswer]:
     """A long poll: until the job ends, or ``timeout`` seconds (``done`` says which; ask
     again while it is false). Bounded so that no request holds a connection for hours."""
     state = await commands.wait_for_end(job_id, timeout)
@@ -123,7 +133,7 @@ async def wait(job_id: JobId, commands: CommandsPort, reads: ReadsPort,
 
 
 @router.get("/jobs/{job_id}/attach", responses=errors(401, 403, 404, 409, 422, 503))
-async def attach(job_id: JobId, p: Caller, reads: ReadsPort) -> dict[str, Any]:
+async def attach(job_id: JobId, p: Caller, reads: ReadsPort) -> Annotated[Json, AttachAnswer]:
     argv = reads.attach_argv(own(reads, p, job_id, "attach to"))
     if argv is None:
         raise InvalidSpec(f"job {job_id} runs without a session; submit it with "

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from rota.server.api._shared import Caller, CommandsPort, ReadsPort, SecretName
+from rota.answers import SecretDeletedAnswer, SecretsAnswer, SecretSetAnswer
+from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, SecretName
 from rota.server.auth import Principal, UserNameText
 from rota.server.problems import errors
 from rota.server.secrets import MAX_VALUE_BYTES
@@ -35,7 +36,8 @@ router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
 @router.get("/secrets", responses=errors(401, 403, 422, 503))
-async def secrets_list(p: Caller, reads: ReadsPort, user: str | None = _OWNER) -> dict[str, Any]:
+async def secrets_list(p: Caller, reads: ReadsPort,
+                       user: str | None = _OWNER) -> Annotated[Json, SecretsAnswer]:
     """Names and dates only: no answer ever carries a secret's value."""
     owner = _owner(p, user, "listing the secrets")
     return {"user": owner, "secrets": [
@@ -45,7 +47,7 @@ async def secrets_list(p: Caller, reads: ReadsPort, user: str | None = _OWNER) -
 
 @router.put("/secrets/{name}", responses=errors(400, 401, 403, 422, 503))
 async def secret_put(name: SecretName, body: SecretBody, p: Caller,
-                     commands: CommandsPort) -> dict[str, Any]:
+                     commands: CommandsPort) -> Annotated[Json, SecretSetAnswer]:
     owner = _owner(p, body.user, "setting a secret")
     created = commands.put_secret(owner, name, body.value)
     return {"user": owner, "name": name, "created": created}
@@ -53,7 +55,7 @@ async def secret_put(name: SecretName, body: SecretBody, p: Caller,
 
 @router.delete("/secrets/{name}", responses=errors(401, 403, 404, 422, 503))
 async def secret_delete(name: SecretName, p: Caller, commands: CommandsPort,
-                        user: str | None = _OWNER) -> dict[str, Any]:
+                        user: str | None = _OWNER) -> Annotated[Json, SecretDeletedAnswer]:
     owner = _owner(p, user, "deleting a secret")
     commands.delete_secret(owner, name)
     return {"user": owner, "name": name, "deleted": True}

@@ -4,45 +4,30 @@ jobs file, Prometheus metrics, shutdown; and the endpoints only the API workers 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from rota import __version__
+from rota.answers import (
+    DrainAnswer,
+    HealthAnswer,
+    JobsFileAnswer,
+    QueueAnswer,
+    SessionsAnswer,
+    ShutdownAnswer,
+    StatsAnswer,
+    SummaryAnswer,
+)
 from rota.errors import NotFound
-from rota.server.api._shared import MAX_ID, Caller, CommandsPort, ReadsPort, caller
+from rota.server.api._shared import MAX_ID, Caller, CommandsPort, Json, ReadsPort, caller
 from rota.server.auth import VIA_HEADER, VIA_KEY
 from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
 from rota.server.problems import errors
 
 MAX_PAGE = 10_000
-
-
-class Kept(BaseModel):
-    job: int
-    gpus: list[int]
-
-
-class QueueAnswer(BaseModel):
-    """GET /v1/queue. The job lists are there when ``limit`` > 0; each job as in
-    GET /v1/jobs (a waiting one with its ``reason``)."""
-
-    counts: dict[str, int] | None = Field(
-        default=None, description="jobs per state, in the store (unless counts=false)")
-    pending: int = Field(description="jobs waiting to start (the scheduler's queue)")
-    running: int = Field(description="jobs on GPUs (starting or running)")
-    held: int
-    reservations: list[Kept]
-    offset: int
-    limit: int
-    next_offset: int | None = Field(description="the offset of the next page; null: last")
-    running_jobs: list[dict[str, Any]] = Field(default_factory=list)
-    waiting_jobs: list[dict[str, Any]] = Field(
-        default_factory=list, description="from offset, in the order they will start")
-    held_jobs: list[dict[str, Any]] = Field(default_factory=list,
-                                            description="the oldest held jobs")
 
 
 class LiveBody(BaseModel):
@@ -75,21 +60,21 @@ router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
 @router.get("/health", responses=errors(401))
-async def health(reads: ReadsPort) -> dict[str, Any]:
+async def health(reads: ReadsPort) -> Annotated[Json, HealthAnswer]:
     return {"ok": True, "version": __version__, "pid": os.getpid(), **reads.health()}
 
 
 @router.post("/drain", responses=errors(401, 403, 422, 503))
 async def drain(p: Caller, commands: CommandsPort,
-                on: bool = Query(True, description="false ends draining")) -> dict[str, Any]:
+                on: bool = Query(True, description="false ends draining"),
+                ) -> Annotated[Json, DrainAnswer]:
     """Start no new job (running ones go on) until drained with on=false."""
     p.require_admin("draining the machine")
     commands.set_draining(on)
     return {"draining": on}
 
 
-@router.get("/queue", response_model=QueueAnswer, response_model_exclude_unset=True,
-            responses=errors(401, 422, 503))
+@router.get("/queue", responses=errors(401, 422, 503))
 async def queue(reads: ReadsPort,
                 limit: int = Query(0, ge=0, le=MAX_PAGE, description=(
                     "list this many waiting jobs (and held ones); 0: only the totals")),
@@ -98,44 +83,46 @@ async def queue(reads: ReadsPort,
                 counts: bool = Query(True, description=(
                     "false leaves out the counts per state, which read every job's "
                     "row: the rest reads only the jobs it lists")),
-                ) -> dict[str, Any]:
+                ) -> Annotated[Json, QueueAnswer]:
     """The queue as the scheduler holds it: totals per state, the GPUs kept for a job
     that waits; with ``limit``, the jobs on GPUs, then the waiting jobs in the order
     they will start (priority, then submission; those that never can, last), each with
     why it waits, then the oldest held jobs."""
-    return reads.queue(limit=limit, offset=offset, counts=counts)
+    answer = reads.queue(limit=limit, offset=offset, counts=counts)
+    # counts first, where the answer has always had them
+    return {"counts": answer.pop("counts"), **answer} if counts else answer
 
 
 @router.get("/summary", responses=errors(401, 503))
-async def summary(reads: ReadsPort) -> dict[str, Any]:
+async def summary(reads: ReadsPort) -> Annotated[Json, SummaryAnswer]:
     """Counts by state, and GPU-hours used by user and by project."""
     return {"counts": reads.store.count_by_state(),
             "gpu_hours": reads.store.gpu_hours(now=reads.now())}
 
 
 @router.get("/stats", responses=errors(401))
-async def stats(reads: ReadsPort) -> dict[str, Any]:
+async def stats(reads: ReadsPort) -> Annotated[Json, StatsAnswer]:
     return reads.stats()
 
 
 @router.get("/sessions", responses=errors(401))
-async def sessions(reads: ReadsPort) -> dict[str, Any]:
+async def sessions(reads: ReadsPort) -> Annotated[Json, SessionsAnswer]:
     return {"sessions": reads.sessions()}
 
 
 @router.get("/jobsfile", responses=errors(401))
-async def jobsfile(reads: ReadsPort) -> dict[str, Any]:
+async def jobsfile(reads: ReadsPort) -> Annotated[Json, JobsFileAnswer]:
     return reads.jobs_file()
 
 
 @router.post("/jobsfile/reload", responses=errors(401, 403, 503))
-async def jobsfile_reload(p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def jobsfile_reload(p: Caller, commands: CommandsPort) -> Annotated[Json, JobsFileAnswer]:
     p.require_admin("reloading the jobs file")
     return commands.reload_jobs_file()
 
 
 @router.post("/shutdown", responses=errors(401, 403))
-async def shutdown(p: Caller, commands: CommandsPort) -> dict[str, Any]:
+async def shutdown(p: Caller, commands: CommandsPort) -> Annotated[Json, ShutdownAnswer]:
     """Stop the daemon; running jobs go on and are taken up again at its next start."""
     p.require_admin("stopping the daemon")
     commands.shutdown()

@@ -1,30 +1,35 @@
-"""The daemon's JSON answers as they come over the wire, described as TypedDicts.
+"""The daemon's JSON answers as they come over the wire, described as TypedDicts: the one
+definition of each answer, read by both sides.
 
-:class:`rota.client.RawClient` (the client the CLI uses) returns these: plain dicts at
-run time, so they cost nothing to build or import, yet mypy checks every key the CLI
-reads. The SDK's :class:`rota.Client` turns the same answers into pydantic models
+The daemon documents each route's answer from these (rota.server.api.answer_schemas puts
+their JSON schemas in /openapi.json, without validating any answer at run time), and
+:class:`rota.client.RawClient` (the client the CLI uses) returns them: plain dicts at run
+time, so they cost nothing to build or import, yet mypy checks every key the CLI reads.
+The SDK's :class:`rota.Client` turns the same answers into pydantic models
 (rota.client.models), with datetimes; here times stay epoch seconds, as sent.
 
-Only ``typing`` is imported, and the CLI imports this module under ``TYPE_CHECKING``
-only. The annotations are evaluated (no ``from __future__ import annotations``), so each
-class's ``__required_keys__`` is right at run time for tools that read it.
-tests/sdk/test_answer_types.py holds these types to the daemon's OpenAPI document and
-to its real answers, so a field added or renamed on the server fails until they follow.
+A leaf every layer may import: only ``typing`` is imported, and the CLI imports this
+module under ``TYPE_CHECKING`` only. The annotations are evaluated (no ``from __future__
+import annotations``), so each class's ``__required_keys__`` is right at run time for
+tools that read it. tests/sdk/test_answer_types.py holds these types to the daemon's
+OpenAPI document and to its real answers, so a field added or renamed on the server fails
+until they follow.
 """
 
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
-    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
-    "DrainAnswer", "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuPausedAnswer",
-    "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer", "JobListAnswer",
-    "JobStateAnswer", "JobStateName", "JobsFileAnswer", "JobsFileError", "LogAnswer",
-    "MetricPoint", "MetricsAnswer", "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer",
-    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "ReportedCheckpoint", "RequeueAnswer",
-    "Reservation", "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer",
+    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer", "DrainAnswer",
+    "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours", "GpuPausedAnswer", "GpusAnswer",
+    "HealthAnswer", "JobAnswer", "JobDetailAnswer", "JobListAnswer", "JobStateAnswer",
+    "JobStateName", "JobsFileAnswer", "JobsFileError", "LogAnswer", "MetricPoint",
+    "MetricsAnswer", "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer", "ProgressAnswer",
+    "QueueAnswer", "ReasonAnswer", "ReportedCheckpoint", "RequeueAnswer", "Reservation",
+    "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer",
     "SessionAnswer", "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer", "SpecAnswer",
-    "StatsAnswer", "SubmitAnswer", "TokenAnswer", "TokensAnswer", "TrackingAnswer",
-    "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer", "WandbRun", "WhyAnswer",
+    "StatsAnswer", "SubmitAnswer", "SummaryAnswer", "TokenAnswer", "TokensAnswer",
+    "TrackingAnswer", "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer",
+    "WandbRun", "WhoAmIAnswer", "WhyAnswer",
 ]
 
 #: a job's state (rota.core.lifecycle.JobState's values)
@@ -358,23 +363,37 @@ class QueueAnswer(TypedDict):
     from ``offset`` in start order, and the oldest held ones; ``counts`` unless
     counts=false."""
 
-    counts: NotRequired[dict[str, int] | None]  # per state (the model allows a null)
-    pending: int
-    running: int
+    counts: NotRequired[dict[str, int]]  # jobs per state, in the store
+    pending: int  # jobs waiting to start (the scheduler's queue)
+    running: int  # jobs on GPUs (starting or running)
     held: int
     reservations: list[Reservation]
     offset: int
     limit: int
-    next_offset: int | None
+    next_offset: int | None  # the offset of the next page; None: the last
     running_jobs: NotRequired[list[JobAnswer]]
-    waiting_jobs: NotRequired[list[JobAnswer]]
-    held_jobs: NotRequired[list[JobAnswer]]
+    waiting_jobs: NotRequired[list[JobAnswer]]  # from offset, in the order they will start
+    held_jobs: NotRequired[list[JobAnswer]]  # the oldest held jobs
 
 
 class StatsAnswer(TypedDict):
     passes: int
     pass_p50_ms: float | None
     pass_max_ms: float | None
+
+
+class GpuHours(TypedDict):
+    """GPU-hours of every attempt (running ones up to now); jobs with no project under ""."""
+
+    by_user: dict[str, float]
+    by_project: dict[str, float]
+
+
+class SummaryAnswer(TypedDict):
+    """GET /v1/summary."""
+
+    counts: dict[str, int]  # jobs per state, in the store
+    gpu_hours: GpuHours
 
 
 class JobsFileError(TypedDict):
@@ -397,6 +416,14 @@ class ShutdownAnswer(TypedDict):
 
 
 # --- who may use it ------------------------------------------------------------------------
+class WhoAmIAnswer(TypedDict):
+    """GET /v1/whoami: the socket's caller is the daemon's owner, an admin."""
+
+    user: str
+    admin: bool
+    via: Literal["socket", "tcp"]
+
+
 class UserAnswer(TypedDict):
     name: str
     admin: bool
