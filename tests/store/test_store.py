@@ -274,3 +274,20 @@ def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them
         assert got.tracked == [b.id]  # its spec leaves it to the daemon's setting
     finally:
         store.close()
+
+
+def test_the_last_peak_of_each_name_comes_from_its_newest_finished_attempt(
+        store: Store) -> None:
+    rows = store.add_jobs([spec(name="train"), spec(name="train"), spec(name="eval"),
+                           spec(name="train"), spec(name="other")], user="u", source="cli",
+                          now=1.0)
+    ids = store.start_attempts([(r.id, _attempt(1, n), "go") for n, r in enumerate(rows)],
+                               now=2.0)
+    store.update_attempt(ids[0], peak_gpu_mem=5 << 30, ended_at=3.0)
+    store.update_attempt(ids[1], peak_gpu_mem=7 << 30, ended_at=4.0)  # the newest train
+    store.update_attempt(ids[2], peak_gpu_mem=1 << 30, ended_at=4.0)
+    store.update_attempt(ids[3], peak_gpu_mem=9 << 30)  # still running: not counted
+    store.update_attempt(ids[4], ended_at=4.0)  # no peak recorded
+    assert store.last_peaks(["train", "eval", "other", "missing", "train"]) == {
+        "train": (rows[1].id, 7 << 30), "eval": (rows[2].id, 1 << 30)}
+    assert store.last_peaks([]) == {}

@@ -130,10 +130,13 @@ class Intake:
     def sizing_warnings(self, rows: list[JobRecord]) -> list[str]:
         """Jobs named like an earlier one whose request is far from what that one used."""
         total = max((g.memory_total for g in self.daemon.readings.values()), default=0)
+        if not total:
+            return []
+        peaks = self.daemon.store.last_peaks(row.name for row in rows if row.name)
         out: list[str] = []
         for row in rows:
-            last = self.daemon.store.last_peak(row.name) if row.name else None
-            if last is None or not total:
+            last = peaks.get(row.name) if row.name else None
+            if last is None:
                 continue
             warning = sizing_warning(row.id, row.name, gpus=row.gpus, gpu_mem=row.gpu_mem,
                                      gpu_total=total, last_job=last[0], peak=last[1])

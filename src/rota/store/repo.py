@@ -537,16 +537,22 @@ class Store:
         with self._reading() as c:
             return list(c.execute(q))
 
-    def last_peak(self, name: str) -> tuple[int, int] | None:
-        """(job id, peak GPU memory) of the newest finished attempt of a job of this name
-        that recorded one."""
+    def last_peaks(self, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """For each name: (job id, peak GPU memory) of the newest finished attempt of a
+        job of that name that recorded one. One query for a whole submit."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
         j, a = _jobs.c, _attempts.c
-        q = (select(j.id, a.peak_gpu_mem).join(_attempts, a.job_id == j.id)
-             .where(j.name == name, a.peak_gpu_mem.is_not(None), a.ended_at.is_not(None))
-             .order_by(a.id.desc()).limit(1))
+        newest = (select(func.max(a.id).label("attempt"))
+                  .join(_jobs, a.job_id == j.id)
+                  .where(j.name.in_(wanted), a.peak_gpu_mem.is_not(None),
+                         a.ended_at.is_not(None))
+                  .group_by(j.name).subquery())
+        q = (select(j.name, j.id, a.peak_gpu_mem).join(_attempts, a.job_id == j.id)
+             .where(a.id.in_(select(newest.c.attempt))))
         with self._reading() as c:
-            row = c.execute(q).first()
-        return None if row is None else (int(row[0]), int(row[1]))
+            return {str(name): (int(jid), int(peak)) for name, jid, peak in c.execute(q)}
 
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float) -> UserRow:

@@ -37,7 +37,8 @@ class JobRow(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str | None] = mapped_column(String(200))
+    # indexed: each submit asks for the last peak of every name it brings (last_peaks)
+    name: Mapped[str | None] = mapped_column(String(200), index=True)
     user: Mapped[str] = mapped_column(String(100), default="")
     state: Mapped[str] = mapped_column(String(20), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
