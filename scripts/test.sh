@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what the tests need and run the whole suite: lint, types, unit, integration,
-# SQLite and PostgreSQL, the dashboard in a browser. Debian packages (tmux, screen, postgresql,
-# chromium) come from apt; a private PostgreSQL server runs in a temp dir for the length of the
-# run and is stopped after.
+# SQLite and PostgreSQL, the dashboard in a browser, the Slurm engine against a real Slurm.
+# Debian packages (tmux, screen, postgresql, chromium, Slurm and munge) come from apt; a
+# private PostgreSQL server runs in a temp dir for the length of the run and is stopped after;
+# the Slurm tests start (and stop) their own private slurmctld, slurmd and munged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ command -v tmux >/dev/null || need+=(tmux)
 command -v screen >/dev/null || need+=(screen)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+  && command -v munged >/dev/null || need+=(slurmctld slurmd slurm-client munge)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
@@ -41,6 +44,7 @@ export ROTA_TEST_PG_URL="postgresql://rota@127.0.0.1:$PGPORT/postgres"
 export ROTA_REQUIRE_PG=1
 export ROTA_REQUIRE_BROWSER=1  # tests/ui fail, not skip, without /usr/bin/chromium
 export ROTA_REQUIRE_TORCH=1    # the training templates' tests fail, not skip, without torch
+export ROTA_REQUIRE_SLURM=1    # tests/backends/slurm fail, not skip, without a private Slurm
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy

@@ -1,4 +1,4 @@
-"""A private, single-node Slurm (Debian 12: 22.05) for throughput baselines.
+"""A private Slurm (Debian 12: 22.05) for throughput baselines and the Slurm engine's tests.
 
 Everything lives under one temporary folder: a munged with its own key and socket (run as the
 ``munge`` user), ``slurmctld -D`` and ``slurmd -D`` as root, slurm.conf, gres.conf and 8 fake GPU
@@ -10,6 +10,10 @@ Usage::
 
     with PrivateSlurm(tuned=True) as slurm:
         result = slurm.run_workload(2000, mode="array")
+
+``nodes=N`` runs N slurmd processes on this host (``slurmd -N NAME``, each its own port,
+spool folder, pid and log file): a multi-node cluster for ``srun`` across nodes. The default is
+one node, as the throughput baselines use.
 
 0.25 GPU per job is modelled with gres ``shard`` (4 shards per fake GPU, 32 in all, each job
 ``--gres=shard:1``); if shards do not work, it falls back to 32 CPU slots (node CPUs=32, each
@@ -29,7 +33,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Literal
 
@@ -125,9 +129,13 @@ class PrivateSlurm:
         max_job_count: int = 200_000,
         start_timeout: float = 90.0,
         keep_dir: bool = False,
+        nodes: int = 1,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         if gpus < 1 or jobs_per_gpu < 1:
             raise ValueError("gpus and jobs_per_gpu must be >= 1")
+        if not 1 <= nodes <= 16:
+            raise ValueError("nodes must be in 1..16 (each is a slurmd process on this host)")
         if not 2 <= max_array_size <= 4_000_001:
             raise ValueError("max_array_size must be in 2..4000001 (Slurm's limit)")
         self.tuned = tuned
@@ -141,6 +149,12 @@ class PrivateSlurm:
         self.max_job_count = max(max_job_count, max_array_size)
         self.start_timeout = start_timeout
         self.keep_dir = keep_dir
+        #: slurm.conf settings on top of the rest (e.g. ``{"KillWait": "2"}`` for tests).
+        self.extra_settings = dict(settings or {})
+        #: Node names: one slurmd process each (``slurmd -N NAME``, its own port), all on
+        #: this host; every node has ``gpus`` fake GPUs. The first keeps the old name.
+        self.node_names = [NODE_NAME] + [f"{NODE_NAME}{i}" for i in range(2, nodes + 1)]
+        self.partition = PARTITION
 
         self.gpu_model: GpuModel | None = None
         self.folder: str | None = None
@@ -150,7 +164,7 @@ class PrivateSlurm:
         self.notes: list[str] = []
         self._munged: subprocess.Popen[bytes] | None = None
         self._slurmctld: subprocess.Popen[bytes] | None = None
-        self._slurmd: subprocess.Popen[bytes] | None = None
+        self._slurmds: list[subprocess.Popen[bytes]] = []
         self._env: dict[str, str] = {}
         self._jobcomp: str | None = None
         self._logs: list[IO[bytes]] = []
@@ -175,11 +189,17 @@ class PrivateSlurm:
         for name, proc in (
             ("munged", self._munged),
             ("slurmctld", self._slurmctld),
-            ("slurmd", self._slurmd),
+            *self._slurmd_procs(),
         ):
             if proc is not None and proc.poll() is None:
                 out[name] = proc.pid
         return out
+
+    def _slurmd_procs(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """(label, process) of each slurmd: "slurmd" alone, "slurmd-NAME" when several."""
+        if len(self._slurmds) == 1:
+            return [("slurmd", self._slurmds[0])]
+        return [(f"slurmd-{n}", p) for n, p in zip(self.node_names, self._slurmds, strict=False)]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -343,12 +363,17 @@ class PrivateSlurm:
 
     def _write_config(self, model: GpuModel) -> str:
         host = socket.gethostname().split(".")[0]
-        ctld_port = free_tcp_port()
-        slurmd_port = free_tcp_port()
-        while slurmd_port == ctld_port:
-            slurmd_port = free_tcp_port()
+        ports: set[int] = set()
+        while len(ports) < 1 + len(self.node_names):
+            ports.add(free_tcp_port())
+        ctld_port, *node_ports = sorted(ports)
+        slurmd_port = node_ports[0]
         for sub in ("state", "spool", "work"):
             os.makedirs(self._path(sub), exist_ok=True)
+        several = len(self.node_names) > 1
+        if several:  # each slurmd its own spool folder, pid and log file (%n: node name)
+            for name in self.node_names:
+                os.makedirs(self._path("spool", name), exist_ok=True)
         devs = self._make_fake_gpus()
         dev_range = self._path("dev", f"nvidia[0-{self.gpus - 1}]")
         if model == "shard":
@@ -375,11 +400,11 @@ class PrivateSlurm:
             "CredType": "cred/munge",
             "AuthInfo": f"socket={self.munge_socket}",
             "StateSaveLocation": self._path("state"),
-            "SlurmdSpoolDir": self._path("spool"),
+            "SlurmdSpoolDir": self._path("spool", "%n") if several else self._path("spool"),
             "SlurmctldPidFile": self._path("slurmctld.pid"),
-            "SlurmdPidFile": self._path("slurmd.pid"),
+            "SlurmdPidFile": self._path("slurmd-%n.pid" if several else "slurmd.pid"),
             "SlurmctldLogFile": self._path("slurmctld.log"),
-            "SlurmdLogFile": self._path("slurmd.log"),
+            "SlurmdLogFile": self._path("slurmd-%n.log" if several else "slurmd.log"),
             "SlurmctldDebug": "info",
             "SlurmdDebug": "info",
             "ProctrackType": "proctrack/linuxproc",
@@ -401,14 +426,17 @@ class PrivateSlurm:
             settings["JobCompLoc"] = self._jobcomp
         if self.tuned:
             settings.update(TUNED_SETTINGS)
+        settings.update(self.extra_settings)
         lines = [f"{k}={v}" for k, v in settings.items()]
+        for name, port in zip(self.node_names, node_ports, strict=True):
+            lines.append(
+                f"NodeName={name} NodeAddr=127.0.0.1 NodeHostname={host} Port={port} "
+                f"CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 "
+                f"RealMemory=1024 {gres_node} State=UNKNOWN"
+            )
         lines.append(
-            f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} "
-            f"Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 "
-            f"RealMemory=1024 {gres_node} State=UNKNOWN"
-        )
-        lines.append(
-            f"PartitionName={PARTITION} Nodes={NODE_NAME} Default=YES MaxTime=INFINITE State=UP"
+            f"PartitionName={PARTITION} Nodes={','.join(self.node_names)} Default=YES "
+            "MaxTime=INFINITE State=UP"
         )
         conf = self._path("slurm.conf")
         with open(conf, "w", encoding="ascii") as fh:
@@ -431,7 +459,12 @@ class PrivateSlurm:
         self._env = clean_env({"SLURM_CONF": conf}, drop_prefixes=("SLURM_", "SBATCH_", "SQUEUE_"))
         self._env["SLURM_CONF"] = conf
         self._slurmctld = self._spawn("slurmctld", [slurmctld, "-D", "-i", "-f", conf])
-        self._slurmd = self._spawn("slurmd", [slurmd, "-D", "-N", NODE_NAME, "-f", conf])
+        several = len(self.node_names) > 1
+        self._slurmds = [
+            self._spawn(f"slurmd-{name}" if several else "slurmd",
+                        [slurmd, "-D", "-N", name, "-f", conf])
+            for name in self.node_names
+        ]
         self._wait_node_idle()
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -449,38 +482,45 @@ class PrivateSlurm:
 
     def _diagnostics(self) -> str:
         parts = []
-        for name in ("slurmctld", "slurmd"):
+        names = ["slurmctld"] + [label for label, _ in self._slurmd_procs()]
+        for name in names:
             parts.append(f"--- {name}.log (tail)\n" + tail_file(self._path(f"{name}.log"), 2000))
             parts.append(f"--- {name}.out (tail)\n" + tail_file(self._path(f"{name}.out"), 800))
         return "\n".join(parts)
 
     def _check_daemons(self) -> None:
-        for name, proc in (("slurmctld", self._slurmctld), ("slurmd", self._slurmd)):
+        for name, proc in (("slurmctld", self._slurmctld), *self._slurmd_procs()):
             if proc is None or proc.poll() is not None:
                 code = None if proc is None else proc.returncode
                 raise BaselineError(f"{name} exited (status {code})\n{self._diagnostics()}")
 
     def _wait_node_idle(self) -> None:
+        names = ",".join(self.node_names)
+
         def probe() -> bool:
             self._check_daemons()
             res = run_cmd(
-                ["sinfo", "-h", "-N", "-n", NODE_NAME, "-o", "%T|%E"],
+                ["sinfo", "-h", "-N", "-n", names, "-o", "%N|%T|%E"],
                 env=self._env,
                 check=False,
                 timeout=15,
             )
             if res.returncode != 0:
                 return False
-            state, _, reason = res.stdout.strip().partition("|")
-            state = state.rstrip("*~#!%$@^-")
-            if state.startswith(("drain", "inval", "fail")):
-                raise BaselineError(f"node {NODE_NAME} is {state}: {reason}\n{self._diagnostics()}")
-            return state == "idle"
+            idle = set()
+            for line in res.stdout.splitlines():
+                node, state, reason = [*line.strip().split("|", 2), "", ""][:3]
+                state = state.rstrip("*~#!%$@^-")
+                if state.startswith(("drain", "inval", "fail")):
+                    raise BaselineError(f"node {node} is {state}: {reason}\n{self._diagnostics()}")
+                if state == "idle":
+                    idle.add(node)
+            return idle >= set(self.node_names)
 
         wait_for(
             probe,
             timeout=self.start_timeout,
-            what=f"node {NODE_NAME} to be idle (sinfo)",
+            what=f"nodes {names} to be idle (sinfo)",
             interval=0.3,
             on_timeout=self._diagnostics,
         )
@@ -527,8 +567,9 @@ class PrivateSlurm:
                     f"cancelling {len(left or [])} leftover jobs took "
                     f"{time.monotonic() - began:.1f}s"
                 )
-        for name, attr in (("slurmd", "_slurmd"), ("slurmctld", "_slurmctld")):
-            proc: subprocess.Popen[bytes] | None = getattr(self, attr)
+        daemons = [*self._slurmd_procs(), ("slurmctld", self._slurmctld)]
+        self._slurmds, self._slurmctld = [], None
+        for name, proc in daemons:
             if proc is not None:
                 began = time.monotonic()
                 msg = stop_process(proc, name=name, grace=15)
@@ -536,7 +577,6 @@ class PrivateSlurm:
                     sink.append(msg)
                 elif time.monotonic() - began > 3:
                     sink.append(f"{name} took {time.monotonic() - began:.1f}s to stop")
-                setattr(self, attr, None)
 
     # ------------------------------------------------------------------ workload
 

@@ -1,0 +1,241 @@
+"""An :class:`EngineJob` as Slurm is handed it: the sbatch argv, the batch script, refusals.
+
+Pure but for one PATH lookup (is conda there?). Every option is an sbatch command-line
+option in the ``--name=value`` form (a value can never read as another option); the script
+holds only the job's command, quoted by :func:`shlex.join`, and Rota's own integers.
+Environment values never appear in either: the engine hands them to sbatch through its
+process environment and ``--export=ALL`` copies them into the job (see engine.py).
+
+Single-node jobs ``exec`` the command, so it *is* the batch shell: ``--signal=B:SIG@grace``
+(batch shell only) and ``scancel --full`` reach it directly, with no shell in between that
+would defer the signal. Multi-node jobs ``exec srun`` the command once per node; their
+stop signal goes to the job steps (every task on every node), never to srun itself, which
+would abort the step on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import shlex
+import signal
+
+from rota.backends.common import conda_exe
+from rota.backends.engine import EngineJob
+from rota.pools import SlurmPool
+
+MIB = 1024 * 1024
+MAX_SIGNAL_TIME = 65535  # sbatch --signal: sig_time is 0..65535 seconds
+MAX_NICE = 2147483645  # Slurm's largest --nice
+#: Variables sbatch or srun read as their own options: a job must not set them.
+RESERVED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+
+
+def log_dir(work_dir: str) -> str:
+    return posixpath.join(work_dir, "logs")
+
+
+def log_path(work_dir: str, engine_id: str) -> str:
+    """The one file a job's stdout and stderr go to (``%j`` is its Slurm id)."""
+    return posixpath.join(log_dir(work_dir), f"{engine_id}.log")
+
+
+def signal_name(name: str) -> str | None:
+    """``"SIGTERM"`` -> ``"TERM"`` (the form sbatch and scancel take); None if unknown."""
+    try:
+        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"].name[3:]
+    except KeyError:
+        return None
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def refusal(job: EngineJob, pool: SlurmPool) -> str | None:
+    """Why a Slurm pool cannot honour ``job`` as asked, in one sentence; None when it can."""
+    for check in (_command, _gpus, _gpu_memory, _image, _files, _model, _conda, _env,
+                  _signal, _nodes):
+        reason = check(job, pool)
+        if reason:
+            return reason
+    return None
+
+
+def _command(job: EngineJob, pool: SlurmPool) -> str | None:
+    if not job.argv or not job.argv[0].strip():
+        return "the job has no command"
+    if not job.shell and job.argv[0].startswith("-"):
+        return f"the program {job.argv[0]!r} starts with '-', which exec and srun read as an option"
+    return None
+
+
+def _gpus(job: EngineJob, pool: SlurmPool) -> str | None:
+    if job.gpus == int(job.gpus):
+        return None
+    if job.gpus > 1:
+        return (f"{job.gpus:g} GPUs: Slurm gives whole GPUs, or shards of one GPU; ask for "
+                f"{math.ceil(job.gpus)} GPUs or for a fraction below one")
+    if not pool.shards:
+        return (f"a fraction of a GPU ({job.gpus:g}) needs GRES shards, which this pool does "
+                "not declare: set `shards = true` in the pool's settings (the cluster's "
+                "gres.conf must define shards), or ask for a whole GPU")
+    if job.gpu_type:
+        return (f"a fraction of a GPU of type {job.gpu_type!r}: Slurm's shards carry no GPU "
+                "type here; drop gpu_type or ask for a whole GPU")
+    return None
+
+
+def _gpu_memory(job: EngineJob, pool: SlurmPool) -> str | None:
+    if job.gpu_mem is None:
+        return None
+    return ("Slurm cannot reserve GPU memory: a GPU GRES counts devices (or shards), not "
+            "bytes; drop gpu_mem and pick GPUs that are big enough with gpu_type (or ask the "
+            "admins for a memory-sized GRES such as MPS and name it in sbatch_args)")
+
+
+def _image(job: EngineJob, pool: SlurmPool) -> str | None:
+    if not job.image:
+        return None
+    return (f"the Slurm engine runs no container images (image={job.image!r}): run the job "
+            "on the local pool or on Kubernetes, or use a conda environment on the cluster")
+
+
+def _files(job: EngineJob, pool: SlurmPool) -> str | None:
+    if not job.files:
+        return None
+    return ("the Slurm engine cannot mount files into a job: put "
+            f"{', '.join(sorted(job.files))} in a folder every node sees and name that path "
+            "in the command")
+
+
+def _model(job: EngineJob, pool: SlurmPool) -> str | None:
+    if not job.model_uri:
+        return None
+    return (f"the Slurm engine does not fetch a model before the job (model_uri="
+            f"{job.model_uri!r}): fetch it in the job's command, into a folder every node sees")
+
+
+def _conda(job: EngineJob, pool: SlurmPool) -> str | None:
+    if job.conda is None or conda_exe() is not None:
+        return None
+    return (f"conda environment {job.conda!r} requested but conda is not installed where "
+            "Rota submits Slurm jobs (the batch script runs `conda run` with that conda)")
+
+
+def _env(job: EngineJob, pool: SlurmPool) -> str | None:
+    for name in (*job.env, *job.secret_env):
+        if name.startswith(RESERVED_PREFIXES):
+            return (f"the variable {name} would be read by sbatch or srun as one of their own "
+                    "settings: rename it, or put the sbatch option in the pool's sbatch_args")
+        if not name or "=" in name or "\0" in name:
+            return f"{name!r} is not a valid environment variable name"
+    return None
+
+
+def _signal(job: EngineJob, pool: SlurmPool) -> str | None:
+    if signal_name(job.stop_signal) is None:
+        return f"unknown stop signal {job.stop_signal!r}: name one such as SIGTERM or SIGUSR1"
+    if job.time_limit is not None and job.grace > MAX_SIGNAL_TIME:
+        return (f"a grace of {job.grace:g}s: sbatch sends the stop signal at most "
+                f"{MAX_SIGNAL_TIME}s before the time limit")
+    return None
+
+
+def _nodes(job: EngineJob, pool: SlurmPool) -> str | None:
+    return f"nodes must be at least 1, not {job.nodes}" if job.nodes < 1 else None
+
+
+# ---------------------------------------------------------------------------- sbatch argv
+
+
+def sbatch_argv(job: EngineJob, pool: SlurmPool, work_dir: str, *,
+                shards_per_gpu: int | None = None) -> list[str]:
+    """The sbatch argv (without the program) for ``job``; the script goes on stdin.
+
+    ``shards_per_gpu`` is the cluster's (read from sinfo by the engine): a fraction f of a
+    GPU becomes ``--gres=shard:ceil(f * shards_per_gpu)``.
+    """
+    log = log_path(work_dir.replace("%", "%%"), "%j")  # %j: sbatch's job id pattern
+    argv = [*pool.sbatch_args, "--parsable", f"--job-name={job.key}", f"--comment={job.key}",
+            f"--output={log}", f"--error={log}", "--open-mode=append",
+            f"--chdir={job.cwd or work_dir}", "--export=ALL"]
+    argv += _placement(job, pool)
+    argv += _resources(job, pool, shards_per_gpu)
+    argv += _limits(job)
+    if job.priority > 0:  # later in Rota's order: lower in Slurm's (negative needs an admin)
+        argv.append(f"--nice={min(job.priority, MAX_NICE)}")
+    return argv
+
+
+def _placement(job: EngineJob, pool: SlurmPool) -> list[str]:
+    out = [f"--{opt}={value}" for opt, value in
+           (("partition", pool.partition), ("account", pool.account), ("qos", pool.qos))
+           if value]
+    if job.nodes > 1:  # one task per node: the command (torchrun, ...) starts its own ranks
+        out += [f"--nodes={job.nodes}", "--ntasks-per-node=1"]
+    else:
+        out += ["--nodes=1", "--ntasks=1"]
+    return out
+
+
+def _resources(job: EngineJob, pool: SlurmPool, shards_per_gpu: int | None) -> list[str]:
+    out: list[str] = []
+    if job.cpus:
+        out.append(f"--cpus-per-task={math.ceil(job.cpus)}")
+    if job.memory:
+        out.append(f"--mem={math.ceil(job.memory / MIB)}M")
+    if job.gpus >= 1 and job.gpus == int(job.gpus):
+        kind = f"{pool.gpu_gres}:{job.gpu_type}" if job.gpu_type else pool.gpu_gres
+        out.append(f"--gres={kind}:{int(job.gpus)}")
+    elif 0 < job.gpus < 1:
+        out.append(f"--gres=shard:{max(1, math.ceil(job.gpus * (shards_per_gpu or 1)))}")
+    return out
+
+
+def _limits(job: EngineJob) -> list[str]:
+    if job.time_limit is None:
+        return []
+    sig = signal_name(job.stop_signal) or "TERM"
+    grace = min(MAX_SIGNAL_TIME, math.ceil(job.grace))
+    # B: (batch shell only) reaches a single-node job's command, which the script execs;
+    # without B: every step's tasks get it: every rank of a multi-node job.
+    where = "B:" if job.nodes == 1 else ""
+    return [f"--time={max(1, math.ceil(job.time_limit / 60))}",
+            f"--signal={where}{sig}@{grace}"]
+
+
+# ---------------------------------------------------------------------------- the script
+
+
+def command(job: EngineJob, conda: str | None = None) -> list[str]:
+    """The argv the script runs: the job's, in ``/bin/sh -c`` when it is shell text, behind
+    ``conda run`` when it names an environment (``conda``: that conda's path)."""
+    argv = (["/bin/sh", "-c", job.argv[0], "sh", *job.argv[1:]] if job.shell
+            else list(job.argv))
+    if job.conda:
+        argv = [conda or "conda", "run", "-n", job.conda, "--no-capture-output", *argv]
+    return argv
+
+
+def batch_script(job: EngineJob, conda: str | None = None) -> str:
+    """The batch script: the quoted command, exec'd (and by srun on every node if nodes > 1)."""
+    lines = ["#!/bin/sh", f"# Rota job {job.job_id}, attempt {job.attempt} ({job.key})"]
+    cmd = shlex.join(command(job, conda))
+    if job.nodes > 1:
+        lines += [
+            "# torchrun's rendezvous: the first node, a port from the job id",
+            'if [ -z "${MASTER_ADDR:-}" ]; then',
+            '  MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            "  export MASTER_ADDR",
+            "fi",
+            'export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"',
+            f"exec srun --kill-on-bad-exit=1 {cmd}",
+        ]
+    else:
+        lines.append(f"exec {cmd}")
+    return "\n".join(lines) + "\n"
+
+
+def conda_path(job: EngineJob) -> str | None:
+    """The conda that ``command`` runs: the one found where Rota submits."""
+    return conda_exe() if job.conda else None
