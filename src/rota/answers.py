@@ -20,16 +20,17 @@ from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer", "DrainAnswer",
-    "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours", "GpuPausedAnswer", "GpusAnswer",
-    "HealthAnswer", "JobAnswer", "JobDetailAnswer", "JobListAnswer", "JobStateAnswer",
-    "JobStateName", "JobsFileAnswer", "JobsFileError", "LogAnswer", "MetricPoint",
-    "MetricsAnswer", "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer", "ProgressAnswer",
-    "QueueAnswer", "ReasonAnswer", "ReportedCheckpoint", "RequeueAnswer", "Reservation",
-    "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer",
-    "SessionAnswer", "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer", "SpecAnswer",
-    "StatsAnswer", "SubmitAnswer", "SummaryAnswer", "TokenAnswer", "TokensAnswer",
-    "TrackingAnswer", "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer",
-    "WandbRun", "WhoAmIAnswer", "WhyAnswer",
+    "EngineCapabilitiesAnswer", "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours",
+    "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer",
+    "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer", "JobsFileError",
+    "LogAnswer", "MetricPoint", "MetricsAnswer", "MetricsPageAnswer", "MlflowRun",
+    "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer", "PoolsAnswer", "ProgressAnswer",
+    "QueueAnswer", "ReasonAnswer", "RenderAnswer", "ReportedCheckpoint", "RequeueAnswer",
+    "Reservation", "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer",
+    "SecretsAnswer", "SessionAnswer", "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer",
+    "SpecAnswer", "StatsAnswer", "SubmitAnswer", "SummaryAnswer", "TokenAnswer",
+    "TokensAnswer", "TrackingAnswer", "UserAnswer", "UserRemovedAnswer", "UsersAnswer",
+    "WaitAnswer", "WandbRun", "WhoAmIAnswer", "WhyAnswer",
 ]
 
 #: a job's state (rota.core.lifecycle.JobState's values)
@@ -481,3 +482,48 @@ class SecretDeletedAnswer(TypedDict):
     user: str
     name: str
     deleted: bool
+
+
+# --- pools ---------------------------------------------------------------------------------
+class PoolHealthAnswer(TypedDict):
+    """What the engine said (rota.backends.engine.PoolHealth)."""
+
+    reachable: bool
+    message: str
+    nodes: int | None
+    gpus_total: float | None
+    gpus_free: float | None
+
+
+class EngineCapabilitiesAnswer(TypedDict):
+    fractional_gpus: bool
+    gpu_memory: bool
+    multi_node: bool
+    arrays: bool
+    dependencies: bool
+    conda: bool
+    images: bool
+
+
+class PoolAnswer(TypedDict):
+    name: str
+    engine: Literal["local", "slurm", "ray", "kubernetes"]
+    description: str
+    max_in_flight: int
+    settings: dict[str, object]  # the pool's own settings from rota.toml
+    health: PoolHealthAnswer
+    capabilities: EngineCapabilitiesAnswer | None  # None: this machine (Rota places jobs)
+
+
+class PoolsAnswer(TypedDict):
+    default: str
+    pools: list[PoolAnswer]
+
+
+class RenderAnswer(TypedDict):
+    """What a pool's engine would be handed for a job's next attempt."""
+
+    id: int
+    pool: str
+    engine: Literal["local", "slurm", "ray", "kubernetes"]
+    text: str

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -16,6 +16,7 @@ from pydantic_settings import (
 
 from rota.errors import InvalidSpec
 from rota.home import default_home
+from rota.pools import Pool, Pools
 
 __all__ = ["Settings", "default_home", "load_settings"]
 
@@ -66,6 +67,11 @@ class Settings(BaseSettings):
     mlflow_experiment: str = "rota"
     wandb_entity: str | None = None
     wandb_project: str | None = None
+    # where jobs run (rota.pools): this machine, and clusters under [pools.NAME]
+    pools: dict[str, Pool] = Field(default_factory=dict, description="clusters by name, "
+                                   "each with its engine and settings ([pools.NAME])")
+    default_pool: str = Field(default="local", description="where a job that names no pool "
+                              "runs")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -76,6 +82,16 @@ class Settings(BaseSettings):
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=default_home() / "rota.toml")
         return (init_settings, env_settings, dotenv_settings, toml)
+
+    @model_validator(mode="after")
+    def _pools_hold_together(self) -> Settings:
+        self.pool_set  # noqa: B018 - a bad name or default is an error at start-up
+        return self
+
+    @property
+    def pool_set(self) -> Pools:
+        """The pools, with ``local`` always among them."""
+        return Pools(pools=self.pools, default=self.default_pool)
 
     @field_validator("listen")
     @classmethod
@@ -144,4 +160,6 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise InvalidSpec(f"setting {loc}: {first['msg']}", field=loc) from None
+        msg = first["msg"].removeprefix("Value error, ")
+        raise InvalidSpec(f"setting {loc}: {msg}" if loc else f"settings: {msg}",
+                          field=loc or None) from None

@@ -30,6 +30,8 @@ def of_type(tp: Any) -> Shape:
         return ("object", {k: (k in tp.__required_keys__, of_type(v)) for k, v in hints.items()})
     if tp in _SCALARS:
         return (_SCALARS[tp], None)
+    if tp is object:  # any JSON value (a pool's own settings)
+        return ("any", None)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
         return ("union", [of_type(a) for a in args])

@@ -31,6 +31,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("get", "/v1/jobs/{job_id}"): a.JobDetailAnswer,
     ("get", "/v1/jobs/{job_id}/events"): a.EventsAnswer,
     ("get", "/v1/jobs/{job_id}/why"): a.WhyAnswer,
+    ("get", "/v1/jobs/{job_id}/render"): a.RenderAnswer,
+    ("get", "/v1/pools"): a.PoolsAnswer,
     ("post", "/v1/jobs/{job_id}/cancel"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/hold"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/release"): a.JobStateAnswer,

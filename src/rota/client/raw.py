@@ -30,7 +30,9 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         MetricsAnswer,
         MetricsPageAnswer,
         NewTokenAnswer,
+        PoolsAnswer,
         QueueAnswer,
+        RenderAnswer,
         RequeueAnswer,
         SecretDeletedAnswer,
         SecretsAnswer,
@@ -212,6 +214,14 @@ class RawClient:
 
     def stats(self) -> StatsAnswer:
         return self.request("GET", "/v1/stats")
+
+    def pools(self) -> PoolsAnswer:
+        return self.request("GET", "/v1/pools")
+
+    def render(self, job_id: int, pool: str | None = None) -> RenderAnswer:
+        """What ``pool``'s engine would be handed for the job (None: the default pool)."""
+        params = {"pool": pool} if pool else {}
+        return self.request("GET", f"/v1/jobs/{int(job_id)}/render", params=params)
 
     def shutdown(self) -> ShutdownAnswer:
         return self.request("POST", "/v1/shutdown")

@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client import Histogram
 
+from rota.backends.engine import PoolHealth
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
@@ -21,6 +22,7 @@ from rota.server.auth import Authenticator, Principal, check_user_name, new_toke
 from rota.server.daemon import Daemon
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
+from rota.server.pool_reads import pools_answer, render_answer
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.views import HELD, job_view, tracked
 from rota.store.db import redact_url
@@ -194,6 +196,20 @@ class DaemonPorts:
 
     def metrics_text(self) -> bytes:
         return self._d.metrics.render()
+
+    async def pools(self) -> dict[str, Any]:
+        d = self._d
+        gpus = gpu_views(d)
+        free = sum(1 for g in gpus if not g["jobs"] and not g["paused"] and g["healthy"])
+        local = PoolHealth(reachable=True, nodes=1, gpus_total=len(gpus), gpus_free=free,
+                           message=f"this machine: {len(gpus)} GPUs ({d.devices.kind})"
+                                   + (", draining" if d.draining else ""))
+        return await pools_answer(d.settings.pool_set, d.settings.home, local)
+
+    async def render(self, job_id: int, pool: str | None) -> dict[str, Any]:
+        row = self._d.store.get_job(job_id)
+        s = self._d.settings
+        return await asyncio.to_thread(render_answer, s.pool_set, s.home, row, pool)
 
     # --- Commands ------------------------------------------------------------------------
     def submit(self, jobs: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,

@@ -1,0 +1,79 @@
+"""What the API says about pools: each with its engine's capabilities and health, and what an
+engine would be handed for a job (`rota pools`, `rota render JOB --pool NAME`).
+
+Engines are asked off the event loop: their answers come from commands and requests that
+may take seconds (sinfo, a Ray head), and all pools are asked at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rota.backends import engines
+from rota.backends.engine import EngineJob, PoolHealth
+from rota.core.spec import JobSpec
+from rota.pools import LOCAL, Pool, Pools
+from rota.store.repo import JobRecord
+
+#: how long `rota pools` waits for an engine's health before it says it did not answer
+HEALTH_TIMEOUT_S = 10.0
+
+
+async def pools_answer(pools: Pools, work_dir: Path, local: PoolHealth) -> dict[str, Any]:
+    """Every pool, the default first, with its health; ``local`` is this machine's."""
+    names = sorted(pools.pools, key=lambda n: (n != pools.default, n))
+
+    async def ask(name: str) -> PoolHealth:
+        pool = pools.pools[name]
+        if pool.engine == LOCAL:
+            return local
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(engines.health, pool, work_dir), HEALTH_TIMEOUT_S)
+        except TimeoutError:
+            return PoolHealth(reachable=False, message=f"{pool.engine} did not answer within "
+                                                       f"{HEALTH_TIMEOUT_S:g}s")
+
+    healths = await asyncio.gather(*(ask(n) for n in names))
+    caps = await asyncio.to_thread(
+        lambda: [engines.capabilities(pools.pools[n], work_dir) for n in names])
+    return {"default": pools.default, "pools": [
+        _pool_view(n, pools.pools[n], h, c) for n, h, c in zip(names, healths, caps,
+                                                               strict=True)]}
+
+
+def _pool_view(name: str, pool: Pool, health: PoolHealth, caps: Any) -> dict[str, Any]:
+    settings = pool.model_dump(exclude={"engine", "max_in_flight", "description"})
+    return {"name": name, "engine": pool.engine, "description": pool.description,
+            "max_in_flight": pool.max_in_flight, "settings": settings,
+            "health": dataclasses.asdict(health),
+            "capabilities": None if caps is None else dataclasses.asdict(caps)}
+
+
+def engine_job(row: JobRecord, spec: JobSpec, attempt: int) -> EngineJob:
+    """The job as an engine would be handed its ``attempt``. Variables the spec marks
+    secret travel as secrets (``env.VAR``), never as values."""
+    hidden = set(spec.secret_env)
+    secret_env = {**{k: f"env.{k}" for k in spec.env if k in hidden}, **spec.secrets}
+    labels = {"user": row.user, **({"project": spec.project} if spec.project else {})}
+    return EngineJob(
+        job_id=row.id, attempt=attempt, name=spec.name or f"job-{row.id}",
+        argv=tuple(spec.command), shell=spec.shell,
+        env={k: v for k, v in spec.env.items() if k not in hidden}, secret_env=secret_env,
+        cwd=spec.cwd, gpus=spec.gpus, gpu_mem=spec.gpu_mem, time_limit=spec.time_limit,
+        grace=spec.grace, stop_signal=spec.stop_signal, priority=spec.priority,
+        conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels)
+
+
+def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str | None,
+                  ) -> dict[str, Any]:
+    """What the pool's engine would be handed for the job's next attempt (blocking: an
+    engine may look something up, e.g. Slurm's shards)."""
+    name, pool = pools.get(pool_name)
+    spec = JobSpec.model_validate(row.spec)
+    job = engine_job(row, spec, attempt=row.attempts + 1)
+    text = engines.render(pool, job, user=row.user, work_dir=work_dir)
+    return {"id": row.id, "pool": name, "engine": pool.engine, "text": text}

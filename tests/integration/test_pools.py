@@ -1,0 +1,124 @@
+"""Pools through the daemon: `rota pools` (health and capabilities as each engine reports
+them), `rota render JOB --pool NAME` (what the engine would be handed), and rota.toml's
+pools read once at start-up with clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backends.kubernetes.schemas import validate
+from rota_testing import DaemonProcess, kill_job_processes
+
+SECRET = "tok-9f8e7d-do-not-show"
+TOML = """
+[pools.hpc]
+engine = "slurm"
+partition = "gpu"
+bin_dir = "{bin_dir}"
+
+[pools.k8s]
+engine = "kubernetes"
+namespace = "ml"
+image = "python:3.11-slim"
+kueue_queue = "team-a"
+"""
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    home = tmp_path_factory.mktemp("pools")
+    no_slurm = home / "no-slurm"  # a Slurm client that is not installed
+    no_slurm.mkdir()
+    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm))
+    d = DaemonProcess(home).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
+def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
+        daemon: DaemonProcess) -> None:
+    r = daemon.cli("pools", "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    by_name = {p["name"]: p for p in answer["pools"]}
+    assert answer["default"] == "local" and answer["pools"][0]["name"] == "local"
+    local = by_name["local"]
+    assert local["health"]["reachable"] and local["health"]["gpus_total"] == 4
+    assert local["capabilities"] is None
+    hpc = by_name["hpc"]
+    assert not hpc["health"]["reachable"]
+    assert hpc["health"]["message"].startswith("sinfo not found in ")
+    assert hpc["settings"]["partition"] == "gpu" and hpc["capabilities"]["multi_node"]
+    assert by_name["k8s"]["capabilities"]["images"]
+    assert "not built yet" in by_name["k8s"]["health"]["message"]
+    human = daemon.cli("pools", cwd=daemon.home)
+    assert human.returncode == 0, human.stderr
+    assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
+    assert "local (default)" in human.stdout and "sinfo not found" in human.stdout
+
+
+def test_render_prints_valid_manifests_without_secret_values(daemon: DaemonProcess) -> None:
+    job = daemon.submit("--name", "train", "--hold", "--gpus", "1", "--env", "A=1",
+                        "--secret-env", f"TOKEN={SECRET}", "--", "python", "train.py",
+                        "--lr", "1e-3")
+    r = daemon.cli("render", "train", "--pool", "k8s")
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    [work] = docs
+    assert work["kind"] == "Job" and work["metadata"]["labels"]["rota.dev/job"] == str(job)
+    assert work["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    pod = work["spec"]["template"]["spec"]["containers"][0]
+    assert [pod["command"], pod["args"]] == [["python"], ["train.py", "--lr", "1e-3"]]
+    assert {"name": "A", "value": "1"} in pod["env"]
+    token = next(e for e in pod["env"] if e["name"] == "TOKEN")
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["key"] == "env.TOKEN"
+    shown = json.loads(daemon.cli("render", str(job), "--pool", "k8s", "--json").stdout)
+    assert shown["pool"] == "k8s" and shown["engine"] == "kubernetes" and SECRET not in str(shown)
+
+
+def test_render_for_slurm_quotes_the_command_and_refuses_what_it_cannot_honour(
+        daemon: DaemonProcess) -> None:
+    daemon.submit("--name", "plain", "--hold", "--gpus", "2", "--time-limit", "90m",
+                  "--", "python", "-c", "print('a b; c')")
+    r = daemon.cli("render", "plain", "--pool", "hpc")
+    assert r.returncode == 0, r.stderr
+    assert "--partition=gpu" in r.stdout and "--job-name=rota-" in r.stdout
+    assert "exec python -c 'print('\"'\"'a b; c'\"'\"')'" in r.stdout, r.stdout
+    daemon.submit("--name", "secretive", "--hold", "--secret-env", f"T={SECRET}", "--", "true")
+    refused = daemon.cli("render", "secretive", "--pool", "hpc")
+    assert refused.returncode != 0 and SECRET not in refused.stdout + refused.stderr
+    assert "cannot be filled" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, k8s, local"),
+    ([], "this machine's pool runs jobs itself: there is nothing to render"),
+])
+def test_render_names_what_is_wrong(daemon: DaemonProcess, args: list[str],
+                                    words: str) -> None:
+    job = daemon.submit("--hold", "--", "true")
+    r = daemon.cli("render", str(job), *args)
+    assert r.returncode != 0 and words in r.stderr, r.stderr
+
+
+def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
+        tmp_path: Path) -> None:
+    (tmp_path / "rota.toml").write_text('[pools.hpc]\nengine = "slurm"\npartiton = "gpu"\n')
+    r = subprocess.run([sys.executable, "-m", "rota", "server", "--simulate", "1x24G"],
+                       env={**DaemonProcess(tmp_path).env}, capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode != 0
+    assert "setting pools.hpc.slurm.partiton: Extra inputs are not permitted" in r.stderr
