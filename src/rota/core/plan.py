@@ -26,6 +26,7 @@ class ReasonCode(StrEnum):
     UNSATISFIABLE = "unsatisfiable"  # cannot fit on this machine as it is now
     DRAINING = "draining"
     NOT_SCHEDULED = "not_scheduled"  # no pass has looked at it yet
+    POOL_FULL = "pool_full"  # an engine's pool has as many of Rota's jobs as it may hold
 
 
 @dataclass(frozen=True, slots=True)

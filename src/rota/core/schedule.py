@@ -71,9 +71,9 @@ class _Pass:
         checked_at = -1  # pool version at the last saturation check
         for n, job in enumerate(pending):
             if job.after or job.not_before is not None:
-                gate = _gate(job, self.snapshot, self.now)
-                if gate is not None:
-                    reasons[job.id] = gate
+                blocked = gate(job, self.snapshot.dependency_states, self.now)
+                if blocked is not None:
+                    reasons[job.id] = blocked
                     continue
             reason = full.get(job.gpus_milli) if job.gpus_milli else None
             if reason is not None:
@@ -130,8 +130,9 @@ class _Pass:
                                                self.smallest)
 
         def own_reason(job: PendingJob) -> Reason | None:
-            gate = _gate(job, snapshot, now) if job.after or job.not_before else None
-            return gate or _never(job, views, all_gpus, mem_desc, smallest)
+            blocked = (gate(job, snapshot.dependency_states, now)
+                       if job.after or job.not_before else None)
+            return blocked or _never(job, views, all_gpus, mem_desc, smallest)
 
         plan.gate = own_reason
 
@@ -228,10 +229,12 @@ def _unrestricted(job: PendingJob) -> PendingJob:
     return job._replace(allowed=None)
 
 
-def _gate(job: PendingJob, snapshot: Snapshot, now: float) -> Reason | None:
-    """Reasons that do not depend on GPUs: dependencies and retry backoff."""
+def gate(job: PendingJob, dependency_states: Mapping[int, JobState],
+         now: float) -> Reason | None:
+    """Reasons that do not depend on GPUs: dependencies and retry backoff (the same for
+    every pool)."""
     for dep in job.after:
-        state = snapshot.dependency_states.get(dep)
+        state = dependency_states.get(dep)
         if state is JobState.COMPLETED:
             continue
         if state in _FAILED_DEPS:
@@ -261,7 +264,7 @@ def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
     started = {s.job_id for s in plan.starts}
     for j in pending:
         if j.id not in plan.reasons and j.id not in started:
-            plan.reasons[j.id] = (_gate(j, snapshot, now)
+            plan.reasons[j.id] = (gate(j, snapshot.dependency_states, now)
                                   or (never(j) if j.gpus_milli else None) or behind)
 
 
