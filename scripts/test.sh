@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what the tests need and run the whole suite: lint, types, unit, integration,
-# SQLite and PostgreSQL, the dashboard in a browser, the Slurm engine against a real Slurm.
-# Debian packages (tmux, screen, postgresql, chromium, Slurm and munge) come from apt; a
-# private PostgreSQL server runs in a temp dir for the length of the run and is stopped after;
-# the Slurm tests start (and stop) their own private slurmctld, slurmd and munged.
+# SQLite and PostgreSQL, the dashboard in a browser, the engines against a real Slurm, Ray
+# and Docker. Debian packages (tmux, screen, postgresql, chromium, Slurm and munge,
+# docker.io and busybox-static) come from apt; a private PostgreSQL server runs in a temp
+# dir for the length of the run and is stopped after; the engines' tests start and stop
+# their own private slurmctld/slurmd/munged, Ray head and node, and dockerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,8 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
   && command -v munged >/dev/null || need+=(slurmctld slurmd slurm-client munge)
+[ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] || need+=(docker.io)
+[ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
@@ -45,6 +48,8 @@ export ROTA_REQUIRE_PG=1
 export ROTA_REQUIRE_BROWSER=1  # tests/ui fail, not skip, without /usr/bin/chromium
 export ROTA_REQUIRE_TORCH=1    # the training templates' tests fail, not skip, without torch
 export ROTA_REQUIRE_SLURM=1    # tests/backends/slurm fail, not skip, without a private Slurm
+export ROTA_REQUIRE_DOCKER=1   # tests/backends/container: a private dockerd, Debian's docker.io
+export ROTA_REQUIRE_RAY=1      # tests/backends/ray: a local Ray head and a second node
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy

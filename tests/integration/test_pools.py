@@ -5,6 +5,7 @@ pools read once at start-up with clear errors."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from backends.kubernetes.schemas import validate
-from rota_testing import DaemonProcess, kill_job_processes
+from rota_testing import DaemonProcess, free_port, kill_job_processes
 
 SECRET = "tok-9f8e7d-do-not-show"
 TOML = """
@@ -22,6 +23,10 @@ TOML = """
 engine = "slurm"
 partition = "gpu"
 bin_dir = "{bin_dir}"
+
+[pools.ray]
+engine = "ray"
+address = "http://127.0.0.1:{dead_port}"
 
 [pools.k8s]
 engine = "kubernetes"
@@ -36,7 +41,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("pools")
     no_slurm = home / "no-slurm"  # a Slurm client that is not installed
     no_slurm.mkdir()
-    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm))
+    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm, dead_port=free_port()))
     d = DaemonProcess(home).start()
     try:
         yield d
@@ -60,6 +65,8 @@ def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
     assert hpc["health"]["message"].startswith("sinfo not found in ")
     assert hpc["settings"]["partition"] == "gpu" and hpc["capabilities"]["multi_node"]
     assert by_name["k8s"]["capabilities"]["images"]
+    ray = by_name["ray"]  # no head listens there
+    assert not ray["health"]["reachable"] and ray["capabilities"]["fractional_gpus"]
     assert "not built yet" in by_name["k8s"]["health"]["message"]
     human = daemon.cli("pools", cwd=daemon.home)
     assert human.returncode == 0, human.stderr
@@ -89,7 +96,7 @@ def test_render_prints_valid_manifests_without_secret_values(daemon: DaemonProce
     assert shown["pool"] == "k8s" and shown["engine"] == "kubernetes" and SECRET not in str(shown)
 
 
-def test_render_for_slurm_quotes_the_command_and_refuses_what_it_cannot_honour(
+def test_render_for_slurm_and_ray_quotes_the_command_and_refuses_what_it_cannot_honour(
         daemon: DaemonProcess) -> None:
     daemon.submit("--name", "plain", "--hold", "--gpus", "2", "--time-limit", "90m",
                   "--", "python", "-c", "print('a b; c')")
@@ -97,6 +104,11 @@ def test_render_for_slurm_quotes_the_command_and_refuses_what_it_cannot_honour(
     assert r.returncode == 0, r.stderr
     assert "--partition=gpu" in r.stdout and "--job-name=rota-" in r.stdout
     assert "exec python -c 'print('\"'\"'a b; c'\"'\"')'" in r.stdout, r.stdout
+    ray = daemon.cli("render", "plain", "--pool", "ray")
+    assert ray.returncode == 0, ray.stderr
+    body = json.loads(ray.stdout.split("\n", 1)[1])  # after the "# POST <address>" line
+    assert shlex.split(body["entrypoint"])[-3:] == ["python", "-c", "print('a b; c')"]
+    assert body["submission_id"].startswith("rota-")
     daemon.submit("--name", "secretive", "--hold", "--secret-env", f"T={SECRET}", "--", "true")
     refused = daemon.cli("render", "secretive", "--pool", "hpc")
     assert refused.returncode != 0 and SECRET not in refused.stdout + refused.stderr
@@ -104,7 +116,7 @@ def test_render_for_slurm_quotes_the_command_and_refuses_what_it_cannot_honour(
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, k8s, local"),
+    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, k8s, local, ray"),
     ([], "this machine's pool runs jobs itself: there is nothing to render"),
 ])
 def test_render_names_what_is_wrong(daemon: DaemonProcess, args: list[str],

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rota.backends.engine import EngineJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,9 @@ class LaunchRequest:
     status_path: Path  # written by the shim: pid at start, exit status at the end
     session_name: str  # for tmux/screen, e.g. "rota-12-gpu0.1"
     log_header: str = ""  # a line the log gets before the job's output (which attempt, GPUs)
+    # for a cluster engine's pool: the job as the engine is handed it (its secret_env names
+    # variables whose values are in ``env``); None on this machine
+    engine_job: EngineJob | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ class Capabilities:
     adopt_after_restart: bool = True
     launch_blocks: bool = False  # a launch waits on the process (run off the event loop)
     stop_signal: bool = True  # sends the job's own stop signal (else only SIGTERM)
+    engine: bool = False  # a cluster engine: it places the job itself (no GPUs of ours)
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,8 @@ def reap(pid: int) -> int | None:
     Returns its exit code as ``subprocess`` reports it (negative: killed by that signal),
     or None when it still runs or is not our child (tmux, screen, an adopted job).
     """
+    if pid <= 0:  # no process of its own (a container that ended before its pid was read):
+        return None  # waitpid(0) would reap any child of the daemon's process group
     try:
         got, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:

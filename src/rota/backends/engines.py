@@ -32,7 +32,7 @@ def capabilities(pool: Pool, work_dir: Path) -> EngineCapabilities | None:
     if isinstance(pool, KubernetesPool):
         return KUBERNETES_CAPABILITIES
     if isinstance(pool, RayPool):
-        return None if _ray_missing() else _ray(pool).capabilities
+        return _ray(pool, work_dir).capabilities
     return None
 
 
@@ -44,10 +44,7 @@ def health(pool: Pool, work_dir: Path) -> PoolHealth:
         if isinstance(pool, KubernetesPool):
             return KUBERNETES_HEALTH
         if isinstance(pool, RayPool):
-            missing = _ray_missing()
-            if missing:
-                return PoolHealth(reachable=False, message=missing)
-            return _ray(pool).health()
+            return _ray(pool, work_dir).health()
     except BackendError as e:
         return PoolHealth(reachable=False, message=str(e))
     raise BackendError(f"{pool.engine} pools have no engine to ask")
@@ -58,21 +55,12 @@ def render(pool: Pool, job: EngineJob, *, user: str, work_dir: Path) -> str:
     naming what the pool cannot honour."""
     from rota.errors import InvalidSpec
 
-    if isinstance(pool, SlurmPool):
-        engine = _slurm(pool, work_dir)
-        reason = engine.refusal(job)
-        if reason:
-            raise InvalidSpec(reason, field="pool")
-        return engine.render(job)
     if isinstance(pool, KubernetesPool):
         from rota.backends.kubernetes import render_yaml
 
         return render_yaml(job, pool, user=user)
-    if isinstance(pool, RayPool):
-        missing = _ray_missing()
-        if missing:
-            raise BackendError(missing)
-        engine = _ray(pool)
+    if isinstance(pool, SlurmPool | RayPool):
+        engine = _slurm(pool, work_dir) if isinstance(pool, SlurmPool) else _ray(pool, work_dir)
         reason = engine.refusal(job)
         if reason:
             raise InvalidSpec(reason, field="pool")
@@ -81,17 +69,7 @@ def render(pool: Pool, job: EngineJob, *, user: str, work_dir: Path) -> str:
                       field="pool")
 
 
-def _ray_missing() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("rota.backends.ray") is None:
-        return "the Ray engine is not part of this build"
-    if importlib.util.find_spec("ray") is None:
-        return "Ray is not installed here: pip install 'rota[ray]'"
-    return None
-
-
-def _ray(pool: RayPool) -> Engine:
+def _ray(pool: RayPool, work_dir: Path) -> Engine:
     from rota.backends.ray import RayEngine
 
-    return RayEngine(pool)
+    return RayEngine(pool, str(work_dir / "ray"))

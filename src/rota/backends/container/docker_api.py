@@ -1,0 +1,73 @@
+"""The Docker SDK at one place: imported on first use (the ``docker`` extra), and its
+errors translated into BackendError, so callers never catch the SDK's own."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from rota.errors import BackendError
+
+INSTALL_HINT = "pip install 'rota[docker]'"
+#: Each running container's log copy holds one connection for as long as it runs.
+_POOL_SIZE = 64
+
+
+def sdk_missing() -> str | None:
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        return f"the docker Python SDK is not installed ({INSTALL_HINT})"
+    return None
+
+
+def connect(base_url: str | None) -> Any:
+    """A DockerClient for ``base_url`` (None: DOCKER_HOST, else the system socket), checked
+    with a ping."""
+    missing = sdk_missing()
+    if missing is not None:
+        raise BackendError(missing)
+    import docker
+
+    where = base_url or "the default Docker socket"
+    with errors(f"cannot reach Docker at {where}"):
+        client = docker.DockerClient(base_url=base_url, version="auto",
+                                     max_pool_size=_POOL_SIZE) if base_url \
+            else docker.from_env(max_pool_size=_POOL_SIZE)
+        client.ping()
+    return client
+
+
+@contextlib.contextmanager
+def errors(what: str) -> Iterator[None]:
+    """Raise the SDK's errors (and the transport's) as BackendError: ``what: why``."""
+    try:
+        yield
+    except BackendError:
+        raise
+    except Exception as e:
+        if not _is_sdk_error(e):
+            raise
+        raise BackendError(f"{what}: {_why(e)}") from e
+
+
+def is_not_found(e: BaseException | None) -> bool:
+    import docker.errors
+
+    return isinstance(e, docker.errors.NotFound)
+
+
+def status_code(e: BaseException | None) -> int | None:
+    return getattr(getattr(e, "response", None), "status_code", None)
+
+
+def _is_sdk_error(e: Exception) -> bool:
+    import docker.errors
+    import requests
+
+    return isinstance(e, docker.errors.DockerException | requests.RequestException | OSError)
+
+
+def _why(e: Exception) -> str:
+    return str(getattr(e, "explanation", None) or e)

@@ -1,0 +1,156 @@
+"""What a container job asks for, and the arguments Docker creates its container with.
+
+Pure apart from the lazy import of ``docker.types``: no daemon is contacted here, so the
+create arguments (GPU device requests above all, which need an NVIDIA runtime to really
+start) can be checked without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rota.backends.base import LaunchRequest
+from rota.errors import BackendError
+
+#: Labels every container of Rota's carries: found again by them after a daemon restart.
+LABEL_JOB = "rota.job"
+LABEL_ATTEMPT = "rota.attempt"
+LABEL_STATUS = "rota.status"  # the attempt's status path: its key, unique per attempt
+LABEL_LOG = "rota.log"  # the job's log: where the output is copied, also after a restart
+#: The job files of ``rota.job`` that the container gets at the same path (see docs).
+_JOB_FILE_VARS = ("ROTA_EVENTS_FILE",)
+#: tmpfs options for /tmp: writable by any user, nothing executable from devices or setuid.
+_TMP_OPTIONS = "rw,nosuid,nodev,mode=1777"
+_NO_ROTATION = {"max-size": "1t", "max-file": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest(LaunchRequest):
+    """A LaunchRequest with what a container needs on top. The same fields are meant to
+    join LaunchRequest itself; until then the daemon (or a test) passes this one."""
+
+    image: str | None = None
+    gpus: tuple[int, ...] | None = None  # host GPU indices; None: read CUDA_VISIBLE_DEVICES
+    cpus: float | None = None
+    memory: int | None = None  # bytes; swap is not allowed on top
+    network: bool = False  # none unless asked
+    shm_size: int | None = None  # bytes of /dev/shm (Docker's default is 64 MiB)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """The container options of one request, whichever way they came."""
+
+    image: str
+    gpus: tuple[int, ...]
+    cpus: float | None
+    memory: int | None
+    network: bool
+    shm_size: int | None
+
+
+def spec_of(req: LaunchRequest, default_image: str | None) -> ContainerSpec:
+    """The container options of ``req``: its own fields where it has them (a
+    ContainerRequest, or a LaunchRequest that has grown them), else the pool's defaults."""
+    image = getattr(req, "image", None) or default_image
+    if not image:
+        raise BackendError(f"job {req.job_id}: no image to run it in (give --image, or an "
+                           "image in the pool's container defaults)")
+    gpus = getattr(req, "gpus", None)
+    return ContainerSpec(image=image,
+                         gpus=tuple(gpus) if gpus is not None else _visible(req),
+                         cpus=getattr(req, "cpus", None), memory=getattr(req, "memory", None),
+                         network=bool(getattr(req, "network", False)),
+                         shm_size=getattr(req, "shm_size", None))
+
+
+def _visible(req: LaunchRequest) -> tuple[int, ...]:
+    text = req.env.get("CUDA_VISIBLE_DEVICES", "")
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise BackendError(f"job {req.job_id}: CUDA_VISIBLE_DEVICES={text!r} is not a list "
+                           "of GPU indices") from None
+
+
+def container_name(req: LaunchRequest) -> str:
+    """Unique per attempt (Docker refuses a second container of the same name, so an
+    attempt cannot start twice); the hash keeps two Rota homes on one Docker apart."""
+    tag = hashlib.sha1(str(req.status_path).encode()).hexdigest()[:8]
+    return f"rota-{req.job_id}-{req.attempt}-{tag}"
+
+
+def labels(req: LaunchRequest) -> dict[str, str]:
+    return {LABEL_JOB: str(req.job_id), LABEL_ATTEMPT: str(req.attempt),
+            LABEL_STATUS: str(req.status_path), LABEL_LOG: str(req.log_path)}
+
+
+def job_argv(req: LaunchRequest) -> list[str]:
+    """The container's command (the image's entrypoint, if any, stays in front of it)."""
+    if not req.argv:
+        raise BackendError(f"job {req.job_id}: empty command")
+    if req.conda:
+        raise BackendError(f"job {req.job_id}: conda environments are not used in containers; "
+                           "put the environment in the image")
+    if req.shell:
+        return ["/bin/sh", "-c", req.argv[0], *(["sh", *req.argv[1:]] if req.argv[1:] else [])]
+    return list(req.argv)
+
+
+def container_env(req: LaunchRequest, gpus: tuple[int, ...]) -> dict[str, str]:
+    """The job's variables only (not the daemon's: its PATH and HOME mean nothing in the
+    image). The container sees its GPUs numbered from 0, so CUDA_VISIBLE_DEVICES is too."""
+    env = dict(req.env)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
+    # docker-init (tini) passes signals to the job's whole process group, as killpg does
+    env["TINI_KILL_PROCESS_GROUP"] = "1"
+    return env
+
+
+def job_files(req: LaunchRequest) -> list[str]:
+    """Files of the attempt next to its status file that the job writes (``rota.job``'s
+    events): created now, so that each can be bind-mounted alone at its own path."""
+    out = []
+    for var in _JOB_FILE_VARS:
+        path = req.env.get(var)
+        if path and Path(path).parent == req.status_path.parent:
+            Path(path).touch()
+            out.append(path)
+    return out
+
+
+def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
+                  network_mode: str) -> dict[str, Any]:
+    """Arguments of ``DockerClient.containers.create`` for this attempt. ``network_mode``
+    is used only for a job that asks for a network; others get none."""
+    from docker.types import DeviceRequest, LogConfig, Mount
+
+    mounts = [Mount(target=p, source=p, type="bind", read_only=False) for p in job_files(req)]
+    cwd = os.path.abspath(req.cwd) if req.cwd else None
+    if cwd:  # the workspace, at the same path: paths in argv and checkpoints stay valid
+        mounts.append(Mount(target=cwd, source=cwd, type="bind", read_only=False))
+    kwargs: dict[str, Any] = dict(
+        image=spec.image, command=job_argv(req), name=container_name(req), labels=labels(req),
+        environment=container_env(req, spec.gpus), working_dir=cwd, user=user, init=True,
+        read_only=True, tmpfs={"/tmp": _TMP_OPTIONS}, mounts=mounts,
+        network_mode=network_mode if spec.network else "none",
+        security_opt=["no-new-privileges"], cap_drop=["ALL"],
+        # json-file, in effect without rotation (Docker wants a size; explicit options win
+        # over the daemon's log-opts): the copy into the job's log counts entries from the
+        # start (logs.py), so none may be rotated away before the container is removed
+        log_config=LogConfig(type=LogConfig.types.JSON, config=_NO_ROTATION))
+    if spec.cpus:
+        kwargs["nano_cpus"] = int(spec.cpus * 1e9)
+    if spec.memory:
+        kwargs.update(mem_limit=spec.memory, memswap_limit=spec.memory)
+    if spec.shm_size:
+        kwargs["shm_size"] = spec.shm_size
+    if spec.gpus:
+        kwargs["device_requests"] = [DeviceRequest(device_ids=[str(i) for i in spec.gpus],
+                                                   capabilities=[["gpu"]])]
+    return kwargs

@@ -1,0 +1,123 @@
+"""The container's create arguments and Docker's end states, without a Docker daemon.
+
+GPU device requests cannot be tried for real here (no NVIDIA runtime: Docker refuses to
+start such a container), so what Docker is asked for is checked instead.
+"""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota.backends.base import LaunchRequest
+from rota.backends.container.records import exit_of_state
+from rota.backends.container.request import (
+    ContainerRequest,
+    container_name,
+    create_kwargs,
+    spec_of,
+)
+from rota.errors import BackendError
+
+pytest.importorskip("docker")
+
+
+def request(tmp: Path, **fields: object) -> ContainerRequest:
+    base: dict[str, object] = dict(
+        job_id=7, attempt=2, argv=["python", "train.py"], shell=False,
+        env={"CUDA_VISIBLE_DEVICES": "2,3", "FOO": "bar"}, cwd=str(tmp), conda=None,
+        log_path=tmp / "7.log", status_path=tmp / "status" / "7-2.status",
+        session_name="rota-7-gpu2.3", image="trainer:1")
+    return ContainerRequest(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def kwargs_of(req: LaunchRequest) -> dict[str, Any]:
+    return create_kwargs(req, spec_of(req, None), user="1000:1000", network_mode="bridge")
+
+
+def test_gpus_become_a_device_request_and_are_renumbered(tmp_path: Path) -> None:
+    from docker.types import DeviceRequest
+
+    kw = kwargs_of(request(tmp_path, gpus=(2, 3)))
+    assert kw["device_requests"] == [DeviceRequest(device_ids=["2", "3"],
+                                                   capabilities=[["gpu"]])]
+    # the container sees only its two GPUs, as devices 0 and 1
+    env = kw["environment"]
+    assert (env["CUDA_VISIBLE_DEVICES"], env["FOO"]) == ("0,1", "bar")
+
+
+def test_gpus_read_from_cuda_visible_devices_without_the_field(tmp_path: Path) -> None:
+    plain = LaunchRequest(job_id=1, attempt=1, argv=["x"], shell=False,
+                          env={"CUDA_VISIBLE_DEVICES": "5"}, cwd=None, conda=None,
+                          log_path=tmp_path / "l", status_path=tmp_path / "s",
+                          session_name="rota-1")
+    spec = spec_of(plain, "default:1")
+    assert (spec.image, spec.gpus, spec.network) == ("default:1", (5,), False)
+
+
+def test_cpu_job_has_no_device_request_and_hides_gpus(tmp_path: Path) -> None:
+    kw = kwargs_of(request(tmp_path, env={"CUDA_VISIBLE_DEVICES": ""}))
+    assert "device_requests" not in kw
+    assert kw["environment"] == {"CUDA_VISIBLE_DEVICES": "", "TINI_KILL_PROCESS_GROUP": "1"}
+
+
+def test_isolation_defaults_and_labels(tmp_path: Path) -> None:
+    req = request(tmp_path, cpus=1.5, memory=2 << 30)
+    kw = kwargs_of(req)
+    assert (kw["read_only"], kw["network_mode"], kw["init"], kw["user"]) == \
+        (True, "none", True, "1000:1000")
+    assert kw["tmpfs"] == {"/tmp": "rw,nosuid,nodev,mode=1777"}
+    assert (kw["nano_cpus"], kw["mem_limit"], kw["memswap_limit"]) == \
+        (1_500_000_000, 2 << 30, 2 << 30)
+    assert kw["working_dir"] == str(tmp_path)
+    assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in kw["mounts"]] == \
+        [(str(tmp_path), str(tmp_path), False)]
+    assert kw["labels"] == {"rota.job": "7", "rota.attempt": "2",
+                            "rota.status": str(req.status_path), "rota.log": str(req.log_path)}
+    assert kw["command"] == ["python", "train.py"]
+    assert kwargs_of(request(tmp_path, network=True))["network_mode"] == "bridge"
+
+
+def test_name_is_unique_per_attempt_and_home(tmp_path: Path) -> None:
+    a = request(tmp_path)
+    b = request(tmp_path, status_path=tmp_path / "other" / "7-2.status")
+    assert container_name(a) == container_name(request(tmp_path))
+    assert container_name(a) != container_name(b)
+    assert container_name(a).startswith("rota-7-2-")
+
+
+def test_events_file_is_mounted_at_its_path(tmp_path: Path) -> None:
+    req = request(tmp_path, env={"ROTA_EVENTS_FILE": str(tmp_path / "status" / "7-2.events")})
+    req.status_path.parent.mkdir()
+    mounts = kwargs_of(req)["mounts"]
+    assert str(tmp_path / "status" / "7-2.events") in [m["Target"] for m in mounts]
+    assert (tmp_path / "status" / "7-2.events").exists()
+
+
+@pytest.mark.parametrize("fields,match", [({"image": None}, "no image"),
+                                          ({"conda": "env"}, "conda"),
+                                          ({"argv": []}, "empty command")])
+def test_refused_requests(tmp_path: Path, fields: dict[str, object], match: str) -> None:
+    with pytest.raises(BackendError, match=match):
+        kwargs_of(request(tmp_path, **fields))
+
+
+def test_shell_jobs_run_sh_c(tmp_path: Path) -> None:
+    kw = kwargs_of(request(tmp_path, argv=["echo $1", "hi"], shell=True))
+    assert kw["command"] == ["/bin/sh", "-c", "echo $1", "sh", "hi"]
+
+
+@pytest.mark.parametrize("state,expected", [
+    ({"ExitCode": 0}, (0, None, False)),
+    ({"ExitCode": 3}, (3, None, False)),
+    ({"ExitCode": 143}, (None, signal.SIGTERM, False)),
+    ({"ExitCode": 137, "OOMKilled": True}, (None, signal.SIGKILL, True)),
+])
+def test_end_states(state: dict[str, object], expected: tuple[object, ...]) -> None:
+    info = exit_of_state({**state, "FinishedAt": "2026-11-25T02:03:10.176377369Z"})
+    assert (info.exit_code, info.signal, info.oom_killed) == expected
+    assert info.ended_at == datetime(2026, 11, 25, 2, 3, 10, 176377, tzinfo=UTC).timestamp()
