@@ -148,6 +148,7 @@ class SpecAnswer(TypedDict):
     after: list[int]
     hold: bool
     session: Literal["none", "tmux", "screen"]
+    pool: str | None
     cuda_arg: bool
     tags: list[str]
     project: str | None

@@ -110,20 +110,27 @@ def test_render_for_slurm_and_ray_quotes_the_command_and_refuses_what_it_cannot_
     assert shlex.split(body["entrypoint"])[-3:] == ["python", "-c", "print('a b; c')"]
     assert body["submission_id"].startswith("rota-")
     daemon.submit("--name", "secretive", "--hold", "--secret-env", f"T={SECRET}", "--", "true")
-    refused = daemon.cli("render", "secretive", "--pool", "hpc")
-    assert refused.returncode != 0 and SECRET not in refused.stdout + refused.stderr
-    assert "cannot be filled" in refused.stderr, refused.stderr
+    secretive = daemon.cli("render", "secretive", "--pool", "hpc")
+    assert secretive.returncode == 0 and SECRET not in secretive.stdout, secretive.stderr
+    daemon.submit("--name", "half", "--hold", "--gpus", "0.5", "--", "true")
+    refused = daemon.cli("render", "half", "--pool", "hpc")  # the pool has no shards
+    assert refused.returncode != 0 and "shard" in refused.stderr, refused.stderr
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, k8s, local, ray"),
-    ([], "this machine's pool runs jobs itself: there is nothing to render"),
-])
-def test_render_names_what_is_wrong(daemon: DaemonProcess, args: list[str],
-                                    words: str) -> None:
+def test_render_names_an_unknown_pool(daemon: DaemonProcess) -> None:
     job = daemon.submit("--hold", "--", "true")
-    r = daemon.cli("render", str(job), *args)
-    assert r.returncode != 0 and words in r.stderr, r.stderr
+    r = daemon.cli("render", str(job), "--pool", "nope")
+    assert r.returncode != 0, r.stdout
+    assert "no pool 'nope'; the pools are: hpc, k8s, local, ray" in r.stderr, r.stderr
+
+
+def test_render_for_this_machine_shows_what_its_runner_starts(daemon: DaemonProcess) -> None:
+    job = daemon.submit("--hold", "--env", "B=two words", "--secret-env", f"K={SECRET}",
+                        "--", "python", "-c", "print(1)")
+    r = daemon.cli("render", str(job))
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout and "# env: K=<secret>" in r.stdout
+    assert "# env: B='two words'" in r.stdout and "python -c 'print(1)'" in r.stdout
 
 
 def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(

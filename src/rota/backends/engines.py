@@ -7,6 +7,7 @@ not built yet, so its health says so instead of asking a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rota.backends.engine import Engine, EngineCapabilities, EngineJob, PoolHealth
@@ -19,10 +20,23 @@ KUBERNETES_HEALTH = PoolHealth(
                              "`rota render JOB --pool NAME` prints the manifests")
 
 
-def _slurm(pool: SlurmPool, work_dir: Path) -> Engine:
+def make(pool: Pool, work_dir: Path, *, secrets: Callable[[str], str]) -> Engine:
+    """The engine that takes the pool's jobs; ``secrets``: a secret's value by its name."""
+    if isinstance(pool, SlurmPool):
+        return _slurm(pool, work_dir, secrets)
+    if isinstance(pool, RayPool):
+        return _ray(pool, work_dir, secrets)
+    if isinstance(pool, KubernetesPool):
+        raise BackendError("Rota's Kubernetes client is not built yet: the pool renders "
+                           "manifests only (`rota render JOB --pool NAME`)")
+    raise BackendError("this machine's pool has no engine: Rota places its jobs itself")
+
+
+def _slurm(pool: SlurmPool, work_dir: Path,
+           secrets: Callable[[str], str] | None = None) -> Engine:
     from rota.backends.slurm import SlurmEngine
 
-    return SlurmEngine(pool, str(work_dir / "slurm"))
+    return SlurmEngine(pool, str(work_dir / "slurm"), secrets=secrets)
 
 
 def capabilities(pool: Pool, work_dir: Path) -> EngineCapabilities | None:
@@ -50,6 +64,24 @@ def health(pool: Pool, work_dir: Path) -> PoolHealth:
     raise BackendError(f"{pool.engine} pools have no engine to ask")
 
 
+def refusal(pool: Pool, job: EngineJob, *, work_dir: Path) -> str | None:
+    """Why the pool's engine cannot honour ``job`` as asked, in a sentence; None when it
+    can. A pool whose engine Rota cannot drive yet refuses every job."""
+    if isinstance(pool, KubernetesPool):
+        return ("Rota's Kubernetes client is not built yet: this pool renders manifests "
+                "only (`rota render JOB --pool NAME`)")
+    if isinstance(pool, SlurmPool):
+        return _slurm(pool, work_dir, _no_values).refusal(job)
+    if isinstance(pool, RayPool):
+        return _ray(pool, work_dir, _no_values).refusal(job)
+    return None
+
+
+def _no_values(name: str) -> str:
+    raise KeyError(name)  # refusals only ask whether secrets can be filled, not with what
+
+
+
 def render(pool: Pool, job: EngineJob, *, user: str, work_dir: Path) -> str:
     """What the engine would be handed for ``job``. Raises InvalidSpec (or BackendError)
     naming what the pool cannot honour."""
@@ -60,16 +92,31 @@ def render(pool: Pool, job: EngineJob, *, user: str, work_dir: Path) -> str:
 
         return render_yaml(job, pool, user=user)
     if isinstance(pool, SlurmPool | RayPool):
-        engine = _slurm(pool, work_dir) if isinstance(pool, SlurmPool) else _ray(pool, work_dir)
+        engine = (_slurm(pool, work_dir, _no_values) if isinstance(pool, SlurmPool)
+                  else _ray(pool, work_dir, _no_values))
         reason = engine.refusal(job)
         if reason:
             raise InvalidSpec(reason, field="pool")
         return engine.render(job)
-    raise InvalidSpec("this machine's pool runs jobs itself: there is nothing to render",
-                      field="pool")
+    return _local_text(job)
 
 
-def _ray(pool: RayPool, work_dir: Path) -> Engine:
+def _local_text(job: EngineJob) -> str:
+    """This machine's pool has no engine: what its runner would start, as a person reads
+    it (secret variables by name only)."""
+    import shlex
+
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(job.env.items())]
+    env += [f"{k}=<secret>" for k in sorted(job.secret_env)]
+    command = f"sh -c {shlex.quote(job.argv[0])}" if job.shell else shlex.join(job.argv)
+    cwd = job.cwd or "the daemon's"
+    return "\n".join([
+        "# this machine: Rota places the job on its GPUs (CUDA_VISIBLE_DEVICES) and the "
+        "local runner starts it", f"# cwd: {cwd}", *(f"# env: {e}" for e in env), command, ""])
+
+
+def _ray(pool: RayPool, work_dir: Path,
+         secrets: Callable[[str], str] | None = None) -> Engine:
     from rota.backends.ray import RayEngine
 
-    return RayEngine(pool, str(work_dir / "ray"))
+    return RayEngine(pool, str(work_dir / "ray"), secrets=secrets)

@@ -60,7 +60,7 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 
 #: options that go into the spec as they are given (None: not given)
 _AS_GIVEN = ("name", "gpus", "llm", "priority", "allowed_gpus", "conda", "retries", "session",
-             "checkpoint_dir", "stop_signal", "tensorboard_dir", "project")
+             "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
@@ -218,6 +218,9 @@ def submit(
              "WANDB_API_KEY`)"),
     project: str = typer.Option(None, "--project",
                                 help="the project it counts toward (reports, W&B's default)"),
+    pool: str = typer.Option(None, "--pool",
+                             help="where it runs: local, or a cluster rota.toml declares "
+                                  "(`rota pools`; default: default_pool)"),
     wandb_project: str = typer.Option(None, "--wandb-project",
                                       help="W&B project (default: --project, else rota)"),
     wandb_entity: str = typer.Option(None, "--wandb-entity", help="W&B entity (team or user)"),
@@ -319,7 +322,8 @@ def _submit_template(opts: dict[str, Any]) -> None:
 
     time_limit = opts["time_limit"]
     overrides = {"name": opts["name"], "priority": opts["priority"], "gpus": opts["gpus"],
-                 "project": opts["project"], "hold": opts["hold"] or None,
+                 "project": opts["project"], "pool": opts["pool"],
+                 "hold": opts["hold"] or None,
                  "tags": opts["tag"] or None,
                  "time_limit": parse_duration(time_limit) if time_limit else None,
                  **tracker_fields({k: opts[k] for k in _TRACKERS}, opts["secret"] or [])}

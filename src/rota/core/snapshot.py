@@ -56,6 +56,7 @@ class PendingJob(NamedTuple):
     allowed: frozenset[int] | None = None
     after: tuple[int, ...] = ()
     not_before: float | None = None  # retry backoff: not before this time
+    pool: str | None = None  # a cluster engine's pool (rota.core.forward); None: this machine
 
     @property
     def shape(self) -> tuple[int, int | None, frozenset[int] | None]:

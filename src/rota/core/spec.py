@@ -108,6 +108,9 @@ class JobSpec(BaseModel):
     session: SessionKind = "none"
     cuda_arg: StrictBool = False
     tags: list[str] = Field(default_factory=list, max_length=32)
+    pool: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9-]{0,39}$",
+                             description="where it runs: this machine (local) or a cluster "
+                                         "rota.toml declares; None: the default pool")
     project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
     preemptible: StrictBool = Field(

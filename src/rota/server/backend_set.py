@@ -9,6 +9,7 @@ from rota.backends.registry import make_backend
 from rota.config import Settings
 from rota.core.spec import JobSpec
 from rota.errors import BackendError
+from rota.pools import LOCAL
 
 log = logging.getLogger("rota.daemon")
 
@@ -18,18 +19,41 @@ class BackendSet:
         self.settings = settings
         self._made: dict[str, Backend] = {}
 
-    @staticmethod
-    def name_of(spec: JobSpec) -> str:
+    def name_of(self, spec: JobSpec) -> str:
+        """The backend of a job: its session's on this machine, ``ENGINE:POOL`` for a
+        cluster pool's engine."""
+        pool_name, pool = self.settings.pool_set.get(spec.pool)
+        if pool.engine != LOCAL:
+            return f"{pool.engine}:{pool_name}"
         return "local" if spec.session == "none" else spec.session
 
     def get(self, name: str) -> Backend:
         name = "local" if name in ("none", "local") else name
         b = self._made.get(name)
         if b is None:
-            b = self._made[name] = make_backend(
-                name, tmux_socket=self.settings.tmux_socket,
-                runner_socket=self.settings.home / "runner.sock")
+            if ":" in name:  # a cluster pool's engine, as name_of spells it
+                b = self._engine_backend(name.partition(":")[2])
+            else:
+                b = make_backend(name, tmux_socket=self.settings.tmux_socket,
+                                 runner_socket=self.settings.home / "runner.sock")
+            self._made[b.name] = b
         return b
+
+    def _engine_backend(self, pool_name: str) -> Backend:
+        from rota.backends import engines
+        from rota.backends.engine_backend import EngineBackend
+
+        _, pool = self.settings.pool_set.get(pool_name)
+        home = self.settings.home
+        return EngineBackend(pool_name,
+                             lambda secrets: engines.make(pool, home, secrets=secrets))
+
+    def close(self) -> None:
+        """Stop what the backends run beside the daemon (engines' pollers)."""
+        for b in self._made.values():
+            close = getattr(b, "close", None)
+            if close is not None:
+                close()
 
     def refusal(self, spec: JobSpec) -> str | None:
         """Why no backend here can run this job (its session program is not installed, or

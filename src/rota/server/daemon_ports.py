@@ -85,11 +85,13 @@ def gpu_views(d: Daemon) -> list[dict[str, Any]]:
 
 def queue_answer(d: Daemon, *, limit: int, offset: int, counts: bool) -> dict[str, Any]:
     """The queue as the scheduler holds it: totals, and with ``limit`` the jobs that hold
-    GPUs, then ``limit`` waiting ones from ``offset`` in the order they will start (those
-    that never can, and those waiting for their MLflow run, last), then the oldest held.
+    GPUs, then ``limit`` waiting ones from ``offset`` in the order they will start (this
+    machine's, then each cluster pool's; those that never can, and those waiting for
+    their MLflow run, last), then the oldest held.
     The ``counts`` per state read the whole jobs table (0.1-0.5 s for a million rows);
     the rest reads only the rows it shows."""
-    waiting = (d.queue.ordered(), d.queue.aside(),
+    engines = d.queue.engine_queues()
+    waiting = (d.queue.ordered(), *(engines[p] for p in sorted(engines)), d.queue.aside(),
                [d.tracking.parked[i] for i in sorted(d.tracking.parked)])
     total = sum(map(len, waiting))
     out: dict[str, Any] = {

@@ -11,13 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rota.backends import engines
 from rota.core.feasibility import never_runnable
 from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
+from rota.pools import LOCAL, Pool
 from rota.server.daemon import Daemon
+from rota.server.pool_reads import engine_job
 from rota.store.repo import JobRecord
 from rota.templates import missing_modules
 from rota.units import format_memory
@@ -57,6 +60,9 @@ class Intake:
         self.daemon.tracking.check(spec, user, prefix)
         if spec.llm and "gpus" not in asked:
             spec = self._resolve_llm(spec, prefix)
+        pool_name, pool = self.settings.pool_set.get(spec.pool)  # InvalidSpec names them
+        if pool.engine != LOCAL:
+            return self._for_engine(spec, pool_name, pool, user, prefix)
         for template, missing in missing_modules(spec.tags).items():
             raise InvalidSpec(f"{prefix}template {template!r} needs {', '.join(missing)}, "
                               f"which {'is' if len(missing) == 1 else 'are'} not installed "
@@ -75,13 +81,32 @@ class Intake:
             raise InvalidSpec(f"{prefix}session: {unrunnable}", field="session")
         if spec.cwd and not os.path.isdir(spec.cwd):
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
+        self._check_dependencies(spec, prefix)
+        return spec
+
+    def _for_engine(self, spec: JobSpec, pool_name: str, pool: Pool, user: str,
+                    prefix: str) -> JobSpec:
+        """A job for a cluster pool: its engine places it, so this machine's GPUs, conda
+        and sessions do not matter; what the engine cannot honour is refused now, in its
+        words, never dropped. The pool is named in the stored spec, so a later change of
+        default_pool does not move it."""
+        if spec.session != "none":
+            raise InvalidSpec(f"{prefix}session: a {pool.engine} pool runs no tmux or screen "
+                              "sessions", field="session")
+        why = engines.refusal(pool, engine_job(0, user, spec, attempt=1),
+                              work_dir=self.settings.home)
+        if why is not None:
+            raise InvalidSpec(f"{prefix}pool {pool_name}: {why}", field="pool")
+        self._check_dependencies(spec, prefix)
+        return spec if spec.pool == pool_name else spec.model_copy(update={"pool": pool_name})
+
+    def _check_dependencies(self, spec: JobSpec, prefix: str) -> None:
         for dep in spec.after:
             try:
                 self.daemon.job_state(dep)
             except NotFound:
                 raise InvalidSpec(f"{prefix}after: there is no job {dep}",
                                   field="after") from None
-        return spec
 
     def _resolve_llm(self, spec: JobSpec, prefix: str) -> JobSpec:
         gpu_mem = max((g.memory_total for g in self.daemon.readings.values()), default=0)

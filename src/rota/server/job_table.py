@@ -33,7 +33,8 @@ def pending_of(row: JobRecord) -> PendingJob:
     return PendingJob(id=row.id, priority=row.priority, seq=row.id,
                       gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
                       allowed=frozenset(allowed) if allowed else None,
-                      after=tuple(spec.get("after") or ()), not_before=row.not_before)
+                      after=tuple(spec.get("after") or ()), not_before=row.not_before,
+                      pool=row.pool)
 
 
 @dataclass(frozen=True)

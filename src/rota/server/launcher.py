@@ -10,6 +10,7 @@ since a transaction per answer would cost more than the job.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from rota.server.job_output import checkpoints_of, reader_for
 from rota.server.job_table import JobTable
 from rota.server.metrics import Metrics
 from rota.server.outputs import events_path, stop_file
+from rota.server.pool_reads import engine_job as engine_job_of
 from rota.server.running import Running
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
@@ -125,7 +127,7 @@ class Launcher:
         return Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
                        gpus=start.gpu_indices, milli=start.milli_per_gpu,
                        gpu_mem=start.gpu_mem, backend=self.backends.get(
-                           BackendSet.name_of(spec)),
+                           self.backends.name_of(spec)),
                        started_at=now, pending=pending,
                        failures=row.failures, log_path=logs / f"{job_id}.log",
                        status_path=status / f"{job_id}-{number}.json",
@@ -233,12 +235,18 @@ class Launcher:
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
+        engine_job = None
+        where = f"on GPUs {gpu_text(run.gpus)}"
+        if run.backend.capabilities.engine:  # a cluster's engine places it
+            engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env)
+            engine_job = dataclasses.replace(engine_job, argv=tuple(argv))
+            where = f"handed to {run.backend.name}"
         return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
                              log_path=run.log_path, status_path=run.status_path,
                              session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
-                                        f"on GPUs {gpu_text(run.gpus)}")
+                                        f"{where}", engine_job=engine_job)
 
     def _resume_point(self, run: Running) -> str | None:
         """The newest valid checkpoint of this job for a retry to continue from (a first

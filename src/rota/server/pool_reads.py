@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rota.backends import engines
 from rota.backends.engine import EngineJob, PoolHealth
 from rota.core.spec import JobSpec
+from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.pools import LOCAL, Pool, Pools
 from rota.store.repo import JobRecord
 
+#: what trackers put in a job's environment from the user's stored secrets
+_TRACKER_SECRETS = ("WANDB_API_KEY",)
 #: how long `rota pools` waits for an engine's health before it says it did not answer
 HEALTH_TIMEOUT_S = 10.0
 
@@ -53,16 +57,30 @@ def _pool_view(name: str, pool: Pool, health: PoolHealth, caps: Any) -> dict[str
             "capabilities": None if caps is None else dataclasses.asdict(caps)}
 
 
-def engine_job(row: JobRecord, spec: JobSpec, attempt: int) -> EngineJob:
-    """The job as an engine would be handed its ``attempt``. Variables the spec marks
-    secret travel as secrets (``env.VAR``), never as values."""
-    hidden = set(spec.secret_env)
-    secret_env = {**{k: f"env.{k}" for k in spec.env if k in hidden}, **spec.secrets}
-    labels = {"user": row.user, **({"project": spec.project} if spec.project else {})}
+#: variables the daemon sets for jobs on this machine only: an engine gives its own GPUs,
+#: and the events and stop files are paths on this machine
+LOCAL_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "ROTA_GPU_FRACTION", "ROTA_EVENTS_FILE",
+                            "ROTA_STOP_FILE"})
+
+
+def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
+               env: Mapping[str, str] | None = None) -> EngineJob:
+    """The job as an engine is handed its ``attempt``. ``env``: the attempt's environment
+    as the launcher made it (None: the spec's own, for `rota render`). Variables the spec
+    marks secret, and stored secrets, travel as secrets (``secret_env`` names them; their
+    values stay in ``env`` for the engine backend only), never as values."""
+    hidden = {*spec.secret_env, *spec.secrets, *_TRACKER_SECRETS}
+    given = dict(spec.env) if env is None else {k: v for k, v in env.items()
+                                                if k not in LOCAL_ONLY_ENV}
+    if env is None:  # rendering: a stored secret's variable names the secret
+        secret_env = {**{k: f"env.{k}" for k in given if k in hidden}, **spec.secrets}
+    else:
+        secret_env = {k: k for k in given if k in hidden}
+    labels = {"user": user, **({"project": spec.project} if spec.project else {})}
     return EngineJob(
-        job_id=row.id, attempt=attempt, name=spec.name or f"job-{row.id}",
+        job_id=job_id, attempt=attempt, name=spec.name or f"job-{job_id}",
         argv=tuple(spec.command), shell=spec.shell,
-        env={k: v for k, v in spec.env.items() if k not in hidden}, secret_env=secret_env,
+        env={k: v for k, v in given.items() if k not in hidden}, secret_env=secret_env,
         cwd=spec.cwd, gpus=spec.gpus, gpu_mem=spec.gpu_mem, time_limit=spec.time_limit,
         grace=spec.grace, stop_signal=spec.stop_signal, priority=spec.priority,
         conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels)
@@ -72,8 +90,13 @@ def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str |
                   ) -> dict[str, Any]:
     """What the pool's engine would be handed for the job's next attempt (blocking: an
     engine may look something up, e.g. Slurm's shards)."""
+    if pool_name is not None and pool_name not in pools.pools:
+        raise NotFound(f"no pool {pool_name!r}; the pools are: {', '.join(sorted(pools.pools))}")
     name, pool = pools.get(pool_name)
     spec = JobSpec.model_validate(row.spec)
-    job = engine_job(row, spec, attempt=row.attempts + 1)
-    text = engines.render(pool, job, user=row.user, work_dir=work_dir)
+    job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1)
+    try:
+        text = engines.render(pool, job, user=row.user, work_dir=work_dir)
+    except InvalidSpec as e:  # the job is fine; this pool cannot take it as it is
+        raise Conflict(f"pool {name}: {e}") from None
     return {"id": row.id, "pool": name, "engine": pool.engine, "text": text}

@@ -1,7 +1,9 @@
 """The in-memory pending queue, kept in scheduling order so a pass needs no sort.
 
-Two kinds of job are kept apart so that a pass over a million-job queue touches only what
-can matter to it: the jobs that depend on others (their dependencies' states are read for
+Jobs of a cluster engine's pool are kept apart, a queue per pool: an engine places them,
+so they never enter this machine's pass (rota.core.forward hands them over). Two more
+kinds of job are kept apart so that a pass over a million-job queue touches only what can
+matter to it: the jobs that depend on others (their dependencies' states are read for
 each pass), and the jobs that can never start on this machine as it is (forced in anyway:
 rota.core.feasibility), which a pass would otherwise walk past one by one every time. The
 latter are decided when they join and again whenever the machine's GPUs change.
@@ -29,6 +31,7 @@ class PendingQueue:
         self._with_deps: dict[int, PendingJob] = {}
         self._aside: dict[int, str] = {}  # never-runnable job id -> why
         self._aside_jobs: list[PendingJob] = []  # the same jobs, in queue order
+        self._engines: dict[str, list[PendingJob]] = {}  # cluster pool -> its jobs, in order
         self._machine: dict[int, int] | None = None  # GPU index -> total memory
         self._never: dict[Shape, str | None] = {}  # per shape, on self._machine
 
@@ -44,6 +47,9 @@ class PendingQueue:
         self._by_id[job.id] = job
         if job.after:
             self._with_deps[job.id] = job
+        if job.pool is not None:  # an engine places it: never in this machine's pass
+            insort(self._engines.setdefault(job.pool, []), job, key=queue_order)
+            return
         why = self._why_never(job)
         if why is not None:
             self._aside[job.id] = why
@@ -59,10 +65,15 @@ class PendingQueue:
             for job in jobs:
                 self.add(job)
             return
-        self._jobs = jobs
-        self._milli = Counter(map(_milli_of, jobs))
         self._by_id = {job.id: job for job in jobs}
         self._with_deps = {job.id: job for job in jobs if job.after}
+        if any(map(_pool_of, jobs)):
+            for job in jobs:
+                if job.pool is not None:
+                    self._engines.setdefault(job.pool, []).append(job)  # still in order
+            jobs = [job for job in jobs if job.pool is None]
+        self._jobs = jobs
+        self._milli = Counter(map(_milli_of, jobs))
         if self._machine is not None:
             self._sort_out()
 
@@ -71,6 +82,12 @@ class PendingQueue:
         if job is None:
             return None
         self._with_deps.pop(job_id, None)
+        if job.pool is not None:
+            queue = self._engines[job.pool]
+            _drop(queue, job)
+            if not queue:
+                del self._engines[job.pool]
+            return job
         if self._aside.pop(job_id, None) is not None:
             _drop(self._aside_jobs, job)
             return job
@@ -90,6 +107,10 @@ class PendingQueue:
     def ordered(self) -> list[PendingJob]:
         """The jobs a pass looks at, in order; the list is shared, do not change it."""
         return self._jobs
+
+    def engine_queues(self) -> Mapping[str, list[PendingJob]]:
+        """Each cluster pool's waiting jobs, in queue order (shared: do not change them)."""
+        return self._engines
 
     def smallest_milli(self) -> int:
         """The least gpus_milli among the jobs a pass looks at (Snapshot.smallest_milli)."""
@@ -152,6 +173,7 @@ class PendingQueue:
 
 _shape_of = attrgetter("gpus_milli", "gpu_mem", "allowed")  # PendingJob.shape, in C
 _milli_of = attrgetter("gpus_milli")
+_pool_of = attrgetter("pool")
 
 
 def _drop(jobs: list[PendingJob], job: PendingJob) -> None:

@@ -33,6 +33,7 @@ from rota.core.lifecycle import TERMINAL, JobState, check_transition
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
 from rota.errors import Conflict, NotFound, StoreError
+from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
 from rota.store.tables import (
     AttemptRow,
@@ -110,7 +111,8 @@ def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
     wants = or_(j.mlflow.is_(True), j.mlflow.is_(None)) if mlflow_default \
         else j.mlflow.is_(True)
     q = (select(j.id, j.priority, sql_cast(func.round(j.gpus * MILLI), Integer), j.gpu_mem,
-                j.allowed_gpus, j.after_ids, j.not_before) if not tracked else select(j.id))
+                j.allowed_gpus, j.after_ids, j.not_before, j.pool)
+         if not tracked else select(j.id))
     q = (q.where(j.state == JobState.PENDING.value, wants if tracked else ~wants)
          .order_by(j.priority, j.id))
     sql = str(q.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
@@ -302,7 +304,8 @@ class Store:
                 "estimate_note": None, "project": spec.project,
                 "tags": f",{','.join(spec.tags)}," if spec.tags else "",
                 "allowed_gpus": _id_list(spec.allowed_gpus), "after_ids": _id_list(spec.after),
-                "mlflow": spec.mlflow})
+                "mlflow": spec.mlflow,
+                "pool": spec.pool if spec.pool != LOCAL_POOL else None})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
@@ -398,9 +401,9 @@ class Store:
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False))
                 while rows := cursor.fetchmany(chunk):
                     out.pending.extend([
-                        PendingJob(i, p, i, g, m, None, (), nb) if a is None and f is None
-                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb)
-                        for i, p, g, m, a, f, nb in rows])
+                        PendingJob(i, p, i, g, m, None, (), nb, pl) if a is None and f is None
+                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl)
+                        for i, p, g, m, a, f, nb, pl in rows])
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=True))
                 out.tracked.extend(row[0] for row in cursor.fetchall())
             finally:

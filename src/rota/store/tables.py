@@ -31,7 +31,7 @@ class JobRow(Base):
         # a million pending jobs are read in about a second, where reading their rows (each
         # with its spec) took minutes. Partial: it holds the waiting jobs only.
         Index("ix_jobs_queue", "priority", "id", "gpus", "gpu_mem", "not_before",
-              "allowed_gpus", "after_ids", "mlflow", "state",
+              "allowed_gpus", "after_ids", "mlflow", "state", "pool",
               sqlite_where=text("state = 'pending'"),
               postgresql_where=text("state = 'pending'")),
     )
@@ -72,6 +72,8 @@ class JobRow(Base):
     # ix_jobs_queue without the specs: "0,1,3" (allowed GPUs, job ids it runs after) or
     # NULL; mlflow: the spec's own choice (NULL: the daemon's setting decides)
     allowed_gpus: Mapped[str | None] = mapped_column(Text)
+    # the cluster pool it runs in (rota.pools); NULL: this machine
+    pool: Mapped[str | None] = mapped_column(String(40))
     after_ids: Mapped[str | None] = mapped_column(Text)
     mlflow: Mapped[bool | None] = mapped_column(Boolean)
 

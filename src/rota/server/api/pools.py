@@ -21,11 +21,12 @@ async def pools(reads: ReadsPort) -> Annotated[Json, PoolsAnswer]:
     return await reads.pools()
 
 
-@router.get("/jobs/{job_id}/render", responses=errors(401, 403, 404, 422, 503))
+@router.get("/jobs/{job_id}/render", responses=errors(401, 403, 404, 409, 422, 503))
 async def render(job_id: JobId, p: Caller, reads: ReadsPort,
                  pool: str | None = Query(None, pattern=r"^[a-z][a-z0-9-]{0,39}$",
                                           description="default: the default pool"),
                  ) -> Annotated[Json, RenderAnswer]:
     """What the pool's engine would be handed for the job's next attempt: an sbatch
-    script, a Ray job, Kubernetes manifests. Secret values never appear."""
+    script, a Ray job, Kubernetes manifests. Secret values never appear. 404: no such
+    job or pool; 409: the pool cannot take the job as it is (the sentence says why)."""
     return await reads.render(own(reads, p, job_id, "render"), pool)

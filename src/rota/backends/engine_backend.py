@@ -1,0 +1,474 @@
+"""A cluster engine's pool as the daemon sees it: a :class:`rota.backends.base.Backend`.
+
+The daemon launches, watches, collects, signals and re-finds jobs through the backend
+protocol; a cluster engine (:class:`rota.backends.engine.Engine`) speaks another one. This
+adapter translates, so that the daemon's launcher, exits, stopper and recovery drive engine
+jobs unchanged:
+
+- ``launch`` hands the request's :class:`EngineJob` to the engine (on a worker thread:
+  ``capabilities.launch_blocks``). Crash safety: a small record next to the attempt's status
+  file (``<status_path>.engine``) is written *before* the submit; a launch that finds it
+  from an earlier try asks ``engine.find(key)`` first, so an attempt never reaches the
+  engine twice. A fresh attempt (no record) skips that round trip.
+- One poller thread per adapter asks ``engine.poll`` about every followed job at once
+  every ``poll_every`` seconds, copies new output into the job's log (the engine-side
+  offset kept in the record), and makes the job's watch fd readable once it has ended.
+- ``signal`` hands the stop to a command thread: ``engine.stop`` may block (scancel).
+- Secret values (``req.env`` for the variables named by ``engine_job.secret_env``) live in
+  memory only while their own submit runs, under names of that attempt alone
+  (``job<id>.<attempt>.<VAR>``): one job's secrets never reach another's.
+
+Errors: a refusal (the engine cannot honour the job) is a LaunchFailed that is not
+retryable; an engine that fails to answer (unreachable, timing out) gives a retryable one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal as signals
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rota.backends.base import (
+    Capabilities,
+    ExitInfo,
+    Handle,
+    Launched,
+    LaunchFailed,
+    LaunchOutcome,
+    LaunchRequest,
+    Located,
+)
+from rota.backends.common import KILLED
+from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus
+from rota.errors import BackendError
+
+log = logging.getLogger("rota.backends.engine")
+
+#: The record of an attempt's engine job, next to its status file.
+SUFFIX = ".engine"
+_ENDED = (EngineState.ENDED, EngineState.LOST)
+_READS_PER_POLL = 8  # log reads per job per poll while it runs (a chatty job cannot starve)
+_FINAL_READS = 1024  # after its end: the rest of its output, bounded all the same
+_GRACE = 30.0  # EngineJob's default, for a record that lacks it
+
+MakeEngine = Callable[[Callable[[str], str]], Engine]
+
+
+def state_path(status_path: str | Path) -> Path:
+    return Path(f"{status_path}{SUFFIX}")
+
+
+def key_of(status_path: str | Path) -> str:
+    """The engine key of an attempt from its status file's name (``<job>-<attempt>.json``,
+    as the launcher names it)."""
+    return f"rota-{Path(status_path).name.removesuffix('.json')}"
+
+
+@dataclasses.dataclass
+class _Job:
+    """One attempt's engine job as the adapter follows it."""
+
+    engine_id: str
+    status_path: str
+    log_path: Path
+    offset: int = 0  # engine-side: how much of its output is in the log already
+    log_size: int = 0  # the log's size right after the last copy
+    last: EngineStatus | None = None
+    following: bool = False  # polled by the poller
+    pipes: list[int] = dataclasses.field(default_factory=list)  # watch fds' write ends
+    copying: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            got = json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    """Atomically: a reader sees the old record or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def exit_info(status: EngineStatus | None) -> ExitInfo | None:
+    """How a job ended by its engine's status; None while it waits or runs. LOST (gone
+    with no record of its end) reads as killed, as a process that vanished does."""
+    if status is None or status.state not in _ENDED:
+        return None
+    if status.state is EngineState.LOST:
+        return KILLED
+    return ExitInfo(status.exit_code, status.signal, status.ended_at)
+
+
+class EngineBackend:
+    """One pool's engine behind the backend protocol (see the module's docstring)."""
+
+    capabilities = Capabilities(attachable=False, gpu_pinning=True, adopt_after_restart=True,
+                                launch_blocks=True, stop_signal=True, engine=True)
+
+    def __init__(self, pool_name: str, make_engine: MakeEngine, *,
+                 poll_every: float = 2.0) -> None:
+        self.pool_name = pool_name
+        self.poll_every = poll_every
+        self._secrets: dict[str, str] = {}  # only while the submit that needs them runs
+        self.engine = make_engine(self._secret)
+        self.name = f"{self.engine.name}:{pool_name}"
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Job] = {}  # by engine id
+        self._closing = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._commands: ThreadPoolExecutor | None = None
+
+    # --- secrets ----------------------------------------------------------------------------
+    def _secret(self, name: str) -> str:
+        return self._secrets[name]  # KeyError: the engine names the missing secret
+
+    def _job_with_secrets(self, req: LaunchRequest, job: EngineJob
+                          ) -> tuple[EngineJob, dict[str, str]]:
+        """The job with its secrets renamed to this attempt's own names, and their values."""
+        names: dict[str, str] = {}
+        values: dict[str, str] = {}
+        for var in job.secret_env:  # ``check`` made sure each has its value
+            names[var] = f"job{job.job_id}.{job.attempt}.{var}"
+            values[names[var]] = req.env[var]
+        return dataclasses.replace(job, secret_env=names), values
+
+    def _submit(self, req: LaunchRequest, job: EngineJob) -> str:
+        job, values = self._job_with_secrets(req, job)
+        self._secrets.update(values)
+        try:
+            return self.engine.submit(job)
+        finally:
+            for name in values:
+                self._secrets.pop(name, None)
+
+    # --- checks -----------------------------------------------------------------------------
+    def missing(self) -> str | None:
+        return None  # an engine that is down now may be up at launch: it is not refused
+
+    def _engine_job(self, req: LaunchRequest) -> EngineJob:
+        if req.engine_job is None:
+            raise BackendError(f"job {req.job_id}: the {self.name} pool runs engine jobs "
+                               "only, and this request carries none")
+        return req.engine_job
+
+    def check(self, req: LaunchRequest) -> None:
+        job = self._engine_job(req)
+        lacking = sorted(var for var in job.secret_env if var not in req.env)
+        reason = self.engine.refusal(job) or (
+            f"no value for the secret variable {', '.join(lacking)}" if lacking else None)
+        if reason:
+            raise BackendError(f"job {req.job_id}: {reason}")
+
+    # --- launch -----------------------------------------------------------------------------
+    def launch(self, req: LaunchRequest) -> Handle:
+        got = self._launch_one(req)
+        if isinstance(got, LaunchFailed):
+            raise BackendError(got.reason)
+        return got.handle
+
+    def launch_many(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
+        return [self._launch_one(req) for req in reqs]
+
+    def launch_later(self, reqs: list[LaunchRequest],
+                     done: Callable[[int, LaunchOutcome], None]) -> bool:
+        """On a worker thread, in order (the engine sees Rota's priority order); each
+        outcome posted to the event loop as soon as it is known."""
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
+            for i, req in enumerate(reqs):
+                loop.call_soon_threadsafe(done, i, self._launch_one(req))
+
+        loop.run_in_executor(None, work)
+        return True
+
+    def _launch_one(self, req: LaunchRequest) -> LaunchOutcome:
+        try:
+            self.check(req)
+        except BackendError as e:
+            return LaunchFailed(str(e))
+        try:
+            return Launched(self._hand_over(req, self._engine_job(req)))
+        except (BackendError, OSError) as e:  # the engine did not answer as it should
+            return LaunchFailed(str(e), retryable=True)
+        except Exception as e:  # a defect must not leave the launch unanswered
+            log.exception("job %s: launch on %s failed", req.job_id, self.name)
+            return LaunchFailed(f"job {req.job_id}: {e}", retryable=True)
+
+    def _hand_over(self, req: LaunchRequest, job: EngineJob) -> Handle:
+        """Submit once: the record is written before the submit, so a later try of the same
+        attempt (after a crash or a timeout) asks the engine before it submits again."""
+        path = state_path(req.status_path)
+        record = _read_record(path)
+        engine_id: str | None = None
+        if record is None:
+            record = {"key": job.key, "engine_id": None, "grace": job.grace,
+                      "log_path": str(req.log_path), "offset": 0,
+                      "log_size": self._start_log(req)}
+            _write_record(path, record)
+        else:
+            engine_id = record.get("engine_id") or self.engine.find(job.key)
+        if engine_id is None:
+            engine_id = self._submit(req, job)
+        record["engine_id"] = engine_id
+        _write_record(path, record)
+        handle = self._handle(str(req.status_path), record)
+        self._follow(handle, record)
+        return handle
+
+    def _handle(self, status_path: str, record: dict[str, Any]) -> Handle:
+        """The handle of the attempt whose record (with its engine id) this is."""
+        key = str(record.get("key") or key_of(status_path))
+        # the launcher's layout (ROTA_HOME/status/J-A.json, ROTA_HOME/logs/J.log), for a
+        # record lost before its first write
+        job_log = Path(status_path).parent.parent / "logs" / \
+            f"{key.removeprefix('rota-').rpartition('-')[0]}.log"
+        return Handle(backend=self.name, pid=0, status_path=status_path,
+                      extra={"engine_id": str(record["engine_id"]), "pool": self.pool_name,
+                             "key": key, "grace": float(record.get("grace", _GRACE)),
+                             "log_path": str(record.get("log_path") or job_log)})
+
+    @staticmethod
+    def _start_log(req: LaunchRequest) -> int:
+        """The log's folders and Rota's header line; the log's size after it."""
+        req.log_path.parent.mkdir(parents=True, exist_ok=True)
+        req.status_path.parent.mkdir(parents=True, exist_ok=True)
+        if req.log_header:
+            with open(req.log_path, "ab") as fh:
+                fh.write(req.log_header.encode() + b"\n")
+        return _size(req.log_path)
+
+    # --- following: the poller ----------------------------------------------------------------
+    def _known(self, handle: Handle, record: dict[str, Any] | None = None) -> _Job:
+        eid = str(handle.extra["engine_id"])
+        with self._lock:
+            job = self._jobs.get(eid)
+            if job is None:
+                job = self._jobs[eid] = self._job_of(handle, record)
+        return job
+
+    def _follow(self, handle: Handle, record: dict[str, Any] | None = None) -> _Job:
+        """Poll this job from now on (its output copied from where the record says)."""
+        job = self._known(handle, record)
+        with self._lock:
+            if job.last is None or job.last.state not in _ENDED:
+                job.following = True
+            self._start_poller()
+        return job
+
+    def _job_of(self, handle: Handle, record: dict[str, Any] | None) -> _Job:
+        """Where its output stands. The log is appended before the record is written, so
+        a daemon killed in between finds the log longer than the record says: those bytes
+        are the engine's next ones, and are not copied twice."""
+        eid = str(handle.extra["engine_id"])
+        log_path = Path(handle.extra["log_path"])
+        record = record or _read_record(state_path(handle.status_path)) or {}
+        offset, recorded = int(record.get("offset") or 0), record.get("log_size")
+        size = _size(log_path)
+        if recorded is not None and size > int(recorded):
+            offset += size - int(recorded)
+        return _Job(engine_id=eid, status_path=handle.status_path, log_path=log_path,
+                    offset=offset, log_size=size)
+
+    def _start_poller(self) -> None:
+        if self._poller is None and not self._closing.is_set():
+            self._poller = threading.Thread(target=self._poll_loop, daemon=True,
+                                            name=f"rota-poll-{self.name}")
+            self._poller.start()
+
+    def _poll_loop(self) -> None:
+        while not self._closing.wait(self.poll_every):
+            try:
+                self.poll_once()
+            except Exception:  # keep polling: the next round may succeed
+                log.exception("%s: polling failed", self.name)
+
+    def poll_once(self) -> None:
+        """One round: every followed job's status in one ``engine.poll``, new output copied,
+        ended jobs' watch fds made readable."""
+        with self._lock:
+            ids = [eid for eid, job in self._jobs.items() if job.following]
+        if not ids:
+            return
+        try:
+            statuses = self.engine.poll(ids)
+        except BackendError as e:
+            log.warning("%s: polling %d jobs failed: %s", self.name, len(ids), e)
+            return
+        for eid in ids:
+            status = statuses.get(eid)
+            job = self._jobs.get(eid)
+            if status is not None and job is not None:
+                self._update(job, status)
+
+    def _update(self, job: _Job, status: EngineStatus) -> None:
+        ended = status.state in _ENDED
+        if status.state is not EngineState.QUEUED:
+            self._copy_log(job, _FINAL_READS if ended else _READS_PER_POLL)
+        with self._lock:
+            job.last = status
+            if not ended:
+                return
+            job.following = False
+            pipes, job.pipes = job.pipes, []
+        for fd in pipes:  # the output is in the log before the daemon hears of the end
+            with contextlib.suppress(OSError):  # the daemon stopped watching it
+                os.write(fd, b"ended\n")
+            os.close(fd)
+
+    def _copy_log(self, job: _Job, reads: int) -> None:
+        with job.copying:  # one copier at a time, or output would be copied twice
+            for _ in range(reads):
+                if not self._copy_once(job):
+                    return
+
+    def _copy_once(self, job: _Job) -> bool:
+        """One read of new output into the log; False when there was none (or no answer)."""
+        try:
+            data = self.engine.read_log(job.engine_id, job.offset)
+        except (BackendError, OSError) as e:
+            log.warning("%s: reading job %s's output failed: %s", self.name, job.engine_id, e)
+            return False
+        if data:
+            self._append(job, data)
+        return bool(data)
+
+    def _append(self, job: _Job, data: bytes) -> None:
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(job.log_path, "ab") as fh:
+            fh.write(data)
+            job.log_size = fh.tell()
+        job.offset += len(data)
+        path = state_path(job.status_path)
+        record = _read_record(path) or {"engine_id": job.engine_id}
+        record.update(offset=job.offset, log_size=job.log_size)
+        _write_record(path, record)
+
+    # --- watch and collect --------------------------------------------------------------
+    def watch(self, handle: Handle) -> int | None:
+        """A pipe the poller writes to once the job has ended; None when it has already."""
+        job = self._follow(handle)
+        with self._lock:
+            if not job.following:
+                return None
+            read_end, write_end = os.pipe()
+            job.pipes.append(write_end)
+        return read_end
+
+    def status(self, handle: Handle) -> EngineStatus | None:
+        """The engine's last word on the job (QUEUED with its reason, RUNNING since when);
+        None before the first poll."""
+        job = self._jobs.get(str(handle.extra.get("engine_id")))
+        return None if job is None else job.last
+
+    def is_alive(self, handle: Handle) -> bool:
+        """Not known to have ended. Never asks the engine (the event loop calls this): a
+        job not followed yet is followed from now on."""
+        return exit_info(self._follow(handle).last) is None
+
+    def collect(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
+        return exit_info(self.status(handle))
+
+    # --- after a restart ------------------------------------------------------------------
+    def locate(self, handle: Handle | None, status_path: str, started_at: float) -> Located:
+        """By the stored handle; else by the attempt's record, else by its key (the daemon
+        died between the submit and storing its answer). Raises BackendError when the
+        engine cannot say whether it ever got the attempt: launching again could run it
+        twice."""
+        if handle is None:
+            handle = self._find(status_path)
+            if handle is None:
+                return Located(None)
+        job = self._known(handle)
+        try:
+            status = self.engine.poll([job.engine_id])[job.engine_id]
+        except (BackendError, KeyError) as e:  # still ours: the poller follows it
+            log.warning("%s: job %s not polled after the restart: %s", self.name,
+                        job.engine_id, e)
+            self._follow(handle)
+            return Located(handle)
+        self._update(job, status)
+        ended = exit_info(status)
+        if ended is None:
+            self._follow(handle)
+        return Located(handle, ended)
+
+    def _find(self, status_path: str) -> Handle | None:
+        record = _read_record(state_path(status_path)) or {}
+        engine_id = record.get("engine_id") or self.engine.find(
+            str(record.get("key") or key_of(status_path)))
+        return None if engine_id is None else self._handle(status_path,
+                                                           {**record, "engine_id": engine_id})
+
+    def tidy(self, status_dir: Path, active: set[str]) -> None:
+        """Drop the records (and statuses kept in memory) of attempts whose end is stored."""
+        with self._lock:
+            followed = {j.status_path for j in self._jobs.values() if j.following}
+            for eid, job in list(self._jobs.items()):
+                if not job.following and job.status_path not in active:
+                    del self._jobs[eid]
+        for path in status_dir.glob(f"*{SUFFIX}"):
+            status_path = str(path)[:-len(SUFFIX)]
+            if status_path not in active and status_path not in followed:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    # --- stop -------------------------------------------------------------------------------
+    def signal(self, handle: Handle, sig: int) -> None:
+        """The engine's stop handshake, on the command thread (scancel may block). SIGKILL:
+        cancel now; another signal: the engine kills after the job's grace."""
+        engine_id = str(handle.extra["engine_id"])
+        name = signals.Signals(sig).name
+        grace = 0.0 if sig == signals.SIGKILL else float(handle.extra.get("grace", _GRACE))
+        if self._commands is None:
+            self._commands = ThreadPoolExecutor(1, thread_name_prefix=f"rota-{self.name}")
+        self._commands.submit(self._stop, engine_id, name, grace)
+
+    def _stop(self, engine_id: str, name: str, grace: float) -> None:
+        try:
+            self.engine.stop(engine_id, name, grace)
+        except BackendError as e:  # gone already, or the engine is down: the kill timer retries
+            log.warning("%s: %s to job %s failed: %s", self.name, name, engine_id, e)
+
+    def close(self) -> None:
+        """Stop the poller and the command thread (waiting for stops already asked for)."""
+        self._closing.set()
+        if self._poller is not None:
+            self._poller.join()
+        if self._commands is not None:
+            self._commands.shutdown(wait=True)
+        with self._lock:
+            for job in self._jobs.values():
+                for fd in job.pipes:
+                    os.close(fd)
+                job.pipes.clear()
+
+    # --- the rest -----------------------------------------------------------------------
+    def attach_argv(self, handle: Handle) -> list[str] | None:
+        return None
+
+    def list_sessions(self) -> list[str]:
+        return []

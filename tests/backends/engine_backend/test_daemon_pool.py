@@ -1,0 +1,96 @@
+"""A Slurm pool through the whole daemon: `rota submit --pool hpc` is forwarded in Rota's
+order within the pool's max_in_flight, followed by Slurm's id to its end (exit code, log,
+`rota wait`), cancelled through the stop handshake, and refused at submit when Slurm cannot
+honour it. Against the private Slurm of tests/backends/slurm."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.baselines.slurm import PrivateSlurm
+
+from rota_testing import DaemonProcess, kill_job_processes, wait_until
+
+TOML = """
+[pools.hpc]
+engine = "slurm"
+slurm_conf = "{conf}"
+max_in_flight = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def daemon(slurm: PrivateSlurm, tmp_path_factory: pytest.TempPathFactory,
+           ) -> Iterator[DaemonProcess]:
+    home = tmp_path_factory.mktemp("pool")
+    (home / "rota.toml").write_text(TOML.format(conf=slurm.env["SLURM_CONF"]))
+    d = DaemonProcess(home).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
+def _job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
+    r = d.cli("show", str(job_id), "--json")
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def _ended(d: DaemonProcess, job_id: int, timeout: float = 60) -> dict[str, Any]:
+    r = d.cli("wait", str(job_id), "--timeout", str(timeout), timeout=timeout + 30)
+    assert r.returncode in (0, 1, 2, 3), r.stderr
+    return _job(d, job_id)
+
+
+def test_a_job_runs_on_slurm_and_ends_with_its_code_and_output(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    ok = daemon.submit("--pool", "hpc", "--gpus", "0", "--", "sh", "-c",
+                       "echo hello from $(hostname); exit 0", cwd=tmp_path)
+    bad = daemon.submit("--pool", "hpc", "--gpus", "0", "--", "sh", "-c", "exit 3",
+                        cwd=tmp_path)
+    done = _ended(daemon, ok)
+    assert done["state"] == "completed" and done["exit_code"] == 0, done
+    assert done["spec"]["pool"] == "hpc"
+    logs = daemon.cli("logs", str(ok))
+    assert "hello from" in logs.stdout and "handed to slurm:hpc" in logs.stdout, logs.stdout
+    failed = _ended(daemon, bad)
+    assert failed["state"] == "failed" and failed["exit_code"] == 3, failed
+    [attempt] = failed["attempts_detail"]
+    assert attempt["backend"] == "slurm:hpc"
+
+
+def test_the_pool_holds_at_most_max_in_flight_and_the_rest_wait_in_rotas_order(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    ids = [daemon.submit("--pool", "hpc", "--gpus", "0", "--", "sleep", "30", cwd=tmp_path)
+           for _ in range(3)]
+    wait_until(lambda: _job(daemon, ids[1])["state"] in ("starting", "running"), 30,
+               what="the first two handed to Slurm")
+    why = daemon.cli("why", str(ids[2]))
+    assert "pool hpc holds 2 of Rota's jobs" in why.stdout, why.stdout
+    assert _job(daemon, ids[2])["state"] == "pending"
+    cancel = daemon.cli("cancel", str(ids[0]))
+    assert cancel.returncode == 0, cancel.stderr
+    assert _ended(daemon, ids[0])["state"] == "cancelled"
+    wait_until(lambda: _job(daemon, ids[2])["state"] in ("starting", "running"), 30,
+               what="the third handed over once the first ended")
+    for job_id in ids[1:]:
+        daemon.cli("cancel", str(job_id))
+        assert _ended(daemon, job_id)["state"] == "cancelled"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--gpus", "0.5"], "pool hpc: "),
+    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, local"),
+    (["--session", "tmux"], "a slurm pool runs no tmux or screen sessions"),
+])
+def test_what_the_pool_cannot_honour_is_refused_at_submit(
+        daemon: DaemonProcess, args: list[str], words: str) -> None:
+    r = daemon.cli("submit", "--pool", "hpc", *args, "--", "true")
+    assert r.returncode != 0 and words in r.stderr, r.stderr
+
