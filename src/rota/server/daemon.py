@@ -173,6 +173,11 @@ class Daemon:
         self.tracking.close()
         self.backends.close()
 
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop after ``delay`` seconds, unless the daemon stops first."""
+        if self.loop is not None and not self._stopping:
+            self.loop.call_later(delay, lambda: None if self._stopping else fn())
+
     def _post(self, fn: Callable[..., None], *args: object) -> None:
         """Run ``fn`` on the event loop thread (called from worker threads)."""
         assert self.loop is not None, "the daemon has not started"

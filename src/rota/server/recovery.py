@@ -19,6 +19,7 @@ from rota.backends.base import Handle
 from rota.core.lifecycle import JobState
 from rota.core.outcome import StopReason
 from rota.core.spec import JobSpec
+from rota.errors import BackendError
 from rota.server.backend_set import BackendSet
 from rota.server.job_output import reader_for
 from rota.server.job_table import pending_of
@@ -28,6 +29,8 @@ from rota.store.repo import AttemptRecord, JobRecord
 if TYPE_CHECKING:
     from rota.server.daemon import Daemon
 
+#: seconds before an engine that could not say whether it holds an attempt is asked again
+LOCATE_AGAIN_S = 30.0
 log = logging.getLogger("rota.recovery")
 NOT_LAUNCHED = "recovered: the launch had not happened"
 
@@ -66,8 +69,15 @@ def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
     daemon.tracking.adopt(row.id, run.spec, row.tracking, row.created_at, run.log_path,
                           row.attempts)
     run.output = reader_for(run, row.progress)
-    found = run.backend.locate(Handle.from_json(attempt.handle) if attempt.handle else None,
-                               attempt.status_path, attempt.started_at)
+    try:
+        found = run.backend.locate(Handle.from_json(attempt.handle) if attempt.handle else None,
+                                   attempt.status_path, attempt.started_at)
+    except BackendError as e:
+        # an engine that cannot say now whether it holds the attempt: launching it again
+        # could run it twice, so it stays as it is and is asked again shortly
+        log.warning("job %s: %s; asking again in %gs", row.id, e, LOCATE_AGAIN_S)
+        daemon.later(LOCATE_AGAIN_S, lambda: _take_up_again(daemon, row.id))
+        return
     if found.handle is None:
         table.requeue(row.id, state, NOT_LAUNCHED, run.pending)
         daemon.store.update_attempt(attempt.id, ended_at=daemon.clock(), outcome="not_started",
@@ -89,6 +99,16 @@ def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
     daemon.store.add_event(job_id=row.id, kind="adopted", now=daemon.clock(),
                            message=f"re-adopted pid {found.handle.pid} after a daemon restart")
     daemon.launcher.adopt(run, found.handle, state)
+
+
+def _take_up_again(daemon: Daemon, job_id: int) -> None:
+    row = daemon.store.get_job(job_id)
+    state = JobState(row.state)
+    if state in (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTED) \
+            and job_id not in daemon.running:
+        with daemon.batch():
+            attempt = daemon.store.last_attempts([job_id]).get(job_id)
+            _take_up(daemon, row, state, attempt)
 
 
 def _run_of(backends: BackendSet, row: JobRecord, attempt: AttemptRecord) -> Running:
