@@ -68,7 +68,9 @@ def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
     ray = by_name["ray"]  # no head listens there
     assert not ray["health"]["reachable"] and ray["capabilities"]["fractional_gpus"]
     assert "not built yet" in by_name["k8s"]["health"]["message"]
-    human = daemon.cli("pools", cwd=daemon.home)
+    human = subprocess.run([sys.executable, "-m", "rota", "pools"],  # a pipe, 80 wide
+                           env={**daemon.env, "COLUMNS": "80"}, capture_output=True,
+                           text=True, timeout=60, check=False)
     assert human.returncode == 0, human.stderr
     assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
     assert "local (default)" in human.stdout and "sinfo not found" in human.stdout
