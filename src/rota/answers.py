@@ -20,17 +20,17 @@ from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer", "DrainAnswer",
-    "EngineCapabilitiesAnswer", "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours",
-    "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer",
-    "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer", "JobsFileError",
-    "LogAnswer", "MetricPoint", "MetricsAnswer", "MetricsPageAnswer", "MlflowRun",
-    "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer", "PoolsAnswer", "ProgressAnswer",
-    "QueueAnswer", "ReasonAnswer", "RenderAnswer", "ReportedCheckpoint", "RequeueAnswer",
-    "Reservation", "SecretAnswer", "SecretDeletedAnswer", "SecretSetAnswer",
-    "SecretsAnswer", "SessionAnswer", "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer",
-    "SpecAnswer", "StatsAnswer", "SubmitAnswer", "SummaryAnswer", "TokenAnswer",
-    "TokensAnswer", "TrackingAnswer", "UserAnswer", "UserRemovedAnswer", "UsersAnswer",
-    "WaitAnswer", "WandbRun", "WhoAmIAnswer", "WhyAnswer",
+    "EngineCapabilitiesAnswer", "EngineJobAnswer", "EventAnswer", "EventsAnswer",
+    "GpuAnswer", "GpuHours", "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer",
+    "JobDetailAnswer", "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer",
+    "JobsFileError", "LogAnswer", "MetricPoint", "MetricsAnswer", "MetricsPageAnswer",
+    "MlflowRun", "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer", "PoolsAnswer",
+    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "RenderAnswer", "ReportedCheckpoint",
+    "RequeueAnswer", "Reservation", "SecretAnswer", "SecretDeletedAnswer",
+    "SecretSetAnswer", "SecretsAnswer", "SessionAnswer", "SessionsAnswer", "ShutdownAnswer",
+    "SimulateAnswer", "SpecAnswer", "StatsAnswer", "SubmitAnswer", "SummaryAnswer",
+    "TokenAnswer", "TokensAnswer", "TrackingAnswer", "UserAnswer", "UserRemovedAnswer",
+    "UsersAnswer", "WaitAnswer", "WandbRun", "WhoAmIAnswer", "WhyAnswer",
 ]
 
 #: a job's state (rota.core.lifecycle.JobState's values)
@@ -96,6 +96,15 @@ class TrackingAnswer(TypedDict, total=False):
     wandb: WandbRun
 
 
+class EngineJobAnswer(TypedDict):
+    """Where a cluster pool's engine has the job (the last time Rota asked it)."""
+
+    backend: str  # ENGINE:POOL, e.g. slurm:hpc
+    id: str | None  # the engine's id of the job (None until its answer is in)
+    state: Literal["queued", "running", "ended", "lost"] | None  # None: not asked yet
+    reason: str | None  # why it waits, or how it ended, in the engine's words
+
+
 class JobAnswer(TypedDict):
     """A job as lists show it (GET /v1/jobs, the queue, a submit's answer)."""
 
@@ -121,7 +130,8 @@ class JobAnswer(TypedDict):
     gpu_indices: list[int]
     progress: ProgressAnswer | None
     tracking: NotRequired[TrackingAnswer]
-    reason: NotRequired[ReasonAnswer]  # a waiting or held job's
+    reason: NotRequired[ReasonAnswer]  # a waiting or held job's; or an engine's word
+    engine: NotRequired[EngineJobAnswer]  # a job handed to a cluster pool's engine
 
 
 class SpecAnswer(TypedDict):

@@ -144,6 +144,13 @@ def render_job(job: ShownJob) -> Group:
     if job["gpu_indices"]:
         gpus += " on " + ",".join(map(str, job["gpu_indices"]))
     add_row(facts, "gpus", gpus)
+    if job["spec"]["pool"]:
+        add_row(facts, "pool", job["spec"]["pool"])
+    engine = job.get("engine")
+    if engine is not None:
+        add_row(facts, "engine", " ".join(x for x in (
+            engine["backend"], f"job {engine['id']}" if engine["id"] else None,
+            engine["state"]) if x))
     add_row(facts, "source", job["source"])
     add_row(facts, "submitted", fmt_time(job["created_at"]))
     reason = job.get("reason")

@@ -24,6 +24,7 @@ from rota.server.intake import Intake
 from rota.server.metrics import Totals
 from rota.server.pool_reads import pools_answer, render_answer
 from rota.server.ports import Fault, Submitted, UserRemoved
+from rota.server.running import Running
 from rota.server.views import HELD, job_view, tracked
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, Store
@@ -46,6 +47,8 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
         tracking = d.tracking.view(job_id, spec, r["tracking"], r["progress"])
         if tracking:
             out["tracking"] = tracking
+    if run is not None and run.backend.capabilities.engine:
+        out.update(engine_facts(run))
     if state == "held":
         out["reason"] = dict(HELD)
     elif state == "pending" and job_id in d.tracking.parked:
@@ -61,6 +64,27 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["reason"] = {"code": str(reason.code),
                              "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
+    return out
+
+
+def engine_facts(run: Running) -> dict[str, Any]:
+    """What a cluster pool's engine last said of a job it holds: its id and state, and, while
+    it waits there or ran its course, why, in the engine's words."""
+    backend, handle = run.backend, run.handle
+    status = getattr(backend, "status", None)
+    last = status(handle) if status is not None and handle is not None else None
+    engine_id = handle.extra.get("engine_id") if handle is not None else None
+    out: dict[str, Any] = {"engine": {
+        "backend": backend.name, "id": engine_id,
+        "state": None if last is None else str(last.state),
+        "reason": None if last is None else last.reason}}
+    where = f"handed to {backend.name}" + (f" as job {engine_id}" if engine_id else "")
+    if last is None or str(last.state) == "queued":
+        said = f": {last.reason}" if last is not None and last.reason else ""
+        out["reason"] = {"code": "engine", "message": f"{where}; it waits there{said}"}
+    elif str(last.state) == "running":
+        nodes = f" on {', '.join(last.nodes)}" if last.nodes else ""
+        out["reason"] = {"code": "engine", "message": f"{where}; it runs there{nodes}"}
     return out
 
 

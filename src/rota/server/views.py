@@ -37,7 +37,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
         "gpu_indices": facts["gpu_indices"],
         "progress": progress_view(r["progress"]),
     }
-    for key in ("tracking", "reason"):
+    for key in ("tracking", "reason", "engine"):
         if key in facts:
             out[key] = facts[key]
     if detail:

@@ -73,6 +73,13 @@ def test_the_pool_holds_at_most_max_in_flight_and_the_rest_wait_in_rotas_order(
                what="the first two handed to Slurm")
     why = daemon.cli("why", str(ids[2]))
     assert "pool hpc holds 2 of Rota's jobs" in why.stdout, why.stdout
+    wait_until(lambda: "it runs there" in daemon.cli("why", str(ids[0])).stdout, 30,
+               what="Slurm's word that it runs")
+    shown = _job(daemon, ids[0])["engine"]
+    assert shown["backend"] == "slurm:hpc" and shown["state"] == "running", shown
+    assert f"handed to slurm:hpc as job {shown['id']}" in daemon.cli("why", str(ids[0])).stdout
+    human = daemon.cli("show", str(ids[0])).stdout
+    assert "hpc" in human and f"slurm:hpc job {shown['id']} running" in human, human
     assert _job(daemon, ids[2])["state"] == "pending"
     cancel = daemon.cli("cancel", str(ids[0]))
     assert cancel.returncode == 0, cancel.stderr
