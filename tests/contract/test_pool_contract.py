@@ -1,0 +1,115 @@
+"""One contract every pool keeps, through the whole daemon as a user drives it: this
+machine (``local``), a Slurm cluster and a Ray cluster (the private ones of tests/backends).
+
+Each pool, the same cases: a job's exit code and output, a failure, a cancel of a running
+job, a time limit, a retry, and a job re-found after the daemon was SIGKILLed while it ran
+(never started twice)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota_testing import DaemonProcess, kill_job_processes, wait_until
+
+POOLS = ("local", "slurm", "ray")
+
+
+@pytest.fixture(scope="module", params=POOLS)
+def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         ) -> Iterator[tuple[str, DaemonProcess]]:
+    name = request.param
+    home = tmp_path_factory.mktemp(f"contract-{name}")
+    if name == "slurm":
+        conf = request.getfixturevalue("slurm").env["SLURM_CONF"]
+        (home / "rota.toml").write_text(
+            f'default_pool = "hpc"\n[pools.hpc]\nengine = "slurm"\nslurm_conf = "{conf}"\n')
+    elif name == "ray":
+        address = request.getfixturevalue("ray_cluster").address
+        (home / "rota.toml").write_text(
+            f'default_pool = "rc"\n[pools.rc]\nengine = "ray"\naddress = "{address}"\n')
+    d = DaemonProcess(home).start()
+    try:
+        yield name, d
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
+def _submit(d: DaemonProcess, cwd: Path, *args: str) -> int:
+    return d.submit("--gpus", "0", *args, cwd=cwd)
+
+
+def _job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
+    r = d.cli("show", str(job_id), "--json")
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def _ended(d: DaemonProcess, job_id: int, timeout: float = 90) -> dict[str, Any]:
+    d.cli("wait", str(job_id), "--timeout", str(timeout), timeout=timeout + 30)
+    return _job(d, job_id)
+
+
+def _running(d: DaemonProcess, job_id: int) -> None:
+    def runs() -> bool:
+        job = _job(d, job_id)
+        return job["state"] == "running" and job.get("engine", {}).get("state") in (
+            None, "running")
+    wait_until(runs, 60, every=0.2, what=f"job {job_id} to run")
+
+
+def test_exit_code_and_output(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    ok = _submit(d, tmp_path, "--", "sh", "-c", "echo contract-output; exit 0")
+    bad = _submit(d, tmp_path, "--", "sh", "-c", "echo failing >&2; exit 3")
+    done = _ended(d, ok)
+    assert (done["state"], done["exit_code"]) == ("completed", 0), done
+    assert "contract-output" in d.cli("logs", str(ok)).stdout
+    failed = _ended(d, bad)
+    assert (failed["state"], failed["exit_code"]) == ("failed", 3), failed
+
+
+def test_cancel_stops_a_running_job(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    job = _submit(d, tmp_path, "--grace", "2s", "--", "sleep", "300")
+    _running(d, job)
+    assert d.cli("cancel", str(job)).returncode == 0
+    assert _ended(d, job, 60)["state"] == "cancelled"
+
+
+def test_time_limit(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    job = _submit(d, tmp_path, "--time-limit", "3s", "--grace", "1s", "--", "sleep", "300")
+    ended = _ended(d, job, 90)
+    assert ended["state"] == "timeout", ended
+
+
+def test_a_failed_attempt_is_retried(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    marker = tmp_path / "tried"
+    job = _submit(d, tmp_path, "--retries", "1", "--retry-backoff", "0s", "--", "sh", "-c",
+                  f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; exit 3")
+    done = _ended(d, job)
+    assert (done["state"], done["attempts"]) == ("completed", 2), done
+
+
+def test_a_job_is_refound_after_a_daemon_sigkill_and_runs_once(
+        pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    count = tmp_path / "starts"
+    job = _submit(d, tmp_path, "--", "sh", "-c",
+                  f"echo start >> {count}; sleep 6; echo contract-after-restart")
+    _running(d, job)
+    d.kill()
+    time.sleep(1)
+    d.start()
+    done = _ended(d, job)
+    assert (done["state"], done["exit_code"], done["attempts"]) == ("completed", 0, 1), done
+    assert count.read_text().count("start") == 1
+    assert "contract-after-restart" in d.cli("logs", str(job)).stdout
