@@ -159,6 +159,10 @@ class SpecAnswer(TypedDict):
     hold: bool
     session: Literal["none", "tmux", "screen"]
     pool: str | None
+    image: str | None
+    network: bool
+    cpus: float | None
+    memory: int | None
     cuda_arg: bool
     tags: list[str]
     project: str | None

@@ -45,8 +45,11 @@ class LocalPool(_Pool):
     """This machine: Rota places jobs on its GPUs itself."""
 
     engine: Literal["local"] = "local"
-    container_network: bool = Field(default=False, description="containers get a network "
-                                    "only when a job asks for one (network=true)")
+    docker_host: str | None = Field(default=None, description="the Docker daemon of `--image` "
+                                    "jobs (default: DOCKER_HOST, else the system socket)")
+    container_network_mode: str = Field(default="bridge", description="the network of a "
+                                        "container whose job asks for one (network=true); "
+                                        "the others get none")
 
 
 class SlurmPool(_Pool):

@@ -1,5 +1,6 @@
 """One contract every pool keeps, through the whole daemon as a user drives it: this
-machine (``local``), a Slurm cluster and a Ray cluster (the private ones of tests/backends).
+machine (``local``), containers on it (``--image``, a private dockerd), a Slurm cluster
+and a Ray cluster (the private ones of tests/backends).
 
 Each pool, the same cases: a job's exit code and output, a failure, a cancel of a running
 job, a time limit, a retry, and a job re-found after the daemon was SIGKILLed while it ran
@@ -15,9 +16,12 @@ from typing import Any
 
 import pytest
 
+from backends.container.conftest import IMAGE
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
 
-POOLS = ("local", "slurm", "ray")
+#: each pool, and the backend its jobs' attempts record
+BACKENDS = {"local": "local", "container": "container", "slurm": "slurm:hpc", "ray": "ray:rc"}
+POOLS = tuple(BACKENDS)
 
 
 @pytest.fixture(scope="module", params=POOLS)
@@ -29,6 +33,11 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         conf = request.getfixturevalue("slurm").env["SLURM_CONF"]
         (home / "rota.toml").write_text(
             f'default_pool = "hpc"\n[pools.hpc]\nengine = "slurm"\nslurm_conf = "{conf}"\n')
+    elif name == "container":
+        host = request.getfixturevalue("dockerd")
+        request.getfixturevalue("docker_client")  # the test image, built
+        (home / "rota.toml").write_text(
+            f'[pools.local]\nengine = "local"\ndocker_host = "{host}"\n')
     elif name == "ray":
         address = request.getfixturevalue("ray_cluster").address
         (home / "rota.toml").write_text(
@@ -42,7 +51,8 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def _submit(d: DaemonProcess, cwd: Path, *args: str) -> int:
-    return d.submit("--gpus", "0", *args, cwd=cwd)
+    image = ["--image", IMAGE] if d.home.name.startswith("contract-container") else []
+    return d.submit("--gpus", "0", *image, *args, cwd=cwd)
 
 
 def _job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
@@ -65,12 +75,14 @@ def _running(d: DaemonProcess, job_id: int) -> None:
 
 
 def test_exit_code_and_output(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
-    _, d = pool
+    name, d = pool
     ok = _submit(d, tmp_path, "--", "sh", "-c", "echo contract-output; exit 0")
     bad = _submit(d, tmp_path, "--", "sh", "-c", "echo failing >&2; exit 3")
     done = _ended(d, ok)
     assert (done["state"], done["exit_code"]) == ("completed", 0), done
     assert "contract-output" in d.cli("logs", str(ok)).stdout
+    [attempt] = _job(d, ok)["attempts_detail"]
+    assert attempt["backend"] == BACKENDS[name]  # where it really ran
     failed = _ended(d, bad)
     assert (failed["state"], failed["exit_code"]) == ("failed", 3), failed
 

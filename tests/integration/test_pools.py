@@ -143,3 +143,15 @@ def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
                        timeout=60, check=False)
     assert r.returncode != 0
     assert "setting pools.hpc.slurm.partiton: Extra inputs are not permitted" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--cpus", "4"], "cpus: limits a container or a cluster's engine enforces"),
+    (["--memory", "8G", "--network"], "memory, network: limits a container"),
+    (["--image", "busybox:1", "--session", "tmux"], "a container job runs in no tmux"),
+    (["--pool", "k8s"], "pool k8s: Rota's Kubernetes client is not built yet"),
+])
+def test_container_and_pool_options_that_cannot_hold_are_refused(
+        daemon: DaemonProcess, args: list[str], words: str) -> None:
+    r = daemon.cli("submit", *args, "--", "true")
+    assert r.returncode != 0 and words in r.stderr, r.stderr

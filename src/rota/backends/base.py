@@ -35,6 +35,12 @@ class LaunchRequest:
     # for a cluster engine's pool: the job as the engine is handed it (its secret_env names
     # variables whose values are in ``env``); None on this machine
     engine_job: EngineJob | None = None
+    # for a container on this machine (rota.backends.container): its image and limits; the
+    # GPUs are those of CUDA_VISIBLE_DEVICES in ``env``
+    image: str | None = None
+    cpus: float | None = None
+    memory: int | None = None  # bytes
+    network: bool = False  # none unless asked
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,12 @@ from pathlib import Path
 from rota.backends.base import Backend
 from rota.errors import BackendError
 
-CHOICES = ("local", "none", "tmux", "screen")
+CHOICES = ("local", "none", "tmux", "screen", "container")
 
 
 def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None = None,
-                 runner_socket: Path | None = None) -> Backend:
+                 runner_socket: Path | None = None, docker_host: str | None = None,
+                 network_mode: str = "bridge") -> Backend:
     """The backend called ``name``; "none" (no session) is the plain local backend, which
     starts jobs through the local runner listening on ``runner_socket`` (started on first
     use), or through a shell shim each without one.
@@ -27,6 +28,10 @@ def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None 
         from rota.backends.sessions import TmuxBackend
 
         return TmuxBackend(socket_name=tmux_socket)
+    if name == "container":
+        from rota.backends.container import ContainerBackend
+
+        return ContainerBackend(docker_host, network_mode=network_mode)
     if name == "screen":
         from rota.backends.sessions import ScreenBackend
 

@@ -60,9 +60,10 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 
 #: options that go into the spec as they are given (None: not given)
 _AS_GIVEN = ("name", "gpus", "llm", "priority", "allowed_gpus", "conda", "retries", "session",
-             "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool")
+             "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool", "image",
+             "cpus")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
-_FLAGS = ("hold", "cuda_arg", "shell", "preemptible")
+_FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
 _TRACKERS = ("mlflow", "mlflow_experiment", "wandb", "wandb_project", "wandb_entity")
 
@@ -104,8 +105,9 @@ def _unit_fields(opts: dict[str, Any]) -> dict[str, Any]:
     from rota.units import parse_duration, parse_memory
 
     out: dict[str, Any] = {}
-    if opts["gpu_mem"] is not None:
-        out["gpu_mem"] = parse_memory(opts["gpu_mem"])
+    for field in ("gpu_mem", "memory"):
+        if opts[field] is not None:
+            out[field] = parse_memory(opts[field])
     if opts["time_limit"] is not None:
         out["time_limit"] = parse_duration(opts["time_limit"])
     if opts["grace"] is not None:
@@ -171,6 +173,15 @@ def submit(
     gpus: float = typer.Option(None, help="GPUs: 0.5 shares one, 2 takes two whole, 0 = CPU"),
     gpu_mem: str = typer.Option(None, "--gpu-mem", metavar="MEM",
                                 help=f"memory needed on each GPU, {MEMORY_HELP}"),
+    image: str = typer.Option(None, "--image", help="run it in a container of this image "
+                              "(Docker here, on Rota's GPUs; docs/containers.md)"),
+    network: bool = typer.Option(False, "--network",
+                                 help="give its container a network (none by default)"),
+    cpus: float = typer.Option(None, "--cpus", help="CPUs its container or cluster job may "
+                               "use"),
+    memory: str = typer.Option(None, "--memory", metavar="MEM",
+                               help=f"memory its container or cluster job may use, "
+                                    f"{MEMORY_HELP}"),
     llm: str = typer.Option(None, help="size the job from a model, e.g. qwen2.5-7b"),
     priority: int = typer.Option(None, help="lower number runs first (default 0)"),
     allowed_gpus: str = typer.Option(None, "--allowed-gpus", help="e.g. 0-3,6"),

@@ -108,6 +108,16 @@ class JobSpec(BaseModel):
     session: SessionKind = "none"
     cuda_arg: StrictBool = False
     tags: list[str] = Field(default_factory=list, max_length=32)
+    image: str | None = Field(default=None, max_length=500, pattern=r"^[^\s]+$",
+                              description="run it in a container of this image (on this "
+                                          "machine: Docker, on Rota's GPUs; a cluster's engine "
+                                          "where it can)")
+    network: StrictBool = Field(default=False, description="a container gets a network only "
+                                                           "when this is true")
+    cpus: float | None = Field(default=None, gt=0, le=4096, description="CPUs it may use: a "
+                               "limit its container or a cluster's engine enforces")
+    memory: int | None = Field(default=None, gt=0, description="bytes of memory it may use: a "
+                               "limit its container or a cluster's engine enforces")
     pool: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9-]{0,39}$",
                              description="where it runs: this machine (local) or a cluster "
                                          "rota.toml declares; None: the default pool")
@@ -143,7 +153,7 @@ class JobSpec(BaseModel):
                     "(?P<loss>...) is a metric")
 
     @field_validator("gpus", "gpu_mem", "priority", "time_limit", "grace", "retries",
-                     "retry_backoff", "retry_backoff_max", mode="before")
+                     "retry_backoff", "retry_backoff_max", "cpus", "memory", mode="before")
     @classmethod
     def _not_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):  # JSON's true is not a number (pydantic would take it as 1)
@@ -190,7 +200,7 @@ class JobSpec(BaseModel):
                 raise ValueError("an argument contains a NUL byte")
         return v
 
-    @field_validator("gpu_mem", mode="before")
+    @field_validator("gpu_mem", "memory", mode="before")
     @classmethod
     def _mem(cls, v: Any) -> Any:
         return _as_value_error(parse_memory, v) if isinstance(v, str) else v

@@ -9,7 +9,7 @@ from rota.backends.registry import make_backend
 from rota.config import Settings
 from rota.core.spec import JobSpec
 from rota.errors import BackendError
-from rota.pools import LOCAL
+from rota.pools import LOCAL, LocalPool
 
 log = logging.getLogger("rota.daemon")
 
@@ -25,6 +25,8 @@ class BackendSet:
         pool_name, pool = self.settings.pool_set.get(spec.pool)
         if pool.engine != LOCAL:
             return f"{pool.engine}:{pool_name}"
+        if spec.image:
+            return "container"
         return "local" if spec.session == "none" else spec.session
 
     def get(self, name: str) -> Backend:
@@ -34,8 +36,12 @@ class BackendSet:
             if ":" in name:  # a cluster pool's engine, as name_of spells it
                 b = self._engine_backend(name.partition(":")[2])
             else:
+                _, local = self.settings.pool_set.get(LOCAL)
+                assert isinstance(local, LocalPool)
                 b = make_backend(name, tmux_socket=self.settings.tmux_socket,
-                                 runner_socket=self.settings.home / "runner.sock")
+                                 runner_socket=self.settings.home / "runner.sock",
+                                 docker_host=local.docker_host,
+                                 network_mode=local.container_network_mode)
             self._made[b.name] = b
         return b
 

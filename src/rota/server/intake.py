@@ -63,6 +63,7 @@ class Intake:
         pool_name, pool = self.settings.pool_set.get(spec.pool)  # InvalidSpec names them
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
+        _check_container_fields(spec, prefix)
         for template, missing in missing_modules(spec.tags).items():
             raise InvalidSpec(f"{prefix}template {template!r} needs {', '.join(missing)}, "
                               f"which {'is' if len(missing) == 1 else 'are'} not installed "
@@ -216,3 +217,15 @@ def sizing_warning(job_id: int, name: str, *, gpus: float, gpu_mem: int | None, 
         return (f"job {job_id} asks {format_memory(asked)} per GPU but {used}: "
                 f"--gpu-mem {format_memory(math.ceil(peak * 1.5 / GIB) * GIB)} would do")
     return None
+
+
+def _check_container_fields(spec: JobSpec, prefix: str) -> None:
+    """Limits mean something on this machine only for a container: refused without one."""
+    limits = [f for f in ("cpus", "memory", "network") if getattr(spec, f)]
+    if limits and not spec.image:
+        raise InvalidSpec(f"{prefix}{', '.join(limits)}: limits a container or a cluster's "
+                          "engine enforces; on this machine a plain process has none: give "
+                          "--image, or --pool a cluster", field=limits[0])
+    if spec.image and spec.session != "none":
+        raise InvalidSpec(f"{prefix}session: a container job runs in no tmux or screen "
+                          "session", field="session")

@@ -217,8 +217,9 @@ class Launcher:
         spec = run.spec
         resume = self._resume_point(run)
         argv = list(spec.command)
-        if spec.cuda_arg and not spec.shell:
-            argv = inject_cuda_arg(argv, list(run.gpus))
+        if spec.cuda_arg and not spec.shell:  # a container sees its GPUs as 0..n-1
+            argv = inject_cuda_arg(argv, list(range(len(run.gpus))) if spec.image
+                                   else list(run.gpus))
         if not spec.shell:
             argv = substitute_checkpoint(argv, resume)
         env = dict(spec.env)
@@ -246,7 +247,9 @@ class Launcher:
                              log_path=run.log_path, status_path=run.status_path,
                              session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
-                                        f"{where}", engine_job=engine_job)
+                                        f"{where}", engine_job=engine_job,
+                             image=spec.image, cpus=spec.cpus, memory=spec.memory,
+                             network=spec.network)
 
     def _resume_point(self, run: Running) -> str | None:
         """The newest valid checkpoint of this job for a retry to continue from (a first
