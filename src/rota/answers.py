@@ -159,6 +159,8 @@ class SpecAnswer(TypedDict):
     hold: bool
     session: Literal["none", "tmux", "screen"]
     pool: str | None
+    nodes: int
+    procs_per_node: int | None
     image: str | None
     network: bool
     cpus: float | None

@@ -61,7 +61,7 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 #: options that go into the spec as they are given (None: not given)
 _AS_GIVEN = ("name", "gpus", "llm", "priority", "allowed_gpus", "conda", "retries", "session",
              "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool", "image",
-             "cpus")
+             "cpus", "nodes", "procs_per_node")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
@@ -182,6 +182,10 @@ def submit(
     memory: str = typer.Option(None, "--memory", metavar="MEM",
                                help=f"memory its container or cluster job may use, "
                                     f"{MEMORY_HELP}"),
+    nodes: int = typer.Option(None, "--nodes", help="machines it spans, on a cluster pool "
+                              "(gpus, cpus, memory are per node)"),
+    procs_per_node: int = typer.Option(None, "--procs-per-node",
+                                       help="torchrun processes per node (default: its GPUs)"),
     llm: str = typer.Option(None, help="size the job from a model, e.g. qwen2.5-7b"),
     priority: int = typer.Option(None, help="lower number runs first (default 0)"),
     allowed_gpus: str = typer.Option(None, "--allowed-gpus", help="e.g. 0-3,6"),

@@ -118,6 +118,11 @@ class JobSpec(BaseModel):
                                "limit its container or a cluster's engine enforces")
     memory: int | None = Field(default=None, gt=0, description="bytes of memory it may use: a "
                                "limit its container or a cluster's engine enforces")
+    nodes: int = Field(default=1, ge=1, le=1024, description="machines it spans (a cluster "
+                       "pool's engine starts it on each: srun, a Ray gang, a PyTorchJob); "
+                       "gpus, cpus and memory are per node")
+    procs_per_node: int | None = Field(default=None, ge=1, le=1024, description="processes "
+                                       "torchrun starts on each node (default: its GPUs)")
     pool: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9-]{0,39}$",
                              description="where it runs: this machine (local) or a cluster "
                                          "rota.toml declares; None: the default pool")
@@ -153,7 +158,8 @@ class JobSpec(BaseModel):
                     "(?P<loss>...) is a metric")
 
     @field_validator("gpus", "gpu_mem", "priority", "time_limit", "grace", "retries",
-                     "retry_backoff", "retry_backoff_max", "cpus", "memory", mode="before")
+                     "retry_backoff", "retry_backoff_max", "cpus", "memory", "nodes",
+                     "procs_per_node", mode="before")
     @classmethod
     def _not_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):  # JSON's true is not a number (pydantic would take it as 1)

@@ -63,7 +63,7 @@ class Intake:
         pool_name, pool = self.settings.pool_set.get(spec.pool)  # InvalidSpec names them
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
-        _check_container_fields(spec, prefix)
+        _check_this_machine(spec, prefix)
         for template, missing in missing_modules(spec.tags).items():
             raise InvalidSpec(f"{prefix}template {template!r} needs {', '.join(missing)}, "
                               f"which {'is' if len(missing) == 1 else 'are'} not installed "
@@ -219,8 +219,13 @@ def sizing_warning(job_id: int, name: str, *, gpus: float, gpu_mem: int | None, 
     return None
 
 
-def _check_container_fields(spec: JobSpec, prefix: str) -> None:
-    """Limits mean something on this machine only for a container: refused without one."""
+def _check_this_machine(spec: JobSpec, prefix: str) -> None:
+    """What this machine cannot honour: more than one node; limits without a container."""
+    if spec.nodes > 1 or spec.procs_per_node:
+        field = "nodes" if spec.nodes > 1 else "procs_per_node"
+        raise InvalidSpec(f"{prefix}{field}: this machine is one node and starts the job's "
+                          "command once (torchrun in it starts its ranks): --pool a cluster "
+                          "for a multi-node job", field=field)
     limits = [f for f in ("cpus", "memory", "network") if getattr(spec, f)]
     if limits and not spec.image:
         raise InvalidSpec(f"{prefix}{', '.join(limits)}: limits a container or a cluster's "

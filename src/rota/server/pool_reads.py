@@ -82,7 +82,8 @@ def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
         argv=tuple(spec.command), shell=spec.shell,
         env={k: v for k, v in given.items() if k not in hidden}, secret_env=secret_env,
         cwd=spec.cwd, gpus=spec.gpus, gpu_mem=spec.gpu_mem, cpus=spec.cpus,
-        memory=spec.memory, image=spec.image, time_limit=spec.time_limit,
+        memory=spec.memory, image=spec.image, nodes=spec.nodes,
+        procs_per_node=spec.procs_per_node, time_limit=spec.time_limit,
         grace=spec.grace, stop_signal=spec.stop_signal, priority=spec.priority,
         conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels)
 

@@ -101,3 +101,18 @@ def test_what_the_pool_cannot_honour_is_refused_at_submit(
     r = daemon.cli("submit", "--pool", "hpc", *args, "--", "true")
     assert r.returncode != 0 and words in r.stderr, r.stderr
 
+
+def test_a_two_node_job_runs_once_on_each_node(daemon: DaemonProcess, tmp_path: Path) -> None:
+    job = daemon.submit("--pool", "hpc", "--gpus", "0", "--nodes", "2", "--", "sh", "-c",
+                        "echo rank-on-node-$SLURM_NODEID of $SLURM_JOB_NUM_NODES",
+                        cwd=tmp_path)
+    done = _ended(daemon, job)
+    assert (done["state"], done["exit_code"]) == ("completed", 0), done
+    out = daemon.cli("logs", str(job)).stdout
+    assert "rank-on-node-0 of 2" in out and "rank-on-node-1 of 2" in out, out
+
+
+def test_more_than_one_node_on_this_machine_is_refused(daemon: DaemonProcess) -> None:
+    r = daemon.cli("submit", "--pool", "local", "--nodes", "2", "--", "true")
+    assert r.returncode != 0 and "this machine is one node" in r.stderr, r.stderr
+
