@@ -131,3 +131,27 @@ def run_captured(script: str, *args: str, cwd: Path, env: dict[str, str] | None 
     data = log.read_bytes()
     assert r.returncode == 0, data.decode(errors="replace")[-4000:]
     return data
+
+
+def preempt_after_first_checkpoint(d: DaemonProcess, job_id: int, run: Path) -> None:
+    wait_until(lambda: (run / "checkpoint-10" / "trainer_state.json").is_file()
+               or job(d, job_id)["state"] in ENDED, timeout=150, every=0.05,
+               what="the first checkpoint")
+    assert job(d, job_id)["state"] == "running", attempts_log(d, job_id)[-3000:]
+    with d.client() as c:  # the API: the least delay between seeing it and stopping
+        c.preempt(job_id)
+
+
+def stopped_and_resumed(d: DaemonProcess, job_id: int, ranks: int) -> int:
+    """The step the first attempt stopped at (the same on every rank), checked to be where
+    the second attempt resumed and went on from."""
+    first, second = attempt_texts(d, job_id)
+    stops = sorted(re.findall(r"rank (\d+): stopped at step (\d+) for Rota", first))
+    assert [r for r, _ in stops] == [str(k) for k in range(ranks)], first[-3000:]
+    assert len({s for _, s in stops}) == 1, stops  # every rank at the same step
+    step = int(stops[0][1])
+    assert 10 <= step < 200
+    assert re.search(rf"resuming from \S+/checkpoint-{step} at step {step}\n", second), second
+    logged = [int(s) for s in re.findall(r"^step (\d+)/200: loss=", second, re.MULTILINE)]
+    assert logged and step < logged[0] <= step + 4 and logged[-1] == 200, logged
+    return step

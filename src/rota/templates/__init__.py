@@ -101,12 +101,18 @@ def _under_torchrun(v: dict[str, Any], module: str) -> list[str]:
     """``python -m MODULE``, or with ``nproc`` > 1 the same under torchrun, one process each."""
     if v["nproc"] < 1:
         raise InvalidSpec(f"--set nproc={v['nproc']}: at least 1", field="set")
-    if v["nproc"] == 1:
+    nodes = v.get("nodes", 1)
+    if nodes < 1:
+        raise InvalidSpec(f"--set nodes={nodes}: at least 1", field="set")
+    if v["nproc"] == 1 and nodes == 1:
         return [v["python"], "-u", "-m", module]
     if 0 < v["gpus"] < v["nproc"]:
         raise InvalidSpec(f"--set nproc={v['nproc']}: one GPU per process, so gpus="
                           f"{v['nproc']} (or gpus=0 with device=cpu)", field="set")
-    return [v["python"], "-u", "-m", "torch.distributed.run", "--standalone",
+    # one node: torchrun's own rendezvous; several: the cluster's engine gives each node its
+    # rank and the first node's address (PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)
+    where = ["--standalone"] if nodes == 1 else ["--nnodes", str(nodes)]
+    return [v["python"], "-u", "-m", "torch.distributed.run", *where,
             "--nproc-per-node", str(v["nproc"]), "-m", module]
 
 
@@ -135,9 +141,10 @@ def _lora(v: dict[str, Any]) -> dict[str, Any]:
     # torchrun SIGKILLs its workers 30 s after passing the stop on: give them the grace
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(int(grace) - 5)}
+    spread = {"nodes": v["nodes"], "procs_per_node": v["nproc"]} if v["nodes"] > 1 else {}
     return {"name": v["name"], "command": argv, "gpus": v["gpus"], "cwd": os.getcwd(),
             "env": env, "checkpoint_dir": out, "retries": v["retries"], "preemptible": True,
-            "grace": grace, "tags": ["template:lora-finetune"]}
+            "grace": grace, "tags": ["template:lora-finetune"], **spread}
 
 
 LORA = Template(
@@ -156,6 +163,7 @@ LORA = Template(
         Option("gpus", 1.0, "GPUs (0 for the CPU; nproc for nproc processes)"),
         Option("device", "auto", "auto, cpu or cuda"),
         Option("nproc", 1, "processes (data parallel, under torchrun)"),
+        Option("nodes", 1, "machines (a cluster pool: --pool; nproc processes on each)"),
         Option("steps", 1000, "optimizer steps"),
         Option("batch_size", 8, "examples per step per process"),
         Option("grad_accum", 1, "batches per optimizer step"),

@@ -141,7 +141,10 @@ def test_shell_jobs_and_multi_node_scripts() -> None:
     assert text.splitlines()[-1] == "exec " + shlex.join(
         ["/bin/sh", "-c", "echo $1 && exit 4", "sh", "x"])
     multi = script.batch_script(a_job(nodes=2))
-    assert multi.splitlines()[-1] == "exec srun --kill-on-bad-exit=1 python t.py"
+    last = shlex.split(multi.splitlines()[-1])  # srun runs one task a node, ranks set
+    assert last[:4] == ["exec", "srun", "--kill-on-bad-exit=1", "/bin/sh"]
+    assert last[-3:] == ["rota-rank", "python", "t.py"]
+    assert 'PET_NODE_RANK="$SLURM_NODEID"' in last[5] and last[5].endswith('exec "$@"')
     assert "MASTER_ADDR" in multi and "MASTER_PORT" in multi
 
 

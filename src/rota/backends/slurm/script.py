@@ -229,7 +229,11 @@ def batch_script(job: EngineJob, conda: str | None = None) -> str:
             "  export MASTER_ADDR",
             "fi",
             'export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"',
-            f"exec srun --kill-on-bad-exit=1 {cmd}",
+            "# each task: its node's rank, as torchrun reads it (PET_*: a plain torchrun works)",
+            "exec srun --kill-on-bad-exit=1 /bin/sh -c " + shlex.quote(
+                'export PET_NODE_RANK="$SLURM_NODEID" PET_NNODES="$SLURM_JOB_NUM_NODES" '
+                'PET_MASTER_ADDR="$MASTER_ADDR" PET_MASTER_PORT="$MASTER_PORT"; exec "$@"')
+            + f" rota-rank {cmd}",
         ]
     else:
         lines.append(f"exec {cmd}")
