@@ -33,6 +33,7 @@ engine = "kubernetes"
 namespace = "ml"
 image = "python:3.11-slim"
 kueue_queue = "team-a"
+checkpoint_claim = "checkpoints"
 """
 
 
@@ -155,3 +156,22 @@ def test_container_and_pool_options_that_cannot_hold_are_refused(
         daemon: DaemonProcess, args: list[str], words: str) -> None:
     r = daemon.cli("submit", *args, "--", "true")
     assert r.returncode != 0 and words in r.stderr, r.stderr
+
+
+def test_the_two_node_lora_job_renders_as_a_valid_pytorchjob(daemon: DaemonProcess,
+                                                             tmp_path: Path) -> None:
+    r = daemon.cli("submit", "--template", "lora-finetune", "--pool", "hpc", "--hold",
+                   "--set", "nodes=2", "--set", "gpus=0", "--set", "device=cpu", "--json",
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["jobs"][0]["id"]
+    out = daemon.cli("render", str(job), "--pool", "k8s")
+    assert out.returncode == 0, out.stderr
+    [work] = [d for d in yaml.safe_load_all(out.stdout) if d]
+    validate(work)  # against the PyTorchJob v1.9.0 CRD
+    assert work["kind"] == "PyTorchJob" and work["spec"]["nprocPerNode"] == "1"
+    replicas = work["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
+    args = replicas["Master"]["template"]["spec"]["containers"][0]["args"]
+    assert "--nnodes" in args and "2" in args
+
