@@ -126,6 +126,7 @@ class JobAnswer(TypedDict):
     session: str
     time_limit: float | None
     project: str | None
+    pool: str | None  # a cluster pool it runs in; None: the default pool
     tags: list[str]
     gpu_indices: list[int]
     progress: ProgressAnswer | None

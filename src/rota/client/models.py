@@ -77,6 +77,9 @@ class Job(Model):
     #: its experiment-tracker runs: {"mlflow": {"run_id", "experiment_id", "uri", "url"},
     #: "wandb": {"run_id", "project", "entity", "url", "offline_dir"}}
     tracking: dict[str, Any] | None = None
+    pool: str | None = None  # a cluster pool it runs in (None: the default pool)
+    #: a job handed to a cluster's engine: {"backend", "id", "state", "reason"}
+    engine: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:

@@ -34,6 +34,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
         "exit_code": r["exit_code"], "end_reason": r["end_reason"], "source": r["source"],
         "session": spec.get("session", "none"), "time_limit": spec.get("time_limit"),
         "project": r["project"], "tags": spec.get("tags") or [],
+        "pool": spec.get("pool"),
         "gpu_indices": facts["gpu_indices"],
         "progress": progress_view(r["progress"]),
     }
