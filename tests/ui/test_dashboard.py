@@ -402,7 +402,7 @@ def test_phone_width_has_no_horizontal_scrolling(open_page: Open, dashboard: Das
     try:
         page = open_page(width=375, height=740)
         expect(page.locator(f"tr[data-job='{job['id']}']")).to_be_visible()
-        for where in ("#/jobs", f"#/jobs/{job['id']}", "#/gpus", "#/submit"):
+        for where in ("#/jobs", f"#/jobs/{job['id']}", "#/gpus", "#/pools", "#/submit"):
             page.goto(dashboard.url + where)
             page.wait_for_selector(".page")
             page.wait_for_timeout(500)

@@ -4,6 +4,7 @@ import { api, ApiError, getToken, onUnauthorized, setToken } from "./api.js";
 import { h, replace } from "./dom.js";
 import { renderGpus } from "./gpus.js";
 import { renderJob } from "./job.js";
+import { renderPools } from "./pools.js";
 import { renderQueue } from "./queue.js";
 import { renderSubmit } from "./submit.js";
 
@@ -27,6 +28,7 @@ function route() {
   if (first === "jobs" && second && /^\d+$/.test(second)) return ["jobs", (el) => renderJob(el, Number(second))];
   if (first === "jobs") return ["jobs", (el) => renderQueue(el, query)];
   if (first === "gpus") return ["gpus", (el) => renderGpus(el)];
+  if (first === "pools") return ["pools", (el) => renderPools(el)];
   if (first === "submit") return ["submit", (el) => renderSubmit(el, session)];
   return [null, (el) => replace(el, h("section", { class: "page" },
     h("h1", null, "Not found"),

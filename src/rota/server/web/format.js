@@ -78,3 +78,19 @@ export function elapsed(job) {
 export function waiting(job) {
   return !job.started_at && !TERMINAL.has(job.state) ? now() - job.created_at : null;
 }
+
+/**
+ * The pool a job runs in: its spec's (the detail view) or the list answer's; null there
+ * means the default pool. Null when the answer does not say (a daemon without pools).
+ */
+export function pool(job) {
+  const name = job.spec ? job.spec.pool : job.pool;
+  if (name === undefined) return null;
+  return name || "default";
+}
+
+/** An engine's hold on a job, in one line: "slurm:hpc · job 123 · queued". */
+export function engineLine(e) {
+  const id = e.id ? `job ${e.id}` : "no engine id yet";
+  return `${e.backend} · ${id} · ${e.state || "not asked yet"}`;
+}

@@ -4,7 +4,7 @@ import { api, post, query } from "./api.js";
 import { sparkline } from "./charts.js";
 import { h, replace, update } from "./dom.js";
 import * as fmt from "./format.js";
-import { act, liveIndicator, meter, poll } from "./ui.js";
+import { act, liveIndicator, meter, poll, showFailure } from "./ui.js";
 
 const EVERY_MS = 2000;
 
@@ -57,12 +57,7 @@ export function renderGpus(root) {
       }
       if (!g.gpus.length) replace(grid, h("p", { class: "empty" }, "No GPUs found on this machine."));
     } catch (e) {
-      if (e.status === 401) return;
-      live.fail(e);
-      if (e.status !== 0) {
-        error.textContent = e.detail;
-        error.hidden = false;
-      }
+      showFailure(e, live, error);
     }
   }
   return poll(refresh, EVERY_MS);

@@ -123,6 +123,8 @@ export function renderJob(root, id) {
       ["Priority", `${j.priority} (lower runs first)`],
       ["GPUs", fmt.gpus(j.gpus) + (j.gpu_mem ? ` · ${fmt.bytes(j.gpu_mem)} each` : "")],
       ["On GPUs", j.gpu_indices.length ? j.gpu_indices.join(", ") : "–"],
+      ["Pool", fmt.pool(j) ? h("a", { href: "#/pools", class: "job-pool" }, fmt.pool(j)) : "–"],
+      ...engineRows(j.engine),
       ["Created", h("span", { title: fmt.ago(j.created_at) }, fmt.stamp(j.created_at))],
       ["Started", j.started_at ? fmt.stamp(j.started_at) : "–"],
       ["Ended", j.ended_at ? fmt.stamp(j.ended_at) : "–"],
@@ -136,6 +138,13 @@ export function renderJob(root, id) {
       ...trackerRows(j.tracking),
     ];
     replace(overview, rows.flatMap(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  }
+
+  // Where a cluster pool's engine has the job, in its own words (text only).
+  function engineRows(e) {
+    if (!e) return [];
+    return [["Engine", h("div", { class: "job-engine" }, fmt.engineLine(e),
+      e.reason ? h("div", { class: "muted small engine-reason" }, e.reason) : null)]];
   }
 
   // Where the job's MLflow and W&B runs are: a link where there is one.
@@ -177,7 +186,8 @@ export function renderJob(root, id) {
     const r = job.reason;
     reasonBox.hidden = !r;
     if (!r) return;
-    const bits = [h("strong", null, job.state === "held" ? "Held. " : "Waiting: "), r.message];
+    const label = job.state === "held" ? "Held. " : r.code === "engine" ? "Engine: " : "Waiting: ";
+    const bits = [h("strong", null, label), r.message];
     if (r.until) bits.push(` (until ${fmt.stamp(r.until)})`);
     if (r.blocker) bits.push(" · blocked by ", h("a", { href: `#/jobs/${Number(r.blocker)}` }, `job ${r.blocker}`));
     replace(reasonBox, ...bits);

@@ -3,7 +3,7 @@
 import { api, query } from "./api.js";
 import { h, replace, update } from "./dom.js";
 import * as fmt from "./format.js";
-import { liveIndicator, poll, stateBadge } from "./ui.js";
+import { liveIndicator, poll, showFailure, stateBadge } from "./ui.js";
 
 const PAGE = 100;
 const EVERY_MS = 2000;
@@ -15,6 +15,7 @@ const COLUMNS = [
   { key: "state", label: "State", sort: (j) => fmt.STATES.indexOf(j.state) },
   { key: "priority", label: "Priority", sort: (j) => j.priority, num: true },
   { key: "gpus", label: "GPUs", sort: (j) => j.gpus, num: true },
+  { key: "pool", label: "Pool", sort: (j) => fmt.pool(j) || "" },
   { key: "created", label: "Created", sort: (j) => j.created_at },
   { key: "started", label: "Started", sort: (j) => j.started_at ?? Infinity },
   { key: "time", label: "Time", sort: null },
@@ -102,7 +103,7 @@ export function renderQueue(root, q) {
         if (f.sort === c.key) f.dir = f.dir === "asc" ? "desc" : "asc";
         else {
           f.sort = c.key;
-          f.dir = ["name", "user", "state", "priority"].includes(c.key) ? "asc" : "desc";
+          f.dir = ["name", "user", "state", "priority", "pool"].includes(c.key) ? "asc" : "desc";
         }
         sortSel.value = `${f.sort}:${f.dir}`;
         writeFilters(f);
@@ -152,7 +153,8 @@ export function renderQueue(root, q) {
   const rows = new Map();
 
   function cells(j) {
-    const reason = j.reason && (j.state === "pending" || j.state === "held")
+    // why it waits, or where a cluster's engine has it ("handed to slurm:hpc as job 12; ...")
+    const reason = j.reason && (j.state === "pending" || j.state === "held" || j.reason.code === "engine")
       ? h("div", { class: "reason" }, j.reason.message) : null;
     const gpuBits = [fmt.gpus(j.gpus)];
     if (j.gpu_mem) gpuBits.push(fmt.bytes(j.gpu_mem));
@@ -164,6 +166,7 @@ export function renderQueue(root, q) {
       state: [stateBadge(j.state)],
       priority: [String(j.priority)],
       gpus: [gpuBits.join(" · "), on ? h("div", { class: "muted small" }, on) : null],
+      pool: [fmt.pool(j) || "–"],
       created: [h("span", { title: fmt.stamp(j.created_at) }, fmt.ago(j.created_at))],
       started: [j.started_at ? h("span", { title: fmt.stamp(j.started_at) }, fmt.ago(j.started_at)) : "–"],
       time: timeCell(j),
@@ -259,12 +262,7 @@ export function renderQueue(root, q) {
       paintChips();
       paintRows();
     } catch (e) {
-      if (gen !== generation || e.status === 401) return;
-      live.fail(e);
-      if (e.status !== 0) {
-        error.textContent = e.detail;
-        error.hidden = false;
-      }
+      if (gen === generation) showFailure(e, live, error);
     }
   }
 

@@ -114,6 +114,19 @@ export function liveIndicator() {
   };
 }
 
+/**
+ * A refresh that failed: the live indicator turns red, and the API's own refusal goes in
+ * `box` (an unreachable daemon is said by the indicator alone; a 401 asks for a token).
+ */
+export function showFailure(e, live, box) {
+  if (e.status === 401) return;
+  live.fail(e);
+  if (e.status !== 0) {
+    box.textContent = e.detail;
+    box.hidden = false;
+  }
+}
+
 /** Run an action on a button: disable it meanwhile, show the API's detail on failure. */
 export async function act(button, fn, { success } = {}) {
   button.disabled = true;
