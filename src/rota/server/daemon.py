@@ -25,15 +25,14 @@ import contextlib
 import logging
 import secrets
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from rota.backends.base import Backend
 from rota.config import Settings
-from rota.core.forward import forward
 from rota.core.lifecycle import JobState
 from rota.core.outcome import StopReason
-from rota.core.plan import Plan, Reason, ReasonCode, Start
+from rota.core.plan import Plan
 from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
 from rota.devices.base import DeviceSource, GpuReading
@@ -42,6 +41,7 @@ from rota.server.backend_set import BackendSet
 from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.exits import Exits
+from rota.server.forwarding import forwarded
 from rota.server.job_commands import JobCommands
 from rota.server.job_output import read_outputs
 from rota.server.job_table import JobTable, LiveJobs, pending_of
@@ -267,7 +267,9 @@ class Daemon:
         self.pass_seconds = ([*self.pass_seconds, took])[-1000:]
         self.metrics.pass_seconds.observe(took)
         self.last_plan = plan
-        starts = plan.starts + self._forwarded(plan, now)
+        starts = plan.starts + forwarded(
+            self.queue.engine_queues(), self.running.values(), self.settings.pool_set,
+            self.job_state, plan, now=now, draining=self.draining)
         if starts:
             self.launcher.start(starts, now)
         for p in plan.preemptions:
@@ -283,36 +285,6 @@ class Daemon:
                     each(self._dependency_failed, job_id, why, now)
         self._arm_backoff_timer(now)
         return plan
-
-    def _forwarded(self, plan: Plan, now: float) -> list[Start]:
-        """The jobs of cluster pools that Rota hands to their engines now, in its order
-        and within each pool's max_in_flight (rota.core.forward); why each other one
-        waits goes into the plan. An engine places them: they take no GPU here."""
-        queues = self.queue.engine_queues()
-        if not queues:
-            return []
-        waiting = [job for queue in queues.values() for job in queue]
-        if self.draining:
-            drain = Reason(ReasonCode.DRAINING, "the machine is draining: nothing new starts")
-            plan.reasons.update(dict.fromkeys((j.id for j in waiting), drain))
-            return []
-        pools = self.settings.pool_set.pools
-        in_flight = Counter(r.pending.pool for r in self.running.values() if r.pending.pool)
-        deps = {d: self.job_state(d) for job in waiting for d in job.after}
-        starts: list[Start] = []
-        for name, queue in queues.items():
-            pool = pools.get(name)
-            if pool is None:  # declared when it was submitted, not since the restart
-                gone = Reason(ReasonCode.UNSATISFIABLE, f"its pool {name!r} is not declared "
-                              "in rota.toml any more")
-                plan.reasons.update(dict.fromkeys((j.id for j in queue), gone))
-                continue
-            handed = forward(queue, pool=name, in_flight=in_flight[name],
-                             max_in_flight=pool.max_in_flight, dependency_states=deps,
-                             now=now)
-            plan.reasons.update(handed.reasons)
-            starts += [Start(job_id, (), 0, None) for job_id in handed.handed]
-        return starts
 
     def _dependency_failed(self, job_id: int, why: str, now: float) -> None:
         self.queue.remove(job_id)
