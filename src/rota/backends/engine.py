@@ -55,11 +55,17 @@ class EngineJob:
     model_uri: str | None = None  # fetched before the job starts: runs:/..., s3://..., a path
     model_dir: str = "/models"  # where the fetched model lands (ROTA_MODEL_DIR)
     labels: Mapping[str, str] = field(default_factory=dict)  # user, project, ...
+    install: str = ""  # this Rota installation's id: two of them never share a key
 
     @property
     def key(self) -> str:
-        """The idempotency key an engine job carries, to be found again by ``find``."""
-        return f"rota-{self.job_id}-{self.attempt}"
+        """The idempotency key an engine job carries, to be found again by ``find``: one
+        attempt of one job of one Rota installation (job ids restart with a new home)."""
+        return engine_key(self.install, self.job_id, self.attempt)
+
+
+def engine_key(install: str, job_id: int, attempt: int) -> str:
+    return f"rota-{install}-{job_id}-{attempt}" if install else f"rota-{job_id}-{attempt}"
 
 
 class EngineState(enum.StrEnum):

@@ -48,7 +48,7 @@ from rota.backends.base import (
     Located,
 )
 from rota.backends.common import KILLED
-from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus
+from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus, engine_key
 from rota.errors import BackendError
 
 log = logging.getLogger("rota.backends.engine")
@@ -67,10 +67,11 @@ def state_path(status_path: str | Path) -> Path:
     return Path(f"{status_path}{SUFFIX}")
 
 
-def key_of(status_path: str | Path) -> str:
+def key_of(status_path: str | Path, install: str = "") -> str:
     """The engine key of an attempt from its status file's name (``<job>-<attempt>.json``,
-    as the launcher names it)."""
-    return f"rota-{Path(status_path).name.removesuffix('.json')}"
+    as the launcher names it) and this installation's id."""
+    job, _, attempt = Path(status_path).name.removesuffix(".json").rpartition("-")
+    return engine_key(install, int(job), int(attempt))
 
 
 @dataclasses.dataclass
@@ -129,9 +130,10 @@ class EngineBackend:
                                 launch_blocks=True, stop_signal=True, engine=True)
 
     def __init__(self, pool_name: str, make_engine: MakeEngine, *,
-                 poll_every: float = 2.0) -> None:
+                 poll_every: float = 2.0, install: str = "") -> None:
         self.pool_name = pool_name
         self.poll_every = poll_every
+        self.install = install  # this installation's id, in every engine key
         self._secrets: dict[str, str] = {}  # only while the submit that needs them runs
         self.engine = make_engine(self._secret)
         self.name = f"{self.engine.name}:{pool_name}"
@@ -241,11 +243,11 @@ class EngineBackend:
 
     def _handle(self, status_path: str, record: dict[str, Any]) -> Handle:
         """The handle of the attempt whose record (with its engine id) this is."""
-        key = str(record.get("key") or key_of(status_path))
+        key = str(record.get("key") or key_of(status_path, self.install))
         # the launcher's layout (ROTA_HOME/status/J-A.json, ROTA_HOME/logs/J.log), for a
         # record lost before its first write
-        job_log = Path(status_path).parent.parent / "logs" / \
-            f"{key.removeprefix('rota-').rpartition('-')[0]}.log"
+        job = Path(status_path).name.removesuffix(".json").rpartition("-")[0]
+        job_log = Path(status_path).parent.parent / "logs" / f"{job}.log"
         return Handle(backend=self.name, pid=0, status_path=status_path,
                       extra={"engine_id": str(record["engine_id"]), "pool": self.pool_name,
                              "key": key, "grace": float(record.get("grace", _GRACE)),
@@ -419,7 +421,7 @@ class EngineBackend:
     def _find(self, status_path: str) -> Handle | None:
         record = _read_record(state_path(status_path)) or {}
         engine_id = record.get("engine_id") or self.engine.find(
-            str(record.get("key") or key_of(status_path)))
+            str(record.get("key") or key_of(status_path, self.install)))
         return None if engine_id is None else self._handle(status_path,
                                                            {**record, "engine_id": engine_id})
 

@@ -18,6 +18,7 @@ class BackendSet:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._made: dict[str, Backend] = {}
+        self.install = ""  # this installation's id (the daemon's, set at start)
 
     def name_of(self, spec: JobSpec) -> str:
         """The backend of a job: its session's on this machine, ``ENGINE:POOL`` for a
@@ -52,7 +53,8 @@ class BackendSet:
         _, pool = self.settings.pool_set.get(pool_name)
         home = self.settings.home
         return EngineBackend(pool_name,
-                             lambda secrets: engines.make(pool, home, secrets=secrets))
+                             lambda secrets: engines.make(pool, home, secrets=secrets),
+                             install=self.install)
 
     def close(self) -> None:
         """Stop what the backends run beside the daemon (engines' pollers)."""

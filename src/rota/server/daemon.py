@@ -143,7 +143,7 @@ class Daemon:
         self.loop = asyncio.get_running_loop()
         for part in (self.stopper, self.exits, self.launcher):
             part.loop = self.loop
-        self.tracking.instance = self._instance_id()
+        self.tracking.instance = self.backends.install = self._instance_id()
         self.monitor.read()
         self.monitor.load_paused()
         self.draining = self.store.get_setting("draining") == "1"

@@ -235,7 +235,8 @@ class DaemonPorts:
     async def render(self, job_id: int, pool: str | None) -> dict[str, Any]:
         row = self._d.store.get_job(job_id)
         s = self._d.settings
-        return await asyncio.to_thread(render_answer, s.pool_set, s.home, row, pool)
+        return await asyncio.to_thread(render_answer, s.pool_set, s.home, row, pool,
+                                       self._d.backends.install)
 
     # --- Commands ------------------------------------------------------------------------
     def submit(self, jobs: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,

@@ -239,7 +239,8 @@ class Launcher:
         engine_job = None
         where = f"on GPUs {gpu_text(run.gpus)}"
         if run.backend.capabilities.engine:  # a cluster's engine places it
-            engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env)
+            engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env,
+                                       install=self.backends.install)
             engine_job = dataclasses.replace(engine_job, argv=tuple(argv))
             where = f"handed to {run.backend.name}"
         return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,

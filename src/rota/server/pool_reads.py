@@ -64,7 +64,7 @@ LOCAL_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "ROTA_GPU_FRACTION", "ROTA_E
 
 
 def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
-               env: Mapping[str, str] | None = None) -> EngineJob:
+               env: Mapping[str, str] | None = None, *, install: str = "") -> EngineJob:
     """The job as an engine is handed its ``attempt``. ``env``: the attempt's environment
     as the launcher made it (None: the spec's own, for `rota render`). Variables the spec
     marks secret, and stored secrets, travel as secrets (``secret_env`` names them; their
@@ -85,18 +85,18 @@ def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
         memory=spec.memory, image=spec.image, nodes=spec.nodes,
         procs_per_node=spec.procs_per_node, time_limit=spec.time_limit,
         grace=spec.grace, stop_signal=spec.stop_signal, priority=spec.priority,
-        conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels)
+        conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels, install=install)
 
 
 def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str | None,
-                  ) -> dict[str, Any]:
+                  install: str = "") -> dict[str, Any]:
     """What the pool's engine would be handed for the job's next attempt (blocking: an
     engine may look something up, e.g. Slurm's shards)."""
     if pool_name is not None and pool_name not in pools.pools:
         raise NotFound(f"no pool {pool_name!r}; the pools are: {', '.join(sorted(pools.pools))}")
     name, pool = pools.get(pool_name)
     spec = JobSpec.model_validate(row.spec)
-    job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1)
+    job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1, install=install)
     try:
         text = engines.render(pool, job, user=row.user, work_dir=work_dir)
     except InvalidSpec as e:  # the job is fine; this pool cannot take it as it is

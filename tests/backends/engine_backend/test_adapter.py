@@ -30,13 +30,13 @@ class Cluster:
         self.engine: FakeEngine | None = None
         self.adapters: list[EngineBackend] = []
 
-    def adapter(self, poll_every: float = 3600.0) -> EngineBackend:
+    def adapter(self, poll_every: float = 3600.0, install: str = "") -> EngineBackend:
         def make(secrets):  # type: ignore[no-untyped-def]
             if self.engine is None:
                 self.engine = FakeEngine(secrets)
             self.engine.secrets = secrets  # the new daemon's lookup
             return self.engine
-        a = EngineBackend("hpc", make, poll_every=poll_every)
+        a = EngineBackend("hpc", make, poll_every=poll_every, install=install)
         self.adapters.append(a)
         return a
 
@@ -46,13 +46,15 @@ class Cluster:
         return self.engine
 
     def req(self, job_id: int, attempt: int = 1, *, env: dict[str, str] | None = None,
-            secret_env: dict[str, str] | None = None) -> LaunchRequest:
+            secret_env: dict[str, str] | None = None, install: str = "",
+            home: Path | None = None) -> LaunchRequest:
         job = EngineJob(job_id=job_id, attempt=attempt, name=f"j{job_id}", argv=("train",),
-                        secret_env=secret_env or {}, grace=12.0)
+                        secret_env=secret_env or {}, grace=12.0, install=install)
+        home = home or self.home
         return LaunchRequest(
             job_id=job_id, attempt=attempt, argv=["train"], shell=False, env=env or {},
-            cwd=None, conda=None, log_path=self.home / "logs" / f"{job_id}.log",
-            status_path=self.home / "status" / f"{job_id}-{attempt}.json",
+            cwd=None, conda=None, log_path=home / "logs" / f"{job_id}.log",
+            status_path=home / "status" / f"{job_id}-{attempt}.json",
             session_name="", log_header=f"=== rota: job {job_id} attempt {attempt}",
             engine_job=job)
 
@@ -327,3 +329,19 @@ def test_the_poller_thread_outlives_engine_errors_and_stops_on_close(cluster: Cl
     a.poll_once()  # nothing followed: no call
     assert cluster.fake.count("poll") == polls
     os.close(fd)
+
+
+def test_two_installations_never_share_a_key(cluster: Cluster, tmp_path: Path) -> None:
+    """Job ids start at 1 in every Rota home: job 1's first attempt of another home (or of
+    a home made anew) is another engine job, found by its own key after a restart."""
+    first = cluster.adapter(install="a1b2c3d4")
+    second = cluster.adapter(install="e5f6a7b8")
+    mine = cluster.req(1, install="a1b2c3d4", home=tmp_path / "home-a")
+    theirs = cluster.req(1, install="e5f6a7b8", home=tmp_path / "home-b")
+    h1, h2 = first.launch(mine), second.launch(theirs)
+    assert (h1.extra["key"], h2.extra["key"]) == ("rota-a1b2c3d4-1-1", "rota-e5f6a7b8-1-1")
+    assert h1.extra["engine_id"] != h2.extra["engine_id"] and cluster.fake.count("submit") == 2
+    state_path(theirs.status_path).unlink()  # its record lost: only its key finds it
+    again = cluster.adapter(install="e5f6a7b8").locate(None, str(theirs.status_path), 0.0)
+    assert again.handle is not None and again.handle.extra["engine_id"] == h2.extra["engine_id"]
+
