@@ -39,6 +39,8 @@ class _Pool(BaseModel):
         description="jobs handed to the engine and not yet ended, at most; the rest wait "
                     "in Rota's queue, in Rota's order")
     description: str = ""
+    poll_every: float = Field(default=2.0, gt=0, le=300, description="seconds between two "
+                              "questions to the engine about its jobs (state, output)")
 
 
 class LocalPool(_Pool):

@@ -54,7 +54,7 @@ class BackendSet:
         home = self.settings.home
         return EngineBackend(pool_name,
                              lambda secrets: engines.make(pool, home, secrets=secrets),
-                             install=self.install)
+                             poll_every=pool.poll_every, install=self.install)
 
     def close(self) -> None:
         """Stop what the backends run beside the daemon (engines' pollers)."""
