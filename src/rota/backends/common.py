@@ -7,18 +7,20 @@ do alike as backends in ``rota.backends.process``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from rota.backends.base import ExitInfo, LaunchRequest
+from rota.backends.base import ExitInfo, LaunchOutcome, LaunchRequest
 from rota.backends.shell_shim import MARK, status_from_exit_status
 from rota.backends.shim import TERMINAL_VARS
 from rota.errors import BackendError
@@ -265,3 +267,18 @@ def prepare_paths(req: LaunchRequest) -> None:
 def is_shim_of(cmdline: list[str], status_path: str) -> bool:
     """Whether a process's argv is one of Rota's shims writing ``status_path``."""
     return status_path in cmdline and ("rota.backends.shim" in cmdline or MARK in cmdline)
+
+
+def launch_in_order(reqs: list[LaunchRequest], launch_one: Callable[[LaunchRequest],
+                    LaunchOutcome], done: Callable[[int, LaunchOutcome], None]) -> None:
+    """``launch_later`` for a backend whose launch waits: one worker thread launches the
+    requests in order, each outcome posted to the running event loop as soon as it is
+    known."""
+    loop = asyncio.get_running_loop()
+
+    def work() -> None:
+        for i, req in enumerate(reqs):
+            loop.call_soon_threadsafe(done, i, launch_one(req))
+
+    loop.run_in_executor(None, work)
+

@@ -24,7 +24,6 @@ retryable; an engine that fails to answer (unreachable, timing out) gives a retr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -47,7 +46,7 @@ from rota.backends.base import (
     LaunchRequest,
     Located,
 )
-from rota.backends.common import KILLED
+from rota.backends.common import KILLED, launch_in_order
 from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus, engine_key
 from rota.errors import BackendError
 
@@ -198,13 +197,7 @@ class EngineBackend:
                      done: Callable[[int, LaunchOutcome], None]) -> bool:
         """On a worker thread, in order (the engine sees Rota's priority order); each
         outcome posted to the event loop as soon as it is known."""
-        loop = asyncio.get_running_loop()
-
-        def work() -> None:
-            for i, req in enumerate(reqs):
-                loop.call_soon_threadsafe(done, i, self._launch_one(req))
-
-        loop.run_in_executor(None, work)
+        launch_in_order(reqs, self._launch_one, done)
         return True
 
     def _launch_one(self, req: LaunchRequest) -> LaunchOutcome:

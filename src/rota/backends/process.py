@@ -7,7 +7,6 @@ may read their records elsewhere (``read_status``: the local runner's journal).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from rota.backends.common import (
     exit_info_from_status,
     has_ended,
     is_shim_of,
+    launch_in_order,
     pid_alive,
     read_status,
     signal_group,
@@ -90,13 +90,7 @@ class ProcessBackend:
         once (False: use ``launch_many``)."""
         if not self.capabilities.launch_blocks:
             return False
-        loop = asyncio.get_running_loop()
-
-        def work() -> None:
-            for i, req in enumerate(reqs):
-                loop.call_soon_threadsafe(done, i, self._launch_one(req))
-
-        loop.run_in_executor(None, work)
+        launch_in_order(reqs, self._launch_one, done)
         return True
 
     # --- after a restart ------------------------------------------------------------------
