@@ -55,9 +55,12 @@ def log_of(engine: RayEngine, eid: str) -> str:
     return engine.read_log(eid, 0).decode()
 
 
-def wait_log(engine: RayEngine, eid: str, text: str, timeout: float = 60) -> str:
-    got: str = wait_until(lambda: text in (log := log_of(engine, eid)) and log, timeout,
-                          every=0.2, what=f"{text!r} in the log of {eid}")
+def wait_line(engine: RayEngine, eid: str, line: str, timeout: float = 60) -> str:
+    """Waits for ``line`` as a whole line of the job's output. Not a substring: Ray's log
+    starts with "Running entrypoint ...: COMMAND", and the command holds the same text
+    before the job has even started (a stop sent then finds no handler installed)."""
+    got: str = wait_until(lambda: line in (log := log_of(engine, eid)).splitlines() and log,
+                          timeout, every=0.2, what=f"the line {line!r} in the log of {eid}")
     return got
 
 
@@ -112,7 +115,7 @@ def test_stop_handshake_with_the_jobs_grace(engine: RayEngine, tmp_path: Path) -
     engine hands to Ray."""
     marker = tmp_path / "marker"
     eid = engine.submit(a_job((PY, "-c", TRAP, str(marker), "4"), grace=20))
-    wait_log(engine, eid, "ready")
+    wait_line(engine, eid, "ready")
     engine.stop(eid, "SIGTERM", 20)
     st = ended(engine, eid, timeout=30)
     assert marker.read_text() == "got 15 rank -"
@@ -122,7 +125,7 @@ def test_stop_handshake_with_the_jobs_grace(engine: RayEngine, tmp_path: Path) -
 def test_stop_after_the_grace_is_a_kill(engine: RayEngine, tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     eid = engine.submit(a_job((PY, "-c", TRAP, str(marker), "30"), grace=1))
-    wait_log(engine, eid, "ready")
+    wait_line(engine, eid, "ready")
     t0 = time.monotonic()
     engine.stop(eid, "SIGTERM", 1)
     ended(engine, eid, timeout=30)
