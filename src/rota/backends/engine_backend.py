@@ -13,6 +13,9 @@ jobs unchanged:
 - One poller thread per adapter asks ``engine.poll`` about every followed job at once
   every ``poll_every`` seconds, copies new output into the job's log (the engine-side
   offset kept in the record), and makes the job's watch fd readable once it has ended.
+- ``on_start(status_path, started_at)`` tells the daemon when the engine has started an
+  attempt it held in its queue (the first time this adapter sees it running, or ended
+  after a start): the job runs from then on, and its time limit counts from then.
 - ``signal`` hands the stop to a command thread: ``engine.stop`` may block (scancel).
 - Secret values (``req.env`` for the variables named by ``engine_job.secret_env``) live in
   memory only while their own submit runs, under names of that attempt alone
@@ -60,6 +63,9 @@ _FINAL_READS = 1024  # after its end: the rest of its output, bounded all the sa
 _GRACE = 30.0  # EngineJob's default, for a record that lacks it
 
 MakeEngine = Callable[[Callable[[str], str]], Engine]
+#: Told an attempt's status path and when its engine started it, if the engine says
+#: (called from the poller thread, or the daemon's during recovery).
+OnStart = Callable[[str, float | None], None]
 
 
 def state_path(status_path: str | Path) -> Path:
@@ -84,6 +90,8 @@ class _Job:
     log_size: int = 0  # the log's size right after the last copy
     last: EngineStatus | None = None
     following: bool = False  # polled by the poller
+    watched: bool = False  # the daemon holds its handle (it can be told of its start)
+    told_start: bool = False  # on_start has been called for it
     pipes: list[int] = dataclasses.field(default_factory=list)  # watch fds' write ends
     copying: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -129,9 +137,11 @@ class EngineBackend:
                                 launch_blocks=True, stop_signal=True, engine=True)
 
     def __init__(self, pool_name: str, make_engine: MakeEngine, *,
-                 poll_every: float = 2.0, install: str = "") -> None:
+                 poll_every: float = 2.0, install: str = "",
+                 on_start: OnStart | None = None) -> None:
         self.pool_name = pool_name
         self.poll_every = poll_every
+        self.on_start = on_start
         self.install = install  # this installation's id, in every engine key
         self._secrets: dict[str, str] = {}  # only while the submit that needs them runs
         self.engine = make_engine(self._secret)
@@ -325,10 +335,12 @@ class EngineBackend:
             self._copy_log(job, _FINAL_READS if ended else _READS_PER_POLL)
         with self._lock:
             job.last = status
-            if not ended:
-                return
-            job.following = False
-            pipes, job.pipes = job.pipes, []
+            started = self._to_tell(job)
+            pipes: list[int] = []
+            if ended:
+                job.following = False
+                pipes, job.pipes = job.pipes, []
+        self._tell_start(job, started)  # before its end: it ran
         for fd in pipes:  # the output is in the log before the daemon hears of the end
             with contextlib.suppress(OSError):  # the daemon stopped watching it
                 os.write(fd, b"ended\n")
@@ -364,14 +376,33 @@ class EngineBackend:
 
     # --- watch and collect --------------------------------------------------------------
     def watch(self, handle: Handle) -> int | None:
-        """A pipe the poller writes to once the job has ended; None when it has already."""
+        """A pipe the poller writes to once the job has ended; None when it has already.
+        The daemon holds the job's handle from now on: it is told when the job starts."""
         job = self._follow(handle)
         with self._lock:
-            if not job.following:
-                return None
-            read_end, write_end = os.pipe()
-            job.pipes.append(write_end)
+            job.watched = True
+            started = self._to_tell(job)
+            read_end: int | None = None
+            if job.following:
+                read_end, write_end = os.pipe()
+                job.pipes.append(write_end)
+        self._tell_start(job, started)
         return read_end
+
+    @staticmethod
+    def _to_tell(job: _Job) -> EngineStatus | None:
+        """Under the lock: the status that says the job started, if the daemon watches it
+        and has not been told yet (it then has been)."""
+        last = job.last
+        if job.told_start or not job.watched or last is None or not (
+                last.state is EngineState.RUNNING or last.started_at is not None):
+            return None
+        job.told_start = True
+        return last
+
+    def _tell_start(self, job: _Job, started: EngineStatus | None) -> None:
+        if started is not None and self.on_start is not None:
+            self.on_start(job.status_path, started.started_at)
 
     def status(self, handle: Handle) -> EngineStatus | None:
         """The engine's last word on the job (QUEUED with its reason, RUNNING since when);

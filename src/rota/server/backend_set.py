@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from rota.backends.base import Backend, Needs, refusal
 from rota.backends.registry import make_backend
@@ -10,6 +11,9 @@ from rota.config import Settings
 from rota.core.spec import JobSpec
 from rota.errors import BackendError
 from rota.pools import LOCAL, LocalPool
+
+if TYPE_CHECKING:
+    from rota.backends.engine_backend import OnStart
 
 log = logging.getLogger("rota.daemon")
 
@@ -19,6 +23,9 @@ class BackendSet:
         self.settings = settings
         self._made: dict[str, Backend] = {}
         self.install = ""  # this installation's id (the daemon's, set at start)
+        # told (from any thread) when a cluster engine starts an attempt it queued: the
+        # daemon's, set at start
+        self.on_engine_start: OnStart | None = None
 
     def name_of(self, spec: JobSpec) -> str:
         """The backend of a job: its session's on this machine, ``ENGINE:POOL`` for a
@@ -54,7 +61,12 @@ class BackendSet:
         home = self.settings.home
         return EngineBackend(pool_name,
                              lambda secrets: engines.make(pool, home, secrets=secrets),
-                             poll_every=pool.poll_every, install=self.install)
+                             poll_every=pool.poll_every, install=self.install,
+                             on_start=self._engine_started)
+
+    def _engine_started(self, status_path: str, started_at: float | None) -> None:
+        if self.on_engine_start is not None:
+            self.on_engine_start(status_path, started_at)
 
     def close(self) -> None:
         """Stop what the backends run beside the daemon (engines' pollers)."""

@@ -144,6 +144,7 @@ class Daemon:
         for part in (self.stopper, self.exits, self.launcher):
             part.loop = self.loop
         self.tracking.instance = self.backends.install = self._instance_id()
+        self.backends.on_engine_start = self._engine_started
         self.monitor.read()
         self.monitor.load_paused()
         self.draining = self.store.get_setting("draining") == "1"
@@ -171,7 +172,15 @@ class Daemon:
             self.exits.unwatch(r)
         self.devices.close()
         self.tracking.close()
+        self.backends.on_engine_start = None
         self.backends.close()
+
+    def _engine_started(self, status_path: str, started_at: float | None) -> None:
+        """From an engine's poller thread: onto the event loop."""
+        if self.loop is not None and not self._stopping:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                self.loop.call_soon_threadsafe(self.launcher.engine_started, status_path,
+                                               started_at)
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop after ``delay`` seconds, unless the daemon stops first."""

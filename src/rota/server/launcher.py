@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rota.backends.base import Handle, Launched, LaunchFailed, LaunchOutcome, LaunchRequest
@@ -274,10 +275,18 @@ class Launcher:
         self._take_handle(run, handle)
 
     def _record_handle(self, run: Running, handle: Handle, src: JobState) -> None:
-        """The store's part of adopting a process: its handle, and the job running."""
+        """The store's part of adopting a process: its handle, and the job running. A job
+        handed to a cluster's engine stays STARTING while it waits in the engine's queue;
+        it runs once the engine starts it (``engine_started``)."""
         if src is JobState.STARTING:
             self.metrics.starts.inc()
         self.store.update_attempt(run.attempt_id, handle=handle.to_json())
+        if src is JobState.STARTING and run.backend.capabilities.engine \
+                and not run.engine_started:
+            self.store.add_event(job_id=run.job_id, kind="handed", now=self.clock(),
+                                 message=f"handed to {handle.backend} as job "
+                                         f"{handle.extra.get('engine_id')}")
+            return
         if src is not JobState.RUNNING:
             self.table.transition(run.job_id, src, JobState.RUNNING,
                                   message=f"pid {handle.pid} via {handle.backend}",
@@ -290,4 +299,27 @@ class Launcher:
         self.exits.watch(run)
         if run.stop_reason is not None:  # stopped while its launch was in flight
             self.stopper.signal_now(run)
+        if not run.backend.capabilities.engine:  # an engine's job: once it starts there
+            self.stopper.arm_time_limit(run)
+
+    def engine_started(self, status_path: str, started_at: float | None) -> None:
+        """A cluster's engine has started the attempt of ``status_path`` (at ``started_at``,
+        by the engine's clock if it says): the job runs from then on, and its time limit
+        counts from then, not from its hand-over. Told once per attempt by each adapter
+        (again after a daemon restart, when only the time limit is armed)."""
+        job = Path(status_path).name.removesuffix(".json").rpartition("-")[0]
+        run = self.table.running.get(int(job)) if job.isdigit() else None
+        if run is None or run.handle is None or run.engine_started \
+                or str(run.status_path) != status_path:
+            return
+        now = self.clock()
+        with self.batch():
+            self.write_launches()  # its handle first
+            run.engine_started = True
+            # within the hand-over and now: the engine's clock may not be this machine's
+            run.started_at = min(max(started_at or now, run.started_at), now)
+            if self.table.state(run.job_id) is JobState.STARTING:
+                self.table.transition(run.job_id, JobState.STARTING, JobState.RUNNING,
+                                      message=f"started by {run.backend.name}",
+                                      started_at=run.started_at)
         self.stopper.arm_time_limit(run)

@@ -41,6 +41,7 @@ class Running:
     submitted_at: float = 0.0  # checkpoints older than the job are not its own
     user: str = ""  # who submitted it: whose stored secrets it gets
     peak_gpu_mem: int = 0  # the most GPU memory its processes held on one GPU, so far
+    engine_started: bool = False  # a cluster engine's job: the engine has started it
 
     def cancel_timers(self) -> None:
         for t in self.timers:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rota.backends.base import ExitInfo, Handle, Launched, LaunchFailed, LaunchRequest
-from rota.backends.engine import EngineJob, EngineState
-from rota.backends.engine_backend import EngineBackend, key_of, state_path
+from rota.backends.engine import EngineJob, EngineState, EngineStatus
+from rota.backends.engine_backend import EngineBackend, OnStart, key_of, state_path
 from rota.errors import BackendError
 from rota_testing import wait_until
 
@@ -30,13 +30,15 @@ class Cluster:
         self.engine: FakeEngine | None = None
         self.adapters: list[EngineBackend] = []
 
-    def adapter(self, poll_every: float = 3600.0, install: str = "") -> EngineBackend:
+    def adapter(self, poll_every: float = 3600.0, install: str = "",
+                on_start: OnStart | None = None) -> EngineBackend:
         def make(secrets):  # type: ignore[no-untyped-def]
             if self.engine is None:
                 self.engine = FakeEngine(secrets)
             self.engine.secrets = secrets  # the new daemon's lookup
             return self.engine
-        a = EngineBackend("hpc", make, poll_every=poll_every, install=install)
+        a = EngineBackend("hpc", make, poll_every=poll_every, install=install,
+                          on_start=on_start)
         self.adapters.append(a)
         return a
 
@@ -104,6 +106,39 @@ def test_a_daemon_killed_after_the_submit_finds_the_job_instead_of_submitting_ag
     assert cluster.fake.count("submit") == 1 and cluster.fake.count("find") == 1
     assert again.extra["engine_id"] == "100"
     assert log_text(req) == "=== rota: job 8 attempt 1\n"  # the header once
+
+
+def test_the_daemon_is_told_once_when_the_engine_starts_a_job_it_watches(
+        cluster: Cluster) -> None:
+    told: list[tuple[str, float | None]] = []
+    a = cluster.adapter(on_start=lambda path, at: told.append((path, at)))
+    req, other = cluster.req(1), cluster.req(2)
+    h, h2 = a.launch(req), a.launch(other)
+    a.watch(h)
+    a.poll_once()
+    assert told == []  # queued in the engine
+    cluster.fake.run("100")
+    cluster.fake.run("101")  # runs, but the daemon does not watch it yet: not told
+    a.poll_once()
+    a.poll_once()
+    assert told == [(str(req.status_path), 1000.0)]
+    a.watch(h2)  # watched now: told at once
+    assert told[1:] == [(str(other.status_path), 1000.0)]
+    cluster.fake.end("100", 0)
+    a.poll_once()
+    assert len(told) == 2
+    # a restarted daemon's adapter tells again (the time limit is armed anew), and a job
+    # that ended in the engine's queue without a start is not told at all
+    again: list[tuple[str, float | None]] = []
+    b = cluster.adapter(on_start=lambda path, at: again.append((path, at)))
+    never = b.launch(cluster.req(3))
+    cluster.fake.states["102"] = EngineStatus("102", EngineState.ENDED, exit_code=None,
+                                              reason="CANCELLED")
+    found = b.locate(h, str(req.status_path), 0).handle
+    b.poll_once()
+    for handle in (found, never):
+        assert handle is not None and b.watch(handle) is None  # both ended
+    assert again == [(str(req.status_path), 1000.0)]
 
 
 def test_one_poll_asks_about_every_followed_job_at_once(cluster: Cluster) -> None:

@@ -5,13 +5,16 @@ honour it. Against the private Slurm of tests/backends/slurm."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.baselines.slurm import PrivateSlurm
+from bench.baselines.slurm import PARTITION, PrivateSlurm
 
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
 
@@ -116,3 +119,39 @@ def test_more_than_one_node_on_this_machine_is_refused(daemon: DaemonProcess) ->
     r = daemon.cli("submit", "--pool", "local", "--nodes", "2", "--", "true")
     assert r.returncode != 0 and "this machine is one node" in r.stderr, r.stderr
 
+
+
+@contextlib.contextmanager
+def partition_down(slurm: PrivateSlurm) -> Iterator[None]:
+    """Slurm queues jobs in a DOWN partition and starts none of them until it is UP."""
+    def state(value: str) -> None:
+        subprocess.run(["scontrol", "update", f"PartitionName={PARTITION}", f"State={value}"],
+                       env=slurm.env, check=True, capture_output=True, timeout=30)
+    state("DOWN")
+    try:
+        yield
+    finally:
+        state("UP")
+
+
+def test_a_job_waiting_in_slurm_is_starting_and_its_time_limit_counts_from_its_start(
+        daemon: DaemonProcess, slurm: PrivateSlurm, tmp_path: Path) -> None:
+    with partition_down(slurm):
+        job = daemon.submit("--pool", "hpc", "--gpus", "0", "--time-limit", "4s",
+                            "--grace", "1s", "--", "sh", "-c", "echo up; sleep 120",
+                            cwd=tmp_path)
+        wait_until(lambda: "PartitionDown" in daemon.cli("why", str(job)).stdout, 30,
+                   what="Slurm's reason for holding it back")
+        waiting = _job(daemon, job)
+        assert (waiting["state"], waiting["started_at"]) == ("starting", None), waiting
+        assert waiting["engine"]["state"] == "queued", waiting
+        time.sleep(6)  # past its 4 s time limit, counted from the hand-over
+        assert _job(daemon, job)["state"] == "starting"
+        released = time.time()
+    wait_until(lambda: _job(daemon, job)["state"] != "starting", 60, every=0.3,
+               what="the job to start once the partition is up")
+    ended = _ended(daemon, job)
+    assert ended["state"] == "timeout", ended
+    assert ended["started_at"] >= released - 1, (ended, released)
+    assert 3 <= ended["ended_at"] - ended["started_at"] < 30, ended
+    assert "up" in daemon.cli("logs", str(job)).stdout.splitlines()
