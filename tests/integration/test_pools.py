@@ -34,6 +34,7 @@ namespace = "ml"
 image = "python:3.11-slim"
 kueue_queue = "team-a"
 checkpoint_claim = "checkpoints"
+kubeconfig = "{home}/no-kubeconfig"
 """
 
 
@@ -42,7 +43,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("pools")
     no_slurm = home / "no-slurm"  # a Slurm client that is not installed
     no_slurm.mkdir()
-    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm, dead_port=free_port()))
+    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm, dead_port=free_port(),
+                                                 home=home))
     d = DaemonProcess(home).start()
     try:
         yield d
@@ -68,7 +70,8 @@ def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
     assert by_name["k8s"]["capabilities"]["images"]
     ray = by_name["ray"]  # no head listens there
     assert not ray["health"]["reachable"] and ray["capabilities"]["fractional_gpus"]
-    assert "not built yet" in by_name["k8s"]["health"]["message"]
+    k8s = by_name["k8s"]["health"]  # its kubeconfig names no file
+    assert not k8s["reachable"] and k8s["message"].startswith("cannot load the kubeconfig ")
     human = subprocess.run([sys.executable, "-m", "rota", "pools"],  # a pipe, 80 wide
                            env={**daemon.env, "COLUMNS": "80"}, capture_output=True,
                            text=True, timeout=60, check=False)
@@ -94,7 +97,9 @@ def test_render_prints_valid_manifests_without_secret_values(daemon: DaemonProce
     assert [pod["command"], pod["args"]] == [["python"], ["train.py", "--lr", "1e-3"]]
     assert {"name": "A", "value": "1"} in pod["env"]
     token = next(e for e in pod["env"] if e["name"] == "TOKEN")
-    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["key"] == "env.TOKEN"
+    # the attempt's own Secret, written from the stored value at submit
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["key"] == "TOKEN"
+    assert token["valueFrom"]["secretKeyRef"]["name"].endswith(f"-{job}-1-secrets")
     shown = json.loads(daemon.cli("render", str(job), "--pool", "k8s", "--json").stdout)
     assert shown["pool"] == "k8s" and shown["engine"] == "kubernetes" and SECRET not in str(shown)
 
@@ -150,7 +155,7 @@ def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
     (["--cpus", "4"], "cpus: limits a container or a cluster's engine enforces"),
     (["--memory", "8G", "--network"], "memory, network: limits a container"),
     (["--image", "busybox:1", "--session", "tmux"], "a container job runs in no tmux"),
-    (["--pool", "k8s"], "pool k8s: Rota's Kubernetes client is not built yet"),
+    (["--pool", "k8s", "--gpus", "0.5"], "pool k8s: Kubernetes gives whole GPUs only"),
 ])
 def test_container_and_pool_options_that_cannot_hold_are_refused(
         daemon: DaemonProcess, args: list[str], words: str) -> None:

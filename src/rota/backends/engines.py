@@ -1,8 +1,8 @@
 """Each cluster pool's engine, by the pool's kind, imported on demand (an engine may bring an
 optional SDK): what it can do, how healthy it is, and what it would be handed for a job.
 
-The Kubernetes engine renders manifests only: its client half (create, follow, delete) is
-not built yet, so its health says so instead of asking a cluster.
+Nothing here imports an engine's SDK: each engine imports its own when it first talks to
+its cluster (the Kubernetes engine its ``kubernetes`` client).
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ from rota.backends.engine import Engine, EngineCapabilities, EngineJob, PoolHeal
 from rota.errors import BackendError
 from rota.pools import KubernetesPool, Pool, RayPool, SlurmPool
 
-KUBERNETES_CAPABILITIES = EngineCapabilities(multi_node=True, images=True)
-KUBERNETES_HEALTH = PoolHealth(
-    reachable=False, message="not asked: Rota's Kubernetes client is not built yet; "
-                             "`rota render JOB --pool NAME` prints the manifests")
-
 
 def make(pool: Pool, work_dir: Path, *, secrets: Callable[[str], str]) -> Engine:
     """The engine that takes the pool's jobs; ``secrets``: a secret's value by its name."""
@@ -27,8 +22,7 @@ def make(pool: Pool, work_dir: Path, *, secrets: Callable[[str], str]) -> Engine
     if isinstance(pool, RayPool):
         return _ray(pool, work_dir, secrets)
     if isinstance(pool, KubernetesPool):
-        raise BackendError("Rota's Kubernetes client is not built yet: the pool renders "
-                           "manifests only (`rota render JOB --pool NAME`)")
+        return _kubernetes(pool, secrets)
     raise BackendError("this machine's pool has no engine: Rota places its jobs itself")
 
 
@@ -44,7 +38,7 @@ def capabilities(pool: Pool, work_dir: Path) -> EngineCapabilities | None:
     if isinstance(pool, SlurmPool):
         return _slurm(pool, work_dir).capabilities
     if isinstance(pool, KubernetesPool):
-        return KUBERNETES_CAPABILITIES
+        return _kubernetes(pool).capabilities
     if isinstance(pool, RayPool):
         return _ray(pool, work_dir).capabilities
     return None
@@ -56,7 +50,7 @@ def health(pool: Pool, work_dir: Path) -> PoolHealth:
         if isinstance(pool, SlurmPool):
             return _slurm(pool, work_dir).health()
         if isinstance(pool, KubernetesPool):
-            return KUBERNETES_HEALTH
+            return _kubernetes(pool).health()
         if isinstance(pool, RayPool):
             return _ray(pool, work_dir).health()
     except BackendError as e:
@@ -66,10 +60,9 @@ def health(pool: Pool, work_dir: Path) -> PoolHealth:
 
 def refusal(pool: Pool, job: EngineJob, *, work_dir: Path) -> str | None:
     """Why the pool's engine cannot honour ``job`` as asked, in a sentence; None when it
-    can. A pool whose engine Rota cannot drive yet refuses every job."""
+    can."""
     if isinstance(pool, KubernetesPool):
-        return ("Rota's Kubernetes client is not built yet: this pool renders manifests "
-                "only (`rota render JOB --pool NAME`)")
+        return _kubernetes(pool, _no_values).refusal(job)
     if isinstance(pool, SlurmPool):
         return _slurm(pool, work_dir, _no_values).refusal(job)
     if isinstance(pool, RayPool):
@@ -90,7 +83,7 @@ def render(pool: Pool, job: EngineJob, *, user: str, work_dir: Path) -> str:
     if isinstance(pool, KubernetesPool):
         from rota.backends.kubernetes import render_yaml
 
-        return render_yaml(job, pool, user=user)
+        return render_yaml(job, pool)  # the Secret is the attempt's own: no user in it
     if isinstance(pool, SlurmPool | RayPool):
         engine = (_slurm(pool, work_dir, _no_values) if isinstance(pool, SlurmPool)
                   else _ray(pool, work_dir, _no_values))
@@ -120,3 +113,10 @@ def _ray(pool: RayPool, work_dir: Path,
     from rota.backends.ray import RayEngine
 
     return RayEngine(pool, str(work_dir / "ray"), secrets=secrets)
+
+
+def _kubernetes(pool: KubernetesPool,
+                secrets: Callable[[str], str] | None = None) -> Engine:
+    from rota.backends.kubernetes import KubernetesEngine
+
+    return KubernetesEngine(pool, secrets=secrets)

@@ -82,8 +82,23 @@ def validate_pytorchjob(obj: dict[str, Any]) -> None:
                           "metadata": {"name": "replica"}, "template": spec["template"]})
 
 
+def validate_status(obj: dict[str, Any]) -> None:
+    """The API server's Status answer (meta/v1 Status: kubernetes-validate has its schema
+    but does not find it by ``apiVersion: v1``)."""
+    from kubernetes_validate.utils import schema_contents
+    from referencing import Registry, Resource
+
+    where = f"kubernetes-json-schema/v{K8S_VERSION}-local-strict"
+    schema = schema_contents(f"{where}/status-meta-v1.json", K8S_VERSION)
+    defs = schema_contents(f"{where}/_definitions.json", K8S_VERSION)
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(obj)
+
+
 def validate(obj: dict[str, Any]) -> None:
     if obj["kind"] == "PyTorchJob":
         validate_pytorchjob(obj)
+    elif obj["kind"] == "Status":
+        validate_status(obj)
     else:
         validate_builtin(obj)

@@ -17,8 +17,6 @@ from rota.backends.kubernetes.pod import secret_name
 from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool
 
-USER = "alice"
-
 
 def a_job(**kw: Any) -> EngineJob:
     base = EngineJob(job_id=42, attempt=1, name="train lora", argv=("python", "train.py"))
@@ -32,7 +30,7 @@ def a_pool(**kw: Any) -> KubernetesPool:
 
 def rendered(job: EngineJob, pool: KubernetesPool | None = None) -> list[dict[str, Any]]:
     """The manifests, each checked against its schema first."""
-    docs = manifests(job, pool or a_pool(), user=USER)
+    docs = manifests(job, pool or a_pool())
     for doc in docs:
         validate(doc)
     return docs
@@ -96,26 +94,30 @@ def test_gpu_memory_with_whole_gpus_selects_nodes_by_memory() -> None:
                                           "values": ["40959"]}]}
 
 
-def test_secrets_are_references_and_no_value_is_rendered() -> None:
+def test_secrets_are_references_to_the_attempts_secret_and_no_value_is_rendered() -> None:
     job = a_job(env={"MODE": "x"}, secret_env={"HF_TOKEN": "HF_TOKEN", "KEY": "WANDB_API_KEY"})
     c = main(workload(job))
-    assert env_of(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "rota-secrets-alice",
+    # key = the variable: submit fills it by the secret's name, render shows the same name
+    assert env_of(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "rota-42-1-secrets",
                                                       "key": "HF_TOKEN"}}
-    assert env_of(c)["KEY"] == {"secretKeyRef": {"name": "rota-secrets-alice",
-                                                 "key": "WANDB_API_KEY"}}
-    values = {"HF_TOKEN": "hf_s3cr3t_value", "WANDB_API_KEY": "wandb-0123456789"}
-    secret = secret_manifest(USER, values, a_pool())
+    assert env_of(c)["KEY"] == {"secretKeyRef": {"name": "rota-42-1-secrets", "key": "KEY"}}
+    values = {"HF_TOKEN": "hf_s3cr3t_value", "KEY": "wandb-0123456789"}
+    secret = secret_manifest(job, values, a_pool())
     validate_builtin(secret)
-    assert secret["metadata"]["name"] == "rota-secrets-alice"
-    text = render_yaml(job, a_pool(), user=USER)
-    assert "rota-secrets-alice" in text
+    assert secret["metadata"]["name"] == secret_name(job) == "rota-42-1-secrets"
+    assert secret["metadata"]["namespace"] == "ml"
+    assert secret["metadata"]["labels"]["rota.dev/key"] == job.key
+    assert secret["stringData"] == values
+    text = render_yaml(job, a_pool())
+    assert "Secret rota-42-1-secrets (keys: HF_TOKEN, KEY)" in text
     for value in values.values():
         assert value not in text
 
 
-def test_secret_names_stay_apart_for_users_kubernetes_cannot_spell() -> None:
-    names = {secret_name(u) for u in ("a_b", "a-b", "a.b")}
-    assert len(names) == 3 and secret_name("a-b") == "rota-secrets-a-b"
+def test_each_attempt_has_its_own_secret() -> None:
+    names = {secret_name(a_job(attempt=n, secret_env={"A": "A"})) for n in (1, 2)}
+    names.add(secret_name(a_job(install="lab2", secret_env={"A": "A"})))
+    assert len(names) == 3
     for name in names:
         validate_builtin({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}})
 
@@ -247,7 +249,7 @@ def test_refusals(job: EngineJob, pool: KubernetesPool, sentence: str) -> None:
     reason = refusal(job, pool)
     assert reason is not None and sentence in reason
     with pytest.raises(InvalidSpec, match=re.escape(sentence)):
-        manifests(job, pool, user=USER)
+        manifests(job, pool)
 
 
 def test_no_refusal_for_what_it_can_run() -> None:
@@ -259,10 +261,10 @@ def test_no_refusal_for_what_it_can_run() -> None:
 
 def test_render_yaml_is_the_manifests() -> None:
     job, pool = a_job(files={"/a": "b"}), a_pool()
-    text = render_yaml(job, pool, user=USER)
+    text = render_yaml(job, pool)
     assert text.startswith("# Rota job 42, attempt 1 (rota-42-1)\n")
     assert "&id" not in text and "*id" not in text
-    assert list(yaml.safe_load_all(text)) == manifests(job, pool, user=USER)
+    assert list(yaml.safe_load_all(text)) == manifests(job, pool)
 
 
 def test_the_validation_can_fail() -> None:

@@ -43,26 +43,22 @@ def quantity_cpu(cpus: float) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
-def secret_name(user: str) -> str:
-    """The per-user Secret holding a user's stored secrets (key = the secret's name)."""
-    from hashlib import sha256
-
-    clean = "".join(c if c.isalnum() else "-" for c in user.lower()).strip("-.") or "user"
-    if clean != user:  # keep a_b and a-b apart
-        clean = f"{clean[:40]}-{sha256(user.encode()).hexdigest()[:8]}"
-    return f"rota-secrets-{clean}"
+def secret_name(job: EngineJob) -> str:
+    """The attempt's own Secret, holding its secret values (key = the variable's name).
+    Made at submit and owned by the workload, so it goes when the Job or PyTorchJob does."""
+    return f"{job.key}-secrets"
 
 
-def env(job: EngineJob, *, user: str) -> list[dict[str, Any]]:
-    """Plain variables as values; secrets as references to the user's Secret."""
+def env(job: EngineJob) -> list[dict[str, Any]]:
+    """Plain variables as values; secrets as references to the attempt's Secret."""
     out: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in job.env.items()]
     if job.model_uri and "ROTA_MODEL_DIR" not in job.env:
         out.append({"name": "ROTA_MODEL_DIR", "value": literal(job.model_dir)})
     if job.procs_per_node and job.nodes == 1:  # torchrun reads PET_* as its defaults
         out.append({"name": "PET_NPROC_PER_NODE", "value": str(job.procs_per_node)})
-    out += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret_name(user),
-                                                         "key": secret}}}
-            for var, secret in job.secret_env.items()]
+    out += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret_name(job),
+                                                         "key": var}}}
+            for var in job.secret_env]
     return out
 
 
@@ -160,11 +156,11 @@ def scheduling(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
     return out
 
 
-def pod_spec(job: EngineJob, pool: KubernetesPool, *, user: str, container: str,
+def pod_spec(job: EngineJob, pool: KubernetesPool, *, container: str,
              files_map: str | None) -> dict[str, Any]:
     """The pod of one node: the job's container, the model fetch, volumes, scheduling."""
     image = job.image or pool.image or ""
-    env_list = env(job, user=user)
+    env_list = env(job)
     vols, mounts = volumes(job, pool, files_map)
     main: dict[str, Any] = {"name": container, "image": image, **command(job),
                             "env": env_list, "resources": resources(job, pool),

@@ -3,8 +3,8 @@
 One node: a ``batch/v1`` Job. Several: a Kubeflow ``kubeflow.org/v1`` PyTorchJob (Master
 plus Workers; the training operator sets MASTER_ADDR, WORLD_SIZE and the PET_* variables
 torchrun reads, so ``torchrun train.py`` needs no rendezvous flags). The job's files travel
-in a ConfigMap. Secret values never appear: the pod refers to the user's Secret, which
-:func:`secret_manifest` builds from the stored values at submit, outside ``render``.
+in a ConfigMap. Secret values never appear: the pod refers to the attempt's own Secret,
+which :func:`secret_manifest` builds from the stored values at submit, outside ``render``.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+JOB_CONTAINER = "job"  # the main container of a batch Job's pod
 PYTORCH_CONTAINER = "pytorch"  # the operator finds its port and sets its env by this name
 PYTORCH_PORT = {"name": "pytorchjob-port", "containerPort": 23456}  # the operator's default
 _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
-def manifests(job: EngineJob, pool: KubernetesPool, *, user: str) -> list[dict[str, Any]]:
+def manifests(job: EngineJob, pool: KubernetesPool) -> list[dict[str, Any]]:
     """The objects to create, in order: the files' ConfigMap (if any), then the workload.
     Raises InvalidSpec with the refusal's sentence when the pool cannot honour the job."""
     reason = refusal(job, pool)
@@ -38,19 +39,20 @@ def manifests(job: EngineJob, pool: KubernetesPool, *, user: str) -> list[dict[s
         raise InvalidSpec(reason, field="pool")
     files = files_map(job, pool)
     name = files["metadata"]["name"] if files else None
-    work = (job_manifest(job, pool, user=user, files_map=name) if job.nodes == 1
-            else pytorchjob_manifest(job, pool, user=user, files_map=name))
+    work = (job_manifest(job, pool, files_map=name) if job.nodes == 1
+            else pytorchjob_manifest(job, pool, files_map=name))
     return [files, work] if files else [work]
 
 
-def render_yaml(job: EngineJob, pool: KubernetesPool, *, user: str) -> str:
+def render_yaml(job: EngineJob, pool: KubernetesPool) -> str:
     """What ``rota render JOB --pool k8s`` prints: the manifests as one YAML stream."""
     head = f"# Rota job {job.job_id}, attempt {job.attempt} ({job.key})\n"
     if job.secret_env:
-        keys = ", ".join(sorted(set(job.secret_env.values())))
-        head += (f"# secrets come from Secret {pod.secret_name(user)} (keys: {keys}), "
-                 "written from your stored secrets at submit\n")
-    docs = manifests(job, pool, user=user)
+        keys = ", ".join(sorted(job.secret_env))
+        head += (f"# secrets come from Secret {pod.secret_name(job)} (keys: {keys}), "
+                 "written from your stored secrets at submit and owned by the "
+                 f"{'Job' if job.nodes == 1 else 'PyTorchJob'}\n")
+    docs = manifests(job, pool)
     return head + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
 
 
@@ -83,21 +85,21 @@ def _valid_label(key: str, value: str) -> bool:
             and (value == "" or bool(_LABEL_NAME.fullmatch(value))))
 
 
-def _pod_template(job: EngineJob, pool: KubernetesPool, *, user: str, container: str,
+def _pod_template(job: EngineJob, pool: KubernetesPool, *, container: str,
                   files_map: str | None) -> dict[str, Any]:
     meta = metadata(job, pool, job.key)
-    spec = pod.pod_spec(job, pool, user=user, container=container, files_map=files_map)
+    spec = pod.pod_spec(job, pool, container=container, files_map=files_map)
     return {"metadata": {"labels": meta["labels"]}, "spec": spec}
 
 
-def job_manifest(job: EngineJob, pool: KubernetesPool, *, user: str,
+def job_manifest(job: EngineJob, pool: KubernetesPool, *,
                  files_map: str | None = None) -> dict[str, Any]:
     """A batch/v1 Job running the job's one pod."""
     spec: dict[str, Any] = {
         # Rota owns retries: one attempt is one engine job, so Kubernetes retries none.
         "backoffLimit": 0,
         "ttlSecondsAfterFinished": pool.ttl_seconds_after_finished,
-        "template": _pod_template(job, pool, user=user, container="job", files_map=files_map),
+        "template": _pod_template(job, pool, container=JOB_CONTAINER, files_map=files_map),
     }
     if job.time_limit:
         spec["activeDeadlineSeconds"] = max(1, math.ceil(job.time_limit))
@@ -112,12 +114,12 @@ def nproc_per_node(job: EngineJob) -> str:
     return str(job.procs_per_node or max(1, int(job.gpus)))
 
 
-def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *, user: str,
+def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *,
                         files_map: str | None = None) -> dict[str, Any]:
     """A Kubeflow PyTorchJob: one Master and nodes-1 Workers running the same command.
     Deleting it deletes every pod, so each rank's container gets the stop signal."""
     def replicas(n: int) -> dict[str, Any]:
-        template = _pod_template(job, pool, user=user, container=PYTORCH_CONTAINER,
+        template = _pod_template(job, pool, container=PYTORCH_CONTAINER,
                                  files_map=files_map)
         template["spec"]["containers"][0]["ports"] = [dict(PYTORCH_PORT)]
         # restartPolicy Never: Rota owns retries, as for a batch Job.
@@ -149,10 +151,11 @@ def files_map(job: EngineJob, pool: KubernetesPool) -> dict[str, Any] | None:
             "immutable": True, "data": data}
 
 
-def secret_manifest(user: str, values: Mapping[str, str], pool: KubernetesPool
+def secret_manifest(job: EngineJob, values: Mapping[str, str], pool: KubernetesPool
                     ) -> dict[str, Any]:
-    """The user's Secret, from the stored values (made at submit, never printed)."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": pod.secret_name(user), "namespace": pool.namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "rota"}},
+    """The attempt's Secret (key = variable), from the stored values: made at submit,
+    never rendered or printed."""
+    meta = metadata(job, pool, pod.secret_name(job))
+    meta["labels"]["app.kubernetes.io/managed-by"] = "rota"
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
             "stringData": dict(values)}
