@@ -179,6 +179,9 @@ class SpecAnswer(TypedDict):
     wandb_project: str | None
     wandb_entity: str | None
     metric_patterns: list[str]
+    files: dict[str, str]
+    model: str | None
+    model_dir: str
 
 
 class AttemptAnswer(TypedDict):

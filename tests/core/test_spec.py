@@ -72,6 +72,11 @@ def test_a_shell_job_is_one_script_string() -> None:
     ({"allowed_gpus": "0-x"}, "allowed_gpus"),
     ({"allowed_gpus": [-1]}, "allowed_gpus"),
     ({"session": "byobu"}, "session"),
+    ({"files": {"etc/a.yaml": "x"}}, "files"),
+    ({"files": {"/etc/../a.yaml": "x"}}, "files"),
+    ({"files": {"/etc/a.yaml": "x" * 1_100_000}}, "files"),
+    ({"model": "runs:/a b"}, "model"),
+    ({"model_dir": "models"}, "model_dir"),
 ])
 def test_a_field_error_names_the_field(fields: dict[str, Any], field: str) -> None:
     err = error_of(**fields)
@@ -180,3 +185,10 @@ def test_tags_and_project_are_checked() -> None:
         with pytest.raises(InvalidSpec) as e:
             parse_spec({"command": ["x"], **bad})
         assert e.value.field is not None and e.value.field.startswith(field)
+
+
+def test_files_and_a_model_are_kept_as_given() -> None:
+    spec = parse_spec({"command": ["eval"], "files": {"/etc/eval/config.yaml": "tasks: [a]\n"},
+                       "model": "runs:/0123abcd/model"})
+    assert spec.files == {"/etc/eval/config.yaml": "tasks: [a]\n"}
+    assert (spec.model, spec.model_dir) == ("runs:/0123abcd/model", "/models")

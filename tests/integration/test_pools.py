@@ -104,6 +104,29 @@ def test_render_prints_valid_manifests_without_secret_values(daemon: DaemonProce
     assert shown["pool"] == "k8s" and shown["engine"] == "kubernetes" and SECRET not in str(shown)
 
 
+def test_a_mounted_file_and_a_model_become_a_configmap_and_an_init_container(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    config = tmp_path / "eval.yaml"
+    config.write_text("tasks: [arc_easy]\nlimit: 50\n")
+    job = daemon.submit("--hold", "--pool", "k8s", "--gpus", "1", "--mount-file",
+                        f"/etc/eval/config.yaml={config}", "--model", "runs:/0a1b2c/model",
+                        "--", "lm_eval", "--config", "/etc/eval/config.yaml")
+    r = daemon.cli("render", str(job), "--pool", "k8s")
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    files, work = docs
+    assert files["kind"] == "ConfigMap" and list(files["data"].values()) == [config.read_text()]
+    pod = work["spec"]["template"]["spec"]
+    [fetch] = pod["initContainers"]
+    assert fetch["command"][:5] == ["mlflow", "artifacts", "download", "--artifact-uri",
+                                    "runs:/0a1b2c/model"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/etc/eval/config.yaml"]["readOnly"] and mounts["/models"]["readOnly"]
+    assert {"name": "ROTA_MODEL_DIR", "value": "/models"} in pod["containers"][0]["env"]
+
+
 def test_render_for_slurm_and_ray_quotes_the_command_and_refuses_what_it_cannot_honour(
         daemon: DaemonProcess) -> None:
     daemon.submit("--name", "plain", "--hold", "--gpus", "2", "--time-limit", "90m",
@@ -156,6 +179,11 @@ def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
     (["--memory", "8G", "--network"], "memory, network: limits a container"),
     (["--image", "busybox:1", "--session", "tmux"], "a container job runs in no tmux"),
     (["--pool", "k8s", "--gpus", "0.5"], "pool k8s: Kubernetes gives whole GPUs only"),
+    (["--model", "runs:/0a1b/model"], "model: put into the job's pod by a Kubernetes pool"),
+    (["--mount-file", "/etc/a.yaml=/no/such/file"], "--mount-file /etc/a.yaml=/no/such/file: "
+                                                     "cannot read /no/such/file as text"),
+    (["--pool", "hpc", "--model", "s3://bucket/m"],
+     "pool hpc: the Slurm engine does not fetch a model before the job"),
 ])
 def test_container_and_pool_options_that_cannot_hold_are_refused(
         daemon: DaemonProcess, args: list[str], words: str) -> None:

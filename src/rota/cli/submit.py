@@ -61,7 +61,7 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 #: options that go into the spec as they are given (None: not given)
 _AS_GIVEN = ("name", "gpus", "llm", "priority", "allowed_gpus", "conda", "retries", "session",
              "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool", "image",
-             "cpus", "nodes", "procs_per_node")
+             "cpus", "nodes", "procs_per_node", "model", "model_dir")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
@@ -87,7 +87,23 @@ def build_raw(command: list[str], opts: dict[str, Any]) -> dict[str, Any]:
     raw.update({k: True for k in _FLAGS if opts[k]})
     raw.update({field: list(opts[o]) for field, o in _LISTS if opts[o]})
     raw.update(tracker_fields({k: opts[k] for k in _TRACKERS}, opts["secret"] or []))
+    if opts["mount_file"]:
+        raw["files"] = mounted_files(opts["mount_file"])
     return raw
+
+
+def mounted_files(items: Iterable[str]) -> dict[str, str]:
+    """--mount-file PATH=LOCAL: each local file's text by the path the job reads it at."""
+    from pathlib import Path
+
+    out: dict[str, str] = {}
+    for path, local in _parse_kv(items, "--mount-file").items():
+        try:
+            out[path] = Path(local).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidSpec(f"--mount-file {path}={local}: cannot read {local} as text: "
+                              f"{e}", field="files") from None
+    return out
 
 
 def _env_fields(env: list[str], secret_env: list[str]) -> dict[str, Any]:
@@ -186,6 +202,14 @@ def submit(
                               "(gpus, cpus, memory are per node)"),
     procs_per_node: int = typer.Option(None, "--procs-per-node",
                                        help="torchrun processes per node (default: its GPUs)"),
+    mount_file: list[str] = typer.Option(
+        None, "--mount-file", metavar="PATH=LOCAL",
+        help="the text of the file LOCAL, read-only at PATH in its pod (Kubernetes), "
+             "repeatable"),
+    model: str = typer.Option(None, "--model", metavar="URI",
+                              help="a model its pod fetches first (runs:/, models:/, s3://) "
+                                   "into --model-dir (ROTA_MODEL_DIR)"),
+    model_dir: str = typer.Option(None, "--model-dir", help="where the model lands (/models)"),
     llm: str = typer.Option(None, help="size the job from a model, e.g. qwen2.5-7b"),
     priority: int = typer.Option(None, help="lower number runs first (default 0)"),
     allowed_gpus: str = typer.Option(None, "--allowed-gpus", help="e.g. 0-3,6"),

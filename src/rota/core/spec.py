@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import signal
 from collections.abc import Callable
@@ -26,6 +27,9 @@ from rota.units import parse_duration, parse_gpu_set, parse_memory
 SessionKind = Literal["none", "tmux", "screen"]
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_GPUS_PER_JOB = 1024
+#: a job's files in all (paths and texts): what a Kubernetes ConfigMap holds, less room for
+#: its keys
+FILES_MAX = 1000 * 1024
 
 
 _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
@@ -152,6 +156,18 @@ class JobSpec(BaseModel):
     wandb_project: str | None = Field(default=None, max_length=128,
                                       description="default: the job's project, else rota")
     wandb_entity: str | None = Field(default=None, max_length=128)
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"propertyNames": {"pattern": "^/"}},
+        description="files the job reads: the absolute path it reads each at -> its text, "
+                    f"mounted read-only in its pod (a Kubernetes ConfigMap); "
+                    f"{FILES_MAX // 1024} KiB in all at most")
+    model: str | None = Field(
+        default=None, max_length=2000, pattern=r"^\S+$",
+        description="a model fetched before the job starts, into model_dir (ROTA_MODEL_DIR): "
+                    "an MLflow URI (runs:/, models:/, mlflow-artifacts:) or s3://")
+    model_dir: str = Field(default="/models", max_length=4096, pattern="^/",
+                           description="where the fetched model lands in the job's pod")
     metric_patterns: list[str] = Field(
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
@@ -234,6 +250,21 @@ class JobSpec(BaseModel):
         if any(i < 0 for i in v):
             raise ValueError("GPU indices cannot be negative")
         return sorted(set(v)) or None
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, v: dict[str, str]) -> dict[str, str]:
+        for path in v:
+            if not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+                raise ValueError(f"{path!r}: give each file's absolute path in the job, "
+                                 "normalised (no '..', '.', '//' or trailing '/')")
+            if "\0" in path or any("\0" in text for text in v.values()):
+                raise ValueError(f"{path!r}: a NUL character")
+        size = sum(len(p.encode()) + len(t.encode()) for p, t in v.items())
+        if size > FILES_MAX:
+            raise ValueError(f"{size} bytes of files in all; at most {FILES_MAX} (put larger "
+                             "data where the job can read it and name the path)")
+        return v
 
     @field_validator("env")
     @classmethod

@@ -226,6 +226,12 @@ def _check_this_machine(spec: JobSpec, prefix: str) -> None:
         raise InvalidSpec(f"{prefix}{field}: this machine is one node and starts the job's "
                           "command once (torchrun in it starts its ranks): --pool a cluster "
                           "for a multi-node job", field=field)
+    fetched = [f for f in ("files", "model") if getattr(spec, f)]
+    if fetched:
+        raise InvalidSpec(f"{prefix}{', '.join(fetched)}: put into the job's pod by a "
+                          "Kubernetes pool (a ConfigMap, an init container); on this machine "
+                          "the job reads its files and its model where they are: name their "
+                          "paths in its command", field=fetched[0])
     limits = [f for f in ("cpus", "memory", "network") if getattr(spec, f)]
     if limits and not spec.image:
         raise InvalidSpec(f"{prefix}{', '.join(limits)}: limits a container or a cluster's "

@@ -85,7 +85,8 @@ def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
         memory=spec.memory, image=spec.image, nodes=spec.nodes,
         procs_per_node=spec.procs_per_node, time_limit=spec.time_limit,
         grace=spec.grace, stop_signal=spec.stop_signal, priority=spec.priority,
-        conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, labels=labels, install=install)
+        conda=spec.conda, checkpoint_dir=spec.checkpoint_dir, files=dict(spec.files),
+        model_uri=spec.model, model_dir=spec.model_dir, labels=labels, install=install)
 
 
 def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str | None,
