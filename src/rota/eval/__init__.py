@@ -1,0 +1,1 @@
+"""Evaluation suites: versioned configs (config.py) turned into ordinary Rota jobs."""

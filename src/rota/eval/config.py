@@ -1,0 +1,240 @@
+"""An evaluation config: what to evaluate, with which harness, on what, reported where.
+
+A YAML file with a versioned schema (``version``); read by :func:`load_text`, which names
+every bad field by its path (``harness.limits.num_fewshot``) and, for a file, its line. Pure
+but for reading the file: nothing is fetched or run here.
+
+    version: 1
+    name: qwen-arc
+    model:
+      mlflow: {tracking_uri: http://mlflow:5000, run_id: 0a1b2c, artifact_path: model}
+      adapter: {uri: runs:/3d4e5f/adapter}      # optional: a LoRA adapter on the model
+    harness:
+      kind: lm-eval
+      tasks: [arc_easy]
+      limits: {max_instances: 100, num_fewshot: 0, batch_size: 8, dtype: bfloat16}
+    compute: {gpus: 1, time_limit: 2h, pool: k8s}
+    tracking:
+      experiment: evals
+      tags: {creator: ana, lifecycle: candidate, datasets: [arc]}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+
+from rota.errors import InvalidSpec
+from rota.units import parse_duration, parse_memory_person
+
+#: the schema versions this Rota reads; a file names its own
+VERSIONS = (1,)
+HARNESSES = ("lm-eval", "helm", "heldout")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+def _memory(v: Any) -> Any:
+    from rota.units import parse_memory
+
+    v = parse_memory_person(v, field="memory")
+    return parse_memory(v, field="memory") if isinstance(v, str) else v
+
+
+def _seconds(v: Any) -> Any:
+    return parse_duration(v) if isinstance(v, str) else v
+
+
+Memory = Annotated[int, BeforeValidator(_memory), Field(gt=0)]
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class MlflowArtifact(_Strict):
+    """A model logged as an artifact of an MLflow run."""
+
+    tracking_uri: str = Field(min_length=1, description="the MLflow server (http://, file:, "
+                                                        "sqlite:)")
+    run_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    artifact_path: str = Field(min_length=1, description="the model's folder in the run")
+
+
+class ModelSource(_Strict):
+    """Exactly one of ``mlflow`` (a run's artifact) and ``uri`` (``runs:/``, ``models:/``,
+    ``s3://``, a folder, or a Hugging Face name where the hub is reachable)."""
+
+    mlflow: MlflowArtifact | None = None
+    uri: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        if (self.mlflow is None) == (self.uri is None):
+            raise ValueError("give exactly one of mlflow (a run's artifact) and uri")
+        return self
+
+    @property
+    def display(self) -> str:
+        """The source as a person names it (results are grouped by it)."""
+        if self.mlflow is not None:
+            return f"runs:/{self.mlflow.run_id}/{self.mlflow.artifact_path}"
+        assert self.uri is not None
+        return self.uri
+
+
+class Model(ModelSource):
+    adapter: ModelSource | None = Field(default=None, description="a LoRA adapter (peft) "
+                                        "applied to the model")
+
+
+class Limits(_Strict):
+    max_instances: int | None = Field(default=None, ge=1, description="examples per task "
+                                      "at most (all: none given)")
+    num_fewshot: int | None = Field(default=None, ge=0)
+    batch_size: int = Field(default=8, ge=1, le=4096)
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    max_length: int | None = Field(default=None, ge=16, description="tokens per example")
+
+
+class Harness(_Strict):
+    kind: Literal["lm-eval", "helm", "heldout"]
+    tasks: list[Annotated[str, Field(min_length=1, pattern=r"^[^\s,]+$")]] = Field(
+        default_factory=list, description="lm-eval tasks, HELM run entries, or (heldout) "
+                                          "JSON-lines files")
+    task_dir: str | None = Field(default=None, description="a folder of task definitions "
+                                 "(lm-eval's --include_path)")
+    limits: Limits = Field(default_factory=Limits)
+    args: dict[str, str] = Field(default_factory=dict, description="more options of the "
+                                 "harness, by name, passed as --NAME VALUE")
+
+    @model_validator(mode="after")
+    def _tasks(self) -> Harness:
+        if not self.tasks:
+            raise ValueError(f"name at least one task for {self.kind}")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError("a task is named twice")
+        return self
+
+
+class Compute(_Strict):
+    gpus: float = Field(default=1.0, ge=0, le=1024)
+    gpu_mem: Memory | None = None
+    cpus: float | None = Field(default=None, gt=0, le=4096)
+    memory: Memory | None = None
+    time_limit: Seconds | None = None
+    pool: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
+    image: str | None = Field(default=None, pattern=r"^\S+$")
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+
+
+class Tags(_Strict):
+    model_config = ConfigDict(extra="allow", frozen=True)  # a team's own tags too
+
+    creator: str = Field(min_length=1)
+    lifecycle: str = Field(min_length=1, description="e.g. experimental, candidate, release")
+    datasets: list[str] = Field(default_factory=list)
+    model: str | None = None
+
+
+class Tracking(_Strict):
+    experiment: str = Field(default="rota-eval", min_length=1, max_length=200)
+    run_name: str | None = Field(default=None, max_length=200)
+    tags: Tags
+    description: str | None = Field(default=None, max_length=5000)
+    wandb: StrictBool = False
+    wandb_project: str | None = Field(default=None, max_length=128)
+
+
+class EvalConfig(_Strict):
+    version: int
+    name: str = Field(pattern=_NAME)
+    model: Model
+    harness: Harness
+    compute: Compute = Field(default_factory=Compute)
+    tracking: Tracking
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, data: Any) -> Any:
+        version = data.get("version") if isinstance(data, dict) else None
+        if version is not None and version not in VERSIONS:
+            raise ValueError(f"version {version!r}: this Rota reads evaluation configs of "
+                             f"version {', '.join(map(str, VERSIONS))}")
+        return data
+
+
+class ConfigErrors(InvalidSpec):
+    """Every problem of a config, each as ``[FILE:LINE: ]path: message``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems), field="config")
+        self.problems = problems
+
+
+def load_text(text: str, *, where: str = "") -> EvalConfig:
+    """The config in ``text`` (YAML); raises ConfigErrors naming every bad field, with its
+    line in ``where`` (a file's name) when the YAML shows it."""
+    prefix = f"{where}: " if where else ""
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"{where}:{mark.line + 1}: " if where and mark is not None else prefix
+        raise ConfigErrors([f"{line}not valid YAML: {getattr(e, 'problem', e)}"]) from None
+    if not isinstance(data, dict):
+        raise ConfigErrors([f"{prefix}an evaluation config is a mapping (version, name, "
+                            "model, harness, tracking ...)"])
+    try:
+        return EvalConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigErrors([_problem(err, root, where) for err in e.errors()]) from None
+
+
+def load(path: str) -> EvalConfig:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigErrors([f"{path}: cannot read it: {e}"]) from None
+    return load_text(text, where=path)
+
+
+def _problem(err: Any, root: yaml.Node | None, where: str) -> str:
+    loc = [str(p) for p in err["loc"]]
+    path = ".".join(loc) or "config"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = "missing"
+    line = _line_of(root, err["loc"])
+    head = f"{where}:{line}: " if where and line else (f"{where}: " if where else "")
+    return f"{head}{path}: {msg}"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the deepest part of ``loc`` the YAML has (the parent's line for
+    a missing field)."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) \
+                and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
