@@ -1,0 +1,119 @@
+"""An evaluation config as ordinary Rota jobs (pure: the config in, job specs out).
+
+Where the pool fetches models itself (Kubernetes: an init container), one job does both:
+the config travels as a file mounted read-only in the pod, the model as the job's ``model``.
+Elsewhere a model that must be fetched (an MLflow artifact, ``runs:/``, ``models:/``,
+``s3://``) gets a fetch job of its own, on no GPU, and the evaluation runs after it
+(``after``) on the GPUs, reading the model from the folder the fetch filled
+(``ROTA_MODEL_DIR``); the config travels in the environment (``ROTA_EVAL_CONFIG``). A local
+folder or a Hugging Face name needs no fetch.
+
+Both jobs run ``python -m rota.eval.run`` (rota.eval.run): the program that fetches, runs
+the harness, fails when it must, and reports the metrics.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from rota.eval.config import EvalConfig, ModelSource
+
+CONFIG_PATH = "/etc/rota/eval/config.yaml"  # where a pod reads the config
+CONFIG_ENV = "ROTA_EVAL_CONFIG"
+MODEL_DIR_ENV = "ROTA_MODEL_DIR"
+#: the MLflow server the model is fetched from; MLFLOW_TRACKING_URI is Rota's, for results
+MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
+FETCHED = ("runs:/", "models:/", "mlflow-artifacts:", "s3://")  # what a fetch step gets
+EVAL_TAG = "eval"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the config came from, for the run's tags."""
+
+    text: str  # the config file's YAML as written
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+
+
+@dataclass(frozen=True)
+class EvalJobs:
+    """The specs to submit: ``fetch`` first (if any), then ``evaluate`` after it (the
+    submitter sets ``after`` to the fetch job's id)."""
+
+    evaluate: dict[str, Any]
+    fetch: dict[str, Any] | None = None
+
+
+def needs_fetch(source: ModelSource) -> bool:
+    return source.mlflow is not None or (source.uri or "").startswith(FETCHED)
+
+
+def model_uri(source: ModelSource) -> str:
+    """The model as one URI: an MLflow artifact as ``runs:/RUN/PATH``."""
+    if source.mlflow is not None:
+        return f"runs:/{source.mlflow.run_id}/{source.mlflow.artifact_path.strip('/')}"
+    assert source.uri is not None
+    return source.uri
+
+
+def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
+              work_dir: str) -> EvalJobs:
+    """The jobs of one evaluation on a pool whose engine is ``pool_engine`` (``local``,
+    ``slurm``, ``ray``, ``kubernetes``). ``python``: the interpreter the jobs run
+    (``sys.executable`` on this machine, ``python`` in an image); ``work_dir``: a folder the
+    jobs share (the fetched model lands in ``work_dir/model``; a cluster's nodes must see
+    it)."""
+    env = _env(config, src)
+    base = _base(config, pool_engine)
+    run = [python, "-m", "rota.eval.run"]
+    if pool_engine == "kubernetes":
+        spec = {**base, "command": [*run, "--config", CONFIG_PATH],
+                "files": {CONFIG_PATH: src.text}, "env": env}
+        if needs_fetch(config.model):  # the pod's init container fetches it
+            spec["model"] = model_uri(config.model)
+        return EvalJobs(evaluate=spec)
+    env[CONFIG_ENV] = src.text
+    spec = {**base, "command": run, "cwd": work_dir, "env": env}
+    if not needs_fetch(config.model):
+        return EvalJobs(evaluate=spec)
+    env[MODEL_DIR_ENV] = posixpath.join(work_dir, "model")
+    fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
+             "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
+             "priority": config.compute.priority, "tags": [EVAL_TAG, f"eval:{config.name}"],
+             "retries": 2}
+    return EvalJobs(evaluate=spec, fetch={k: v for k, v in fetch.items() if v is not None})
+
+
+def _env(config: EvalConfig, src: Source) -> dict[str, str]:
+    """What the run reports and what ``rota eval results`` groups by."""
+    env = {"ROTA_EVAL_NAME": config.name, "ROTA_EVAL_MODEL": config.model.display,
+           "ROTA_EVAL_HARNESS": config.harness.kind}
+    if config.model.mlflow is not None:  # the model's server, not Rota's (MLFLOW_*)
+        env[MODEL_TRACKING_ENV] = config.model.mlflow.tracking_uri
+    if src.git_commit:
+        env["ROTA_EVAL_GIT_COMMIT"] = src.git_commit
+    if src.git_dirty is not None:
+        env["ROTA_EVAL_GIT_DIRTY"] = "true" if src.git_dirty else "false"
+    return env
+
+
+def _base(config: EvalConfig, pool_engine: str) -> dict[str, Any]:
+    """The evaluation job's resources, limits, tracking and tags."""
+    c, t = config.compute, config.tracking
+    spec: dict[str, Any] = {
+        "name": f"eval-{config.name}", "gpus": c.gpus, "priority": c.priority,
+        "tags": [EVAL_TAG, f"eval:{config.name}"],
+        # Rota opens the run (params, git, the log) and the evaluation logs into it
+        "mlflow": True, "mlflow_experiment": t.experiment,
+    }
+    optional = {"gpu_mem": c.gpu_mem, "time_limit": c.time_limit, "pool": c.pool,
+                "image": c.image}
+    if pool_engine != "local" or c.image:  # limits a container or an engine enforces
+        optional.update(cpus=c.cpus, memory=c.memory)
+    if t.wandb:
+        optional.update(wandb=True, wandb_project=t.wandb_project)
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    return spec
