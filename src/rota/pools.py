@@ -29,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 LOCAL = "local"
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+# a DNS-1123 subdomain: the name of most Kubernetes objects
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_OBJECT_NAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
 
 
 class _Pool(BaseModel):
@@ -98,6 +101,19 @@ class KubernetesPool(_Pool):
     checkpoint_claim: str | None = Field(default=None, description="a ReadWriteMany "
                                          "PersistentVolumeClaim for checkpoints of "
                                          "multi-node jobs")
+    multi_node: Literal["pytorchjob", "trainjob"] = Field(
+        default="pytorchjob", description="the form of a multi-node job: a Kubeflow "
+        "PyTorchJob (training operator v1) or a TrainJob (Kubeflow Trainer v2)")
+    training_runtime: str = Field(default="torch-distributed", description="the "
+                                  "ClusterTrainingRuntime a TrainJob runs on")
+
+    @field_validator("training_runtime")
+    @classmethod
+    def _runtime_name(cls, v: str) -> str:
+        if not _OBJECT_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Kubernetes object name (lower-case letters, "
+                             "digits, '-' and '.', at most 253, e.g. \"torch-distributed\")")
+        return v
 
 
 Pool = Annotated[LocalPool | SlurmPool | RayPool | KubernetesPool,

@@ -1,7 +1,11 @@
 """Validation against the published schemas: Kubernetes 1.30 (kubernetes-validate, strict:
-unknown fields fail) and the PyTorchJob CRD of training-operator v1.9.0 (crds/: the file of
+unknown fields fail), the PyTorchJob CRD of training-operator v1.9.0 (crds/: the file of
 shared/schemas, Apache-2.0, training-operator tag v1.9.0, commit 6f74c7f6b2ed,
-manifests/base/crds/; its spec.versions[0].schema.openAPIV3Schema is a PyTorchJob's)."""
+manifests/base/crds/; its spec.versions[0].schema.openAPIV3Schema is a PyTorchJob's) and
+the TrainJob CRD of Kubeflow Trainer v2 (Apache-2.0, kubeflow/trainer
+manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml) twice: at commit a55f03a8ccb7
+(the file of shared/schemas) and at tag v2.0.0 (commit 117ad23a73d1, the first release).
+A TrainJob must pass both."""
 
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ import yaml
 from jsonschema.protocols import Validator
 
 K8S_VERSION = "1.30.0"
-PYTORCHJOB_CRD = Path(__file__).with_name("crds") / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+CRDS = Path(__file__).with_name("crds")
+PYTORCHJOB_CRD = CRDS / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+TRAINJOB_CRDS = (CRDS / "trainer.kubeflow.org_trainjobs.a55f03a8.yaml",
+                 CRDS / "trainer.kubeflow.org_trainjobs.v2.0.0.yaml")
 
 
 # Kubernetes' quantity syntax (resource.Quantity), as the CRD spells it; the built-in
@@ -66,9 +73,11 @@ def _strict(schema: Any) -> Any:
 
 
 @functools.cache
-def _pytorchjob_validator() -> Validator:
-    crd = yaml.safe_load(PYTORCHJOB_CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+def crd_validator(path: Path, version_name: str) -> Validator:
+    """The strict schema of the CRD's served version ``version_name``."""
+    crd = yaml.safe_load(path.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == version_name]
+    assert version["served"], f"{path.name}: {version_name} is not served"
     schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
     return jsonschema.Draft7Validator(schema)
 
@@ -76,10 +85,45 @@ def _pytorchjob_validator() -> Validator:
 def validate_pytorchjob(obj: dict[str, Any]) -> None:
     """The CRD's schema, then each replica's pod template as a strict built-in PodTemplate."""
     assert obj["apiVersion"] == "kubeflow.org/v1" and obj["kind"] == "PyTorchJob"
-    _pytorchjob_validator().validate(obj)
+    crd_validator(PYTORCHJOB_CRD, "v1").validate(obj)
     for spec in obj["spec"]["pytorchReplicaSpecs"].values():
         validate_builtin({"apiVersion": "v1", "kind": "PodTemplate",
                           "metadata": {"name": "replica"}, "template": spec["template"]})
+
+
+def validate_trainjob(obj: dict[str, Any]) -> None:
+    """Both TrainJob CRDs, then the trainer node's pod as the Trainer would merge it from
+    the trainer and the pod overrides, as a strict built-in PodTemplate (each mount's
+    volume must exist), and every quantity."""
+    assert obj["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and obj["kind"] == "TrainJob"
+    for crd in TRAINJOB_CRDS:
+        crd_validator(crd, "v1alpha1").validate(obj)
+    spec = obj["spec"]
+    for override in spec.get("podSpecOverrides") or []:
+        validate_builtin({"apiVersion": "v1", "kind": "PodTemplate",
+                          "metadata": {"name": "node"}, "template": _node_pod(spec, override)})
+    for where, value in _quantities(obj):
+        if not QUANTITY.match(str(value)):
+            raise jsonschema.ValidationError(f"{where}: {value!r} is not a quantity")
+
+
+def _node_pod(spec: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    trainer = spec.get("trainer") or {}
+    container = {"name": "node", "image": trainer.get("image", "runtime-image")}
+    for field in ("command", "args", "env"):
+        if field in trainer:
+            container[field] = trainer[field]
+    if "resourcesPerNode" in trainer:
+        container["resources"] = trainer["resourcesPerNode"]
+    for over in override.get("containers") or []:
+        assert over["name"] == "node", f"no container {over['name']!r} in the runtime"
+        container.update({k: v for k, v in over.items() if k != "name"})
+    volumes = {v["name"] for v in override.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] not in volumes:
+            raise jsonschema.ValidationError(f"volumeMount {mount['name']!r}: no such volume")
+    pod = {k: v for k, v in override.items() if k not in ("targetJobs", "containers")}
+    return {"spec": {**pod, "restartPolicy": "OnFailure", "containers": [container]}}
 
 
 def validate_status(obj: dict[str, Any]) -> None:
@@ -98,6 +142,8 @@ def validate_status(obj: dict[str, Any]) -> None:
 def validate(obj: dict[str, Any]) -> None:
     if obj["kind"] == "PyTorchJob":
         validate_pytorchjob(obj)
+    elif obj["kind"] == "TrainJob":
+        validate_trainjob(obj)
     elif obj["kind"] == "Status":
         validate_status(obj)
     else:

@@ -326,3 +326,81 @@ def test_a_tiny_job_on_a_real_cluster(tmp_path: Path) -> None:
         assert b"hello from rota" in engine.read_log(eid, 0)
     finally:
         engine.stop(eid, "SIGTERM", 1)
+
+
+# ---------------------------------------------------------------------- TrainJob
+
+TRAINJOB = "trainjob/rota-9-1"
+
+
+def a_trainjob(**kw: Any) -> EngineJob:
+    return a_job(job_id=9, nodes=2, image="ghcr.io/lab/train:1", argv=("torchrun", "train.py"),
+                 **kw)
+
+
+def test_trainjob_submit_owns_its_configmap(replayed: Replayed) -> None:
+    engine, replay = replayed("trainjob.yaml", "submit", checkpoint_claim="ckpt",
+                              multi_node="trainjob")
+    job = a_trainjob(files={"/etc/app/config.yaml": "lr: 0.1\n"})
+    assert engine.submit(job) == TRAINJOB
+    assert [(s.method, s.path.rsplit("/", 1)[-1]) for s in replay.seen] == [
+        ("POST", "configmaps"), ("POST", "trainjobs"), ("PATCH", "rota-9-1-files")]
+
+
+def test_trainjob_refused_before_any_request(tmp_path: Path) -> None:
+    pool = a_pool(tmp_path / "none", checkpoint_claim="ckpt", multi_node="trainjob")
+    engine = KubernetesEngine(pool, secrets=SECRETS.__getitem__)
+    with pytest.raises(BackendError, match=r"cwd='/w' \(its pod overrides have no workingDir"):
+        engine.submit(a_trainjob(cwd="/w"))
+
+
+def test_trainjob_found_after_a_restart(replayed: Replayed) -> None:
+    engine, _ = replayed("trainjob.yaml", "find", multi_node="trainjob")
+    assert engine.find("rota-9-1") == TRAINJOB
+
+
+def test_trainjob_poll_suspended_pending_running_complete(replayed: Replayed) -> None:
+    engine, _ = replayed("trainjob.yaml", "poll")
+    suspended = engine.poll([TRAINJOB])[TRAINJOB]
+    assert suspended.state is EngineState.QUEUED
+    assert suspended.reason == ("Suspended: TrainJob is suspended (waiting to be admitted, "
+                                "e.g. by Kueue)")
+    pending = engine.poll([TRAINJOB])[TRAINJOB]
+    assert pending.state is EngineState.QUEUED and pending.nodes == ("gpu-node-2",)
+    assert pending.reason == ("0/3 nodes are available: 1 Insufficient nvidia.com/gpu, "
+                              "2 node(s) didn't match Pod's node affinity/selector.")
+    running = engine.poll([TRAINJOB])[TRAINJOB]
+    assert running.state is EngineState.RUNNING
+    assert running.nodes == ("gpu-node-2", "gpu-node-3")
+    assert running.started_at == 1795428309.0  # the last node's start, 10:05:09Z
+    done = engine.poll([TRAINJOB])[TRAINJOB]
+    assert (done.state, done.exit_code, done.signal) == (EngineState.ENDED, 0, None)
+    assert done.reason == ("Complete; container node: Completed (exit code 0)")
+    assert done.ended_at == 1795429862.0  # the Complete condition's time, 10:31:02Z
+    assert done.started_at == 1795428309.0
+
+
+def test_trainjob_failed_names_the_node_that_failed(replayed: Replayed) -> None:
+    engine, _ = replayed("trainjob.yaml", "poll_failed")
+    st = engine.poll([TRAINJOB])[TRAINJOB]
+    assert (st.state, st.exit_code) == (EngineState.ENDED, 137)
+    assert st.reason == ("FailedJobs: jobset failed due to one or more job failures; "
+                         "container node: OOMKilled (exit code 137)")
+    assert st.ended_at == 1795428765.0  # 10:12:45Z
+
+
+def test_trainjob_logs_are_node_zeros(replayed: Replayed) -> None:
+    engine, replay = replayed("trainjob.yaml", "logs")
+    assert engine.read_log(TRAINJOB, 0) == b"[rank0]: step 100 loss 1.20\n"
+    assert replay.seen[-1].query["container"] == "node"
+
+
+def test_trainjob_stop_deletes_then_it_is_lost(replayed: Replayed) -> None:
+    engine, _ = replayed("trainjob.yaml", "stop")
+    engine.stop(TRAINJOB, "SIGTERM", 30)
+    stopping = engine.poll([TRAINJOB])[TRAINJOB]
+    assert stopping.state is EngineState.RUNNING and stopping.reason is not None
+    assert "being deleted" in stopping.reason
+    lost = engine.poll([TRAINJOB])[TRAINJOB]
+    assert lost.state is EngineState.LOST and lost.reason is not None
+    assert "no longer has this trainjob" in lost.reason

@@ -9,13 +9,22 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from tests.backends.kubernetes.schemas import validate, validate_builtin, validate_pytorchjob
+from pydantic import ValidationError
+from tests.backends.kubernetes.schemas import (
+    validate,
+    validate_builtin,
+    validate_pytorchjob,
+    validate_trainjob,
+)
 
+from rota.backends import engines
 from rota.backends.engine import EngineJob
 from rota.backends.kubernetes import manifests, refusal, render_yaml, secret_manifest
 from rota.backends.kubernetes.pod import secret_name
+from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
-from rota.pools import KubernetesPool
+from rota.pools import KubernetesPool, Pools
+from rota.server.pool_reads import engine_job
 
 
 def a_job(**kw: Any) -> EngineJob:
@@ -38,6 +47,10 @@ def rendered(job: EngineJob, pool: KubernetesPool | None = None) -> list[dict[st
 
 def workload(job: EngineJob, pool: KubernetesPool | None = None) -> dict[str, Any]:
     return rendered(job, pool)[-1]
+
+
+def a_trainjob_pool(**kw: Any) -> KubernetesPool:
+    return a_pool(multi_node="trainjob", checkpoint_claim="ckpt-rwx", **kw)
 
 
 def pod_of(doc: dict[str, Any]) -> dict[str, Any]:
@@ -293,3 +306,167 @@ def test_the_validation_can_fail() -> None:
         "resources"]["limits"] = {"cpu": "lots"}
     with pytest.raises(jsonschema.ValidationError, match="'lots' does not match"):
         validate_pytorchjob(pt)
+
+
+# ---------------------------------------------------------------------- TrainJob
+
+
+def test_multi_node_trainjob() -> None:
+    pool = a_trainjob_pool(kueue_queue="team-a", node_selector={"pool": "a100"},
+                           service_account="trainer", training_runtime="torch-rwx")
+    job = a_job(argv=("torchrun", "train.py", "--out", "$(HOME)/x"), nodes=3, gpus=4,
+                cpus=16, memory=64 * 2**30, gpu_type="A100", time_limit=7200,
+                checkpoint_dir="/ckpt", env={"SEED": "1"}, secret_env={"HF_TOKEN": "HF_TOKEN"},
+                files={"/etc/app/config.yaml": "lr: 0.1\n"}, labels={"project": "lora"})
+    cm, doc = rendered(job, pool)
+    assert cm["kind"] == "ConfigMap"
+    assert (doc["apiVersion"], doc["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    meta = doc["metadata"]
+    assert meta["name"] == "rota-42-1" and meta["namespace"] == "ml"
+    assert meta["labels"] == {"project": "lora", "rota.dev/job": "42", "rota.dev/attempt": "1",
+                              "rota.dev/key": "rota-42-1", "kueue.x-k8s.io/queue-name": "team-a"}
+    spec = doc["spec"]
+    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
+                                  "kind": "ClusterTrainingRuntime", "name": "torch-rwx"}
+    assert spec["suspend"] is True
+    # the JobSet and its Jobs carry Rota's labels; never Kueue's (they are not workloads)
+    assert "kueue.x-k8s.io/queue-name" not in spec["labels"]
+    assert spec["labels"]["rota.dev/key"] == "rota-42-1"
+    trainer = spec["trainer"]
+    assert trainer["image"] == "ghcr.io/lab/train:1"
+    assert trainer["command"] == ["torchrun"]
+    assert trainer["args"] == ["train.py", "--out", "$$(HOME)/x"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 4)
+    amounts = {"cpu": "16", "memory": str(64 * 2**30)}
+    assert trainer["resourcesPerNode"] == {"requests": amounts,
+                                           "limits": {**amounts, "nvidia.com/gpu": "4"}}
+    assert env_of(trainer) == {"SEED": "1", "HF_TOKEN": {"secretKeyRef": {
+        "name": "rota-42-1-secrets", "key": "HF_TOKEN"}}}
+    (override,) = spec["podSpecOverrides"]
+    assert override["targetJobs"] == [{"name": "node"}]
+    (node,) = override["containers"]
+    assert set(node) == {"name", "volumeMounts"} and node["name"] == "node"
+    mounts = {m["mountPath"]: m for m in node["volumeMounts"]}
+    assert mounts["/ckpt"] == {"name": "checkpoints", "subPath": "rota/42", "mountPath": "/ckpt"}
+    assert mounts["/scratch"]["name"] == "scratch"
+    assert mounts["/etc/app/config.yaml"]["readOnly"] is True
+    volumes = {v["name"]: v for v in override["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "ckpt-rwx"}
+    assert volumes["files"]["configMap"] == {"name": "rota-42-1-files"}
+    assert override["nodeSelector"] == {"pool": "a100", "nvidia.com/gpu.product": "A100"}
+    assert override["serviceAccountName"] == "trainer"
+    # no time limit in a TrainJob (Rota's timer stops it), no workingDir, no grace
+    assert "activeDeadlineSeconds" not in yaml.safe_dump(doc)
+
+
+def test_trainjob_without_kueue_gpus_or_env() -> None:
+    doc = workload(a_job(nodes=2, procs_per_node=3, shell=True,
+                         argv=("exec torchrun train.py",)), a_trainjob_pool())
+    spec = doc["spec"]
+    assert "suspend" not in spec
+    assert spec["runtimeRef"]["name"] == "torch-distributed"  # the Trainer's own default
+    trainer = spec["trainer"]
+    assert trainer["command"] == ["/bin/sh", "-c", "exec torchrun train.py"]
+    assert "args" not in trainer and "env" not in trainer and "resourcesPerNode" not in trainer
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 3)
+    (override,) = spec["podSpecOverrides"]
+    assert "nodeSelector" not in override and "serviceAccountName" not in override
+    assert {"name": "checkpoints", "subPath": "rota/42", "mountPath": "/checkpoints"} in (
+        override["containers"][0]["volumeMounts"])
+
+
+def test_one_node_stays_a_job_and_pytorchjob_stays_the_default() -> None:
+    assert workload(a_job(cwd="/w"), a_trainjob_pool())["kind"] == "Job"
+    assert workload(a_job(nodes=2), a_pool(checkpoint_claim="c"))["kind"] == "PyTorchJob"
+
+
+@pytest.mark.parametrize(("job", "sentence"), [
+    (a_job(cwd="/work"), "cwd='/work' (its pod overrides have no workingDir)"),
+    (a_job(gpus=1, gpu_mem=2**30), "gpu_mem (its pod overrides have no node affinity)"),
+    (a_job(model_uri="s3://b/m"), "a model to fetch (its pod overrides cannot add an init"),
+    (a_job(stop_signal="SIGINT"), "stop_signal=SIGINT (its pod overrides have no preStop"),
+    (a_job(grace=120), "grace=120s (the pods keep the runtime's termination grace, 30 s"),
+    (a_job(env={"PET_MASTER_PORT": "1"}, secret_env={"PET_NNODES": "x"}),
+     "PET_MASTER_PORT, PET_NNODES in its env (the Trainer sets them for torchrun)"),
+    (a_job(install="a-very-long-installation-name-0123456789", job_id=1234567, nodes=12),
+     "pod names such as rota-a-very-long-installation-name-0123456789-1234567-1-node-0-11-"),
+])
+def test_what_a_trainjob_cannot_express_is_refused(job: EngineJob, sentence: str) -> None:
+    pool = a_trainjob_pool()
+    job = replace(job, nodes=max(job.nodes, 2))
+    reason = refusal(job, pool)
+    assert reason is not None and sentence in reason
+    assert reason.startswith(f"this pool runs a {job.nodes}-node job as a Kubeflow TrainJob")
+    assert reason.endswith('or set multi_node = "pytorchjob" in the pool\'s settings')
+    with pytest.raises(InvalidSpec, match=re.escape(sentence)):
+        manifests(job, pool)
+    # the same job is fine as a PyTorchJob
+    assert refusal(job, a_pool(checkpoint_claim="c")) is None
+
+
+def test_every_trainjob_gap_is_named_at_once() -> None:
+    reason = refusal(a_job(nodes=2, cwd="/w", grace=5), a_trainjob_pool())
+    assert reason is not None and "cwd='/w'" in reason and "grace=5s" in reason
+    assert ": drop them, or" in reason
+
+
+def test_trainjob_pool_settings_are_checked() -> None:
+    pools = Pools.model_validate({"pools": {"k8s": {
+        "engine": "kubernetes", "multi_node": "trainjob", "training_runtime": "torch-rwx.v2"}}})
+    pool = pools.get("k8s")[1]
+    assert isinstance(pool, KubernetesPool)
+    assert (pool.multi_node, pool.training_runtime) == ("trainjob", "torch-rwx.v2")
+    with pytest.raises(ValidationError, match="Input should be 'pytorchjob' or 'trainjob'"):
+        KubernetesPool(engine="kubernetes", multi_node="jobset")
+    with pytest.raises(ValidationError, match="'Torch_Distributed' is not a Kubernetes object"):
+        KubernetesPool(engine="kubernetes", training_runtime="Torch_Distributed")
+
+
+def test_rota_render_of_a_two_node_job_shows_the_trainjob(tmp_path: Any) -> None:
+    """What ``rota render JOB --pool k8s`` prints (pool_reads.render_answer's two calls)."""
+    pools = Pools.model_validate({"pools": {"k8s": {
+        "engine": "kubernetes", "namespace": "ml", "image": "ghcr.io/lab/train:1",
+        "checkpoint_claim": "ckpt-rwx", "multi_node": "trainjob"}}})
+    spec = JobSpec(command=["torchrun", "--nnodes", "2", "lora.py"], nodes=2, gpus=2,
+                   env={"HF_TOKEN": "hf_value"}, secret_env=["HF_TOKEN"])
+    job = engine_job(5, "alice", spec, attempt=1)
+    text = engines.render(pools.get("k8s")[1], job, user="alice", work_dir=tmp_path)
+    assert "owned by the TrainJob" in text and "hf_value" not in text
+    [work] = [d for d in yaml.safe_load_all(text) if d]
+    validate(work)
+    assert work["kind"] == "TrainJob" and work["spec"]["trainer"]["numNodes"] == 2
+    assert work["spec"]["trainer"]["args"] == ["--nnodes", "2", "lora.py"]
+
+
+def test_the_trainjob_validation_can_fail() -> None:
+    def doc() -> dict[str, Any]:
+        return workload(a_job(nodes=2, gpus=1), a_trainjob_pool())
+
+    bad = doc()
+    bad["spec"]["trainer"]["activeDeadlineSeconds"] = 60  # not a TrainJob field (v2.0)
+    with pytest.raises(jsonschema.ValidationError, match="activeDeadlineSeconds"):
+        validate_trainjob(bad)
+    bad = doc()
+    bad["spec"]["podSpecOverrides"][0]["containers"][0]["workingDir"] = "/w"  # not overridable
+    with pytest.raises(jsonschema.ValidationError, match="workingDir"):
+        validate_trainjob(bad)
+    bad = doc()
+    bad["spec"]["podSpecOverrides"][0]["containers"][0]["command"] = ["x"]  # a55f03a8 only
+    with pytest.raises(jsonschema.ValidationError, match="command"):
+        validate_trainjob(bad)
+    bad = doc()
+    bad["spec"]["trainer"]["numNodes"] = "two"
+    with pytest.raises(jsonschema.ValidationError, match="'two' is not of type 'integer'"):
+        validate_trainjob(bad)
+    bad = doc()
+    del bad["spec"]["runtimeRef"]
+    with pytest.raises(jsonschema.ValidationError, match="'runtimeRef' is a required"):
+        validate_trainjob(bad)
+    bad = doc()
+    bad["spec"]["podSpecOverrides"][0]["volumes"] = []
+    with pytest.raises(jsonschema.ValidationError, match="volumeMount 'scratch': no such"):
+        validate_trainjob(bad)
+    bad = doc()
+    bad["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"cpu": "lots"}}
+    with pytest.raises(jsonschema.ValidationError, match="lots"):
+        validate_trainjob(bad)

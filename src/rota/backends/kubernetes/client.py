@@ -6,8 +6,10 @@ BackendError at :meth:`KubernetesEngine._call`, with the API server's own messag
 request has a timeout. Answers are read as the API's JSON (``_preload_content=False``), the
 same objects ``kubectl get -o json`` prints.
 
-Engine id: ``job/<key>`` (a batch/v1 Job) or ``pytorchjob/<key>`` (a Kubeflow
-PyTorchJob); the workload's name is the attempt's key.
+Engine id: ``job/<key>`` (a batch/v1 Job), ``pytorchjob/<key>`` (a Kubeflow PyTorchJob) or
+``trainjob/<key>`` (a Kubeflow Trainer v2 TrainJob); the workload's name is the attempt's
+key. The pods of a Job or PyTorchJob carry ``rota.dev/key``; a TrainJob's are made by its
+runtime's JobSet and are found by the JobSet's labels (trainjob.py).
 
 Submit, in order: the attempt's Secret (``<key>-secrets``, values from the secrets
 callable, only in that request's body), the files' ConfigMap, then the workload. A second
@@ -42,7 +44,7 @@ from rota.backends.engine import (
     EngineStatus,
     PoolHealth,
 )
-from rota.backends.kubernetes import pod, render, status
+from rota.backends.kubernetes import pod, render, status, trainjob
 from rota.backends.kubernetes.refusal import refusal
 from rota.errors import BackendError
 from rota.pools import KubernetesPool
@@ -50,12 +52,20 @@ from rota.pools import KubernetesPool
 log = logging.getLogger(__name__)
 
 CAPABILITIES = EngineCapabilities(multi_node=True, images=True)
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-JOB, PYTORCHJOB = "job", "pytorchjob"
+JOB, PYTORCHJOB, TRAINJOB = "job", "pytorchjob", "trainjob"
+#: the custom resources' (group, version, plural)
+_CUSTOM = {PYTORCHJOB: ("kubeflow.org", "v1", "pytorchjobs"),
+           TRAINJOB: (trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)}
 KEY_LABEL = "rota.dev/key"
 LOG_READ_MAX = 8 * 1024 * 1024
-_CONTAINER = {JOB: render.JOB_CONTAINER, PYTORCHJOB: render.PYTORCH_CONTAINER}
-_API_VERSION = {JOB: ("batch/v1", "Job"), PYTORCHJOB: (f"{GROUP}/{VERSION}", "PyTorchJob")}
+_CONTAINER = {JOB: render.JOB_CONTAINER, PYTORCHJOB: render.PYTORCH_CONTAINER,
+              TRAINJOB: trainjob.NODE}
+_KIND = {JOB: "Job", PYTORCHJOB: "PyTorchJob", TRAINJOB: "TrainJob"}
+_API_VERSION = {JOB: "batch/v1", PYTORCHJOB: "kubeflow.org/v1", TRAINJOB: trainjob.API_VERSION}
+_STATUS = {JOB: status.job_status, PYTORCHJOB: status.pytorchjob_status,
+           TRAINJOB: status.trainjob_status}
+#: the pod whose log is the job's
+_LOG_POD = {JOB: status.newest, PYTORCHJOB: status.master, TRAINJOB: status.node0}
 _LOST = "Kubernetes no longer has this {kind} (deleted: by a stop, its TTL, or a person)"
 
 
@@ -95,7 +105,7 @@ class KubernetesEngine:
         if reason:
             raise BackendError(f"job {job.job_id}: {reason}")
         *extras, work = render.manifests(job, self.pool)
-        kind = JOB if work["kind"] == "Job" else PYTORCHJOB
+        kind = next(k for k, name in _KIND.items() if name == work["kind"])
         owned: list[tuple[str, str]] = []  # (core kind, name): what the workload will own
         made_secret = False
         if job.secret_env:
@@ -128,7 +138,10 @@ class KubernetesEngine:
         return render.secret_manifest(job, values, self.pool)
 
     def find(self, key: str) -> str | None:
-        for kind in (JOB, PYTORCHJOB):
+        """Every kind, the pool's multi-node form first: an attempt handed over before
+        the pool's ``multi_node`` changed is found all the same, never made twice."""
+        first = TRAINJOB if self.pool.multi_node == "trainjob" else PYTORCHJOB
+        for kind in (JOB, first, *(k for k in _CUSTOM if k != first)):
             if self._read(kind, key) is not None:
                 return f"{kind}/{key}"
         return None
@@ -143,17 +156,17 @@ class KubernetesEngine:
         obj = self._read(kind, name) if kind else None
         if obj is None:
             return EngineStatus(eid, EngineState.LOST, reason=_LOST.format(kind=kind or "job"))
-        pods = self._pods(name)
-        read = status.job_status if kind == JOB else status.pytorchjob_status
-        got = read(eid, obj, pods, _CONTAINER[kind])
+        pods = self._pods(kind, name)
+        got = _STATUS[kind](eid, obj, pods, _CONTAINER[kind])
         if obj["metadata"].get("deletionTimestamp") and got.state is not EngineState.ENDED:
             return EngineStatus(eid, got.state, reason="being deleted (stopping)",
                                 started_at=got.started_at, nodes=got.nodes)
         return got
 
-    def _pods(self, key: str) -> list[dict[str, Any]]:
+    def _pods(self, kind: str, key: str) -> list[dict[str, Any]]:
+        selector = trainjob.pod_selector(key) if kind == TRAINJOB else f"{KEY_LABEL}={key}"
         listing = self._call(f"list the pods of {key}", self._core().list_namespaced_pod,
-                             self.pool.namespace, label_selector=f"{KEY_LABEL}={key}")
+                             self.pool.namespace, label_selector=selector)
         return list(listing["items"]) if listing else []
 
     # ------------------------------------------------------------------ stop and logs
@@ -170,14 +183,15 @@ class KubernetesEngine:
             self._call(what, self._batch().delete_namespaced_job, name, self.pool.namespace,
                        absent=(404,), grace_period_seconds=grace_s, propagation_policy=policy)
         else:
-            self._call(what, self._custom().delete_namespaced_custom_object, GROUP, VERSION,
-                       self.pool.namespace, PLURAL, name, absent=(404,),
+            group, version, plural = _CUSTOM[kind]
+            self._call(what, self._custom().delete_namespaced_custom_object, group, version,
+                       self.pool.namespace, plural, name, absent=(404,),
                        grace_period_seconds=grace_s, propagation_policy=policy)
 
     def read_log(self, engine_id: str, offset: int) -> bytes:
         kind, name = _split(engine_id)
-        pods = self._pods(name) if kind else []
-        target = status.master(pods) if kind == PYTORCHJOB else status.newest(pods)
+        pods = self._pods(kind, name) if kind else []
+        target = _LOG_POD[kind](pods) if kind else None
         if target is None:
             return b""
         start = max(0, offset)
@@ -224,23 +238,24 @@ class KubernetesEngine:
         if kind == JOB:
             return self._call(what, self._batch().create_namespaced_job, self.pool.namespace,
                               body, absent=(409,))
-        return self._call(what, self._custom().create_namespaced_custom_object, GROUP,
-                          VERSION, self.pool.namespace, PLURAL, body, absent=(409,))
+        group, version, plural = _CUSTOM[kind]
+        return self._call(what, self._custom().create_namespaced_custom_object, group,
+                          version, self.pool.namespace, plural, body, absent=(409,))
 
     def _read(self, kind: str, name: str) -> dict[str, Any] | None:
         what = f"read {kind} {name}"
         if kind == JOB:
             return self._call(what, self._batch().read_namespaced_job, name,
                               self.pool.namespace, absent=(404,))
-        # 404 also when the cluster has no PyTorchJob kind: then no such job either
-        return self._call(what, self._custom().get_namespaced_custom_object, GROUP, VERSION,
-                          self.pool.namespace, PLURAL, name, absent=(404,))
+        # 404 also when the cluster has no such kind: then no such job either
+        group, version, plural = _CUSTOM[kind]
+        return self._call(what, self._custom().get_namespaced_custom_object, group, version,
+                          self.pool.namespace, plural, name, absent=(404,))
 
     def _own(self, owned: list[tuple[str, str]], kind: str, workload: dict[str, Any]) -> None:
         """Make the workload the owner of its Secret and ConfigMap (garbage collection)."""
-        api_version, kind_name = _API_VERSION[kind]
         meta = workload["metadata"]
-        ref = {"apiVersion": api_version, "kind": kind_name, "name": meta["name"],
+        ref = {"apiVersion": _API_VERSION[kind], "kind": _KIND[kind], "name": meta["name"],
                "uid": meta["uid"]}
         for core_kind, name in owned:
             patch = getattr(self._core(), f"patch_namespaced_{core_kind}")

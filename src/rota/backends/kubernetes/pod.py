@@ -1,6 +1,7 @@
 """The pod a Rota job runs in: containers, volumes, resources, scheduling.
 
-Shared by the batch/v1 Job (one pod) and the PyTorchJob (one pod per node). Every user
+Shared by the batch/v1 Job (one pod) and the PyTorchJob (one pod per node); a TrainJob
+takes its env, resources and volumes (its runtime makes the pods). Every user
 value reaches the pod as a list element, never inside a shell string Rota builds.
 """
 
@@ -45,7 +46,7 @@ def quantity_cpu(cpus: float) -> str:
 
 def secret_name(job: EngineJob) -> str:
     """The attempt's own Secret, holding its secret values (key = the variable's name).
-    Made at submit and owned by the workload, so it goes when the Job or PyTorchJob does."""
+    Made at submit and owned by the workload, so it goes when the workload does."""
     return f"{job.key}-secrets"
 
 
@@ -139,12 +140,18 @@ def fetch_container(job: EngineJob, image: str, env_list: list[dict[str, Any]]
             "env": env_list, "volumeMounts": [{"name": "model", "mountPath": dst}]}
 
 
-def scheduling(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
-    """Node selector (pool's, GPU type) and, for gpu_mem, an affinity on GPU memory."""
-    out: dict[str, Any] = {}
+def node_selector(job: EngineJob, pool: KubernetesPool) -> dict[str, str]:
+    """The pool's node selector and, for a GPU type, the node label that names it."""
     selector = dict(pool.node_selector)
     if job.gpu_type:
         selector[pool.gpu_type_label] = job.gpu_type
+    return selector
+
+
+def scheduling(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
+    """Node selector (pool's, GPU type) and, for gpu_mem, an affinity on GPU memory."""
+    out: dict[str, Any] = {}
+    selector = node_selector(job, pool)
     if selector:
         out["nodeSelector"] = selector
     if job.gpu_mem is not None and job.gpus >= 1:

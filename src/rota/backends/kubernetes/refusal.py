@@ -10,6 +10,7 @@ import posixpath
 import signal
 
 from rota.backends.engine import EngineJob
+from rota.backends.kubernetes import trainjob
 from rota.pools import KubernetesPool
 
 MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:")
@@ -28,7 +29,8 @@ def model_fetch_kind(uri: str) -> str | None:
 
 def refusal(job: EngineJob, pool: KubernetesPool) -> str | None:
     """Why ``pool`` cannot run ``job`` as asked; None when it can."""
-    for check in (_gpus, _image, _conda, _nodes, _checkpoints, _model, _files, _signal):
+    for check in (_gpus, _image, _conda, _nodes, _checkpoints, _model, _files, _signal,
+                  _trainjob):
         reason = check(job, pool)
         if reason:
             return reason
@@ -103,3 +105,15 @@ def _signal(job: EngineJob, pool: KubernetesPool) -> str | None:
     if name not in signal.Signals.__members__ or name in ("SIGKILL", "SIGSTOP"):
         return f"{name!r} is not a signal a job can catch (e.g. SIGTERM, SIGINT, SIGUSR1)"
     return None
+
+
+def _trainjob(job: EngineJob, pool: KubernetesPool) -> str | None:
+    if job.nodes < 2 or pool.multi_node != "trainjob":
+        return None
+    lacking = trainjob.gaps(job)
+    if not lacking:
+        return None
+    return (f"this pool runs a {job.nodes}-node job as a Kubeflow TrainJob "
+            f"(multi_node = \"trainjob\"), which cannot take {'; '.join(lacking)}: drop "
+            f"{'it' if len(lacking) == 1 else 'them'}, or set multi_node = \"pytorchjob\" "
+            "in the pool's settings")

@@ -2,9 +2,11 @@
 
 One node: a ``batch/v1`` Job. Several: a Kubeflow ``kubeflow.org/v1`` PyTorchJob (Master
 plus Workers; the training operator sets MASTER_ADDR, WORLD_SIZE and the PET_* variables
-torchrun reads, so ``torchrun train.py`` needs no rendezvous flags). The job's files travel
-in a ConfigMap. Secret values never appear: the pod refers to the attempt's own Secret,
-which :func:`secret_manifest` builds from the stored values at submit, outside ``render``.
+torchrun reads, so ``torchrun train.py`` needs no rendezvous flags), or, where the pool
+says ``multi_node = "trainjob"``, a Kubeflow Trainer v2 TrainJob (trainjob.py; the Trainer
+sets the PET_* variables). The job's files travel in a ConfigMap. Secret values never
+appear: the pod refers to the attempt's own Secret, which :func:`secret_manifest` builds
+from the stored values at submit, outside ``render``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import yaml
 
 from rota.backends.engine import EngineJob
-from rota.backends.kubernetes import pod
+from rota.backends.kubernetes import pod, trainjob
 from rota.backends.kubernetes.refusal import refusal
 from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool
@@ -39,20 +41,24 @@ def manifests(job: EngineJob, pool: KubernetesPool) -> list[dict[str, Any]]:
         raise InvalidSpec(reason, field="pool")
     files = files_map(job, pool)
     name = files["metadata"]["name"] if files else None
-    work = (job_manifest(job, pool, files_map=name) if job.nodes == 1
-            else pytorchjob_manifest(job, pool, files_map=name))
+    if job.nodes == 1:
+        work = job_manifest(job, pool, files_map=name)
+    elif pool.multi_node == "trainjob":
+        work = trainjob_manifest(job, pool, files_map=name)
+    else:
+        work = pytorchjob_manifest(job, pool, files_map=name)
     return [files, work] if files else [work]
 
 
 def render_yaml(job: EngineJob, pool: KubernetesPool) -> str:
     """What ``rota render JOB --pool k8s`` prints: the manifests as one YAML stream."""
     head = f"# Rota job {job.job_id}, attempt {job.attempt} ({job.key})\n"
+    docs = manifests(job, pool)
     if job.secret_env:
         keys = ", ".join(sorted(job.secret_env))
         head += (f"# secrets come from Secret {pod.secret_name(job)} (keys: {keys}), "
                  "written from your stored secrets at submit and owned by the "
-                 f"{'Job' if job.nodes == 1 else 'PyTorchJob'}\n")
-    docs = manifests(job, pool)
+                 f"{docs[-1]['kind']}\n")
     return head + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False)
 
 
@@ -109,9 +115,9 @@ def job_manifest(job: EngineJob, pool: KubernetesPool, *,
             "metadata": metadata(job, pool, job.key, queue=True), "spec": spec}
 
 
-def nproc_per_node(job: EngineJob) -> str:
+def nproc_per_node(job: EngineJob) -> int:
     """torchrun processes per node: as asked, else one per GPU, else one."""
-    return str(job.procs_per_node or max(1, int(job.gpus)))
+    return job.procs_per_node or max(1, int(job.gpus))
 
 
 def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *,
@@ -136,9 +142,43 @@ def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *,
         run_policy["suspend"] = True
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": metadata(job, pool, job.key, queue=True),
-            "spec": {"nprocPerNode": nproc_per_node(job), "runPolicy": run_policy,
+            "spec": {"nprocPerNode": str(nproc_per_node(job)), "runPolicy": run_policy,
                      "pytorchReplicaSpecs": {"Master": replicas(1),
                                              "Worker": replicas(job.nodes - 1)}}}
+
+
+def trainjob_manifest(job: EngineJob, pool: KubernetesPool, *,
+                      files_map: str | None = None) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 TrainJob on the pool's ClusterTrainingRuntime: the runtime
+    makes the pods (one per node, in a JobSet of its name), Rota gives the trainer (image,
+    command, env, nodes, resources) and, through ``podSpecOverrides``, the volumes,
+    node selector and service account. No time limit: Rota's own timer stops the job."""
+    trainer: dict[str, Any] = {"image": job.image or pool.image, **pod.command(job),
+                               "numNodes": job.nodes, "numProcPerNode": nproc_per_node(job)}
+    env = pod.env(job)
+    if env:
+        trainer["env"] = env
+    amounts = pod.resources(job, pool)
+    if amounts:
+        trainer["resourcesPerNode"] = amounts
+    vols, mounts = pod.volumes(job, pool, files_map)
+    override: dict[str, Any] = {"targetJobs": [{"name": trainjob.NODE}],
+                                "containers": [{"name": trainjob.NODE, "volumeMounts": mounts}],
+                                "volumes": vols}
+    selector = pod.node_selector(job, pool)
+    if selector:
+        override["nodeSelector"] = selector
+    if pool.service_account:
+        override["serviceAccountName"] = pool.service_account
+    spec: dict[str, Any] = {
+        "runtimeRef": {"apiGroup": trainjob.GROUP, "kind": trainjob.RUNTIME_KIND,
+                       "name": pool.training_runtime},
+        "labels": metadata(job, pool, job.key)["labels"],  # on its JobSet and Jobs
+        "trainer": trainer, "podSpecOverrides": [override]}
+    if pool.kueue_queue:
+        spec["suspend"] = True
+    return {"apiVersion": trainjob.API_VERSION, "kind": "TrainJob",
+            "metadata": metadata(job, pool, job.key, queue=True), "spec": spec}
 
 
 def files_map(job: EngineJob, pool: KubernetesPool) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """What the API server's objects say about one attempt: pure functions over the JSON of a
-Job or PyTorchJob and its pods (as ``kubectl get -o json`` shows them), no client needed.
+Job, PyTorchJob or TrainJob and its pods (as ``kubectl get -o json`` shows them), no client needed.
 
 Reasons are Kubernetes' own words: the scheduler's message on an unschedulable pod ("0/3
 nodes are available: 3 Insufficient nvidia.com/gpu."), a container's waiting reason
@@ -10,10 +10,13 @@ longer than specified deadline), a container's termination reason (OOMKilled).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from rota.backends.engine import EngineState, EngineStatus, PoolHealth
+from rota.backends.kubernetes import trainjob
 
 Obj = dict[str, Any]
 
@@ -59,6 +62,16 @@ def master(pods: list[Obj]) -> Obj | None:
     """A PyTorchJob's Master pod (the one whose log is the job's)."""
     masters = [p for p in pods if p["metadata"].get("labels", {}).get(REPLICA_TYPE) == "master"]
     return newest(masters)
+
+
+def node0(pods: list[Obj]) -> Obj | None:
+    """A TrainJob's first node (completion index 0: PET_NODE_RANK 0, torchrun's master),
+    by the Job controller's label, else its annotation (the label came in 1.28)."""
+    def index(pod: Obj) -> object:
+        meta = pod["metadata"]
+        return ((meta.get("labels") or {}).get(trainjob.COMPLETION_INDEX)
+                or (meta.get("annotations") or {}).get(trainjob.COMPLETION_INDEX))
+    return newest([p for p in pods if index(p) == "0"])
 
 
 def nodes(pods: list[Obj]) -> tuple[str, ...]:
@@ -165,9 +178,7 @@ def pytorchjob_status(eid: str, job: Obj, pods: list[Obj], container: str) -> En
     started, where = seconds(status.get("startTime")), nodes(pods)
     end = conds.get("Failed") or conds.get("Succeeded")
     if end is not None:
-        failed = [p for p in pods if (terminated(p, container) or {}).get("exitCode")]
-        ok = end["type"] == "Succeeded"
-        pod = (master(failed) or newest(failed)) if not ok and failed else master(pods)
+        pod = _lead(pods, container, end["type"] != "Failed", master)
         return _ended(eid, job, end, pod, container, pods)
     if "Suspended" in conds:
         return EngineStatus(eid, EngineState.QUEUED, reason=_words(conds["Suspended"]))
@@ -178,6 +189,50 @@ def pytorchjob_status(eid: str, job: Obj, pods: list[Obj], container: str) -> En
               else _words(conds["Created"]) if "Created" in conds
               else "waiting for the training operator to create its pods")
     return EngineStatus(eid, EngineState.QUEUED, reason=reason, nodes=where)
+
+
+def _lead(pods: list[Obj], container: str, ok: bool,
+          first: Callable[[list[Obj]], Obj | None]) -> Obj | None:
+    """The pod whose exit is the job's: ``first`` of them (the master, node 0), or, when
+    the job failed, the first of those whose ``container`` exited non-zero."""
+    failed = [p for p in pods if (terminated(p, container) or {}).get("exitCode")]
+    return (first(failed) or newest(failed)) if not ok and failed else first(pods)
+
+
+def trainjob_status(eid: str, job: Obj, pods: list[Obj], container: str) -> EngineStatus:
+    """A Kubeflow TrainJob and its trainer pods. Its conditions (Trainer v2.0) are
+    Suspended, and Complete or Failed copied from its JobSet's; it has no Running
+    condition and no times, so it runs once every node's pod runs, from the last start."""
+    conds, where = true_conditions(job), nodes(pods)
+    end = conds.get("Failed") or conds.get("Complete")
+    if end is not None:
+        got = _ended(eid, job, end, _lead(pods, container, end["type"] != "Failed", node0),
+                     container, pods)
+        return replace(got, started_at=_last_start(pods, container))
+    if "Suspended" in conds:
+        return EngineStatus(eid, EngineState.QUEUED,
+                            reason=f"{_words(conds['Suspended'])} (waiting to be admitted, "
+                                   "e.g. by Kueue)")
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    waiting = [p for p in live if (p.get("status") or {}).get("phase") == "Pending"]
+    want = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    if waiting or len(live) < want:
+        reason = (pending_reason(node0(waiting) or waiting[0]) if waiting
+                  else f"{len(live)} of {want} node pods created")
+        return EngineStatus(eid, EngineState.QUEUED, reason=reason, nodes=where)
+    return EngineStatus(eid, EngineState.RUNNING, nodes=where,
+                        started_at=_last_start(live, container))
+
+
+def _last_start(pods: list[Obj], container: str) -> float | None:
+    """When the last node's ``container`` started (running, or ended since)."""
+    starts = []
+    for pod in pods:
+        state = container_status(pod, container).get("state") or {}
+        began = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+        if began:
+            starts.append(seconds(began))
+    return max((s for s in starts if s is not None), default=None)
 
 
 # ------------------------------------------------------------------------------ health
