@@ -64,3 +64,10 @@ def test_a_folder_or_a_hub_name_needs_no_fetch(uri: str) -> None:
     got = jobs(text)
     assert got.fetch is None and "ROTA_MODEL_DIR" not in got.evaluate["env"]
     assert parse_spec(got.evaluate).env["ROTA_EVAL_MODEL"] == uri
+
+
+def test_the_model_server_variable_is_the_one_a_pod_fetches_with() -> None:
+    from rota.backends.kubernetes.pod import MODEL_TRACKING_ENV
+    from rota.eval import jobs as eval_jobs_module
+
+    assert eval_jobs_module.MODEL_TRACKING_ENV == MODEL_TRACKING_ENV

@@ -162,6 +162,17 @@ def test_mlflow_model_fetched_by_an_init_container() -> None:
     assert env_of(c)["ROTA_MODEL_DIR"] == "/models/base"
 
 
+def test_a_model_on_another_mlflow_server_is_fetched_from_there() -> None:
+    job = a_job(model_uri="runs:/0a1b/model", env={
+        "MLFLOW_TRACKING_URI": "http://rota-results:5000",  # where the job reports
+        "ROTA_MODEL_TRACKING_URI": "http://models:5000"})  # where the model lives
+    pod = pod_of(workload(job))
+    (init,) = pod["initContainers"]
+    assert [e for e in init["env"] if e["name"] == "MLFLOW_TRACKING_URI"] == [
+        {"name": "MLFLOW_TRACKING_URI", "value": "http://models:5000"}]
+    assert env_of(pod["containers"][0])["MLFLOW_TRACKING_URI"] == "http://rota-results:5000"
+
+
 def test_s3_model_fetched_with_argv_not_a_shell_line() -> None:
     uri = "s3://bucket/models/x; rm -rf /"
     (init,) = pod_of(workload(a_job(model_uri=uri)))["initContainers"]

@@ -15,6 +15,9 @@ from rota.backends.kubernetes.refusal import model_fetch_kind
 from rota.pools import KubernetesPool
 
 SCRATCH = "/scratch"
+#: the MLflow server a ``runs:/`` or ``models:/`` model is fetched from, when it is not the
+#: one the job reports to (MLFLOW_TRACKING_URI)
+MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU feature discovery's label, in MiB
 
 # A fixed program: bucket, key and destination arrive as argv, never in its text.
@@ -136,6 +139,10 @@ def fetch_container(job: EngineJob, image: str, env_list: list[dict[str, Any]]
         argv = ["mlflow", "artifacts", "download", "--artifact-uri", uri, "--dst-path", dst]
     else:
         argv = ["python3", "-c", _S3_FETCH, uri, dst]
+    server = job.env.get(MODEL_TRACKING_ENV)
+    if server:  # the model's MLflow server, not the one the job reports to
+        env_list = [e for e in env_list if e["name"] != "MLFLOW_TRACKING_URI"]
+        env_list.append({"name": "MLFLOW_TRACKING_URI", "value": literal(server)})
     return {"name": "fetch-model", "image": image, "command": [literal(a) for a in argv],
             "env": env_list, "volumeMounts": [{"name": "model", "mountPath": dst}]}
 
