@@ -19,18 +19,20 @@ until they follow.
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
-    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer", "DrainAnswer",
-    "EngineCapabilitiesAnswer", "EngineJobAnswer", "EventAnswer", "EventsAnswer",
-    "GpuAnswer", "GpuHours", "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer",
-    "JobDetailAnswer", "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer",
+    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
+    "DrainAnswer", "EngineCapabilitiesAnswer", "EngineJobAnswer", "EvalResultsAnswer",
+    "EvalRunAnswer", "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours",
+    "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer",
+    "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer",
     "JobsFileError", "LogAnswer", "MetricPoint", "MetricsAnswer", "MetricsPageAnswer",
     "MlflowRun", "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer", "PoolsAnswer",
-    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "RenderAnswer", "ReportedCheckpoint",
-    "RequeueAnswer", "Reservation", "SecretAnswer", "SecretDeletedAnswer",
-    "SecretSetAnswer", "SecretsAnswer", "SessionAnswer", "SessionsAnswer", "ShutdownAnswer",
-    "SimulateAnswer", "SpecAnswer", "StatsAnswer", "SubmitAnswer", "SummaryAnswer",
-    "TokenAnswer", "TokensAnswer", "TrackingAnswer", "UserAnswer", "UserRemovedAnswer",
-    "UsersAnswer", "WaitAnswer", "WandbRun", "WhoAmIAnswer", "WhyAnswer",
+    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "RenderAnswer",
+    "ReportedCheckpoint", "RequeueAnswer", "Reservation", "SecretAnswer",
+    "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer", "SessionAnswer",
+    "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer", "SpecAnswer", "StatsAnswer",
+    "SubmitAnswer", "SummaryAnswer", "TokenAnswer", "TokensAnswer", "TrackingAnswer",
+    "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer", "WandbRun",
+    "WhoAmIAnswer", "WhyAnswer",
 ]
 
 #: a job's state (rota.core.lifecycle.JobState's values)
@@ -268,10 +270,12 @@ class AttachAnswer(TypedDict):
 
 
 class LogAnswer(TypedDict):
-    """Bytes ``offset`` to ``next`` of the job's log, decoded."""
+    """Bytes ``offset`` to ``next`` of the job's log, decoded; ``end``: where a time window
+    (``until``) stops, None without one."""
 
     offset: int
     next: int
+    end: int | None
     data: str
 
 
@@ -542,9 +546,30 @@ class PoolsAnswer(TypedDict):
 
 
 class RenderAnswer(TypedDict):
-    """What a pool's engine would be handed for a job's next attempt."""
+    """What a pool's engine would be handed for a job's next attempt, or for a spec's first
+    (POST /v1/pools/{name}/render)."""
 
-    id: int
+    id: int | None  # None: a spec not submitted (the text shows it as job 0)
     pool: str
     engine: Literal["local", "slurm", "ray", "kubernetes"]
     text: str
+
+
+# --- evaluations -----------------------------------------------------------------------------
+class EvalRunAnswer(TypedDict):
+    """One evaluation run (a job tagged ``eval``), as `rota eval results` lists it."""
+
+    id: int  # the job's
+    name: str  # the config's name
+    model: str | None  # the model as the config names it
+    harness: str | None
+    git_commit: str | None  # the config file's, when it was in a repository
+    state: JobStateName
+    pool: str | None
+    created_at: float
+    ended_at: float | None
+    metrics: dict[str, float]  # the last value of each metric its latest attempt reported
+
+
+class EvalResultsAnswer(TypedDict):
+    runs: list[EvalRunAnswer]  # newest first

@@ -33,6 +33,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("get", "/v1/jobs/{job_id}/why"): a.WhyAnswer,
     ("get", "/v1/jobs/{job_id}/render"): a.RenderAnswer,
     ("get", "/v1/pools"): a.PoolsAnswer,
+    ("post", "/v1/pools/{name}/render"): a.RenderAnswer,
+    ("get", "/v1/eval/results"): a.EvalResultsAnswer,
     ("post", "/v1/jobs/{job_id}/cancel"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/hold"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/release"): a.JobStateAnswer,
@@ -199,7 +201,7 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     """What the daemon answers about jobs in every state: (type, answer) by name."""
     out: dict[str, tuple[Any, Any]] = {}
     printer = [sys.executable, "-c", "print('step=1 loss=0.5', flush=True)"]
-    done = c.submit_full([{"command": printer, "gpus": 0.5, "tags": ["t"]}])
+    done = c.submit_full([{"command": printer, "gpus": 0.5, "tags": ["t", "eval"]}])
     out["submit"] = (a.SubmitAnswer, done)
     first = done["jobs"][0]["id"]
     out["wait"] = (a.WaitAnswer, c.wait(first, timeout=30))
@@ -225,6 +227,9 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["logs"] = (a.LogAnswer, c.logs(first))
     out["metrics"] = (a.MetricsPageAnswer, c.request("GET", f"/v1/jobs/{first}/metrics"))
     out["checkpoints"] = (a.CheckpointsAnswer, c.checkpoints(first))
+    out["eval results"] = (a.EvalResultsAnswer, c.eval_results())
+    assert c.eval_results()["runs"][0]["metrics"]  # the printer's loss: not an empty list
+    out["render spec"] = (a.RenderAnswer, c.render_spec({"command": ["true"]}, "local"))
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())
     out["whoami"] = (a.WhoAmIAnswer, c.request("GET", "/v1/whoami"))

@@ -43,32 +43,60 @@ JSON = typer.Option(False, "--json", help="print JSON (one entry a job)")
 
 def logs(job: str = JOB_ARG,
          follow: bool = typer.Option(False, "--follow", "-f", help="follow until the job ends"),
+         since: str = typer.Option(None, "--since", metavar="WHEN",
+                                   help="only lines written since then: 2h (ago), "
+                                        "2026-11-25T10:00, 10:00 (today), @UNIX"),
+         until: str = typer.Option(None, "--until", metavar="WHEN",
+                                   help="only lines written until then (as --since; "
+                                        "not with -f)"),
          json_out: bool = typer.Option(False, "--json",
-                                       help="JSON ({data, next}; with -f one object a chunk)"),
+                                       help="JSON ({data, offset, next}; with -f one "
+                                            "object a chunk)"),
          ) -> None:
-    """Print a job's output (stdout and stderr)."""
+    """Print a job's output (stdout and stderr), or the part written in a time window."""
     from rota.cli.job_refs import resolve
 
-    with run_cli(json_out=json_out), client() as c:
-        job_id = resolve(c, job)
-        if follow:
-            _say_it_waits(c, job_id)
-            for chunk in c.follow_logs(job_id):
-                _write_chunk(chunk, json_out)
-            return
-        offset, parts = 0, []
-        while True:
-            got = c.logs(job_id, offset)
-            if not got["data"]:
-                break
-            parts.append(got["data"])
-            offset = got["next"]
-        data = "".join(parts)
-        if json_out:
-            emit({"id": job_id, "data": data, "next": offset}, True, str)
-        else:
-            sys.stdout.write(data)
-            sys.stdout.flush()
+    with run_cli(json_out=json_out):
+        window = _log_window(since, until, follow)
+        with client() as c:
+            job_id = resolve(c, job)
+            if follow:
+                _say_it_waits(c, job_id)
+                for chunk in c.follow_logs(job_id, since=window.get("since")):
+                    _write_chunk(chunk, json_out)
+                return
+            _print_log(c, job_id, window, json_out)
+
+
+def _log_window(since: str | None, until: str | None, follow: bool) -> dict[str, float]:
+    """--since/--until as unix times; a clear error naming the option that is wrong."""
+    if follow and until is not None:
+        raise InvalidSpec("--until: cannot be used with -f (a followed log goes on until "
+                          "the job ends); use --since alone", field="until")
+    if since is None and until is None:
+        return {}
+    from rota.client._times import window
+
+    return window(since, until, now=time.time(), names=("--since", "--until"))
+
+
+def _print_log(c: Client, job_id: int, window: dict[str, float], json_out: bool) -> None:
+    """The log, or its window, page by page."""
+    offset, parts, first = 0, [], None
+    while True:
+        got = c.logs(job_id, offset, **window)
+        first = got["offset"] if first is None else first
+        if not got["data"]:
+            break
+        parts.append(got["data"])
+        offset = got["next"]
+    data = "".join(parts)
+    if json_out:
+        emit({"id": job_id, "data": data, "offset": first, "next": max(offset, first)},
+             True, str)
+    else:
+        sys.stdout.write(data)
+        sys.stdout.flush()
 
 
 def _say_it_waits(c: Client, job_id: int) -> None:

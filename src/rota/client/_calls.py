@@ -15,8 +15,11 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 
+from rota.client import _times as log_times
+from rota.client._times import When
 from rota.client.models import (
     Checkpoints,
+    EvalRun,
     Event,
     Gpu,
     Health,
@@ -47,6 +50,7 @@ WAIT_SLACK = 30.0
 _JOBS = TypeAdapter(list[Job])
 _EVENTS = TypeAdapter(list[Event])
 _GPUS = TypeAdapter(list[Gpu])
+_EVAL_RUNS = TypeAdapter(list[EvalRun])
 
 
 @dataclass(frozen=True)
@@ -187,8 +191,15 @@ def wait_once(ref: JobRef, hold: float, base_read: float | None) -> Call[dict[st
                 extra={"timeout": read})
 
 
-def read_log(ref: JobRef, offset: int, limit: int | None) -> Call[LogChunk]:
-    params: dict[str, Any] = {"offset": offset}
+def log_window(since: When | None, until: When | None) -> dict[str, float]:
+    """``since``/``until`` as the unix times the daemon takes (a duration counts from now)."""
+    return log_times.window(since, until, now=time.time())
+
+
+def read_log(ref: JobRef, offset: int, limit: int | None,
+             window: Mapping[str, float] | None = None) -> Call[LogChunk]:
+    """``window``: from :func:`log_window`, the same for every page."""
+    params: dict[str, Any] = {"offset": offset, **(window or {})}
     if limit is not None:
         params["limit"] = limit
     return Call("GET", _jobs_path(ref, "/logs"), LogChunk.model_validate, params=params)
@@ -196,6 +207,14 @@ def read_log(ref: JobRef, offset: int, limit: int | None) -> Call[LogChunk]:
 
 def stream_cut() -> DaemonUnavailable:
     return DaemonUnavailable("the log stream closed before the job ended")
+
+
+def follower(ref: JobRef, offset: int, window: Mapping[str, float]) -> LogFollower:
+    """A follower from ``offset``, or from the first line written at ``window``'s since."""
+    if "until" in window:
+        raise InvalidSpec("until: a followed log has no end time (following goes on until "
+                          "the job ends); give since only", field="until")
+    return LogFollower(ref, offset, window.get("since"))
 
 
 class LogFollower:
@@ -206,15 +225,18 @@ class LogFollower:
     GIVE_UP_S = 30.0
     PAUSES = (0.2, 0.5, 1.0, 2.0)
 
-    def __init__(self, ref: JobRef, offset: int) -> None:
+    def __init__(self, ref: JobRef, offset: int, since: float | None = None) -> None:
         self.path = _jobs_path(ref, "/logs/stream")
         self.offset = offset
+        self.since = since  # where a reconnect resumes is later: ``offset`` wins then
         self.ended = False
         self._failures = 0
         self._failing_since: float | None = None
 
     def params(self) -> dict[str, Any]:
-        return {"offset": self.offset}
+        if self.since is None:
+            return {"offset": self.offset}
+        return {"offset": self.offset, "since": self.since}
 
     def take(self, event: str, data: str) -> str | None:
         """The text an event carries (None for other events); notes the end."""
@@ -278,3 +300,15 @@ def health() -> Call[Health]:
 
 def whoami() -> Call[Identity]:
     return Call("GET", "/v1/whoami", Identity.model_validate)
+
+
+# --- evaluations ---------------------------------------------------------------------------
+
+def eval_results(name: str | None, model: str | None, task: str | None,
+                 limit: int) -> Call[list[EvalRun]]:
+    """Evaluation runs, newest first; None leaves a filter out."""
+    params: dict[str, Any] = {k: v for k, v in (("name", name), ("model", model),
+                                                ("task", task)) if v is not None}
+    params["limit"] = limit
+    return Call("GET", "/v1/eval/results", lambda d: _EVAL_RUNS.validate_python(d["runs"]),
+                params=params)

@@ -15,9 +15,11 @@ from httpx_sse import EventSource
 
 from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
+from rota.client._times import When
 from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, TimeoutTypes
 from rota.client.models import (
     Checkpoints,
+    EvalRun,
     Event,
     Gpu,
     Health,
@@ -178,22 +180,27 @@ class AsyncClient:
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(calls.job_id(job_id), res["state"], timeout or 0.0)
 
-    async def read_log(self, job_id: JobRef, offset: int = 0,
-                       limit: int | None = None) -> LogChunk:
-        """Up to ``limit`` bytes of a job's log from ``offset`` (one request)."""
-        return await self._send(calls.read_log(job_id, offset, limit))
+    async def read_log(self, job_id: JobRef, offset: int = 0, limit: int | None = None, *,
+                       since: When | None = None, until: When | None = None) -> LogChunk:
+        """Up to ``limit`` bytes of a job's log from ``offset`` (one request); with
+        ``since``/``until``, of the lines written in that time (as ``logs``)."""
+        window = calls.log_window(since, until)
+        return await self._send(calls.read_log(job_id, offset, limit, window))
 
-    async def logs(self, job_id: JobRef, *, follow: bool = False,
-                   offset: int = 0) -> AsyncIterator[str]:
+    async def logs(self, job_id: JobRef, *, follow: bool = False, offset: int = 0,
+                   since: When | None = None, until: When | None = None,
+                   ) -> AsyncIterator[str]:
         """A job's output as text chunks: what is there now, or with ``follow=True`` also
-        what comes, until the job ends. Errors surface when iteration starts."""
+        what comes, until the job ends. ``since``/``until`` keep the lines written in that
+        time (as ``Client.logs``). Errors surface when iteration starts."""
+        window = calls.log_window(since, until)
         if follow:
-            async for text in self._follow(calls.LogFollower(job_id, offset)):
+            async for text in self._follow(calls.follower(job_id, offset, window)):
                 yield text
             return
         while True:
-            chunk = await self.read_log(job_id, offset)
-            if chunk.next == offset:
+            chunk = await self._send(calls.read_log(job_id, offset, None, window))
+            if chunk.next == chunk.offset:
                 return
             yield chunk.data
             offset = chunk.next
@@ -239,3 +246,12 @@ class AsyncClient:
     async def whoami(self) -> Identity:
         """The user the daemon takes this client for (the token's, or the local user)."""
         return await self._send(calls.whoami())
+
+    # --- evaluations ---------------------------------------------------------------------
+    async def eval_results(self, *, name: str | None = None, model: str | None = None,
+                           task: str | None = None,
+                           limit: int = 50) -> builtins.list[EvalRun]:
+        """Evaluation runs (`rota eval submit`), newest first, each with the last value of
+        every metric it reported: of config ``name``, of ``model`` (as the config names
+        it), and with ``task`` only metrics named ``TASK/...`` (and runs that have some)."""
+        return await self._send(calls.eval_results(name, model, task, limit))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rota.core.lifecycle import TERMINAL, JobState
 
 __all__ = [
-    "Attempt", "Event", "Gpu", "Health", "Identity", "Job", "JobDetail", "JobState",
+    "Attempt", "EvalRun", "Event", "Gpu", "Health", "Identity", "Job", "JobDetail", "JobState",
     "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason", "Reservation", "Why",
 ]
 
@@ -155,11 +155,13 @@ class Gpu(Model):
 
 
 class LogChunk(Model):
-    """Bytes ``offset`` to ``next`` of a job's log, decoded; ask again from ``next``."""
+    """Bytes ``offset`` to ``next`` of a job's log, decoded; ask again from ``next``.
+    ``end``: where the asked time window stops (None without ``until``)."""
 
     offset: int
     next: int
     data: str
+    end: int | None = None
 
 
 class Page(Model, Generic[T]):
@@ -251,3 +253,19 @@ class Checkpoints(Model):
     id: int
     checkpoints: list[Checkpoint] = Field(default_factory=list)
     resume_from: str | None = None  # what a retry would resume from
+
+
+class EvalRun(Model):
+    """One evaluation run (a job tagged ``eval``) and the last value of each metric it
+    reported (its latest attempt's)."""
+
+    id: int  # the job's
+    name: str  # the config's name
+    model: str | None = None  # the model as the config names it
+    harness: str | None = None
+    git_commit: str | None = None  # the config file's
+    state: JobState | str = _state()
+    pool: str | None = None
+    created_at: datetime | None = None
+    ended_at: datetime | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from rota.answers import (
         CheckpointsAnswer,
         DrainAnswer,
+        EvalResultsAnswer,
         EventAnswer,
         GpuPausedAnswer,
         GpusAnswer,
@@ -145,8 +146,12 @@ class RawClient:
                 if timeout <= 0:
                     return res
 
-    def logs(self, job_id: int, offset: int = 0) -> LogAnswer:
-        return self.request("GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset})
+    def logs(self, job_id: int, offset: int = 0, *, since: float | None = None,
+             until: float | None = None) -> LogAnswer:
+        """One page of the log from ``offset``; ``since``/``until`` (unix times): of the
+        lines written in that time only (page on with ``offset=next``, the same window)."""
+        return self.request("GET", f"/v1/jobs/{job_id}/logs",
+                            params={"offset": offset, **_window(since, until)})
 
     def metrics(self, job_id: int, names: list[str] | None = None) -> MetricsAnswer:
         """Every sample of the job's metrics (all pages), merged per metric."""
@@ -165,9 +170,12 @@ class RawClient:
     def checkpoints(self, job_id: int) -> CheckpointsAnswer:
         return self.request("GET", f"/v1/jobs/{job_id}/checkpoints")
 
-    def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
-        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs",
-                            params={"offset": offset, "follow": True}) as resp:
+    def follow_logs(self, job_id: int, offset: int = 0, *,
+                    since: float | None = None) -> Iterator[bytes]:
+        """The log's raw bytes until the job ends, from the first line written at or
+        after ``since`` (a unix time) when given."""
+        params = {"offset": offset, "follow": True, **_window(since, None)}
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs", params=params) as resp:
             yield from resp.iter_bytes()
 
     def attach_argv(self, job_id: int) -> list[str]:
@@ -223,6 +231,21 @@ class RawClient:
         params = {"pool": pool} if pool else {}
         return self.request("GET", f"/v1/jobs/{int(job_id)}/render", params=params)
 
+    def render_spec(self, spec: dict[str, Any], pool: str) -> RenderAnswer:
+        """What ``pool``'s engine would be handed for ``spec`` were it submitted (nothing is
+        stored: ``id`` is None)."""
+        from urllib.parse import quote
+
+        return self.request("POST", f"/v1/pools/{quote(pool, safe='')}/render", json=spec)
+
+    # --- evaluations ---------------------------------------------------------------------
+    def eval_results(self, *, name: str | None = None, model: str | None = None,
+                     task: str | None = None, limit: int = 50) -> EvalResultsAnswer:
+        """Evaluation runs, newest first, with their metrics (``task``: only ``TASK/...``)."""
+        params = {k: v for k, v in (("name", name), ("model", model), ("task", task))
+                  if v is not None}
+        return self.request("GET", "/v1/eval/results", params={**params, "limit": limit})
+
     def shutdown(self) -> ShutdownAnswer:
         return self.request("POST", "/v1/shutdown")
 
@@ -259,3 +282,7 @@ class RawClient:
 
 def _user(user: str | None) -> dict[str, Any] | None:
     return {"user": user} if user else None
+
+
+def _window(since: float | None, until: float | None) -> dict[str, float]:
+    return {k: v for k, v in (("since", since), ("until", until)) if v is not None}

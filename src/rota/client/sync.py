@@ -12,9 +12,11 @@ from typing import Any, TypeVar, overload
 from rota.client import _calls as calls
 from rota.client._calls import JobRef, States
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
+from rota.client._times import When
 from rota.client._wire import Timeout, WireTransport, sse_events
 from rota.client.models import (
     Checkpoints,
+    EvalRun,
     Event,
     Gpu,
     Health,
@@ -175,19 +177,27 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(calls.job_id(job_id), res["state"], timeout or 0.0)
 
-    def read_log(self, job_id: JobRef, offset: int = 0, limit: int | None = None) -> LogChunk:
-        """Up to ``limit`` bytes of a job's log from ``offset`` (one request)."""
-        return self._send(calls.read_log(job_id, offset, limit))
+    def read_log(self, job_id: JobRef, offset: int = 0, limit: int | None = None, *,
+                 since: When | None = None, until: When | None = None) -> LogChunk:
+        """Up to ``limit`` bytes of a job's log from ``offset`` (one request); with
+        ``since``/``until``, of the lines written in that time (as ``logs``)."""
+        window = calls.log_window(since, until)
+        return self._send(calls.read_log(job_id, offset, limit, window))
 
-    def logs(self, job_id: JobRef, *, follow: bool = False, offset: int = 0) -> Iterator[str]:
+    def logs(self, job_id: JobRef, *, follow: bool = False, offset: int = 0,
+             since: When | None = None, until: When | None = None) -> Iterator[str]:
         """A job's output as text chunks: what is there now, or with ``follow=True`` also
-        what comes, until the job ends. Errors surface when iteration starts."""
+        what comes, until the job ends. ``since``/``until`` (a unix time, a datetime, a
+        timedelta or text such as ``"2h"`` ago) keep the whole lines written in that time,
+        give or take the daemon's read interval; ``follow`` takes ``since`` only. Errors
+        surface when iteration starts."""
+        window = calls.log_window(since, until)
         if follow:
-            yield from self._follow(calls.LogFollower(job_id, offset))
+            yield from self._follow(calls.follower(job_id, offset, window))
             return
         while True:
-            chunk = self.read_log(job_id, offset)
-            if chunk.next == offset:
+            chunk = self._send(calls.read_log(job_id, offset, None, window))
+            if chunk.next == chunk.offset:
                 return
             yield chunk.data
             offset = chunk.next
@@ -234,3 +244,12 @@ class Client:
     def whoami(self) -> Identity:
         """The user the daemon takes this client for (the token's, or the local user)."""
         return self._send(calls.whoami())
+
+    # --- evaluations ---------------------------------------------------------------------
+    def eval_results(self, *, name: str | None = None, model: str | None = None,
+                     task: str | None = None,
+                     limit: int = 50) -> builtins.list[EvalRun]:
+        """Evaluation runs (`rota eval submit`), newest first, each with the last value of
+        every metric it reported: of config ``name``, of ``model`` (as the config names
+        it), and with ``task`` only metrics named ``TASK/...`` (and runs that have some)."""
+        return self._send(calls.eval_results(name, model, task, limit))

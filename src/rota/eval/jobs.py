@@ -26,7 +26,8 @@ MODEL_DIR_ENV = "ROTA_MODEL_DIR"
 #: the MLflow server the model is fetched from; MLFLOW_TRACKING_URI is Rota's, for results
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
 FETCHED = ("runs:/", "models:/", "mlflow-artifacts:", "s3://")  # what a fetch step gets
-EVAL_TAG = "eval"
+EVAL_TAG = "eval"  # an evaluation (and eval:NAME): what `rota eval results` reads
+FETCH_TAG = "eval-fetch"  # its model-fetch step (and eval-fetch:NAME): no results
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
     env[MODEL_DIR_ENV] = posixpath.join(work_dir, "model")
     fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
              "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
-             "priority": config.compute.priority, "tags": [EVAL_TAG, f"eval:{config.name}"],
+             "priority": config.compute.priority,
+             "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"],
              "retries": 2}
     return EvalJobs(evaluate=spec, fetch={k: v for k, v in fetch.items() if v is not None})
 

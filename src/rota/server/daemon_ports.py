@@ -22,7 +22,7 @@ from rota.server.auth import Authenticator, Principal, check_user_name, new_toke
 from rota.server.daemon import Daemon
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
-from rota.server.pool_reads import pools_answer, render_answer
+from rota.server.pool_reads import pools_answer, render_answer, render_spec_answer
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
 from rota.server.views import HELD, job_view, tracked
@@ -237,6 +237,11 @@ class DaemonPorts:
         s = self._d.settings
         return await asyncio.to_thread(render_answer, s.pool_set, s.home, row, pool,
                                        self._d.backends.install)
+
+    async def render_spec(self, spec: JobSpec, user: str, pool: str) -> dict[str, Any]:
+        s = self._d.settings
+        return await asyncio.to_thread(render_spec_answer, s.pool_set, s.home, spec, user,
+                                       pool, self._d.backends.install)
 
     # --- Commands ------------------------------------------------------------------------
     def submit(self, jobs: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,

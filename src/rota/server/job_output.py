@@ -10,12 +10,17 @@ from collections.abc import Iterable
 
 from rota.ml import checkpoints
 from rota.ml.parse import LineParser
+from rota.server.log_times import LogTimes
 from rota.server.outputs import OutputReader, Progress, events_path
 from rota.server.running import Running
 from rota.server.tracking import Tracking
 from rota.store.repo import Store
 
 log = logging.getLogger("rota.daemon")
+
+#: The time index of every job's log (``rota logs --since/--until``): one per daemon
+#: process, like the loop that reads the output.
+LOG_TIMES = LogTimes()
 
 
 def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
@@ -43,6 +48,7 @@ def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now:
     rows: list[dict[str, object]] = []
     progress: dict[int, dict[str, object]] = {}
     for run in runs:
+        _index_log(run, now, final)
         out = run.output
         if out is None:
             continue
@@ -55,6 +61,17 @@ def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now:
         store.add_metrics(rows, progress)
     if rows:
         tracking.mirror(rows)
+
+
+def _index_log(run: Running, now: float, final: bool) -> None:
+    """Note in the log's time index how far it has grown by now (engine jobs' logs too:
+    their poller appends what the engine's output adds)."""
+    # a later attempt's log without an index holds output from before indexes were kept:
+    # written at some time since the job was submitted
+    LOG_TIMES.note(run.log_path, now, attempt_start=run.started_at,
+                   log_start=run.started_at if run.attempt_no == 1 else run.submitted_at)
+    if final:
+        LOG_TIMES.forget(run.log_path)
 
 
 def checkpoints_of(run: Running, *, since: float, now: float) -> list[checkpoints.Checkpoint]:

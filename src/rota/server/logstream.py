@@ -21,6 +21,8 @@ POLL_S = 0.2
 #: An SSE comment this often keeps proxies from closing a quiet stream.
 KEEPALIVE_S = 15.0
 CHUNK = 1 << 20
+#: Bytes read at a time when looking for a line's start or end.
+SCAN = 1 << 16
 
 
 def read_range(path: Path, offset: int, limit: int) -> bytes:
@@ -51,9 +53,38 @@ def read_tail(path: Path, limit: int) -> bytes:
         return b""
 
 
+def line_start(path: Path, offset: int) -> int:
+    """The first line beginning at or after ``offset`` (the log's end when none does)."""
+    at = offset - 1  # a line begins right after a \n
+    while at >= 0:
+        data = read_range(path, at, SCAN)
+        if not data:
+            return max(at, offset)
+        nl = data.find(b"\n")
+        if nl >= 0:
+            return at + nl + 1
+        at += len(data)
+    return 0
+
+
+def line_end(path: Path, offset: int, floor: int) -> int:
+    """Just after the last line that ends before ``offset`` (its \n), scanning back no
+    further than ``floor``; ``floor`` when no line does."""
+    end = offset
+    while end > floor:
+        at = max(floor, end - SCAN)
+        nl = read_range(path, at, end - at).rfind(b"\n")
+        if nl >= 0:
+            return at + nl + 1
+        end = at
+    return floor
+
+
 async def follow(path: Path, offset: int, ended: Callable[[], bool], *,
-                 heartbeat_s: float | None = None) -> AsyncIterator[tuple[int, bytes]]:
-    """(offset, data) chunks from ``offset`` on, until ``ended()`` and the file is read.
+                 heartbeat_s: float | None = None,
+                 stop_at: int | None = None) -> AsyncIterator[tuple[int, bytes]]:
+    """(offset, data) chunks from ``offset`` on, until ``ended()`` and the file is read
+    (or up to ``stop_at``).
 
     ``ended`` is asked before the last read, so output written just before the end is
     never cut off. With ``heartbeat_s``, a quiet log yields an empty chunk that often.
@@ -61,13 +92,14 @@ async def follow(path: Path, offset: int, ended: Callable[[], bool], *,
     quiet = 0.0
     while True:
         done = ended()
-        data = read_range(path, offset, CHUNK)
+        want = CHUNK if stop_at is None else min(CHUNK, stop_at - offset)
+        data = read_range(path, offset, want) if want > 0 else b""
         if data:
             yield offset, data
             offset += len(data)
             quiet = 0.0
             continue
-        if done:
+        if done or want <= 0:
             return
         if heartbeat_s is not None and quiet >= heartbeat_s:
             quiet = 0.0

@@ -1,5 +1,6 @@
 """What the API says about pools: each with its engine's capabilities and health, and what an
-engine would be handed for a job (`rota pools`, `rota render JOB --pool NAME`).
+engine would be handed for a job or for a spec not submitted (`rota pools`, `rota render JOB
+--pool NAME`, `rota eval render`).
 
 Engines are asked off the event loop: their answers come from commands and requests that
 may take seconds (sinfo, a Ray head), and all pools are asked at once.
@@ -93,13 +94,37 @@ def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str |
                   install: str = "") -> dict[str, Any]:
     """What the pool's engine would be handed for the job's next attempt (blocking: an
     engine may look something up, e.g. Slurm's shards)."""
+    spec = JobSpec.model_validate(row.spec)
+    job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1, install=install)
+    return _rendered(pools, work_dir, pool_name, job, row.user)
+
+
+#: the id a spec that was never submitted is rendered with (`rota eval render`)
+UNSUBMITTED_ID = 0
+
+
+def render_spec_answer(pools: Pools, work_dir: Path, spec: JobSpec, user: str,
+                       pool_name: str, install: str = "") -> dict[str, Any]:
+    """What the pool's engine would be handed for ``spec`` were ``user`` to submit it:
+    its first attempt, as job 0 (``id`` None: nothing is stored). Blocking, as above.
+    What the pool cannot honour is a Conflict, as intake refuses it at a submit."""
+    job = engine_job(UNSUBMITTED_ID, user, spec, attempt=1, install=install)
+    if pool_name in pools.pools:
+        reason = engines.refusal(pools.pools[pool_name], job, work_dir=work_dir)
+        if reason:
+            raise Conflict(f"pool {pool_name}: {reason}")
+    return _rendered(pools, work_dir, pool_name, job, user)
+
+
+def _rendered(pools: Pools, work_dir: Path, pool_name: str | None, job: EngineJob,
+              user: str) -> dict[str, Any]:
+    """NotFound for an unknown pool; Conflict for what the pool cannot take as it is."""
     if pool_name is not None and pool_name not in pools.pools:
         raise NotFound(f"no pool {pool_name!r}; the pools are: {', '.join(sorted(pools.pools))}")
     name, pool = pools.get(pool_name)
-    spec = JobSpec.model_validate(row.spec)
-    job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1, install=install)
     try:
-        text = engines.render(pool, job, user=row.user, work_dir=work_dir)
+        text = engines.render(pool, job, user=user, work_dir=work_dir)
     except InvalidSpec as e:  # the job is fine; this pool cannot take it as it is
         raise Conflict(f"pool {name}: {e}") from None
-    return {"id": row.id, "pool": name, "engine": pool.engine, "text": text}
+    shown = None if job.job_id == UNSUBMITTED_ID else job.job_id
+    return {"id": shown, "pool": name, "engine": pool.engine, "text": text}

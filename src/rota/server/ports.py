@@ -138,3 +138,7 @@ class Reads(Protocol):
     async def render(self, job_id: int, pool: str | None) -> dict[str, Any]:
         """What the pool's engine would be handed for the job's next attempt."""
         ...
+
+    async def render_spec(self, spec: JobSpec, user: str, pool: str) -> dict[str, Any]:
+        """What the pool's engine would be handed for a spec not submitted."""
+        ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
@@ -18,6 +19,7 @@ from rota.errors import InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
 from rota.server.api._shared import MAX_ID, Caller, JobId, Json, ReadsPort, own
+from rota.server.log_times import window
 from rota.server.logstream import follow as follow_log
 from rota.server.logstream import read_range
 from rota.server.logstream import sse as log_sse
@@ -51,11 +53,20 @@ _LOG_EVENTS = {"oneOf": [
 _ResumeAt = Annotated[str | None, Header(description="the byte offset to resume from"),
                       WithJsonSchema({"type": "string", "pattern": r"^[0-9]{1,18}$"})]
 
+#: since / until: unix times (the CLI turns "2h" or an ISO 8601 time into one)
+_SINCE = Query(None, ge=0, le=1e11, description="only what was written at or after this "
+               "unix time (whole lines; one read interval of slack)")
+_UNTIL = Query(None, ge=0, le=1e11, description="only what was written at or before this "
+               "unix time (whole lines; one read interval of slack)")
+
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 
-def _ended(reads: Reads, job_id: int) -> Callable[[], bool]:
-    return lambda: reads.job_state(job_id).terminal
+def _ended(reads: Reads, job_id: int, until: float | None = None) -> Callable[[], bool]:
+    """Whether following is over: the job ended (or the time ``until`` has passed)."""
+    if until is None:
+        return lambda: reads.job_state(job_id).terminal
+    return lambda: reads.now() > until or reads.job_state(job_id).terminal
 
 
 def _end(reads: Reads, job_id: int) -> dict[str, Any]:
@@ -63,6 +74,15 @@ def _end(reads: Reads, job_id: int) -> dict[str, Any]:
     row = reads.store.get_job(job_id)
     return {"id": job_id, "state": str(reads.job_state(job_id)),
             "exit_code": row.exit_code, "end_reason": row.end_reason}
+
+
+def _window(reads: Reads, job_id: int, path: Path, since: float | None,
+            until: float | None) -> tuple[int, int | None]:
+    """The byte range of what the job wrote from ``since`` to ``until``."""
+    if since is None and until is None:
+        return 0, None
+    return window(path, job_id, since, until, now=reads.now(),
+                  ended=reads.job_state(job_id).terminal)
 
 
 def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
@@ -74,32 +94,43 @@ def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoin
 
 
 @router.get("/jobs/{job_id}/logs", response_model=None, responses={
-    **errors(401, 403, 404, 422, 503),
+    **errors(401, 403, 404, 409, 422, 503),
     200: {"content": {"text/plain": {"schema": {"type": "string"}}},  # JSON: LogAnswer's
-          "description": "a byte range as JSON (offset, next, data); with follow=true the "
-                         "log as plain text until the job ends"}})
+          "description": "a byte range as JSON (offset, next, end, data); with follow=true "
+                         "the log as plain text until the job ends"}})
 async def logs(job_id: JobId, p: Caller, reads: ReadsPort,
                offset: int = Query(0, ge=0, le=MAX_ID),
                limit: int = Query(1 << 20, ge=1, le=16 << 20),
-               follow: bool = False) -> Annotated[Response, LogAnswer]:
+               follow: bool = False, since: float | None = _SINCE,
+               until: float | None = _UNTIL) -> Annotated[Response, LogAnswer]:
+    """A byte range of the job's log from ``offset``. With ``since``/``until`` only whole
+    lines written in that time: the range starts there (``offset`` counts when later) and
+    stops at ``end``; page on with ``offset=next`` and the same window. Followed with
+    ``until``, the stream ends at the window's end, or once ``until`` has passed."""
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))
-    if not follow:
-        data = read_range(path, offset, limit)
-        return JSONResponse({"offset": offset, "next": offset + len(data),
-                             "data": data.decode("utf-8", "replace")})
-    chunks = (data async for _, data in follow_log(path, offset, _ended(reads, job_id)))
-    return StreamingResponse(chunks, media_type="text/plain")
+    start, end = _window(reads, job_id, path, since, until)
+    offset = max(offset, start)
+    if follow:
+        stream = follow_log(path, offset, _ended(reads, job_id, until), stop_at=end)
+        return StreamingResponse((data async for _, data in stream), media_type="text/plain")
+    if end is not None:
+        limit = min(limit, end - offset)
+    data = read_range(path, offset, limit) if limit > 0 else b""
+    return JSONResponse({"offset": offset, "next": offset + len(data), "end": end,
+                         "data": data.decode("utf-8", "replace")})
 
 
 @router.get("/jobs/{job_id}/logs/stream", response_class=StreamingResponse, responses={
-    **errors(401, 403, 404, 422, 503),
+    **errors(401, 403, 404, 409, 422, 503),
     200: {"content": {"text/event-stream": {"schema": _LOG_EVENTS}},
           "description": "server-sent events: `log`, then `end`"}})
 async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
                      offset: int = Query(0, ge=0, le=MAX_ID),
+                     since: float | None = _SINCE,
                      last_event_id: _ResumeAt = None) -> StreamingResponse:
-    """The log as server-sent events that follow the job until it ends. A client
-    that reconnects with ``Last-Event-ID`` resumes where it left off."""
+    """The log as server-sent events that follow the job until it ends, from the
+    first line written at or after ``since`` when given. A client that reconnects with
+    ``Last-Event-ID`` resumes where it left off."""
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))
     if last_event_id is not None:
         if not (last_event_id.isascii() and last_event_id.isdigit()) \
@@ -107,6 +138,8 @@ async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
             raise InvalidSpec(f"Last-Event-ID: {last_event_id[:40]!r} is not a byte "
                               "offset", field="Last-Event-ID")
         offset = int(last_event_id)
+    else:
+        offset = max(offset, _window(reads, job_id, path, since, None)[0])
     return StreamingResponse(log_sse(path, offset, _ended(reads, job_id),
                                      partial(_end, reads, job_id)),
                              media_type="text/event-stream",
