@@ -75,6 +75,15 @@ class ExitInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class NotStarted(ExitInfo):
+    """The end of an attempt its backend dropped before starting it, because a job it was
+    told to wait for (a cluster engine's ``EngineJob.after``) ended otherwise than needed:
+    not the job's failure; Rota's queue takes it back."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Launched:
     handle: Handle
 

@@ -56,6 +56,9 @@ class EngineJob:
     model_dir: str = "/models"  # where the fetched model lands (ROTA_MODEL_DIR)
     labels: Mapping[str, str] = field(default_factory=dict)  # user, project, ...
     install: str = ""  # this Rota installation's id: two of them never share a key
+    # the engine's ids of jobs this one must wait for: it starts once each has completed
+    # successfully, and the engine drops it when one cannot (capabilities.dependencies)
+    after: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -85,6 +88,9 @@ class EngineStatus:
     exit_code: int | None = None
     signal: int | None = None
     nodes: tuple[str, ...] = ()
+    # ENDED before it started because a job of ``EngineJob.after`` ended otherwise than
+    # needed: not the job's failure (Rota's queue takes it back)
+    unmet_dependency: bool = False
 
 
 @dataclass(frozen=True, slots=True)

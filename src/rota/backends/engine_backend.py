@@ -48,6 +48,7 @@ from rota.backends.base import (
     LaunchOutcome,
     LaunchRequest,
     Located,
+    NotStarted,
 )
 from rota.backends.common import KILLED, launch_in_order
 from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus, engine_key
@@ -127,6 +128,9 @@ def exit_info(status: EngineStatus | None) -> ExitInfo | None:
         return None
     if status.state is EngineState.LOST:
         return KILLED
+    if status.unmet_dependency:
+        return NotStarted(None, None, status.ended_at,
+                          why=f"its engine dropped it: {status.reason or 'unmet dependency'}")
     return ExitInfo(status.exit_code, status.signal, status.ended_at)
 
 

@@ -46,6 +46,11 @@ def _duration(seconds: float) -> str:
     return format_duration(seconds) if seconds >= 1 else f"{seconds:.1g}s"
 
 
+#: how long an attempt that could not start for its dependencies waits before the next
+#: (its dependency may have ended meanwhile without Rota having read that end yet)
+WAIT_AGAIN_S = 2.0
+
+
 # --- facts ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Exited:
@@ -62,9 +67,12 @@ class Exited:
 
 @dataclass(frozen=True, slots=True)
 class NeverStarted:
-    """The attempt's launch failed: no process ever existed."""
+    """The attempt's launch failed, or its engine dropped it unstarted: no process ever
+    existed. ``waits``: because a job it depends on has not completed (it was handed to
+    its engine to wait there), which is no failure of this job's."""
 
     why: str
+    waits: bool = False
 
     @property
     def code(self) -> None:
@@ -159,6 +167,7 @@ class Requeue:
     reason: str
     record: str  # "preempted" | "requeued": the attempt's outcome
     resume_from: str | None = None  # the checkpoint the next attempt is expected to use
+    not_before: float | None = None  # it may start again from then on
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +189,7 @@ Outcome = Complete | Fail | RetryAt | RetryWithMoreMemory | Requeue | TimedOut |
 def ends_in_failure(stop: StopReason | None, end: Exited | NeverStarted) -> bool:
     """Whether ``decide`` treats the end as a failure (and reads ``AttemptFacts.oom``)."""
     if isinstance(end, NeverStarted):
-        return stop is not StopReason.CANCEL
+        return stop is not StopReason.CANCEL and not end.waits
     return stop is None and end.code != 0
 
 
@@ -189,9 +198,12 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
     how = end.how
     if ends_in_failure(facts.stop, end):
         return after_failure(facts, how, now)
-    if isinstance(end, NeverStarted):  # cancelled while its launch was in flight
+    if isinstance(end, NeverStarted) and facts.stop is StopReason.CANCEL:
         return Cancelled(f"cancelled (its launch failed: {end.why})",
                          end_reason="cancelled by request")
+    if isinstance(end, NeverStarted):  # waits: the dependency gate decides again
+        return Requeue(f"not started: {end.why}; it waits again for the jobs it depends on",
+                       record="not_started", not_before=now + WAIT_AGAIN_S)
     if facts.stop is StopReason.CANCEL:
         return Cancelled(f"cancelled ({how})", end_reason=f"cancelled ({how})")
     if facts.stop is StopReason.TIMEOUT:

@@ -20,6 +20,7 @@ from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
+from rota.server.forwarding import engine_ids
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
 from rota.server.pool_reads import pools_answer, render_answer, render_spec_answer
@@ -235,8 +236,11 @@ class DaemonPorts:
     async def render(self, job_id: int, pool: str | None) -> dict[str, Any]:
         row = self._d.store.get_job(job_id)
         s = self._d.settings
+        # the engine ids of its parents in flight on that pool, as a launch now would pass
+        after = engine_ids(row.spec.get("after") or (), pool or s.pool_set.default,
+                           self._d.table)
         return await asyncio.to_thread(render_answer, s.pool_set, s.home, row, pool,
-                                       self._d.backends.install)
+                                       self._d.backends.install, tuple(after.values()))
 
     async def render_spec(self, spec: JobSpec, user: str, pool: str) -> dict[str, Any]:
         s = self._d.settings

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from rota.backends.base import ExitInfo
+from rota.backends.base import ExitInfo, NotStarted
 from rota.backends.common import reap
 from rota.core.lifecycle import JobState
 from rota.core.outcome import (
@@ -154,7 +154,9 @@ class Exits:
         if run.output is not None:
             self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         self.monitor.release(run.job_id)
-        end = Exited(info.exit_code, info.signal)
+        end: Exited | NeverStarted = Exited(info.exit_code, info.signal)
+        if isinstance(info, NotStarted):  # its engine dropped it for an unmet dependency
+            end = NeverStarted(info.why, waits=True)
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, self.table.state(run.job_id), outcome, end, now)
         reason = outcome.reason if isinstance(outcome, Cancelled | TimedOut | Requeue) \
@@ -174,10 +176,17 @@ class Exits:
         self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
                                   reason=why)
         del self.table.running[run.job_id]
-        end = NeverStarted(why)
+        end = NeverStarted(why, waits=self._waits(run))
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, JobState.STARTING, outcome, end, now)
         self.kick()
+
+    def _waits(self, run: Running) -> bool:
+        """Whether the failed launch is a cluster job's with a dependency not completed: it
+        was handed over to wait for that job in the engine, and the launch failed because
+        that job moved (ended, or was requeued): not this job's failure."""
+        return run.backend.capabilities.engine and any(
+            self.table.state(dep) is not JobState.COMPLETED for dep in run.pending.after)
 
     def _facts(self, run: Running, end: Exited | NeverStarted) -> AttemptFacts:
         """What ``decide`` needs; the costly facts (the log's tail, checkpoints on disk)
@@ -216,7 +225,8 @@ class Exits:
                 table.transition(job_id, src, JobState.TIMEOUT, message=outcome.reason,
                                  ended_at=now, exit_code=code, end_reason=outcome.reason)
             case Requeue():
-                table.requeue(job_id, src, outcome.reason, run.pending)
+                table.requeue(job_id, src, outcome.reason, run.pending,
+                              not_before=outcome.not_before)
             case RetryWithMoreMemory():
                 self.store.update_job(job_id, gpus=outcome.gpus_milli / MILLI,
                                       gpu_mem=outcome.gpu_mem)

@@ -29,6 +29,7 @@ from rota.ml import checkpoints
 from rota.server.backend_set import BackendSet
 from rota.server.batch import Batch, each
 from rota.server.device_monitor import DeviceMonitor
+from rota.server.forwarding import engine_after
 from rota.server.job_output import checkpoints_of, reader_for
 from rota.server.job_table import JobTable
 from rota.server.metrics import Metrics
@@ -185,6 +186,8 @@ class Launcher:
         run = runs[i]
         if isinstance(outcome, Launched):
             self._take_handle(run, outcome.handle)
+            if run.backend.capabilities.engine:  # its engine id lets a child go there now
+                self.exits.kick()
         self.unrecorded.append((run, outcome))
         if self._record_timer is None and self.loop is not None:
             self._record_timer = self.loop.call_later(self.record_after, self.record_launches)
@@ -242,7 +245,8 @@ class Launcher:
         if run.backend.capabilities.engine:  # a cluster's engine places it
             engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env,
                                        install=self.backends.install)
-            engine_job = dataclasses.replace(engine_job, argv=tuple(argv))
+            engine_job = dataclasses.replace(engine_job, argv=tuple(argv),
+                                             after=engine_after(run, self.table))
             where = f"handed to {run.backend.name}"
         return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,

@@ -6,17 +6,17 @@ honour it. Against the private Slurm of tests/backends/slurm."""
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from bench.baselines.slurm import PARTITION, PrivateSlurm
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, wait_until
+
+from .daemon_slurm import daemon_over, job_view, wait_end
 
 TOML = """
 [pools.hpc]
@@ -29,26 +29,8 @@ max_in_flight = 2
 @pytest.fixture(scope="module")
 def daemon(slurm: PrivateSlurm, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[DaemonProcess]:
-    home = tmp_path_factory.mktemp("pool")
-    (home / "rota.toml").write_text(TOML.format(conf=slurm.env["SLURM_CONF"]))
-    d = DaemonProcess(home).start()
-    try:
+    with daemon_over(slurm, tmp_path_factory.mktemp("pool"), TOML) as d:
         yield d
-    finally:
-        d.stop()
-        kill_job_processes(home)
-
-
-def _job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
-    r = d.cli("show", str(job_id), "--json")
-    assert r.returncode == 0, r.stderr
-    return dict(json.loads(r.stdout))
-
-
-def _ended(d: DaemonProcess, job_id: int, timeout: float = 60) -> dict[str, Any]:
-    r = d.cli("wait", str(job_id), "--timeout", str(timeout), timeout=timeout + 30)
-    assert r.returncode in (0, 1, 2, 3), r.stderr
-    return _job(d, job_id)
 
 
 def test_a_job_runs_on_slurm_and_ends_with_its_code_and_output(
@@ -57,12 +39,12 @@ def test_a_job_runs_on_slurm_and_ends_with_its_code_and_output(
                        "echo hello from $(hostname); exit 0", cwd=tmp_path)
     bad = daemon.submit("--pool", "hpc", "--gpus", "0", "--", "sh", "-c", "exit 3",
                         cwd=tmp_path)
-    done = _ended(daemon, ok)
+    done = wait_end(daemon, ok)
     assert done["state"] == "completed" and done["exit_code"] == 0, done
     assert done["spec"]["pool"] == "hpc"
     logs = daemon.cli("logs", str(ok))
     assert "hello from" in logs.stdout and "handed to slurm:hpc" in logs.stdout, logs.stdout
-    failed = _ended(daemon, bad)
+    failed = wait_end(daemon, bad)
     assert failed["state"] == "failed" and failed["exit_code"] == 3, failed
     [attempt] = failed["attempts_detail"]
     assert attempt["backend"] == "slurm:hpc"
@@ -72,26 +54,26 @@ def test_the_pool_holds_at_most_max_in_flight_and_the_rest_wait_in_rotas_order(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     ids = [daemon.submit("--pool", "hpc", "--gpus", "0", "--", "sleep", "30", cwd=tmp_path)
            for _ in range(3)]
-    wait_until(lambda: _job(daemon, ids[1])["state"] in ("starting", "running"), 30,
+    wait_until(lambda: job_view(daemon, ids[1])["state"] in ("starting", "running"), 30,
                what="the first two handed to Slurm")
     why = daemon.cli("why", str(ids[2]))
     assert "pool hpc holds 2 of Rota's jobs" in why.stdout, why.stdout
     wait_until(lambda: "it runs there" in daemon.cli("why", str(ids[0])).stdout, 30,
                what="Slurm's word that it runs")
-    shown = _job(daemon, ids[0])["engine"]
+    shown = job_view(daemon, ids[0])["engine"]
     assert shown["backend"] == "slurm:hpc" and shown["state"] == "running", shown
     assert f"handed to slurm:hpc as job {shown['id']}" in daemon.cli("why", str(ids[0])).stdout
     human = daemon.cli("show", str(ids[0])).stdout
     assert "hpc" in human and f"slurm:hpc job {shown['id']} running" in human, human
-    assert _job(daemon, ids[2])["state"] == "pending"
+    assert job_view(daemon, ids[2])["state"] == "pending"
     cancel = daemon.cli("cancel", str(ids[0]))
     assert cancel.returncode == 0, cancel.stderr
-    assert _ended(daemon, ids[0])["state"] == "cancelled"
-    wait_until(lambda: _job(daemon, ids[2])["state"] in ("starting", "running"), 30,
+    assert wait_end(daemon, ids[0])["state"] == "cancelled"
+    wait_until(lambda: job_view(daemon, ids[2])["state"] in ("starting", "running"), 30,
                what="the third handed over once the first ended")
     for job_id in ids[1:]:
         daemon.cli("cancel", str(job_id))
-        assert _ended(daemon, job_id)["state"] == "cancelled"
+        assert wait_end(daemon, job_id)["state"] == "cancelled"
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -109,7 +91,7 @@ def test_a_two_node_job_runs_once_on_each_node(daemon: DaemonProcess, tmp_path: 
     job = daemon.submit("--pool", "hpc", "--gpus", "0", "--nodes", "2", "--", "sh", "-c",
                         "echo rank-on-node-$SLURM_NODEID of $SLURM_JOB_NUM_NODES",
                         cwd=tmp_path)
-    done = _ended(daemon, job)
+    done = wait_end(daemon, job)
     assert (done["state"], done["exit_code"]) == ("completed", 0), done
     out = daemon.cli("logs", str(job)).stdout
     assert "rank-on-node-0 of 2" in out and "rank-on-node-1 of 2" in out, out
@@ -142,15 +124,15 @@ def test_a_job_waiting_in_slurm_is_starting_and_its_time_limit_counts_from_its_s
                             cwd=tmp_path)
         wait_until(lambda: "PartitionDown" in daemon.cli("why", str(job)).stdout, 30,
                    what="Slurm's reason for holding it back")
-        waiting = _job(daemon, job)
+        waiting = job_view(daemon, job)
         assert (waiting["state"], waiting["started_at"]) == ("starting", None), waiting
         assert waiting["engine"]["state"] == "queued", waiting
         time.sleep(6)  # past its 4 s time limit, counted from the hand-over
-        assert _job(daemon, job)["state"] == "starting"
+        assert job_view(daemon, job)["state"] == "starting"
         released = time.time()
-    wait_until(lambda: _job(daemon, job)["state"] != "starting", 60, every=0.3,
+    wait_until(lambda: job_view(daemon, job)["state"] != "starting", 60, every=0.3,
                what="the job to start once the partition is up")
-    ended = _ended(daemon, job)
+    ended = wait_end(daemon, job)
     assert ended["state"] == "timeout", ended
     assert ended["started_at"] >= released - 1, (ended, released)
     assert 3 <= ended["ended_at"] - ended["started_at"] < 30, ended

@@ -198,3 +198,42 @@ def test_health_counts_only_usable_nodes_as_free() -> None:
     assert (h.nodes, h.gpus_total, h.gpus_free) == (3, 12, 3)
     assert h.message == "1/3 nodes up, 3/12 GPUs free"
     assert parse.shards_per_gpu("a|idle|gpu:2,shard:8|gpu:0|\n", "gpu") == 4
+
+
+def test_dependencies_become_afterok_with_the_kill_on_an_invalid_one() -> None:
+    argv = script.sbatch_argv(a_job(after=("12", "15")), POOL, WORK)
+    assert "--dependency=afterok:12:15" in argv and "--kill-on-invalid-dep=yes" in argv
+    plain = script.sbatch_argv(a_job(), POOL, WORK)
+    assert not [a for a in plain if a.startswith(("--dependency", "--kill-on-invalid-dep"))]
+    reason = script.refusal(a_job(after=("12", "x;rm")), POOL)
+    assert reason is not None and "'x;rm': not Slurm job ids" in reason
+
+
+def test_a_job_dropped_for_its_dependency_never_started_and_says_so() -> None:
+    waiting = parse.status(row("PENDING", None, reason="Dependency",
+                               dependency="afterok:12(unfulfilled)"))
+    assert waiting.reason == "Dependency (it starts once Slurm job 12 has completed)"
+    two = parse.status(row("PENDING", None, reason="Dependency",
+                           dependency="afterok:12(unfulfilled),afterok:15(unfulfilled)"))
+    assert two.reason == "Dependency (it starts once Slurm jobs 12, 15 have completed)"
+    odd = parse.status(row("PENDING", None, reason="Dependency", dependency="singleton"))
+    assert odd.reason == "Dependency (singleton)"
+    # Slurm gives the cancelled job its cancel time as a start, and no nodes
+    dropped = parse.status(row("CANCELLED", "0:0", reason="DependencyNeverSatisfied",
+                               started="2026-11-25T04:34:50", ended="2026-11-25T04:34:50"))
+    assert dropped.state is EngineState.ENDED and dropped.unmet_dependency
+    assert (dropped.started_at, dropped.exit_code, dropped.signal) == (None, None, None)
+    cancelled = parse.status(row("CANCELLED by 0", "0:0", reason="None",
+                                 started="2026-11-25T04:34:50"))
+    assert not cancelled.unmet_dependency and cancelled.started_at is None
+    ran = parse.status(row("CANCELLED by 0", "0:15", reason="DependencyNeverSatisfied",
+                           started="2026-11-25T04:34:50", node_list="n1"))
+    assert not ran.unmet_dependency and ran.started_at is not None
+
+
+def test_an_ended_record_takes_squeues_reason_where_it_has_none() -> None:
+    ended, live = row("CANCELLED", "0:0"), row("CANCELLED", None,
+                                               reason="DependencyNeverSatisfied")
+    assert parse.merged(ended, live) == row("CANCELLED", "0:0",
+                                            reason="DependencyNeverSatisfied")
+    assert parse.merged(None, live) is live and parse.merged(ended, None) is ended

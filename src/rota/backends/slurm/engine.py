@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 #: Variables that change what Slurm's commands do or print (SQUEUE_FORMAT, SBATCH_*...).
 _SLURM_INPUT_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SACCT_",
                          "SINFO_", "SCANCEL_", "SCONTROL_")
-_SQUEUE_FIELDS = ("engine_id", "state", "reason", "started", "ended", "node_list")
+_SQUEUE_FIELDS = ("engine_id", "state", "reason", "started", "ended", "node_list",
+                  "dependency")
 _SACCT_FIELDS = ("engine_id", "name", "state", "exit_code", "started", "ended", "node_list")
 _SACCT_FORMAT = "JobID,JobName,State,ExitCode,Start,End,NodeList"
 _SINFO_FORMAT = "NodeList:0|,StateLong:0|,Gres:0|,GresUsed:0|"
@@ -81,7 +82,7 @@ class SlurmEngine:
         self.pool = pool
         self.work_dir = os.path.abspath(pool.work_dir or work_dir)
         self.capabilities = EngineCapabilities(fractional_gpus=pool.shards, multi_node=True,
-                                               conda=True)
+                                               conda=True, dependencies=True)
         self.timeout = timeout
         self._secrets = secrets
         self._env = _command_env(pool)
@@ -116,6 +117,7 @@ class SlurmEngine:
         reason = self.refusal(job)
         if reason:
             raise BackendError(f"job {job.job_id}: {reason}")
+        self._check_after(job)
         os.makedirs(script.log_dir(self.work_dir), exist_ok=True)
         out = self._run("sbatch", self._sbatch_argv(job), env=self._job_env(job),
                         stdin=script.batch_script(job, script.conda_path(job)))
@@ -123,6 +125,19 @@ class SlurmEngine:
         if not engine_id.isdigit():
             raise BackendError(f"sbatch answered {out.strip()!r}, not a job id")
         return engine_id
+
+    def _check_after(self, job: EngineJob) -> None:
+        """Slurm takes a dependency on a job it no longer knows as met (22.05), so a job
+        to wait for must still be known, and not have ended otherwise than completed."""
+        if not job.after:
+            return
+        known = {r.engine_id: r for r in self._squeue(list(job.after))}
+        for eid in job.after:
+            row = known.get(eid)
+            if row is None or (row.ended_here and row.base_state != "COMPLETED"):
+                how = "is not known to Slurm" if row is None else f"ended {row.state}"
+                raise BackendError(f"job {job.job_id}: Slurm job {eid} it must wait for "
+                                   f"{how}; not submitted")
 
     def _job_env(self, job: EngineJob) -> dict[str, str]:
         env = {**self._env, **job.env}
@@ -151,7 +166,7 @@ class SlurmEngine:
         ended = {r.engine_id: r for r in self._records_by_id(need)} if need else {}
         out: dict[str, EngineStatus] = {}
         for eid in engine_ids:
-            row = ended.get(eid) or live.get(eid)
+            row = parse.merged(ended.get(eid), live.get(eid))
             if row is None or (row.ended_here and row.exit_code is None):
                 row = self._scontrol(eid) or row  # its end, while the controller holds it
             out[eid] = (parse.status(row) if row is not None
@@ -164,7 +179,7 @@ class SlurmEngine:
         rows: list[parse.JobRow] = []
         for chunk in _chunks(ids):
             out = self._run("squeue", ["-h", "-t", "all", "-j", ",".join(chunk),
-                                       "-o", "%i|%T|%r|%S|%e|%N"], ok=(_UNKNOWN_JOB,))
+                                       "-o", "%i|%T|%r|%S|%e|%N|%E"], ok=(_UNKNOWN_JOB,))
             rows += parse.rows(out, _SQUEUE_FIELDS)
         return rows
 

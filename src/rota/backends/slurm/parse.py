@@ -6,6 +6,7 @@ row here is one job as one source saw it, :func:`status` turns it into an Engine
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ class JobRow:
     node_list: str | None = None
     exit_code: str | None = None  # "code:signal"; squeue has none
     name: str | None = None
+    dependency: str | None = None  # squeue's %E: "afterok:12(unfulfilled)"
 
     @property
     def base_state(self) -> str:
@@ -105,12 +107,37 @@ def state_of(row: JobRow) -> EngineState:
     return EngineState.RUNNING  # RUNNING, COMPLETING, SUSPENDED, SIGNALING, STAGE_OUT, ...
 
 
+#: Slurm's reason for a job it cancelled because a job it depended on cannot end as needed
+#: (``--kill-on-invalid-dep=yes``)
+NEVER_SATISFIED = "DependencyNeverSatisfied"
+
+
+def merged(ended: JobRow | None, live: JobRow | None) -> JobRow | None:
+    """An ended job's record (sacct: its exit code) with squeue's reason where the record
+    has none (``sacct -c`` keeps no reason)."""
+    if ended is None or live is None or ended.reason is not None:
+        return ended or live
+    return dataclasses.replace(ended, reason=live.reason)
+
+
+def _waiting_reason(row: JobRow) -> str | None:
+    """Slurm's REASON; for a dependency, the jobs it waits for (%E: afterok:12(unfulfilled))."""
+    if row.reason != "Dependency" or not row.dependency:
+        return row.reason
+    waits = re.findall(r"afterok:(\d+)\(unfulfilled\)", row.dependency)
+    if not waits:
+        return f"Dependency ({row.dependency})"
+    jobs = f"job {waits[0]} has" if len(waits) == 1 else f"jobs {', '.join(waits)} have"
+    return f"Dependency (it starts once Slurm {jobs} completed)"
+
+
 def status(row: JobRow) -> EngineStatus:
     state = state_of(row)
     if state is EngineState.QUEUED:
-        return EngineStatus(row.engine_id, state, reason=row.reason)
+        return EngineStatus(row.engine_id, state, reason=_waiting_reason(row))
     nodes = tuple(expand_hostlist(row.node_list)) if row.node_list else ()
-    started = timestamp(row.started)
+    # a job cancelled while it waited has a start time (its end's) but never had nodes
+    started = timestamp(row.started) if nodes or state is EngineState.RUNNING else None
     if state is EngineState.RUNNING:
         reason = None if row.base_state == "RUNNING" else row.state
         return EngineStatus(row.engine_id, state, reason=reason, started_at=started,
@@ -118,7 +145,8 @@ def status(row: JobRow) -> EngineStatus:
     code, sig = exit_of(row)
     reason = row.state if row.reason in (None, row.state) else f"{row.state} ({row.reason})"
     return EngineStatus(row.engine_id, state, reason=reason, started_at=started,
-                        ended_at=timestamp(row.ended), exit_code=code, signal=sig, nodes=nodes)
+                        ended_at=timestamp(row.ended), exit_code=code, signal=sig, nodes=nodes,
+                        unmet_dependency=row.reason == NEVER_SATISFIED and not nodes)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:

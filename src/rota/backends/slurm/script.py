@@ -54,7 +54,7 @@ def signal_name(name: str) -> str | None:
 def refusal(job: EngineJob, pool: SlurmPool) -> str | None:
     """Why a Slurm pool cannot honour ``job`` as asked, in one sentence; None when it can."""
     for check in (_command, _gpus, _gpu_memory, _image, _files, _model, _conda, _env,
-                  _signal, _nodes):
+                  _signal, _nodes, _after):
         reason = check(job, pool)
         if reason:
             return reason
@@ -145,6 +145,11 @@ def _nodes(job: EngineJob, pool: SlurmPool) -> str | None:
     return f"nodes must be at least 1, not {job.nodes}" if job.nodes < 1 else None
 
 
+def _after(job: EngineJob, pool: SlurmPool) -> str | None:
+    bad = [i for i in job.after if not i.isdigit()]
+    return f"{', '.join(map(repr, bad))}: not Slurm job ids to wait for" if bad else None
+
+
 # ---------------------------------------------------------------------------- sbatch argv
 
 
@@ -162,6 +167,7 @@ def sbatch_argv(job: EngineJob, pool: SlurmPool, work_dir: str, *,
     argv += _placement(job, pool)
     argv += _resources(job, pool, shards_per_gpu)
     argv += _limits(job)
+    argv += _dependency(job)
     if job.priority > 0:  # later in Rota's order: lower in Slurm's (negative needs an admin)
         argv.append(f"--nice={min(job.priority, MAX_NICE)}")
     return argv
@@ -202,6 +208,14 @@ def _limits(job: EngineJob) -> list[str]:
     where = "B:" if job.nodes == 1 else ""
     return [f"--time={max(1, math.ceil(job.time_limit / 60))}",
             f"--signal={where}{sig}@{grace}"]
+
+
+def _dependency(job: EngineJob) -> list[str]:
+    """Slurm holds the job until each of ``after`` has completed (exit 0), and cancels it
+    (reason DependencyNeverSatisfied) once one cannot, instead of keeping it forever."""
+    if not job.after:
+        return []
+    return [f"--dependency=afterok:{':'.join(job.after)}", "--kill-on-invalid-dep=yes"]
 
 
 # ---------------------------------------------------------------------------- the script
