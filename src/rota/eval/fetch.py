@@ -1,0 +1,137 @@
+"""Bring an evaluation's model (and adapter) to a local folder, once.
+
+A source that needs fetching (an MLflow run's artifact, ``runs:/``, ``models:/``,
+``mlflow-artifacts:``, ``s3://``) is downloaded into its folder unless that folder already
+holds something: a pod's init container or an earlier fetch job (``--fetch-only``) put it
+there. The model's folder is ``ROTA_MODEL_DIR`` when set, else ``SCRATCH/model``; the
+adapter's is ``ROTA_ADAPTER_DIR`` when set, else ``SCRATCH/adapter``. A download goes to a
+hidden sibling first and is moved in when complete, so a fetch cut short is never taken for
+a model. A local folder is used in place; anything else is a name left to the harness
+(Hugging Face).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rota.eval.config import EvalConfig, ModelSource
+from rota.eval.harnesses.base import EvalFailed
+from rota.eval.jobs import MODEL_DIR_ENV, MODEL_TRACKING_ENV, needs_fetch
+
+ADAPTER_DIR_ENV = "ROTA_ADAPTER_DIR"
+_MARKERS = ("config.json", "adapter_config.json")  # a Hugging Face model / peft adapter
+
+
+@dataclass(frozen=True)
+class Fetched:
+    model: str
+    adapter: str | None
+
+
+def resolve(cfg: EvalConfig, scratch: Path, env: Mapping[str, str]) -> Fetched:
+    """The model and adapter as the harness gets them, fetched first where needed."""
+    model = place(cfg.model, Path(env.get(MODEL_DIR_ENV) or scratch / "model"), env)
+    adapter = None
+    if cfg.model.adapter is not None:
+        adapter = place(cfg.model.adapter,
+                        Path(env.get(ADAPTER_DIR_ENV) or scratch / "adapter"), env)
+    return Fetched(model=model, adapter=adapter)
+
+
+def place(source: ModelSource, dst: Path, env: Mapping[str, str]) -> str:
+    if not needs_fetch(source):
+        uri = source.display
+        path = os.path.expanduser(uri.removeprefix("file://"))
+        if os.path.isdir(path):
+            return os.path.abspath(path)
+        if uri.startswith(("/", ".", "~", "file://")):
+            raise EvalFailed(f"no folder {uri}")
+        return uri  # a Hugging Face name
+    if not _filled(dst):
+        print(f"fetching {source.display} into {dst}", flush=True)
+        download(source, dst, env)
+    return str(locate(dst))
+
+
+def download(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
+    part = dst.parent / f".{dst.name}.part-{os.getpid()}"
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    try:
+        uri = source.uri or ""
+        if uri.startswith("s3://"):
+            _s3(uri, part)
+        else:
+            _mlflow(source, part, env)
+        if not _filled(part):
+            raise EvalFailed(f"fetched nothing from {source.display}")
+        dst.mkdir(parents=True, exist_ok=True)  # may be a mount point: move what is inside
+        for child in part.iterdir():
+            os.replace(child, dst / child.name)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+
+
+def locate(folder: Path) -> Path:
+    """The model inside a fetched folder: the folder itself, or its one subfolder (an MLflow
+    artifact folder keeps its name: ``mlflow artifacts download`` gives ``DST/model``)."""
+    if any((folder / m).is_file() for m in _MARKERS):
+        return folder
+    children = [c for c in folder.iterdir() if not c.name.startswith(".")]
+    if len(children) == 1 and children[0].is_dir():
+        return locate(children[0])
+    return folder
+
+
+def _filled(folder: Path) -> bool:
+    return folder.is_dir() and any(not c.name.startswith(".") for c in folder.iterdir())
+
+
+def _mlflow(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
+    try:
+        from mlflow.artifacts import download_artifacts
+    except ImportError:
+        raise EvalFailed(f"fetching {source.display} needs MLflow: pip install "
+                         "'rota[trackers]'") from None
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # fail in seconds, not minutes
+    try:
+        if source.mlflow is not None:
+            download_artifacts(run_id=source.mlflow.run_id,
+                               artifact_path=source.mlflow.artifact_path,
+                               tracking_uri=source.mlflow.tracking_uri, dst_path=str(dst))
+        else:
+            uri = env.get(MODEL_TRACKING_ENV) or env.get("MLFLOW_TRACKING_URI") or None
+            download_artifacts(artifact_uri=source.uri, tracking_uri=uri, dst_path=str(dst))
+    except Exception as e:  # MlflowException, an unreachable server, a missing artifact
+        raise EvalFailed(f"cannot fetch {source.display} from MLflow: "
+                         f"{type(e).__name__}: {_first_line(e)}") from None
+
+
+def _s3(uri: str, dst: Path) -> None:
+    try:
+        import boto3
+    except ImportError:
+        raise EvalFailed(f"fetching {uri} needs boto3: pip install boto3") from None
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    root = dst.resolve()
+    try:
+        s3 = boto3.client("s3")
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
+                path = (root / rel).resolve()
+                if key.endswith("/") or not path.is_relative_to(root):
+                    continue  # a folder marker, or a key that climbs out of dst
+                path.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, key, str(path))
+    except Exception as e:  # botocore's errors: no credentials, no bucket, denied
+        raise EvalFailed(f"cannot fetch {uri}: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:500]

@@ -1,0 +1,65 @@
+"""Held-out loss and perplexity (rota.templates.eval_heldout) on JSON-lines files: the
+config's tasks are the files, one run of the template each, into ``OUT/<file stem>``.
+
+Metrics: ``<file stem>/eval_loss``, ``/perplexity``, ``/eval_tokens``. The template picks
+its own dtype and scores every example: ``limits.dtype`` and ``max_instances`` are not
+used; ``batch_size`` and ``max_length`` are.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rota.eval.config import EvalConfig
+from rota.eval.harnesses.base import (
+    EvalFailed,
+    Harness,
+    Metrics,
+    Target,
+    number,
+    option_args,
+    read_json,
+)
+
+KEYS = ("eval_loss", "perplexity", "eval_tokens")
+
+
+def task_names(cfg: EvalConfig) -> list[str]:
+    names = [Path(t).stem for t in cfg.harness.tasks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise EvalFailed(f"heldout: two data files are named {', '.join(twice)}: results "
+                         "are kept by file name")
+    return names
+
+
+class Heldout(Harness):
+    kind = "heldout"
+
+    def steps(self, cfg: EvalConfig, target: Target) -> list[list[str]]:
+        lim = cfg.harness.limits
+        steps = []
+        for data, name in zip(cfg.harness.tasks, task_names(cfg), strict=True):
+            argv = [sys.executable, "-u", "-m", "rota.templates.eval_heldout",
+                    "--model", target.model, "--data", data, "--out", str(target.out / name),
+                    "--batch-size", str(lim.batch_size)]
+            if lim.max_length is not None:
+                argv += ["--max-len", str(lim.max_length)]
+            if target.adapter:
+                argv += ["--adapter", target.adapter]
+            steps.append(argv + option_args(cfg.harness.args))
+        return steps
+
+    def parse(self, cfg: EvalConfig, out: Path) -> Metrics:
+        metrics: Metrics = {}
+        for name in task_names(cfg):
+            path = out / name / "results.json"
+            if not path.is_file():
+                raise EvalFailed(f"heldout: no results for {name} ({path} is missing)")
+            data = read_json(path)
+            for key in KEYS:
+                f = number(data.get(key)) if isinstance(data, dict) else None
+                if f is not None:
+                    metrics[f"{name}/{key}"] = f
+        return metrics

@@ -1,0 +1,190 @@
+"""python -m rota.eval.run with stand-in harness programs (fast, no torch): failure is
+failure, results are reported once, the model is fetched once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from eval_testing import HELM_GROUPS, config_text, fake_program, run_eval
+
+NO_RESULTS = "sys.exit(0)  # ran, wrote nothing\n"
+CRASH = "raise RuntimeError('CUDA out of memory (stand-in)')\n"
+
+
+def fake_lm_eval(where: Path, body: str) -> dict[str, str]:
+    """An ``lm_eval`` package that shadows the real one for ``python -m lm_eval``."""
+    pkg = where / "fakes" / "lm_eval"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import sys\n" + body)
+    return {"PYTHONPATH": str(where / "fakes")}
+
+
+def fake_helm(where: Path, groups: Path | None) -> dict[str, str]:
+    """helm-run that writes nothing and helm-summarize that copies GROUPS (when given) into
+    OUT/runs/<suite>/groups, as the real one writes it."""
+    bin_dir = where / "bin"
+    fake_program(bin_dir, "helm-run", "print('helm-run', sys.argv[1:])\n")
+    fake_program(bin_dir, "helm-summarize", f"""
+        a = sys.argv
+        suite, out = a[a.index('--suite') + 1], a[a.index('--output-path') + 1]
+        if {str(groups)!r} != 'None':
+            shutil.copytree({str(groups)!r}, os.path.join(out, 'runs', suite, 'groups'))
+        """)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def write_config(tmp_path: Path, **parts: object) -> Path:
+    path = tmp_path / "eval.yaml"
+    path.write_text(config_text(**parts))
+    return path
+
+
+def test_a_harness_that_exits_0_without_results_fails(tmp_path: Path, model: Path) -> None:
+    cfg = write_config(tmp_path, model={"uri": str(model)})
+    stale = tmp_path / "eval-output" / "raw" / "old" / "results_2026-01-01.json"
+    stale.parent.mkdir(parents=True)  # an earlier attempt's results must not count
+    shutil.copy(next(Path(__file__).parent.glob("data/lm_eval/*/results_*.json")), stale)
+    ran = run_eval(tmp_path, "--config", str(cfg), env=fake_lm_eval(tmp_path, NO_RESULTS))
+    assert ran.code == 1
+    assert "lm-eval wrote no results file" in ran.failure
+    assert not any(s.startswith("{") for s in ran.stdout.splitlines())  # no metrics line
+    assert not (tmp_path / "eval-output" / "rota-eval.json").exists()
+
+
+def test_a_harness_that_fails_fails_with_its_reason(tmp_path: Path, model: Path) -> None:
+    cfg = write_config(tmp_path, model={"uri": str(model)})
+    ran = run_eval(tmp_path, "--config", str(cfg), env=fake_lm_eval(tmp_path, CRASH))
+    assert ran.code == 1
+    assert ran.failure == ("rota-eval: FAILED: lm_eval exited with status 1: RuntimeError: "
+                           "CUDA out of memory (stand-in)")
+    assert "Traceback" in ran.stdout  # the harness's own output is in the job's log
+
+
+def test_helm_summary_tables_become_the_job_metrics(tmp_path: Path, model: Path) -> None:
+    cfg = write_config(tmp_path, model={"uri": str(model)},
+                       harness={"kind": "helm", "tasks": ["mmlu:subject=philosophy"]})
+    ran = run_eval(tmp_path, "--config", str(cfg), "--out", str(tmp_path / "o"),
+                   env=fake_helm(tmp_path, HELM_GROUPS))
+    assert ran.code == 0, ran.stderr[-3000:]
+    assert ran.metrics["subject_philosophy/em"] == pytest.approx(1 / 9)
+    assert "helm-run ['--run-entries', 'mmlu:subject=philosophy,model=huggingface/" \
+           "tiny-model'" in ran.stdout  # streamed into the log
+    assert "results not sent to MLflow" in ran.stdout  # no server named anywhere
+    record = json.loads((tmp_path / "o" / "rota-eval.json").read_text())
+    assert record["metrics"] == ran.metrics
+    assert (record["config"], record["harness"], record["tasks"]) == \
+        ("tiny-eval", "helm", ["mmlu:subject=philosophy"])
+    assert record["model"] == str(model) and record["started"] <= record["ended"]
+
+
+def test_empty_helm_tables_are_no_metrics_and_a_failure(tmp_path: Path, model: Path) -> None:
+    empty = tmp_path / "empty-groups"
+    empty.mkdir()
+    for path in HELM_GROUPS.glob("*.json"):
+        tables = json.loads(path.read_text())
+        for table in tables:
+            table["rows"] = []
+        (empty / path.name).write_text(json.dumps(tables))
+    cfg = write_config(tmp_path, model={"uri": str(model)},
+                       harness={"kind": "helm", "tasks": ["mmlu:subject=philosophy"]})
+    ran = run_eval(tmp_path, "--config", str(cfg), env=fake_helm(tmp_path, empty))
+    assert ran.code == 1 and "helm produced no metrics" in ran.failure
+    nothing = run_eval(tmp_path, "--config", str(cfg), env=fake_helm(tmp_path / "b", None))
+    assert nothing.code == 1 and "HELM wrote no summary tables" in nothing.failure
+
+
+def test_a_harness_that_is_not_installed_says_so(tmp_path: Path, model: Path) -> None:
+    if shutil.which("helm-run"):
+        pytest.skip("crfm-helm is installed here")
+    cfg = write_config(tmp_path, model={"uri": str(model)},
+                       harness={"kind": "helm", "tasks": ["boolq"]})
+    ran = run_eval(tmp_path, "--config", str(cfg))
+    assert ran.code == 1 and "cannot run helm-run" in ran.failure
+    assert "is helm-run installed here?" in ran.failure
+
+
+def test_a_bad_or_missing_config_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(config_text(harness={"kind": "lm-eval", "tasks": []}))
+    ran = run_eval(tmp_path, "--config", str(bad))
+    assert ran.code == 2 and "harness: name at least one task" in ran.failure
+    none = run_eval(tmp_path)
+    assert none.code == 2 and "set ROTA_EVAL_CONFIG" in none.failure
+    gone = run_eval(tmp_path, env={"ROTA_EVAL_CONFIG": config_text()})
+    assert gone.code == 1 and "no folder /models/none" in gone.failure
+
+
+def test_fetch_only_fetches_once_into_the_model_folder(tmp_path: Path, model: Path) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    (model / "weights.bin").write_bytes(b"\0" * 1024)
+    uri = f"sqlite:///{tmp_path / 'models.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("models", artifact_location=str(tmp_path / "artifacts"))
+    run_id = client.create_run(exp).info.run_id
+    client.log_artifacts(run_id, str(model), "model")
+    text = config_text(model={"mlflow": {"tracking_uri": uri, "run_id": run_id,
+                                         "artifact_path": "model"}})
+    env = {"ROTA_EVAL_CONFIG": text, "ROTA_MODEL_DIR": str(tmp_path / "shared" / "model")}
+    ran = run_eval(tmp_path, "--fetch-only", env=env)
+    assert ran.code == 0, ran.stderr[-3000:]
+    fetched = tmp_path / "shared" / "model" / "model"  # an artifact folder keeps its name
+    assert (fetched / "weights.bin").read_bytes() == b"\0" * 1024
+    assert f"model ready: {fetched}" in ran.stdout
+    assert not list((tmp_path / "shared").glob(".*part*"))  # no half-fetched leftovers
+    shutil.rmtree(tmp_path / "artifacts")  # a second fetch would fail now: none happens
+    again = run_eval(tmp_path, "--fetch-only", env=env)
+    assert again.code == 0 and "fetching" not in again.stdout, again.stderr[-3000:]
+
+
+def test_a_model_that_cannot_be_fetched_fails(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'models.db'}"
+    text = config_text(model={"mlflow": {"tracking_uri": uri, "run_id": "0123abcd",
+                                         "artifact_path": "model"}})
+    ran = run_eval(tmp_path, "--fetch-only", env={"ROTA_EVAL_CONFIG": text})
+    assert ran.code == 1
+    assert "cannot fetch runs:/0123abcd/model from MLflow" in ran.failure
+    assert not (tmp_path / "eval-output" / "model").exists()
+
+
+def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not shutil.which("git"):
+        pytest.skip("no git here")
+    from rota.eval.config import load_text
+    from rota.eval.run import flat_params, run_tags
+
+    for name in ("ROTA_EVAL_GIT_COMMIT", "ROTA_EVAL_GIT_DIRTY", "ROTA_JOB_ID", "ROTA_POOL"):
+        monkeypatch.delenv(name, raising=False)
+    path = write_config(tmp_path, compute={"pool": "gpu-a", "image": "ghcr.io/x/eval:1"})
+    cfg = load_text(path.read_text())
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "eval.yaml"], ["commit", "-qm", "c"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    tags = run_tags(cfg, str(path))
+    assert (tags["rota.eval.git_commit"], tags["rota.eval.git_dirty"]) == (head, "false")
+    assert (tags["creator"], tags["datasets"], tags["rota.eval.pool"]) == ("ana", "tiny", "gpu-a")
+    assert tags["rota.eval.image"] == "ghcr.io/x/eval:1" and "rota.job_id" not in tags
+    path.write_text(path.read_text() + "# changed\n")
+    assert run_tags(cfg, str(path))["rota.eval.git_dirty"] == "true"
+    monkeypatch.setenv("ROTA_EVAL_GIT_COMMIT", "e" * 40)  # the CLI's word, for a config in env
+    assert run_tags(cfg, None)["rota.eval.git_commit"] == "e" * 40
+    params = flat_params(cfg)
+    assert params["harness.limits.batch_size"] == "8" and params["harness.tasks"] == "tiny_mc"
+    assert params["tracking.tags.datasets"] == "tiny" and params["compute.pool"] == "gpu-a"
