@@ -200,7 +200,8 @@ def _valid(tp: Any, answer: Any) -> None:
 def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     """What the daemon answers about jobs in every state: (type, answer) by name."""
     out: dict[str, tuple[Any, Any]] = {}
-    printer = [sys.executable, "-c", "print('step=1 loss=0.5', flush=True)"]
+    printer = [sys.executable, "-c", "print('step=1 loss=0.5', flush=True); "
+               "print('{\"task/acc\": 0.5}', flush=True)"]
     done = c.submit_full([{"command": printer, "gpus": 0.5, "tags": ["t", "eval"]}])
     out["submit"] = (a.SubmitAnswer, done)
     first = done["jobs"][0]["id"]
@@ -228,7 +229,7 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["metrics"] = (a.MetricsPageAnswer, c.request("GET", f"/v1/jobs/{first}/metrics"))
     out["checkpoints"] = (a.CheckpointsAnswer, c.checkpoints(first))
     out["eval results"] = (a.EvalResultsAnswer, c.eval_results())
-    assert c.eval_results()["runs"][0]["metrics"]  # the printer's loss: not an empty list
+    assert c.eval_results()["runs"][0]["metrics"]  # the printer's task/acc: not empty
     out["render spec"] = (a.RenderAnswer, c.render_spec({"command": ["true"]}, "local"))
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())

@@ -26,7 +26,10 @@ def eval_runs(store: StoreReads, *, name: str | None, model: str | None,
         spec = row.spec
         if model is not None and (spec.get("env") or {}).get("ROTA_EVAL_MODEL") != model:
             continue
-        metrics = last_metrics(store, row.id, row.attempts)
+        # a harness's own numbers are TASK/NAME (rota.eval.run); what else the log parser
+        # found in its output (batch_size=2) is no result
+        metrics = {k: v for k, v in last_metrics(store, row.id, row.attempts).items()
+                   if "/" in k}
         if task is not None:
             metrics = {k: v for k, v in metrics.items() if k.startswith(f"{task}/")}
             if not metrics:

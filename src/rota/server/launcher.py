@@ -236,7 +236,8 @@ class Launcher:
                    ROTA_GRACE_SECONDS=f"{spec.grace:g}",
                    ROTA_EVENTS_FILE=str(events_path(run.status_path)),
                    ROTA_STOP_FILE=str(stop_file(run.status_path)),
-                   ROTA_STOP_SIGNAL=spec.stop_signal)
+                   ROTA_STOP_SIGNAL=spec.stop_signal, ROTA_LOG_PATH=str(run.log_path),
+                   ROTA_POOL=self.settings.pool_set.get(spec.pool)[0])
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"

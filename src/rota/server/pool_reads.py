@@ -61,7 +61,7 @@ def _pool_view(name: str, pool: Pool, health: PoolHealth, caps: Any) -> dict[str
 #: variables the daemon sets for jobs on this machine only: an engine gives its own GPUs,
 #: and the events and stop files are paths on this machine
 LOCAL_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "ROTA_GPU_FRACTION", "ROTA_EVENTS_FILE",
-                            "ROTA_STOP_FILE"})
+                            "ROTA_STOP_FILE", "ROTA_LOG_PATH"})
 
 
 def engine_job(job_id: int, user: str, spec: JobSpec, attempt: int,
