@@ -43,6 +43,8 @@ def test_templates_are_listed_and_their_options_checked(daemon: DaemonProcess) -
     assert r.returncode == 0, r.stderr
     [nano] = [t for t in json.loads(r.stdout) if t["name"] == "nanogpt-shakespeare"]
     assert {"steps", "n_layer", "out", "gpus"} <= {o["name"] for o in nano["options"]}
+    human = cli(daemon, "templates").stdout  # the extras read as written, not as markup
+    assert "pip install 'rota[ml]'" in human and "pip install 'rota[eval,ml]'" in human
     bad = cli(daemon, "submit", "--template", "nanogpt-shakespeare", "--set", "nope=1")
     assert bad.returncode != 0 and "no option 'nope'" in bad.stderr
     bad = cli(daemon, "submit", "--template", "nanogpt-shakespeare", "--set", "steps=many")

@@ -199,15 +199,17 @@ def templates(json_out: bool = typer.Option(False, "--json", help="print JSON"))
                          for o in t.options]} for t in TEMPLATES.values()]
 
     def show(items: list[dict[str, Any]]) -> Group:
+        from rich.markup import escape  # "pip install 'rota[ml]'" is text, not markup
+
         parts: list[Any] = []
         for t in items:
-            table = Table(title=f"{t['name']}: {t['summary']}", title_justify="left",
-                          caption=f"needs {t['needs']}", caption_justify="left",
+            table = Table(title=escape(f"{t['name']}: {t['summary']}"), title_justify="left",
+                          caption=escape(f"needs {t['needs']}"), caption_justify="left",
                           header_style="bold")
             for col in ("option", "default", "meaning"):
                 table.add_column(col, overflow="fold")
             for o in t["options"]:
-                table.add_row(o["name"], str(o["default"]), o["help"])
+                table.add_row(escape(o["name"]), escape(str(o["default"])), escape(o["help"]))
             parts.append(table)
         return Group(*parts)
 

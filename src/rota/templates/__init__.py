@@ -219,7 +219,46 @@ EVAL = Template(
     modules=("torch", "transformers"),
 )
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in (NANOGPT, LORA, EVAL)}
+def _eval_harness(v: dict[str, Any]) -> dict[str, Any]:
+    from rota.templates import eval_harness
+
+    return eval_harness.build(v)
+
+
+EVAL_HARNESS = Template(
+    name="eval-lm-harness",
+    summary="lm-evaluation-harness tasks on a model (a folder, a hub name, or an MLflow/S3 "
+            "model fetched first), optionally with a LoRA adapter; every task/metric to "
+            "Rota and MLflow, and a failed or empty evaluation fails the job",
+    needs="lm-eval, torch and transformers in the job's Python (pip install "
+          "'rota[eval,ml]'); peft for an adapter",
+    options=(
+        Option("name", "eval-lm-harness", "the evaluation's name (its results group by it)"),
+        Option("model", "Qwen/Qwen2.5-0.5B", "a folder, a hub name, runs:/RUN/PATH, "
+                                             "models:/NAME/VERSION or s3://..."),
+        Option("adapter", "", "a LoRA adapter: a folder or an MLflow/S3 URI"),
+        Option("tasks", "arc_easy", "lm-eval tasks, comma-separated"),
+        Option("task_dir", "", "a folder of task YAMLs of your own (lm-eval --include_path)"),
+        Option("num_fewshot", -1, "few-shot examples (-1: each task's default)"),
+        Option("limit", 0, "examples per task at most (0: all)"),
+        Option("batch_size", 8, "examples per forward pass"),
+        Option("dtype", "auto", "auto, float32, float16 or bfloat16"),
+        Option("max_length", 0, "tokens per example (0: the model's)"),
+        Option("device", "", "lm-eval's device: cuda, cpu (default: lm-eval's choice)"),
+        Option("out", "runs/eval-lm-harness", "folder for the harness's output and the "
+                                              "fetched model"),
+        Option("python", sys.executable, "the Python that runs it"),
+        Option("gpus", 1.0, "GPUs (0 for the CPU)"),
+        Option("experiment", "rota-eval", "the MLflow experiment of its run"),
+        Option("creator", "", "tracking tag creator (default: your user name)"),
+        Option("lifecycle", "experimental", "tracking tag lifecycle, e.g. candidate, release"),
+        Option("retries", 1, "retries after a failure"),
+    ),
+    build=_eval_harness,
+    modules=("lm_eval", "torch", "transformers"),
+)
+
+TEMPLATES: dict[str, Template] = {t.name: t for t in (NANOGPT, LORA, EVAL, EVAL_HARNESS)}
 
 
 def get(name: str) -> Template:

@@ -1,0 +1,81 @@
+"""The eval-lm-harness template through a real daemon: lm-evaluation-harness on a tiny
+Llama built here and a task on local JSON lines (nothing downloaded); the job completes,
+its task metrics are in `rota eval results` and in Rota's MLflow run; a task lm-eval does
+not know fails the job with lm-eval's reason."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hf_testing import OFFLINE, attempts_log, build_tiny_llama, finished, job, submit
+from rota_testing import DaemonProcess, wait_until
+
+try:
+    import lm_eval  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+except ImportError:
+    if os.environ.get("ROTA_REQUIRE_TORCH"):
+        raise
+    pytest.skip("needs torch, transformers and lm-eval (pip install 'rota[ml,eval]')",
+                allow_module_level=True)
+
+from test_eval_real import ITEMS, TASK  # the tiny multiple-choice task of the runner's tests
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def task_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    data = folder / "tiny_mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
+    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
+    return folder
+
+
+@pytest.fixture
+def hf_daemon(daemon_factory: type[DaemonProcess]) -> DaemonProcess:
+    return daemon_factory(extra_env=OFFLINE).start()
+
+
+def sets(tiny: Path, task_dir: Path, out: Path, tasks: str = "tiny_mc") -> dict[str, object]:
+    return {"model": tiny, "task_dir": task_dir, "tasks": tasks, "gpus": 0, "device": "cpu",
+            "batch_size": 2, "dtype": "float32", "out": out, "name": "tiny-suite"}
+
+
+def test_the_template_evaluates_and_its_metrics_reach_rota(
+        hf_daemon: DaemonProcess, tiny: Path, task_dir: Path, tmp_path: Path) -> None:
+    job_id = submit(hf_daemon, "eval-lm-harness", tmp_path, **sets(tiny, task_dir,
+                                                                  tmp_path / "out"))
+    done = finished(hf_daemon, job_id, timeout=300)
+    assert "eval:tiny-suite" in done["spec"]["tags"]
+    with hf_daemon.client() as c:
+        runs = wait_until(lambda: c.eval_results(name="tiny-suite")["runs"], 30,
+                          what="the evaluation's results")
+    [run] = runs
+    assert run["id"] == job_id and run["model"] == str(tiny) and run["harness"] == "lm-eval"
+    assert 0.0 <= run["metrics"]["tiny_mc/acc"] <= 1.0, run
+    result = json.loads((tmp_path / "out" / "rota-eval.json").read_text())
+    assert result["metrics"]["tiny_mc/acc"] == run["metrics"]["tiny_mc/acc"]
+
+
+def test_a_task_lm_eval_does_not_know_fails_the_job(
+        hf_daemon: DaemonProcess, tiny: Path, task_dir: Path, tmp_path: Path) -> None:
+    values = {**sets(tiny, task_dir, tmp_path / "out", tasks="no_such_task"), "retries": 0}
+    job_id = submit(hf_daemon, "eval-lm-harness", tmp_path, **values)
+    with pytest.raises(AssertionError):
+        finished(hf_daemon, job_id, timeout=300)
+    assert job(hf_daemon, job_id)["state"] == "failed"
+    assert "rota-eval: FAILED:" in attempts_log(hf_daemon, job_id)
+    assert "no_such_task" in attempts_log(hf_daemon, job_id)
