@@ -61,8 +61,9 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def start_daemon(home: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ROTA_HOME": str(home)}
+def start_daemon(home: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``env``: the daemon's environment (its jobs inherit it); default: this one's."""
+    env = {**(env or os.environ), "ROTA_HOME": str(home)}
     proc = subprocess.Popen([sys.executable, "-m", "rota", "server", "--simulate", "8x80G"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
