@@ -109,7 +109,8 @@ def through_rota(home: Path, env: dict[str, str], argv: list[str]) -> float:
     end = _wait_all_ended(home, ids, timeout=120)
     with RawClient(home / "rota.sock") as c:
         job = c.job(max(ids))  # the evaluation (after its fetch job, if any)
-    SPLITS.setdefault(argv[0], []).append((job["started_at"] - t, end - job["started_at"]))
+    started = float(job["started_at"] or end)
+    SPLITS.setdefault(argv[0], []).append((started - t, end - started))
     return end - t
 
 
