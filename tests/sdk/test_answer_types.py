@@ -35,6 +35,9 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("get", "/v1/pools"): a.PoolsAnswer,
     ("post", "/v1/pools/{name}/render"): a.RenderAnswer,
     ("get", "/v1/eval/results"): a.EvalResultsAnswer,
+    ("post", "/v1/eval/schedules"): a.EvalScheduleAnswer,
+    ("get", "/v1/eval/schedules"): a.EvalSchedulesAnswer,
+    ("delete", "/v1/eval/schedules/{schedule_id}"): a.EvalUnscheduledAnswer,
     ("post", "/v1/jobs/{job_id}/cancel"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/hold"): a.JobStateAnswer,
     ("post", "/v1/jobs/{job_id}/release"): a.JobStateAnswer,
@@ -230,6 +233,15 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["checkpoints"] = (a.CheckpointsAnswer, c.checkpoints(first))
     out["eval results"] = (a.EvalResultsAnswer, c.eval_results())
     assert c.eval_results()["runs"][0]["metrics"]  # the printer's task/acc: not empty
+    config = ("version: 1\nname: typed\nmodel: {uri: /m}\nharness: {kind: heldout, "
+              "tasks: [t.jsonl]}\ntracking: {tags: {creator: a, lifecycle: b}}\n")
+    every = c.eval_schedule({"config": config, "path": "/x/eval.yaml", "every": "1d",
+                             "git_commit": "a" * 40, "git_dirty": False})
+    out["eval schedule"] = (a.EvalScheduleAnswer, every)
+    out["eval schedule watching"] = (a.EvalScheduleAnswer,
+                                     c.eval_schedule({"config": config, "after_job": first}))
+    out["eval schedules"] = (a.EvalSchedulesAnswer, c.eval_schedules())
+    out["eval unschedule"] = (a.EvalUnscheduledAnswer, c.eval_unschedule(every["id"]))
     out["render spec"] = (a.RenderAnswer, c.render_spec({"command": ["true"]}, "local"))
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())

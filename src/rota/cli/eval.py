@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -22,10 +21,17 @@ from rota.errors import NotFound, RotaError
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from rota.answers import EvalResultsAnswer, EvalRunAnswer, RenderAnswer, SubmitAnswer
+    from rota.answers import (
+        EvalResultsAnswer,
+        EvalRunAnswer,
+        EvalScheduleAnswer,
+        EvalSchedulesAnswer,
+        RenderAnswer,
+        SubmitAnswer,
+    )
     from rota.client import RawClient as Client
     from rota.eval.config import EvalConfig
-    from rota.eval.jobs import EvalJobs
+    from rota.eval.submission import Plan
 
 eval_app = typer.Typer(help="Evaluation suites: a versioned config (docs/eval.md) run as "
                             "ordinary jobs on any pool, and their results.",
@@ -33,8 +39,6 @@ eval_app = typer.Typer(help="Evaluation suites: a versioned config (docs/eval.md
 
 JSON = typer.Option(False, "--json", help="print JSON")
 FILE = typer.Argument(..., metavar="FILE", help="an evaluation config (YAML)")
-#: what each job of an evaluation is called in messages
-ROLES = {"fetch": "the model-fetch job", "evaluate": "the evaluation job"}
 
 
 # --- validate ------------------------------------------------------------------------------
@@ -77,45 +81,21 @@ def read_config(file: str) -> tuple[EvalConfig, str]:
 
 
 # --- the jobs of one evaluation ------------------------------------------------------------
-@dataclass(frozen=True)
-class Plan:
-    """An evaluation's jobs for one pool."""
-
-    config: EvalConfig
-    jobs: EvalJobs
-    pool: str
-    work_dir: str
-
-    def specs(self) -> list[tuple[str, dict[str, Any]]]:
-        """(role, spec) in the order they are submitted."""
-        first = [("fetch", self.jobs.fetch)] if self.jobs.fetch is not None else []
-        return [*first, ("evaluate", self.jobs.evaluate)]
-
-
 def plan(c: Client, file: str, pool: str | None, work_dir: str | None) -> Plan:
     """The jobs for ``pool`` (else the config's, else the daemon's default), whose engine
     the daemon names; ``work_dir``: default ./.rota-eval/NAME-UTCTIME."""
-    from rota.eval.jobs import Source, eval_jobs
+    import time
+
+    from rota.eval.jobs import Source
+    from rota.eval.submission import make_plan, work_dir_name
 
     config, text = read_config(file)
     name, engine = pool_engine(c, pool or config.compute.pool)
-    # this machine runs the jobs with this Python; an image or a cluster has its own
-    python = sys.executable if engine == "local" and not config.compute.image else "python"
-    folder = os.path.abspath(work_dir or _default_work_dir(config.name))
+    folder = os.path.abspath(work_dir or os.path.join(
+        ".rota-eval", work_dir_name(config.name, time.time())))
     commit, dirty = git_state(file)
-    jobs = eval_jobs(config, Source(text, commit, dirty), pool_engine=engine, python=python,
-                     work_dir=folder)
-    if pool:
-        for spec in (jobs.fetch, jobs.evaluate):
-            if spec is not None:
-                spec["pool"] = pool
-    return Plan(config, jobs, name, folder)
-
-
-def _default_work_dir(name: str) -> str:
-    from datetime import UTC, datetime
-
-    return os.path.join(".rota-eval", f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}")
+    return make_plan(config, Source(text, commit, dirty), pool=name, engine=engine,
+                     asked_pool=pool, work_dir=folder)
 
 
 def pool_engine(c: Client, asked: str | None) -> tuple[str, str]:
@@ -152,8 +132,9 @@ def git_state(file: str) -> tuple[str | None, bool | None]:
 def about(e: RotaError, role: str, spec: dict[str, Any]) -> RotaError:
     """``e`` saying which job of the evaluation it is about (the daemon's ``jobs[0]: ``
     means that one job)."""
-    e.args = (f"{ROLES[role]} ({spec.get('name')}): {JOB_ITEM.sub('', str(e))}",)
-    return e
+    from rota.eval.submission import naming
+
+    return naming(e, role, spec, JOB_ITEM.sub("", str(e)))
 
 
 # --- submit --------------------------------------------------------------------------------
@@ -174,47 +155,36 @@ def submit(file: str = FILE,
     A model that must be fetched gets a job of its own on no GPU, and the evaluation runs
     after it; on Kubernetes one job does both (its pod's init container fetches the
     model)."""
+    from rota.eval.submission import make_work_dir
+
     with run_cli(json_out=json_out), client() as c:
         p = plan(c, file, pool, work_dir)
-        if "cwd" in p.jobs.evaluate:  # jobs on this machine or a cluster's shared disk
-            os.makedirs(p.work_dir, exist_ok=True)
-        answers = submit_plan(c, p, hold=hold, force=force)
+        make_work_dir(p)
+        answers = submit_answers(c, p, hold=hold, force=force)
         emit({"name": p.config.name, "pool": p.pool, "work_dir": p.work_dir, **answers},
              json_out, _submitted_text)
 
 
-def submit_plan(c: Client, p: Plan, *, hold: bool,
-                force: bool = False) -> dict[str, SubmitAnswer | None]:
-    """Each job, the evaluation ``after`` the fetch job. Nothing half-submitted: when the
-    evaluation is refused, the fetch job is cancelled (and the error says so)."""
+def submit_answers(c: Client, p: Plan, *, hold: bool,
+                   force: bool = False) -> dict[str, SubmitAnswer | None]:
+    """The daemon's answer for each job (rota.eval.submission.submit_plan), its warnings
+    said."""
+    from rota.eval.submission import ROLES, submit_plan
+
     got: dict[str, SubmitAnswer | None] = {"fetch": None}
-    for role, spec in p.specs():
-        spec = {**spec, **({"hold": True} if hold else {})}
-        fetched = got["fetch"]
-        if role == "evaluate" and fetched is not None:
-            spec["after"] = [fetched["jobs"][0]["id"]]
+
+    def send(role: str, spec: dict[str, Any]) -> int:
         try:
             answer = c.submit_full([spec], force=force)
         except RotaError as e:
-            raise _undone(c, about(e, role, spec), fetched) from None
+            raise about(e, role, spec) from None
         got[role] = answer
         for w in answer.get("warnings", []):
             warn(f"{ROLES[role]}: {w}")
+        return answer["jobs"][0]["id"]
+
+    submit_plan(p, send, c.cancel, hold=hold)
     return got
-
-
-def _undone(c: Client, e: RotaError, fetched: SubmitAnswer | None) -> RotaError:
-    """``e``, after cancelling the fetch job already accepted (saying so)."""
-    if fetched is None:
-        return e
-    job = fetched["jobs"][0]["id"]
-    try:
-        c.cancel(job)
-        note = f"the model-fetch job {job} was cancelled"
-    except RotaError as again:
-        note = f"the model-fetch job {job} could not be cancelled: {again}"
-    e.args = (f"{e}; {note}",)
-    return e
 
 
 def _submitted_text(d: dict[str, Any]) -> Plain:
@@ -227,6 +197,86 @@ def _submitted_text(d: dict[str, Any]) -> Plain:
         head = (f"submitted evaluation {d['name']}: job {f} fetches the model, job "
                 f"{ev['id']} evaluates it after {f}{held}")
     return Plain(f"{head}\npool {d['pool']}; work dir {d['work_dir']}")
+
+
+# --- schedules -----------------------------------------------------------------------------
+@eval_app.command()
+def schedule(file: str = FILE,
+             every: str = typer.Option(None, "--every", metavar="DURATION",
+                                       help="a run every DURATION (30m, 6h, 1d), the first "
+                                            "one DURATION from now"),
+             after_job: int = typer.Option(None, "--after-job", metavar="JOB",
+                                           help="one run once JOB completes (none if it "
+                                                "fails)"),
+             on_checkpoint: int = typer.Option(None, "--on-checkpoint", metavar="JOB",
+                                               help="a run for each new checkpoint of JOB, "
+                                                    "whose model it is"),
+             pool: str = typer.Option(None, "--pool", help="default: the config's "
+                                      "compute.pool, else the daemon's default pool"),
+             json_out: bool = JSON) -> None:
+    """Evaluate by itself from now on; the schedule is kept across restarts.
+
+    Exactly one of --every, --after-job and --on-checkpoint. The config is checked now
+    (every bad field named) and read as it is now: later edits of FILE do not change it."""
+    from rota.client._calls import schedule_body
+
+    with run_cli(json_out=json_out), client() as c:
+        config, text = read_config(file)
+        if pool:
+            pool_engine(c, pool)  # NotFound names the pools
+        commit, dirty = git_state(file)
+        body = schedule_body(text, path=os.path.abspath(file), every=every,
+                             after_job=after_job, on_checkpoint=on_checkpoint, pool=pool,
+                             git_commit=commit, git_dirty=dirty)
+        emit(c.eval_schedule(body), json_out,
+             lambda d: Plain(f"evaluation schedule {d['id']}: {config.name}, "
+                             f"{_trigger_text(d)}"))
+
+
+@eval_app.command()
+def schedules(json_out: bool = JSON) -> None:
+    """Your evaluation schedules (an admin's: everyone's)."""
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.eval_schedules(), json_out, _schedules_table)
+
+
+@eval_app.command()
+def unschedule(schedule_id: int = typer.Argument(..., metavar="ID", help="the schedule's id"),
+               json_out: bool = JSON) -> None:
+    """Remove a schedule: no run of it is submitted from now on (its jobs stay)."""
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.eval_unschedule(schedule_id), json_out,
+             lambda d: Plain(f"evaluation schedule {d['id']} removed"))
+
+
+def _trigger_text(d: EvalScheduleAnswer) -> str:
+    from rota.cli.fmt import fmt_time
+    from rota.units import format_duration
+
+    if d["trigger"] == "every":
+        nxt = fmt_time(d["next_at"], short=True) if d["next_at"] is not None else "-"
+        return f"every {format_duration(d['every_s'] or 0)}, next {nxt}"
+    if d["trigger"] == "after_job":
+        return f"once after job {d['job_id']} completes"
+    return f"each new checkpoint of job {d['job_id']}"
+
+
+def _schedules_table(data: EvalSchedulesAnswer) -> RenderableType:
+    if not data["schedules"]:
+        return Plain("no evaluation schedules")
+    from rich.box import SIMPLE_HEAD
+    from rich.table import Table
+
+    from rota.cli.fmt import add_row
+
+    t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
+    for col in ("id", "name", "trigger", "runs", "last job", "enabled"):
+        t.add_column(col, no_wrap=col != "trigger", overflow="fold")
+    for d in data["schedules"]:
+        state = "yes" if d["enabled"] else f"no: {d['disabled_reason'] or '-'}"
+        add_row(t, str(d["id"]), d["name"], _trigger_text(d), str(d["runs"]),
+                str(d["last_job"] or "-"), state)
+    return t
 
 
 # --- render --------------------------------------------------------------------------------
@@ -252,6 +302,8 @@ def render(file: str = FILE,
 
 
 def _rendered(d: dict[str, Any]) -> Plain:
+    from rota.eval.submission import ROLES
+
     parts = [f"# {ROLES[j['role']]} {j['name']} (not submitted: shown as job 0), pool "
              f"{j['pool']} ({j['engine']})\n{j['text'].rstrip()}" for j in d["jobs"]]
     return Plain("\n\n".join(parts))

@@ -20,6 +20,7 @@ from rota.client._times import When
 from rota.client.models import (
     Checkpoints,
     EvalRun,
+    EvalSchedule,
     Event,
     Gpu,
     Health,
@@ -51,6 +52,7 @@ _JOBS = TypeAdapter(list[Job])
 _EVENTS = TypeAdapter(list[Event])
 _GPUS = TypeAdapter(list[Gpu])
 _EVAL_RUNS = TypeAdapter(list[EvalRun])
+_EVAL_SCHEDULES = TypeAdapter(list[EvalSchedule])
 
 
 @dataclass(frozen=True)
@@ -312,3 +314,29 @@ def eval_results(name: str | None, model: str | None, task: str | None,
     params["limit"] = limit
     return Call("GET", "/v1/eval/results", lambda d: _EVAL_RUNS.validate_python(d["runs"]),
                 params=params)
+
+
+def schedule_body(config: str, *, path: str, every: str | float | None,
+                  after_job: JobRef | None, on_checkpoint: JobRef | None, pool: str | None,
+                  git_commit: str | None = None,
+                  git_dirty: bool | None = None) -> dict[str, Any]:
+    """POST /v1/eval/schedules's body (exactly one trigger: the daemon says so otherwise)."""
+    body: dict[str, Any] = {"config": config, "path": path, "every": every, "pool": pool,
+                            "after_job": None if after_job is None else job_id(after_job),
+                            "on_checkpoint": None if on_checkpoint is None
+                            else job_id(on_checkpoint),
+                            "git_commit": git_commit, "git_dirty": git_dirty}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def schedule_eval(body: dict[str, Any]) -> Call[EvalSchedule]:
+    return Call("POST", "/v1/eval/schedules", EvalSchedule.model_validate, json=body)
+
+
+def eval_schedules() -> Call[list[EvalSchedule]]:
+    return Call("GET", "/v1/eval/schedules",
+                lambda d: _EVAL_SCHEDULES.validate_python(d["schedules"]))
+
+
+def unschedule_eval(schedule_id: int) -> Call[None]:
+    return Call("DELETE", f"/v1/eval/schedules/{operator.index(schedule_id)}", lambda _: None)

@@ -20,6 +20,7 @@ from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, Ti
 from rota.client.models import (
     Checkpoints,
     EvalRun,
+    EvalSchedule,
     Event,
     Gpu,
     Health,
@@ -255,3 +256,21 @@ class AsyncClient:
         every metric it reported: of config ``name``, of ``model`` (as the config names
         it), and with ``task`` only metrics named ``TASK/...`` (and runs that have some)."""
         return await self._send(calls.eval_results(name, model, task, limit))
+
+    async def schedule_eval(self, config: str, *, every: str | float | None = None,
+                      after_job: JobRef | None = None, on_checkpoint: JobRef | None = None,
+                      pool: str | None = None, path: str = "") -> EvalSchedule:
+        """Evaluate ``config`` (an evaluation config's YAML) by itself from now on: every
+        ``every`` (seconds, or "1d"), once after job ``after_job`` completes, or on each new
+        checkpoint of job ``on_checkpoint`` (exactly one of them)."""
+        return await self._send(calls.schedule_eval(calls.schedule_body(
+            config, path=path, every=every, after_job=after_job, on_checkpoint=on_checkpoint,
+            pool=pool)))
+
+    async def eval_schedules(self) -> builtins.list[EvalSchedule]:
+        """Your evaluation schedules (an admin's: everyone's), oldest first."""
+        return await self._send(calls.eval_schedules())
+
+    async def unschedule_eval(self, schedule_id: int) -> None:
+        """Remove a schedule of yours: no run of it is submitted from now on."""
+        await self._send(calls.unschedule_eval(schedule_id))

@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rota.core.lifecycle import TERMINAL, JobState
 
 __all__ = [
-    "Attempt", "EvalRun", "Event", "Gpu", "Health", "Identity", "Job", "JobDetail", "JobState",
-    "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason", "Reservation", "Why",
+    "Attempt", "EvalRun", "EvalSchedule", "Event", "Gpu", "Health", "Identity", "Job",
+    "JobDetail", "JobState", "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason",
+    "Reservation", "Why",
 ]
 
 T = TypeVar("T")
@@ -269,3 +270,26 @@ class EvalRun(Model):
     created_at: datetime | None = None
     ended_at: datetime | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class EvalSchedule(Model):
+    """An evaluation that runs by itself (`rota eval schedule`): every so often
+    (``trigger`` "every"), once after a job completes ("after_job"), or on each new
+    checkpoint of a job ("checkpoint")."""
+
+    id: int
+    user: str
+    name: str  # the config's
+    config_path: str
+    git_commit: str | None = None
+    pool: str | None = None
+    trigger: str
+    every_s: float | None = None
+    next_at: datetime | None = None
+    job_id: int | None = None  # the job watched
+    evaluated: list[str] = Field(default_factory=list)  # checkpoints evaluated so far
+    runs: int = 0
+    last_job: int | None = None
+    enabled: bool = True
+    disabled_reason: str | None = None
+    created_at: datetime | None = None

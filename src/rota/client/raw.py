@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         CheckpointsAnswer,
         DrainAnswer,
         EvalResultsAnswer,
+        EvalScheduleAnswer,
+        EvalSchedulesAnswer,
+        EvalUnscheduledAnswer,
         EventAnswer,
         GpuPausedAnswer,
         GpusAnswer,
@@ -245,6 +248,16 @@ class RawClient:
         params = {k: v for k, v in (("name", name), ("model", model), ("task", task))
                   if v is not None}
         return self.request("GET", "/v1/eval/results", params={**params, "limit": limit})
+
+    def eval_schedule(self, body: dict[str, Any]) -> EvalScheduleAnswer:
+        """A new schedule (rota.client._calls.schedule_body makes ``body``)."""
+        return self.request("POST", "/v1/eval/schedules", json=body)
+
+    def eval_schedules(self) -> EvalSchedulesAnswer:
+        return self.request("GET", "/v1/eval/schedules")
+
+    def eval_unschedule(self, schedule_id: int) -> EvalUnscheduledAnswer:
+        return self.request("DELETE", f"/v1/eval/schedules/{int(schedule_id)}")
 
     def shutdown(self) -> ShutdownAnswer:
         return self.request("POST", "/v1/shutdown")

@@ -17,6 +17,7 @@ from rota.client._wire import Timeout, WireTransport, sse_events
 from rota.client.models import (
     Checkpoints,
     EvalRun,
+    EvalSchedule,
     Event,
     Gpu,
     Health,
@@ -253,3 +254,21 @@ class Client:
         every metric it reported: of config ``name``, of ``model`` (as the config names
         it), and with ``task`` only metrics named ``TASK/...`` (and runs that have some)."""
         return self._send(calls.eval_results(name, model, task, limit))
+
+    def schedule_eval(self, config: str, *, every: str | float | None = None,
+                      after_job: JobRef | None = None, on_checkpoint: JobRef | None = None,
+                      pool: str | None = None, path: str = "") -> EvalSchedule:
+        """Evaluate ``config`` (an evaluation config's YAML) by itself from now on: every
+        ``every`` (seconds, or "1d"), once after job ``after_job`` completes, or on each new
+        checkpoint of job ``on_checkpoint`` (exactly one of them)."""
+        return self._send(calls.schedule_eval(calls.schedule_body(
+            config, path=path, every=every, after_job=after_job, on_checkpoint=on_checkpoint,
+            pool=pool)))
+
+    def eval_schedules(self) -> builtins.list[EvalSchedule]:
+        """Your evaluation schedules (an admin's: everyone's), oldest first."""
+        return self._send(calls.eval_schedules())
+
+    def unschedule_eval(self, schedule_id: int) -> None:
+        """Remove a schedule of yours: no run of it is submitted from now on."""
+        self._send(calls.unschedule_eval(schedule_id))

@@ -40,6 +40,7 @@ from rota.errors import StoreError
 from rota.server.backend_set import BackendSet
 from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
+from rota.server.eval_schedules import EvalSchedules
 from rota.server.exits import Exits
 from rota.server.forwarding import forwarded
 from rota.server.job_commands import JobCommands
@@ -100,6 +101,7 @@ class Daemon:
                                  tracking=self.tracking, metrics=self.metrics,
                                  stopper=self.stopper, exits=self.exits, batch=self.batch,
                                  record_after=LAUNCH_RECORD_S)
+        self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -156,6 +158,7 @@ class Daemon:
         self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
                        asyncio.create_task(self._device_loop(), name="devices"),
                        asyncio.create_task(self._outputs_loop(), name="outputs")]
+        self.eval_schedules.start()
         self.kick()
 
     async def stop(self) -> None:

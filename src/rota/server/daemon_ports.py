@@ -28,7 +28,7 @@ from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
 from rota.server.views import HELD, job_view, tracked
 from rota.store.db import redact_url
-from rota.store.repo import JobRecord, Store
+from rota.store.repo import JobRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
 
 #: the states of a job that has not ended: a removed user's jobs in them are cancelled first
@@ -351,6 +351,12 @@ class DaemonPorts:
 
     def delete_secret(self, user: str, name: str) -> None:
         self._d.secrets.delete(user, check_secret_name(name))
+
+    def add_eval_schedule(self, **fields: Any) -> ScheduleRecord:
+        return self._d.store.add_eval_schedule(now=self._d.clock(), **fields)
+
+    def remove_eval_schedule(self, schedule_id: int) -> None:
+        self._d.store.remove_eval_schedule(schedule_id)
 
     def report_worker_requests(self, slot: int, pid: int, totals: Totals) -> None:
         self._d.metrics.worker_requests.report(slot, pid, totals)

@@ -38,6 +38,7 @@ from rota.store.db import make_engine, migrate
 from rota.store.tables import (
     AttemptRow,
     DaemonSettingRow,
+    EvalScheduleRow,
     EventRow,
     GpuSettingRow,
     JobRow,
@@ -55,6 +56,7 @@ _jobs = cast(Table, JobRow.__table__)
 _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
 _metrics = cast(Table, MetricRow.__table__)
+_schedules = cast(Table, EvalScheduleRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -158,6 +160,8 @@ class Queued(NamedTuple):
     tracked: list[int]  # pending or held, and wanting an MLflow run
 
 
+#: An evaluation schedule as read (EvalScheduleRow's columns)
+ScheduleRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -771,3 +775,44 @@ class Store:
             s.execute(delete(SecretRow).where(SecretRow.user == name))
             s.execute(delete(UserRow).where(UserRow.name == name))
         return int(live)
+
+    # --- evaluation schedules (rota.server.eval_schedules) -------------------------------
+    def add_eval_schedule(self, *, now: float, **fields: Any) -> ScheduleRecord:
+        """Store a schedule, enabled; its row back."""
+        values = {"evaluated": [], "runs": 0, "enabled": True, **fields, "created_at": now}
+        with self.transaction() as c:
+            return c.execute(insert(_schedules).returning(*_schedules.c), values).one()
+
+    def eval_schedule(self, schedule_id: int) -> ScheduleRecord:
+        row = None
+        if 0 < schedule_id <= _MAX_ID:
+            with self._reading() as c:
+                row = c.execute(select(_schedules).where(_schedules.c.id == schedule_id)).first()
+        if row is None:
+            raise NotFound(f"no evaluation schedule {schedule_id}")
+        return row
+
+    def eval_schedules(self, *, user: str | None = None,
+                       enabled: bool | None = None) -> list[ScheduleRecord]:
+        """Oldest first; ``user``/``enabled`` None: any."""
+        s = _schedules.c
+        q = select(_schedules).order_by(s.id)
+        if user is not None:
+            q = q.where(s.user == user)
+        if enabled is not None:
+            q = q.where(s.enabled.is_(enabled))
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def update_eval_schedule(self, schedule_id: int, **fields: Any) -> None:
+        """Change a schedule in the open transaction (the daemon's submit of its jobs), or
+        in one of its own."""
+        with self.transaction() as c:
+            c.execute(update(_schedules).where(_schedules.c.id == schedule_id).values(**fields))
+
+    def remove_eval_schedule(self, schedule_id: int) -> None:
+        from sqlalchemy import delete
+
+        with self.transaction() as c:
+            if not c.execute(delete(_schedules).where(_schedules.c.id == schedule_id)).rowcount:
+                raise NotFound(f"no evaluation schedule {schedule_id}")

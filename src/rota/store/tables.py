@@ -183,3 +183,33 @@ class DaemonSettingRow(Base):
 
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class EvalScheduleRow(Base):
+    """An evaluation that runs by itself (`rota eval schedule`): every so often, once
+    after a job completes, or on each new checkpoint of a job. The daemon submits its jobs
+    and moves ``next_at`` (or adds to ``evaluated``) in the same transaction, so a due run
+    is submitted once across restarts; see rota.server.eval_schedules."""
+
+    __tablename__ = "eval_schedules"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(String(100))  # the config's
+    config_text: Mapped[str] = mapped_column(Text)  # the YAML as validated when scheduled
+    config_path: Mapped[str] = mapped_column(Text)
+    git_commit: Mapped[str | None] = mapped_column(String(64))
+    git_dirty: Mapped[bool | None] = mapped_column(Boolean)
+    pool: Mapped[str | None] = mapped_column(String(40))  # None: the config's, else default
+    kind: Mapped[str] = mapped_column(String(20))  # every | after_job | checkpoint
+    every_s: Mapped[float | None] = mapped_column(Float)
+    next_at: Mapped[float | None] = mapped_column(Float)
+    job_id: Mapped[int | None] = mapped_column(Integer)  # the job watched
+    # the checkpoints evaluated so far (paths), for kind checkpoint
+    evaluated: Mapped[list[str]] = mapped_column(JSON, default=list)
+    runs: Mapped[int] = mapped_column(Integer, default=0)  # evaluations submitted
+    last_job: Mapped[int | None] = mapped_column(Integer)  # the last evaluation's job
+    # the due check reads the enabled ones only (ix_eval_schedules_enabled)
+    enabled: Mapped[bool] = mapped_column(Boolean, index=True)
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
