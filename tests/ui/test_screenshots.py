@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_evals_page import submit_eval_runs
 
 from rota_testing import wait_until
 
@@ -124,3 +125,29 @@ def test_pages_of_a_busy_machine(busy: Any, open_page: Callable[..., Any],
     expect(signin.get_by_label("API token")).to_be_focused()
     shots(signin, "signin", full_page=False)
     assert not re.search(SECRET, page.content())
+
+
+# Evaluations as `rota eval submit` runs them: two configs, three models, a LoRA adapter.
+EVAL_RUNS = [
+    ("lm-eval-core", "meta-llama/Llama-3.2-1B",
+     {"arc_easy/acc": 0.6532, "arc_easy/acc_stderr": 0.0098, "hellaswag/acc": 0.4771,
+      "hellaswag/acc_stderr": 0.005, "mmlu/acc": 0.3102, "wikitext/word_perplexity": 11.87}),
+    ("lm-eval-core", "Qwen/Qwen2.5-1.5B",
+     {"arc_easy/acc": 0.7205, "arc_easy/acc_stderr": 0.0092, "hellaswag/acc": 0.5012,
+      "hellaswag/acc_stderr": 0.005, "mmlu/acc": 0.5981, "wikitext/word_perplexity": 10.42}),
+    ("lm-eval-core", "runs:/8c41f0/llama-1b-lora",
+     {"arc_easy/acc": 0.6719, "arc_easy/acc_stderr": 0.0096, "hellaswag/acc": 0.4825,
+      "hellaswag/acc_stderr": 0.005, "mmlu/acc": 0.3377, "wikitext/word_perplexity": 12.31}),
+    ("gsm8k-5shot", "Qwen/Qwen2.5-1.5B",
+     {"gsm8k/exact_match/strict-match": 0.6171, "gsm8k/exact_match_stderr/strict-match": 0.0134}),
+]
+
+
+def test_the_evaluations_page(busy: Any, open_page: Callable[..., Any],
+                              shots: Callable[..., Path]) -> None:
+    submit_eval_runs(busy, EVAL_RUNS)
+    page = open_page(on=busy, hash="#/evals", height=800)
+    expect(page.locator("table.evals tbody tr")).to_have_count(len(EVAL_RUNS))
+    expect(page.locator("figure.ev-chart")).to_have_count(5)
+    page.mouse.move(0, 0)
+    shots(page, "evals")

@@ -2,6 +2,7 @@
 
 import { api, ApiError, getToken, onUnauthorized, setToken } from "./api.js";
 import { h, replace } from "./dom.js";
+import { renderEvals } from "./evals.js";
 import { renderGpus } from "./gpus.js";
 import { renderJob } from "./job.js";
 import { renderPools } from "./pools.js";
@@ -29,6 +30,7 @@ function route() {
   if (first === "jobs") return ["jobs", (el) => renderQueue(el, query)];
   if (first === "gpus") return ["gpus", (el) => renderGpus(el)];
   if (first === "pools") return ["pools", (el) => renderPools(el)];
+  if (first === "evals") return ["evals", (el) => renderEvals(el, query)];
   if (first === "submit") return ["submit", (el) => renderSubmit(el, session)];
   return [null, (el) => replace(el, h("section", { class: "page" },
     h("h1", null, "Not found"),

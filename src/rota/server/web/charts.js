@@ -1,6 +1,7 @@
-// Small SVG line charts (sparklines) for a GPU's last hour. No library: a polyline in a box.
+// Small charts with no library: SVG line charts (a GPU's last hour, a job's metrics) and
+// horizontal bar charts (evaluation runs side by side).
 
-import { s } from "./dom.js";
+import { h, s } from "./dom.js";
 
 const W = 240;
 const H = 44;
@@ -70,4 +71,44 @@ export function lineChart(points, { label = "" } = {}) {
   svg.append(s("polyline", { class: "chart-line", fill: "none", "vector-effect": "non-scaling-stroke",
     points: points.map(([a, b]) => `${x(a)},${y(b)}`).join(" ") }));
   return svg;
+}
+
+/**
+ * The span a bar chart's axis covers: 0..1 when every value is a score in that range, so
+ * charts compare at a glance (a whisker past an end is cut there); otherwise from 0 (or
+ * the lowest value ± its error, below 0) to the highest.
+ */
+export function barScale(items) {
+  const values = items.map((i) => i.value);
+  if (values.every((v) => v >= 0 && v <= 1)) return [0, 1];
+  const ends = items.flatMap((i) => [i.value - (i.err || 0), i.value + (i.err || 0)]);
+  const [lo, hi] = [Math.min(0, ...ends), Math.max(0, ...ends)];
+  return hi > lo ? [lo, hi] : [lo, lo + 1];
+}
+
+function placed(el, from, to) {
+  const [a, b] = [Math.max(0, Math.min(from, to)), Math.min(100, Math.max(from, to))];
+  el.style.setProperty("left", `${a.toFixed(2)}%`);
+  el.style.setProperty("width", `${Math.max(0, b - a).toFixed(2)}%`);
+  return el;
+}
+
+/**
+ * One horizontal bar per item {label, value, text, err, cls, best, title}: a row of HTML
+ * (its label stays readable at any width) with the bar on a shared scale, ± err as a
+ * whisker. `label` is the text alternative: the chart is one image to a screen reader, so
+ * it should carry the values.
+ */
+export function barChart(items, { label = "" } = {}) {
+  const [lo, hi] = barScale(items);
+  const pos = (v) => ((v - lo) / (hi - lo)) * 100;
+  const el = h("div", { class: "bar-chart", role: "img", "aria-label": label });
+  for (const it of items) {
+    const track = h("span", { class: "bar-track" },
+      placed(h("span", { class: ["bar", it.cls, it.best && "bar-best"] }), pos(0), pos(it.value)));
+    if (it.err) track.append(placed(h("span", { class: "bar-err" }), pos(it.value - it.err), pos(it.value + it.err)));
+    el.append(h("div", { class: "bar-row", title: it.title || null },
+      h("span", { class: "bar-label" }, it.label), track, h("span", { class: "bar-value" }, it.text)));
+  }
+  return el;
 }
