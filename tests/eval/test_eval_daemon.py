@@ -1,0 +1,88 @@
+"""`rota eval submit` end to end through a real daemon: the model logged as an artifact of
+a run in a real MLflow store is fetched by the model-fetch job (no GPU), lm-evaluation-harness
+evaluates it in the evaluation job that ran after it, and the results are in `rota eval
+results` and in the job's MLflow run in Rota's own store (nothing downloaded: a tiny Llama
+built here, a task on local JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from eval_testing import config_text
+
+from hf_testing import OFFLINE, attempts_log, build_tiny_llama, finished
+from rota_testing import DaemonProcess
+
+try:
+    import lm_eval  # noqa: F401
+    import mlflow
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+except ImportError:
+    if os.environ.get("ROTA_REQUIRE_TORCH"):
+        raise
+    pytest.skip("needs torch, transformers, lm-eval and mlflow (pip install "
+                "'rota[ml,eval,trackers]')", allow_module_level=True)
+
+from test_eval_real import lm_eval_harness, logged_model  # the runner tests' task and model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def task_dir(tmp_path: Path) -> Path:
+    from test_eval_real import ITEMS, TASK
+
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    data = folder / "tiny_mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
+    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
+    return folder
+
+
+def test_a_model_from_mlflow_is_fetched_by_its_own_job_then_evaluated(
+        daemon_factory: type[DaemonProcess], tiny: Path, task_dir: Path,
+        tmp_path: Path) -> None:
+    d = daemon_factory(extra_env=OFFLINE).start()
+    store = f"sqlite:///{tmp_path / 'models.db'}"
+    run_id = logged_model(store, tiny, tmp_path / "artifacts")
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(config_text(
+        name="tiny-mc", harness=lm_eval_harness(task_dir), compute={"gpus": 0},
+        model={"mlflow": {"tracking_uri": store, "run_id": run_id, "artifact_path": "model"}}))
+    work = tmp_path / "work"
+    r = d.cli("eval", "submit", str(cfg), "--work-dir", str(work), "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    fetch, evaluate = answer["fetch"]["jobs"][0]["id"], answer["evaluate"]["jobs"][0]["id"]
+
+    fetched = finished(d, fetch, timeout=300)
+    done = finished(d, evaluate, timeout=300)
+    assert fetched["spec"]["gpus"] == 0 and done["spec"]["after"] == [fetch]
+    assert done["started_at"] >= fetched["ended_at"]
+    assert f"fetching runs:/{run_id}/model into" in attempts_log(d, fetch)
+    assert "fetching" not in attempts_log(d, evaluate)  # the folder was filled already
+    assert any(work.joinpath("model").rglob("config.json"))
+
+    results = json.loads(d.cli("eval", "results", "--name", "tiny-mc", "--json").stdout)
+    [run] = results["runs"]
+    assert run["id"] == evaluate and run["model"] == f"runs:/{run_id}/model"
+    assert 0.0 <= run["metrics"]["tiny_mc/acc"] <= 1.0
+
+    # the evaluation's MLflow run is the job's own, in Rota's store
+    rota_store = mlflow.MlflowClient(tracking_uri=f"sqlite:///{d.home / 'mlflow.db'}")
+    experiment = rota_store.get_experiment_by_name("evals")
+    assert experiment is not None
+    [mlrun] = rota_store.search_runs([experiment.experiment_id])
+    assert mlrun.data.metrics["tiny_mc/acc"] == run["metrics"]["tiny_mc/acc"]
+    assert mlrun.data.params["model.mlflow.run_id"] == run_id
+    assert mlrun.data.tags["rota.job_id"] == str(evaluate)
