@@ -79,3 +79,53 @@ def fake_program(folder: Path, name: str, body: str) -> Path:
                     + textwrap.dedent(body))
     path.chmod(0o755)
     return path
+
+
+# --- the real harness: a tiny multiple-choice task on local JSON lines ------------------------
+ITEMS = [{"question": "2 + 3 =", "choices": ["5", "7"], "answer": 0},
+         {"question": "The opposite of hot is", "choices": ["warm", "cold"], "answer": 1},
+         {"question": "4 + 9 =", "choices": ["13", "12"], "answer": 0},
+         {"question": "The opposite of up is", "choices": ["down", "left"], "answer": 0}]
+TASK = """\
+task: tiny_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def write_task(folder: Path) -> Path:
+    """The tiny_mc task (its YAML and its data) in ``folder``, for lm-eval's --include_path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "tiny_mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
+    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
+    return folder
+
+
+def require_real_harness() -> None:
+    """At a test module's top: skip it where torch, transformers, lm-eval or mlflow is
+    missing, unless the run requires them (ROTA_REQUIRE_TORCH)."""
+    import pytest
+
+    try:
+        import lm_eval  # noqa: F401
+        import mlflow  # noqa: F401
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        if os.environ.get("ROTA_REQUIRE_TORCH"):
+            raise
+        pytest.skip("needs torch, transformers, lm-eval and mlflow (pip install "
+                    "'rota[ml,eval,trackers]')", allow_module_level=True)

@@ -7,46 +7,20 @@ built here, a task on local JSON lines)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from eval_testing import config_text
+from eval_testing import config_text, require_real_harness
 
-from hf_testing import OFFLINE, attempts_log, build_tiny_llama, finished
+from hf_testing import OFFLINE, attempts_log, finished
 from rota_testing import DaemonProcess
 
-try:
-    import lm_eval  # noqa: F401
-    import mlflow
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-except ImportError:
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    pytest.skip("needs torch, transformers, lm-eval and mlflow (pip install "
-                "'rota[ml,eval,trackers]')", allow_module_level=True)
+require_real_harness()
 
-from test_eval_real import lm_eval_harness, logged_model  # the runner tests' task and model
+import mlflow  # noqa: E402
+from test_eval_real import lm_eval_harness, logged_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture
-def task_dir(tmp_path: Path) -> Path:
-    from test_eval_real import ITEMS, TASK
-
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    data = folder / "tiny_mc.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
-    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
-    return folder
 
 
 def test_a_model_from_mlflow_is_fetched_by_its_own_job_then_evaluated(

@@ -6,64 +6,18 @@ sample, its results in Rota's own MLflow run."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from eval_testing import config_text, run_eval
+from eval_testing import config_text, require_real_harness, run_eval
 
-from hf_testing import build_tiny_llama
+require_real_harness()
 
-try:
-    import lm_eval  # noqa: F401
-    import mlflow
-    import tokenizers  # noqa: F401
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-except ImportError:
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    pytest.skip("needs torch, transformers, lm-eval and mlflow (pip install "
-                "'rota[ml,eval,trackers]')", allow_module_level=True)
+import mlflow  # noqa: E402
 
-from rota.templates import instruct
+from rota.templates import instruct  # noqa: E402
 
 pytestmark = pytest.mark.slow
-ITEMS = [{"question": "2 + 3 =", "choices": ["5", "7"], "answer": 0},
-         {"question": "The opposite of hot is", "choices": ["warm", "cold"], "answer": 1},
-         {"question": "4 + 9 =", "choices": ["13", "12"], "answer": 0},
-         {"question": "The opposite of up is", "choices": ["down", "left"], "answer": 0}]
-TASK = """\
-task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture
-def task_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    data = folder / "tiny_mc.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
-    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
-    return folder
 
 
 def lm_eval_harness(task_dir: Path, *tasks: str) -> dict[str, object]:

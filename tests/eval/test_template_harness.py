@@ -6,42 +6,16 @@ not know fails the job with lm-eval's reason."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from eval_testing import require_real_harness
 
-from hf_testing import OFFLINE, attempts_log, build_tiny_llama, finished, job, submit
+from hf_testing import OFFLINE, attempts_log, finished, job, submit
 from rota_testing import DaemonProcess, wait_until
 
-try:
-    import lm_eval  # noqa: F401
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-except ImportError:
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    pytest.skip("needs torch, transformers and lm-eval (pip install 'rota[ml,eval]')",
-                allow_module_level=True)
-
-from test_eval_real import ITEMS, TASK  # the tiny multiple-choice task of the runner's tests
-
+require_real_harness()
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture
-def task_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    data = folder / "tiny_mc.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS))
-    (folder / "tiny_mc.yaml").write_text(TASK.format(data=data))
-    return folder
 
 
 @pytest.fixture
