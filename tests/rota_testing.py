@@ -115,6 +115,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def running_daemon(home: Path, toml: str | None = None) -> Iterator[DaemonProcess]:
+    """A daemon in ``home`` (with ``toml`` as its rota.toml), stopped after, and every job
+    process it left killed."""
+    if toml is not None:
+        (home / "rota.toml").write_text(toml)
+    d = DaemonProcess(home).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
 def kill_job_processes(home: Path) -> None:
     """Leave no job behind: SIGKILL the local runner of this home with every job it started
     (each its own process group), and every shim whose status file lives in this home."""

@@ -17,7 +17,7 @@ import pytest
 import rota
 from rota.server.log_times import index_path
 from rota.server.outputs import READ_EVERY_S
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, running_daemon, wait_until
 
 #: a line's print time and when the daemon sees it differ by one read interval, and a
 #: little more: the loop's own turn, the print and flush on a shared 2-core machine
@@ -30,13 +30,8 @@ PRINTER = ("import time\n"
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    home = tmp_path_factory.mktemp("logs-window")
-    d = DaemonProcess(home).start()
-    try:
+    with running_daemon(tmp_path_factory.mktemp("logs-window")) as d:
         yield d
-    finally:
-        d.stop()
-        kill_job_processes(home)
 
 
 def printer(d: DaemonProcess, n: int) -> int:

@@ -24,7 +24,7 @@ from rota import Client
 from rota.answers import EvalResultsAnswer, RenderAnswer
 from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.server.api.answer_schemas import pydantic_type
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, running_daemon, wait_until
 
 TOML = """
 [pools.k8s]
@@ -51,13 +51,8 @@ MLFLOW_MODEL = 'mlflow: {tracking_uri: "http://mlflow:5000", run_id: 0a1b2c, art
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("eval")
-    (home / "rota.toml").write_text(TOML.format(home=home))
-    d = DaemonProcess(home).start()
-    try:
+    with running_daemon(home, TOML.format(home=home)) as d:
         yield d
-    finally:
-        d.stop()
-        kill_job_processes(home)
 
 
 def write(folder: Path, text: str, name: str = "eval.yaml") -> Path:

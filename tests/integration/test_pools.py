@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from backends.kubernetes.schemas import validate
-from rota_testing import DaemonProcess, free_port, kill_job_processes
+from rota_testing import DaemonProcess, free_port, running_daemon
 
 SECRET = "tok-9f8e7d-do-not-show"
 TOML = """
@@ -43,14 +43,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("pools")
     no_slurm = home / "no-slurm"  # a Slurm client that is not installed
     no_slurm.mkdir()
-    (home / "rota.toml").write_text(TOML.format(bin_dir=no_slurm, dead_port=free_port(),
-                                                 home=home))
-    d = DaemonProcess(home).start()
-    try:
+    toml = TOML.format(bin_dir=no_slurm, dead_port=free_port(), home=home)
+    with running_daemon(home, toml) as d:
         yield d
-    finally:
-        d.stop()
-        kill_job_processes(home)
 
 
 def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
