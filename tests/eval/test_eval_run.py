@@ -188,3 +188,24 @@ def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
     params = flat_params(cfg)
     assert params["harness.limits.batch_size"] == "8" and params["harness.tasks"] == "tiny_mc"
     assert params["tracking.tags.datasets"] == "tiny" and params["compute.pool"] == "gpu-a"
+
+
+def test_tracking_wandb_logs_the_metrics_to_a_wandb_run(tmp_path: Path, model: Path) -> None:
+    """W&B in offline mode (its own format on disk, nothing sent): the run's records hold
+    every metric and the config's fields."""
+    pytest.importorskip("wandb")
+    text = config_text(model={"uri": str(model)},
+                       harness={"kind": "helm", "tasks": ["mmlu:subject=philosophy"]})
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(text.replace("  experiment: evals\n",
+                                "  experiment: evals\n  wandb: true\n  wandb_project: p\n"))
+    env = {**fake_helm(tmp_path, HELM_GROUPS), "WANDB_MODE": "offline",
+           "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    ran = run_eval(tmp_path, "--config", str(cfg), "--out", str(tmp_path / "o"), env=env)
+    assert ran.code == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    [run_dir] = (tmp_path / "wandb").glob("offline-run-*")
+    [records] = run_dir.glob("run-*.wandb")  # W&B's own record file (protobuf)
+    data = records.read_bytes()
+    for metric in ran.metrics:  # every metric logged, and the config's fields
+        assert metric.encode() in data, metric
+    assert b"harness.tasks" in data and b"mmlu:subject=philosophy" in data
