@@ -13,7 +13,10 @@ shards = 32 slots; LocalRay, a head and a worker node), and on it, in this order
 (b) Rota, once per ``--poll-every`` value (the daemon restarted on the same ROTA_HOME, so
     job ids, hence engine keys, never repeat), its rota.toml holding the pool with
     max_in_flight 10000 (nothing waits in Rota's queue): N trivial jobs as one YAML file
-    (``rota submit -f``) and as a shell loop of ``rota submit --pool P``, from the first
+    (``rota submit -f``: on Slurm one ``sbatch --array``, the jobs being the same but for
+    their command; and, Slurm only, the same file with a variable of its own in each job,
+    which makes each its own ``sbatch``: Rota without arrays) and as a shell loop of
+    ``rota submit --pool P`` (one job a pass: one sbatch each), from the first
     call to the last end as Rota records it (its ended_at: when its poller heard of it)
     and as the engine records it (Slurm: the wall time the completion line appeared, read
     every 50 ms; Ray: its end_time).
@@ -152,7 +155,7 @@ class JobcompWatch:
 
     def __init__(self, path: str) -> None:
         self.path, self._stop = path, threading.Event()
-        self.seen: dict[str, float] = {}
+        self.seen: dict[str, list[float]] = {}  # by job name (an array's tasks share one)
         self._offset = os.path.getsize(path) if os.path.exists(path) else 0
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -170,14 +173,21 @@ class JobcompWatch:
             *lines, buf = (buf + chunk).split(b"\n")
             now = time.time()
             for line in lines:
-                m = re.search(rb"\bName=(rota-\S+)", line)
+                # rota-INSTALL-JOB-ATTEMPT[-array], kept as rota-JOB-ATTEMPT[-array]
+                m = re.search(rb"\bName=rota-(?:[0-9a-f]+-)?(\d+-\d+(?:-array)?)\s", line)
                 if m:
-                    self.seen[m.group(1).decode()] = now
+                    self.seen.setdefault(f"rota-{m.group(1).decode()}", []).append(now)
 
     def last_end(self, keys: list[str]) -> float:
-        wait_for(lambda: all(k in self.seen for k in keys), timeout=30, interval=0.05,
+        """The last completion line of these attempts: each under its own key, or under
+        the key of an array that one of them began (``KEY-array``)."""
+        names = {*keys, *(f"{k}-array" for k in keys)}
+
+        def lines() -> list[float]:
+            return [t for name in names for t in self.seen.get(name, [])]
+        wait_for(lambda: len(lines()) >= len(keys), timeout=30, interval=0.05,
                  what="the jobcomp lines of Rota's jobs")
-        return max(self.seen[k] for k in keys)
+        return max(lines())
 
     def close(self) -> None:
         self._stop.set()
@@ -196,6 +206,7 @@ def slurm_engine() -> Iterator[Engine]:
         try:
             yield Engine("slurm", toml, 0.25, partial(slurm_throughput, slurm),
                          watch.last_end, {"rota submit -f": "sbatch --array",
+                                          SEPARATE: "sbatch loop",
                                           "rota submit loop": "sbatch loop"},
                          ("sbatch", partial(sbatch_one, slurm)),
                          notes=[f"{slurm.gpu_model}, {slurm.slots} slots, tuned"])
@@ -335,10 +346,14 @@ def keys(ids: set[int]) -> list[str]:
     return [f"rota-{i}-1" for i in sorted(ids)]
 
 
-def rota_yaml(home: Path, env: dict[str, str], engine: Engine, n: int) -> dict[str, float]:
+def rota_yaml(home: Path, env: dict[str, str], engine: Engine, n: int,
+              separate: bool = False) -> dict[str, float]:
+    """N jobs in one file; ``separate``: a variable of its own in each, so that no two go
+    as one array (one engine job each)."""
     path = home / "jobs.yaml"
     path.write_text("".join(f'- command: ["true"]\n  pool: {POOL}\n  gpus: {engine.gpus:g}\n'
-                            for _ in range(n)))
+                            + (f'  env: {{BENCH_JOB: "{i}"}}\n' if separate else "")
+                            for i in range(n)))
     t0 = time.time()
     out = subprocess.run([ROTA, "submit", "-f", str(path)], env=env, cwd=home,
                          capture_output=True, text=True, check=True)
@@ -395,13 +410,20 @@ def rota_latency(home: Path, env: dict[str, str], engine: Engine, samples: int,
     return {name: lat_stats(got_rows) for name, got_rows in got.items()}
 
 
+#: The ways of Rota's throughput runs, by the names Engine.pairs gives them.
+SEPARATE = "rota submit -f, one sbatch each"
+WAYS: dict[str, Callable[[Path, dict[str, str], Engine, int], dict[str, float]]] = {
+    "rota submit -f": rota_yaml, SEPARATE: partial(rota_yaml, separate=True),
+    "rota submit loop": rota_loop}
+
+
 def rota_part(engine: Engine, home: Path, poll_every: float, n: int, samples: int
               ) -> dict[str, Any]:
     with rota_daemon(home, engine, poll_every) as env:
-        return {"rota submit -f": rota_yaml(home, env, engine, n),
-                "rota submit loop": rota_loop(home, env, engine, n),
-                "latency": rota_latency(home, env, engine, samples,
-                                                    home / f"lat-{poll_every:g}")}
+        out = {way: WAYS[way](home, env, engine, n) for way in engine.pairs}
+        out["latency"] = rota_latency(home, env, engine, samples,
+                                      home / f"lat-{poll_every:g}")
+        return out
 
 
 # --- figures -----------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ FAKE_SLURM = {
     "squeue": r"""case "$*" in
   *--name=*) ;;
   *%T\|%D*) echo "PENDING|1" ;;
-  *) if [ -e "$(dirname "$0")/cancelled" ]; then echo "4242|CANCELLED|None|N/A|N/A||"
-     else echo "4242|PENDING|Resources|N/A|N/A||"; fi ;;
+  *) if [ -e "$(dirname "$0")/cancelled" ]; then echo "4242|CANCELLED|None|N/A|N/A|||4242"
+     else echo "4242|PENDING|Resources|N/A|N/A|||4242"; fi ;;
 esac""",
     "scancel": 'touch "$(dirname "$0")/cancelled"',
     "scontrol": "true",
@@ -112,7 +112,7 @@ def test_the_pools_page_lists_each_pool_with_its_engines_health(
     # no GPU count from an engine not reached; its message shown whole, as text
     assert message("hpc").startswith("sinfo not found in ") and MARKUP in message("hpc")
     _expect_row(page, "hpc", engine="slurm", up="no", gpus="\u2013",
-                can="multi-node, dependencies, conda", message=message("hpc"))
+                can="multi-node, arrays, dependencies, conda", message=message("hpc"))
     _expect_row(page, "k8s", engine="kubernetes", up=up("k8s"), max="7",
                 message=message("k8s"))
     _expect_row(page, "lab", engine="slurm", up="yes", gpus="4 of 4",

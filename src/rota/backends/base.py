@@ -84,6 +84,15 @@ class NotStarted(ExitInfo):
 
 
 @dataclass(frozen=True, slots=True)
+class TakenBack(ExitInfo):
+    """The end of an attempt its cluster engine took back: it preempted the job, or lost
+    (or could not boot) its node. Not the job's failure: Rota queues it again as after its
+    own preemption, and the next attempt resumes from the job's checkpoint."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Launched:
     handle: Handle
 

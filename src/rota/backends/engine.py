@@ -12,6 +12,12 @@ Crash safety: the daemon commits an attempt before it calls ``submit``, and ever
 job carries :attr:`EngineJob.key` (in its name, label or comment), so that ``find``
 re-finds it after a restart. The daemon asks ``find`` before it submits an attempt whose
 answer it never recorded, so no attempt reaches an engine twice.
+
+Arrays (``capabilities.arrays``, an :class:`ArrayEngine`): first attempts handed over in one
+pass that differ only in their command, name and :data:`TASK_VARIABLES` (a sweep's points)
+go as one engine job whose tasks are Rota's jobs. The group carries one key (its first
+member's, see :func:`array_key`), written in every member's record before the submit, and
+``find_array`` re-finds the tasks by it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+#: Rota's own per-attempt integers in ``EngineJob.env``, the only variables in which the
+#: members of one array may differ: an engine sets each task's own (never a user's value).
+TASK_VARIABLES = ("ROTA_JOB_ID", "ROTA_ATTEMPT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,11 @@ def engine_key(install: str, job_id: int, attempt: int) -> str:
     return f"rota-{install}-{job_id}-{attempt}" if install else f"rota-{job_id}-{attempt}"
 
 
+def array_key(first: EngineJob) -> str:
+    """The key of an array whose first member is ``first``: no single attempt's key."""
+    return f"{first.key}-array"
+
+
 class EngineState(enum.StrEnum):
     QUEUED = "queued"  # the engine has it and has not started it
     RUNNING = "running"
@@ -91,6 +106,9 @@ class EngineStatus:
     # ENDED before it started because a job of ``EngineJob.after`` ended otherwise than
     # needed: not the job's failure (Rota's queue takes it back)
     unmet_dependency: bool = False
+    # ENDED because the engine took it back (preempted it, lost or could not boot its
+    # node): not the job's failure; Rota runs it again, from its checkpoint
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +165,20 @@ class Engine(Protocol):
         ...
 
     def health(self) -> PoolHealth: ...
+
+
+@runtime_checkable
+class ArrayEngine(Engine, Protocol):
+    """An engine that takes several jobs as one (``capabilities.arrays``): the optional
+    part of the protocol the adapter uses for a sweep's first attempts."""
+
+    def submit_array(self, jobs: list[EngineJob], key: str) -> list[str]:
+        """Hand ``jobs`` (identical but for their command, name and TASK_VARIABLES) to the
+        engine as one job carrying ``key``; each job's engine id, in order. Raises
+        BackendError (nothing was submitted, or the engine did not answer)."""
+        ...
+
+    def find_array(self, key: str, count: int) -> list[str] | None:
+        """The engine ids of the ``count`` tasks of the array carrying ``key``, in order,
+        if the engine ever received it."""
+        ...

@@ -10,6 +10,12 @@ jobs unchanged:
   file (``<status_path>.engine``) is written *before* the submit; a launch that finds it
   from an earlier try asks ``engine.find(key)`` first, so an attempt never reaches the
   engine twice. A fresh attempt (no record) skips that round trip.
+- Arrays (an engine with ``capabilities.arrays``): first attempts of one ``launch_later``
+  (or ``launch_many``) that differ only in their command, name and Rota's own per-attempt
+  integers (a sweep's points) go as one engine job (``submit_array``). Every member's record
+  names the group's key, its index and the group's size before the one submit; a later try
+  asks ``find_array`` by that key. Retries, jobs with dependencies and multi-node jobs go
+  alone, as do members whose attempt already has a record.
 - One poller thread per adapter asks ``engine.poll`` about every followed job at once
   every ``poll_every`` seconds, copies new output into the job's log (the engine-side
   offset kept in the record), and makes the job's watch fd readable once it has ended.
@@ -27,14 +33,16 @@ retryable; an engine that fails to answer (unreachable, timing out) gives a retr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import signal as signals
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,9 +57,19 @@ from rota.backends.base import (
     LaunchRequest,
     Located,
     NotStarted,
+    TakenBack,
 )
-from rota.backends.common import KILLED, launch_in_order
-from rota.backends.engine import Engine, EngineJob, EngineState, EngineStatus, engine_key
+from rota.backends.common import KILLED
+from rota.backends.engine import (
+    TASK_VARIABLES,
+    ArrayEngine,
+    Engine,
+    EngineJob,
+    EngineState,
+    EngineStatus,
+    array_key,
+    engine_key,
+)
 from rota.errors import BackendError
 
 log = logging.getLogger("rota.backends.engine")
@@ -62,6 +80,7 @@ _ENDED = (EngineState.ENDED, EngineState.LOST)
 _READS_PER_POLL = 8  # log reads per job per poll while it runs (a chatty job cannot starve)
 _FINAL_READS = 1024  # after its end: the rest of its output, bounded all the same
 _GRACE = 30.0  # EngineJob's default, for a record that lacks it
+_ARRAY_MAX = 1000  # tasks per array (Slurm's MaxArraySize is 1001 by default)
 
 MakeEngine = Callable[[Callable[[str], str]], Engine]
 #: Told an attempt's status path and when its engine started it, if the engine says
@@ -131,6 +150,9 @@ def exit_info(status: EngineStatus | None) -> ExitInfo | None:
     if status.unmet_dependency:
         return NotStarted(None, None, status.ended_at,
                           why=f"its engine dropped it: {status.reason or 'unmet dependency'}")
+    if status.preempted:
+        return TakenBack(status.exit_code, status.signal, status.ended_at,
+                         why=f"its engine ended it: {status.reason or 'preempted'}")
     return ExitInfo(status.exit_code, status.signal, status.ended_at)
 
 
@@ -205,15 +227,143 @@ class EngineBackend:
         return got.handle
 
     def launch_many(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
-        return [self._launch_one(req) for req in reqs]
+        got = dict(self._launch_all(reqs))
+        return [got[i] for i in range(len(reqs))]
 
     def launch_later(self, reqs: list[LaunchRequest],
                      done: Callable[[int, LaunchOutcome], None]) -> bool:
-        """On a worker thread, in order (the engine sees Rota's priority order); each
-        outcome posted to the event loop as soon as it is known."""
-        launch_in_order(reqs, self._launch_one, done)
+        """On a worker thread, in order (the engine sees Rota's priority order; an array
+        goes where its first member is); each outcome posted to the event loop as soon as
+        it is known."""
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
+            for i, got in self._launch_all(reqs):
+                loop.call_soon_threadsafe(done, i, got)
+
+        loop.run_in_executor(None, work)
         return True
 
+    def _launch_all(self, reqs: list[LaunchRequest]) -> Iterator[tuple[int, LaunchOutcome]]:
+        """Each request's outcome by its index, group by group."""
+        for group in self._groups(reqs):
+            if len(group) == 1:
+                yield group[0], self._launch_one(reqs[group[0]])
+            else:
+                yield from zip(group, self._launch_group([reqs[i] for i in group]),
+                               strict=True)
+
+    # --- arrays ---------------------------------------------------------------------------
+    def _groups(self, reqs: list[LaunchRequest]) -> list[list[int]]:
+        """The requests' indices, in groups that may go as one array, in order of each
+        group's first member."""
+        out: list[list[int]] = []
+        open_groups: dict[str, list[int]] = {}
+        arrays = self.engine.capabilities.arrays and isinstance(self.engine, ArrayEngine)
+        for i, req in enumerate(reqs):
+            shape = self._array_shape(req) if arrays else None
+            group = open_groups.get(shape) if shape is not None else None
+            if group is None or len(group) >= _ARRAY_MAX:
+                group = []
+                out.append(group)
+                if shape is not None:
+                    open_groups[shape] = group
+            group.append(i)
+        return out
+
+    @staticmethod
+    def _array_shape(req: LaunchRequest) -> str | None:
+        """What members of one array share (all but their command, name and Rota's own
+        integers); None for an attempt that goes alone."""
+        job = req.engine_job
+        if job is None or job.attempt != 1 or job.nodes != 1 or job.after \
+                or not all(job.env.get(v, "0").isdigit() for v in TASK_VARIABLES) \
+                or state_path(req.status_path).exists():  # tried before: it goes alone
+            return None
+        shared = dataclasses.replace(job, job_id=0, name="", argv=(), env={
+            k: v for k, v in job.env.items() if k not in TASK_VARIABLES})
+        secrets = hashlib.sha256(json.dumps(  # equal values, without keeping them
+            sorted((var, req.env.get(var, "")) for var in job.secret_env)).encode())
+        return json.dumps([dataclasses.asdict(shared), secrets.hexdigest()], sort_keys=True,
+                          default=str)
+
+    def _launch_group(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
+        """Members the engine refuses fail alone; the rest go as one array (or alone, when
+        only one is left)."""
+        got: dict[int, LaunchOutcome] = {}
+        ok: list[int] = []
+        for i, req in enumerate(reqs):
+            try:
+                self.check(req)
+                ok.append(i)
+            except BackendError as e:
+                got[i] = LaunchFailed(str(e))
+        if len(ok) == 1:
+            got[ok[0]] = self._launch_one(reqs[ok[0]])
+        elif ok:
+            got.update(zip(ok, self._launch_array([reqs[i] for i in ok]), strict=True))
+        return [got[i] for i in range(len(reqs))]
+
+    def _launch_array(self, reqs: list[LaunchRequest]) -> list[LaunchOutcome]:
+        """Every member's record first (the group's key, its index), then one submit."""
+        jobs = [self._engine_job(req) for req in reqs]
+        key = array_key(jobs[0])
+        records = []
+        try:
+            for index, (req, job) in enumerate(zip(reqs, jobs, strict=True)):
+                record = self._new_record(req, job)
+                record.update(array=key, index=index, size=len(jobs))
+                _write_record(state_path(req.status_path), record)
+                records.append(record)
+            ids = self._submit_array(reqs, jobs, key)
+        except (BackendError, OSError) as e:
+            return [LaunchFailed(str(e), retryable=True) for _ in reqs]
+        except Exception as e:  # a defect must not leave the launches unanswered
+            log.exception("jobs %s: array launch on %s failed", [r.job_id for r in reqs],
+                          self.name)
+            return [LaunchFailed(f"job {r.job_id}: {e}", retryable=True) for r in reqs]
+        return [self._member_submitted(req, record, eid)
+                for req, record, eid in zip(reqs, records, ids, strict=True)]
+
+    def _member_submitted(self, req: LaunchRequest, record: dict[str, Any],
+                          engine_id: str) -> LaunchOutcome:
+        try:
+            return Launched(self._submitted(req, record, engine_id))
+        except OSError as e:  # as for one job: its record could not be written
+            return LaunchFailed(f"job {req.job_id}: {e}", retryable=True)
+
+    def _submit_array(self, reqs: list[LaunchRequest], jobs: list[EngineJob],
+                      key: str) -> list[str]:
+        engine = self.engine
+        assert isinstance(engine, ArrayEngine)
+        named: list[EngineJob] = []
+        values: dict[str, str] = {}
+        for req, job in zip(reqs, jobs, strict=True):
+            job, secret = self._job_with_secrets(req, job)
+            named.append(job)
+            values.update(secret)
+        self._secrets.update(values)
+        try:
+            ids = engine.submit_array(named, key)
+        finally:
+            for name in values:
+                self._secrets.pop(name, None)
+        if len(ids) != len(jobs):
+            raise BackendError(f"{self.name} answered {len(ids)} ids for {len(jobs)} jobs")
+        return ids
+
+    def _find_id(self, record: dict[str, Any], key: str) -> str | None:
+        """The engine's id of the attempt whose record this is, asked by its key (or its
+        array's key and its index there)."""
+        array = record.get("array")
+        if array is None:
+            return self.engine.find(key)
+        if not isinstance(self.engine, ArrayEngine):
+            raise BackendError(f"{self.name} cannot find array {array}: it has no arrays")
+        ids = self.engine.find_array(str(array), int(record["size"]))
+        return None if ids is None else ids[int(record["index"])]
+
+    # --- one attempt ------------------------------------------------------------------------
     def _launch_one(self, req: LaunchRequest) -> LaunchOutcome:
         try:
             self.check(req)
@@ -234,16 +384,22 @@ class EngineBackend:
         record = _read_record(path)
         engine_id: str | None = None
         if record is None:
-            record = {"key": job.key, "engine_id": None, "grace": job.grace,
-                      "log_path": str(req.log_path), "offset": 0,
-                      "log_size": self._start_log(req)}
+            record = self._new_record(req, job)
             _write_record(path, record)
         else:
-            engine_id = record.get("engine_id") or self.engine.find(job.key)
+            engine_id = record.get("engine_id") or self._find_id(record, job.key)
         if engine_id is None:
             engine_id = self._submit(req, job)
+        return self._submitted(req, record, engine_id)
+
+    def _new_record(self, req: LaunchRequest, job: EngineJob) -> dict[str, Any]:
+        return {"key": job.key, "engine_id": None, "grace": job.grace,
+                "log_path": str(req.log_path), "offset": 0, "log_size": self._start_log(req)}
+
+    def _submitted(self, req: LaunchRequest, record: dict[str, Any], engine_id: str) -> Handle:
+        """The engine's id in the attempt's record, and the attempt followed from now on."""
         record["engine_id"] = engine_id
-        _write_record(path, record)
+        _write_record(state_path(req.status_path), record)
         handle = self._handle(str(req.status_path), record)
         self._follow(handle, record)
         return handle
@@ -448,8 +604,8 @@ class EngineBackend:
 
     def _find(self, status_path: str) -> Handle | None:
         record = _read_record(state_path(status_path)) or {}
-        engine_id = record.get("engine_id") or self.engine.find(
-            str(record.get("key") or key_of(status_path, self.install)))
+        engine_id = record.get("engine_id") or self._find_id(
+            record, str(record.get("key") or key_of(status_path, self.install)))
         return None if engine_id is None else self._handle(status_path,
                                                            {**record, "engine_id": engine_id})
 

@@ -58,9 +58,12 @@ class Exited:
 
     code: int | None
     signal: int | None = None
+    why: str = ""  # how it ended when not by itself (its engine ended it: NODE_FAIL)
 
     @property
     def how(self) -> str:
+        if self.why:
+            return self.why
         return f"exit code {self.code}" if self.code is not None else \
             f"killed by signal {self.signal}"
 

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from rota.backends.base import ExitInfo, NotStarted
+from rota.backends.base import ExitInfo, NotStarted, TakenBack
 from rota.backends.common import reap
 from rota.core.lifecycle import JobState
 from rota.core.outcome import (
@@ -157,6 +157,9 @@ class Exits:
         end: Exited | NeverStarted = Exited(info.exit_code, info.signal)
         if isinstance(info, NotStarted):  # its engine dropped it for an unmet dependency
             end = NeverStarted(info.why, waits=True)
+        elif isinstance(info, TakenBack):  # its engine preempted it or lost its node
+            end = Exited(info.exit_code, info.signal, why=info.why)
+            run.stop_reason = run.stop_reason or StopReason.PREEMPT  # as Rota's preemption
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, self.table.state(run.job_id), outcome, end, now)
         reason = outcome.reason if isinstance(outcome, Cancelled | TimedOut | Requeue) \

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from rota.backends.base import LaunchRequest
 from rota.backends.engine import (
     EngineCapabilities,
     EngineJob,
@@ -89,3 +91,12 @@ class FakeEngine:
 
     def count(self, op: str) -> int:
         return sum(1 for name, _ in self.calls if name == op)
+
+
+def request(home: Path, job: EngineJob, env: dict[str, str] | None = None) -> LaunchRequest:
+    """The launcher's request for ``job``'s attempt, in its layout under ``home``."""
+    return LaunchRequest(
+        job_id=job.job_id, attempt=job.attempt, argv=list(job.argv), shell=job.shell,
+        env=env or {}, cwd=None, conda=None, log_path=home / "logs" / f"{job.job_id}.log",
+        status_path=home / "status" / f"{job.job_id}-{job.attempt}.json", session_name="",
+        log_header=f"=== rota: job {job.job_id} attempt {job.attempt}", engine_job=job)

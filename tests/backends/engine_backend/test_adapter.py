@@ -8,7 +8,7 @@ import json
 import os
 import select
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +19,16 @@ from rota.backends.engine_backend import EngineBackend, OnStart, key_of, state_p
 from rota.errors import BackendError
 from rota_testing import wait_until
 
-from .fake import FakeEngine
+from .fake import FakeEngine, request
 
 
 class Cluster:
     """One fake cluster that outlives the adapters (daemons) built over it."""
 
-    def __init__(self, home: Path) -> None:
-        self.home = home
+    def __init__(self, home: Path,
+                 make_engine: Callable[[Callable[[str], str]], FakeEngine] = FakeEngine,
+                 ) -> None:
+        self.home, self.make_engine = home, make_engine
         self.engine: FakeEngine | None = None
         self.adapters: list[EngineBackend] = []
 
@@ -34,7 +36,7 @@ class Cluster:
                 on_start: OnStart | None = None) -> EngineBackend:
         def make(secrets):  # type: ignore[no-untyped-def]
             if self.engine is None:
-                self.engine = FakeEngine(secrets)
+                self.engine = self.make_engine(secrets)
             self.engine.secrets = secrets  # the new daemon's lookup
             return self.engine
         a = EngineBackend("hpc", make, poll_every=poll_every, install=install,
@@ -52,13 +54,7 @@ class Cluster:
             home: Path | None = None) -> LaunchRequest:
         job = EngineJob(job_id=job_id, attempt=attempt, name=f"j{job_id}", argv=("train",),
                         secret_env=secret_env or {}, grace=12.0, install=install)
-        home = home or self.home
-        return LaunchRequest(
-            job_id=job_id, attempt=attempt, argv=["train"], shell=False, env=env or {},
-            cwd=None, conda=None, log_path=home / "logs" / f"{job_id}.log",
-            status_path=home / "status" / f"{job_id}-{attempt}.json",
-            session_name="", log_header=f"=== rota: job {job_id} attempt {attempt}",
-            engine_job=job)
+        return request(home or self.home, job, env)
 
 
 @pytest.fixture

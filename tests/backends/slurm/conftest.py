@@ -32,13 +32,14 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"no private Slurm here: {reason}")
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[PrivateSlurm]:
+def private_slurm(**settings: str) -> Iterator[PrivateSlurm]:
+    """The tests' cluster, with ``settings`` on top (slurm.conf's), for a fixture to yield
+    from; skipped (or failed, see the module) where it cannot start."""
     if os.geteuid() != 0:
         _unavailable("slurmctld and slurmd run as root here, and this is not root")
     # KillWait: seconds from a cancel's SIGTERM to its SIGKILL (30 by default)
     cluster = PrivateSlurm(tuned=True, gpus=2, jobs_per_gpu=4, nodes=2,
-                           settings={"KillWait": "2"})
+                           settings={"KillWait": "2", **settings})
     try:
         cluster.start()
     except (BaselineError, OSError) as exc:
@@ -48,6 +49,11 @@ def slurm() -> Iterator[PrivateSlurm]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[PrivateSlurm]:
+    yield from private_slurm()
 
 
 @pytest.fixture(scope="module")

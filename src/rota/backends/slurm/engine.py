@@ -25,6 +25,7 @@ cluster's KillWait, 30 s by default; a SIGKILL through scancel takes that same p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pwd
@@ -50,12 +51,14 @@ log = logging.getLogger(__name__)
 _SLURM_INPUT_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SACCT_",
                          "SINFO_", "SCANCEL_", "SCONTROL_")
 _SQUEUE_FIELDS = ("engine_id", "state", "reason", "started", "ended", "node_list",
-                  "dependency")
+                  "dependency", "raw_id")
 _SACCT_FIELDS = ("engine_id", "name", "state", "exit_code", "started", "ended", "node_list")
 _SACCT_FORMAT = "JobID,JobName,State,ExitCode,Start,End,NodeList"
 _SINFO_FORMAT = "NodeList:0|,StateLong:0|,Gres:0|,GresUsed:0|"
 _UNKNOWN_JOB = "Invalid job id specified"
+_NO_TASK = "not found"  # scontrol on an array's task that Slurm dropped: "Job 12_0 not found"
 _CHUNK = 500  # ids per squeue/sacct call
+_RAW_IDS_KEPT = 100_000  # array tasks whose own job id is remembered
 _LOG_READ_MAX = 8 * 1024 * 1024
 _EPOCH = "2000-01-01"  # sacct --starttime for find: every record there is
 #: sacct's sources of ended jobs, in order: accounting (slurmdbd), the completion log.
@@ -82,13 +85,14 @@ class SlurmEngine:
         self.pool = pool
         self.work_dir = os.path.abspath(pool.work_dir or work_dir)
         self.capabilities = EngineCapabilities(fractional_gpus=pool.shards, multi_node=True,
-                                               conda=True, dependencies=True)
+                                               conda=True, dependencies=True, arrays=True)
         self.timeout = timeout
         self._secrets = secrets
         self._env = _command_env(pool)
         self._user = pwd.getpwuid(os.getuid()).pw_name
         self._records: str | None = None  # where ended jobs are read: a _RECORDS key, "none"
         self._shards: int | None = None
+        self._raw_ids: dict[str, str] = {}  # an array task's id -> its own job id (squeue %A)
 
     # ------------------------------------------------------------------ translation
 
@@ -114,13 +118,33 @@ class SlurmEngine:
     # ------------------------------------------------------------------ submit and find
 
     def submit(self, job: EngineJob) -> str:
+        self._check_submit(job)
+        self._check_after(job)
+        return self._sbatch(job, self._sbatch_argv(job),
+                            script.batch_script(job, script.conda_path(job)))
+
+    def submit_array(self, jobs: list[EngineJob], key: str) -> list[str]:
+        """One ``sbatch --array``: task i runs ``jobs[i]`` (the adapter groups only jobs
+        that differ in their command, name and TASK_VARIABLES, with no dependencies)."""
+        first = jobs[0]
+        for job in jobs:
+            self._check_submit(job)
+        argv = script.sbatch_argv(first, self.pool, self.work_dir, array=(key, len(jobs)),
+                                  shards_per_gpu=self._shards_per_gpu()
+                                  if 0 < first.gpus < 1 else None)
+        array_id = self._sbatch(first, argv,
+                                script.array_script(jobs, key, script.conda_path(first)))
+        return _tasks(array_id, len(jobs))
+
+    def _check_submit(self, job: EngineJob) -> None:
         reason = self.refusal(job)
         if reason:
             raise BackendError(f"job {job.job_id}: {reason}")
-        self._check_after(job)
+
+    def _sbatch(self, job: EngineJob, argv: list[str], batch: str) -> str:
+        """sbatch with ``job``'s environment; the id it answers."""
         os.makedirs(script.log_dir(self.work_dir), exist_ok=True)
-        out = self._run("sbatch", self._sbatch_argv(job), env=self._job_env(job),
-                        stdin=script.batch_script(job, script.conda_path(job)))
+        out = self._run("sbatch", argv, env=self._job_env(job), stdin=batch)
         engine_id = out.strip().split(";", 1)[0]  # --parsable: "id" or "id;cluster"
         if not engine_id.isdigit():
             raise BackendError(f"sbatch answered {out.strip()!r}, not a job id")
@@ -158,12 +182,22 @@ class SlurmEngine:
             ids = [r.engine_id for r in self._records_by_name(key)]
         return min(ids, key=int) if ids else None
 
+    def find_array(self, key: str, count: int) -> list[str] | None:
+        """The tasks of the array named ``key``. Its id is the array's (%F); in sacct's
+        records, the smallest id with that name (tasks get theirs after the array's)."""
+        out = self._run("squeue", ["-h", "-t", "all", "-r", f"--user={self._user}",
+                                   f"--name={key}", "-o", "%F"])
+        ids = [i for i in out.split() if i.isdigit()]
+        if not ids:
+            ids = [r.engine_id.split("_", 1)[0] for r in self._records_by_name(key)]
+        return _tasks(min(ids, key=int), count) if ids else None
+
     # ------------------------------------------------------------------ poll
 
     def poll(self, engine_ids: list[str]) -> dict[str, EngineStatus]:
         live = {r.engine_id: r for r in self._squeue(engine_ids)}
         need = [i for i in engine_ids if i not in live or live[i].ended_here]
-        ended = {r.engine_id: r for r in self._records_by_id(need)} if need else {}
+        ended = self._ended(need) if need else {}
         out: dict[str, EngineStatus] = {}
         for eid in engine_ids:
             row = parse.merged(ended.get(eid), live.get(eid))
@@ -176,15 +210,33 @@ class SlurmEngine:
         return out
 
     def _squeue(self, ids: list[str]) -> list[parse.JobRow]:
+        """``-r``: an array's tasks one a line, by ``ARRAY_TASK`` ids; %A: a started task's
+        own job id, remembered (the completion log knows the task by that id only)."""
         rows: list[parse.JobRow] = []
         for chunk in _chunks(ids):
-            out = self._run("squeue", ["-h", "-t", "all", "-j", ",".join(chunk),
-                                       "-o", "%i|%T|%r|%S|%e|%N|%E"], ok=(_UNKNOWN_JOB,))
+            out = self._run("squeue", ["-h", "-t", "all", "-r", "-j", ",".join(chunk),
+                                       "-o", "%i|%T|%r|%S|%e|%N|%E|%A"], ok=(_UNKNOWN_JOB,))
             rows += parse.rows(out, _SQUEUE_FIELDS)
+        for row in rows:
+            if "_" in row.engine_id and row.raw_id and parse.state_of(row) is not \
+                    EngineState.QUEUED:  # a queued task shares the array's record
+                self._raw_ids[row.engine_id] = row.raw_id
+        while len(self._raw_ids) > _RAW_IDS_KEPT:  # the oldest tasks' ends are long read
+            del self._raw_ids[next(iter(self._raw_ids))]
         return rows
 
+    def _ended(self, ids: list[str]) -> dict[str, parse.JobRow]:
+        """The records of ended jobs; an array's task asked for by its own job id where
+        known (``sacct -c`` takes ``12_3`` for job 12), its row named as Rota follows it."""
+        asked = {self._raw_ids.get(i, i): i for i in ids}
+        out: dict[str, parse.JobRow] = {}
+        for row in self._records_by_id(list(asked)):
+            eid = asked.get(row.engine_id, row.engine_id)
+            out[eid] = dataclasses.replace(row, engine_id=eid)
+        return out
+
     def _scontrol(self, eid: str) -> parse.JobRow | None:
-        out = self._run("scontrol", ["show", "job", "-o", eid], ok=(_UNKNOWN_JOB,))
+        out = self._run("scontrol", ["show", "job", "-o", eid], ok=(_UNKNOWN_JOB, _NO_TASK))
         return parse.scontrol_row(out)
 
     # ------------------------------------------------------------------ records of ended jobs
@@ -221,7 +273,8 @@ class SlurmEngine:
         sig = script.signal_name(signal)
         if sig is None:
             raise BackendError(f"unknown signal {signal!r}")
-        out = self._run("squeue", ["-h", "-j", engine_id, "-o", "%T|%D"], ok=(_UNKNOWN_JOB,))
+        out = self._run("squeue", ["-h", "-r", "-j", engine_id, "-o", "%T|%D"],
+                        ok=(_UNKNOWN_JOB,))
         state, _, nodes = out.strip().partition("|")
         if not state or state in parse.ENDED_STATES:
             return
@@ -243,7 +296,7 @@ class SlurmEngine:
             log.debug("slurm job %s: kill after grace: %s", engine_id, exc)
 
     def read_log(self, engine_id: str, offset: int) -> bytes:
-        if not engine_id.isdigit():
+        if not script.is_job_id(engine_id):
             raise BackendError(f"{engine_id!r} is not a Slurm job id")
         try:
             with open(script.log_path(self.work_dir, engine_id), "rb") as fh:
@@ -300,6 +353,11 @@ class SlurmEngine:
                 return ""
             raise BackendError(f"{prog} failed (exit {proc.returncode}): {msg}")
         return proc.stdout
+
+
+def _tasks(array_id: str, count: int) -> list[str]:
+    """The ids of an array's tasks (``ARRAY_ID_INDEX``), as squeue, sacct and scancel take."""
+    return [f"{array_id}_{index}" for index in range(count)]
 
 
 def _chunks(ids: list[str]) -> list[list[str]]:

@@ -21,6 +21,9 @@ ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_F
 #: Node states whose free GPUs can take a job (sinfo's StateLong, flags stripped).
 USABLE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 _NO_VALUE = frozenset({"", "N/A", "Unknown", "None", "(null)", "None assigned"})
+#: Ends that are the cluster's doing, not the job's: Slurm preempted it, or its node failed
+#: or never booted. With --no-requeue Slurm ends the job; Rota runs it again.
+TAKEN_BACK_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class JobRow:
     exit_code: str | None = None  # "code:signal"; squeue has none
     name: str | None = None
     dependency: str | None = None  # squeue's %E: "afterok:12(unfulfilled)"
+    raw_id: str | None = None  # squeue's %A: an array task's own job id once it has one
 
     @property
     def base_state(self) -> str:
@@ -68,7 +72,10 @@ def scontrol_row(stdout: str) -> JobRow | None:
     kv = dict(re.findall(r"(\w+)=(\S*)", stdout))
     if "JobId" not in kv:
         return None
-    return JobRow(engine_id=kv["JobId"], state=kv.get("JobState", "UNKNOWN"),
+    task = kv.get("ArrayTaskId", "")
+    engine_id = f"{kv['ArrayJobId']}_{task}" if task.isdigit() and "ArrayJobId" in kv \
+        else kv["JobId"]  # an array's task by the id Rota follows it by
+    return JobRow(engine_id=engine_id, state=kv.get("JobState", "UNKNOWN"),
                   reason=_value(kv.get("Reason")), started=_value(kv.get("StartTime")),
                   ended=_value(kv.get("EndTime")), node_list=_value(kv.get("NodeList")),
                   exit_code=_value(kv.get("ExitCode")), name=kv.get("JobName"))
@@ -124,7 +131,7 @@ def _waiting_reason(row: JobRow) -> str | None:
     """Slurm's REASON; for a dependency, the jobs it waits for (%E: afterok:12(unfulfilled))."""
     if row.reason != "Dependency" or not row.dependency:
         return row.reason
-    waits = re.findall(r"afterok:(\d+)\(unfulfilled\)", row.dependency)
+    waits = re.findall(r"afterok:(\d+(?:_\d+)?)\(unfulfilled\)", row.dependency)
     if not waits:
         return f"Dependency ({row.dependency})"
     jobs = f"job {waits[0]} has" if len(waits) == 1 else f"jobs {', '.join(waits)} have"
@@ -146,7 +153,8 @@ def status(row: JobRow) -> EngineStatus:
     reason = row.state if row.reason in (None, row.state) else f"{row.state} ({row.reason})"
     return EngineStatus(row.engine_id, state, reason=reason, started_at=started,
                         ended_at=timestamp(row.ended), exit_code=code, signal=sig, nodes=nodes,
-                        unmet_dependency=row.reason == NEVER_SATISFIED and not nodes)
+                        unmet_dependency=row.reason == NEVER_SATISFIED and not nodes,
+                        preempted=row.base_state in TAKEN_BACK_STATES)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:

@@ -6,6 +6,9 @@ holds only the job's command, quoted by :func:`shlex.join`, and Rota's own integ
 Environment values never appear in either: the engine hands them to sbatch through its
 process environment and ``--export=ALL`` copies them into the job (see engine.py).
 
+A sweep's first attempts may go as one job array (:func:`array_script`): one ``case`` branch
+per task, each the task's own quoted command, with Rota's own per-task integers exported.
+
 Single-node jobs ``exec`` the command, so it *is* the batch shell: ``--signal=B:SIG@grace``
 (batch shell only) and ``scancel --full`` reach it directly, with no shell in between that
 would defer the signal. Multi-node jobs ``exec srun`` the command once per node; their
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import shlex
 import signal
+from collections.abc import Sequence
 
 from rota.backends.common import conda_exe
-from rota.backends.engine import EngineJob
+from rota.backends.engine import TASK_VARIABLES, EngineJob
 from rota.pools import SlurmPool
 
 MIB = 1024 * 1024
@@ -29,6 +34,8 @@ MAX_SIGNAL_TIME = 65535  # sbatch --signal: sig_time is 0..65535 seconds
 MAX_NICE = 2147483645  # Slurm's largest --nice
 #: Variables sbatch or srun read as their own options: a job must not set them.
 RESERVED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+#: A Slurm job id, or one task of an array (``12_3``).
+JOB_ID = re.compile(r"\d+(_\d+)?")
 
 
 def log_dir(work_dir: str) -> str:
@@ -36,8 +43,13 @@ def log_dir(work_dir: str) -> str:
 
 
 def log_path(work_dir: str, engine_id: str) -> str:
-    """The one file a job's stdout and stderr go to (``%j`` is its Slurm id)."""
+    """The one file a job's stdout and stderr go to (``%j`` is its Slurm id; an array's
+    task writes ``%A_%a``: the array's id and its index, the task's engine id)."""
     return posixpath.join(log_dir(work_dir), f"{engine_id}.log")
+
+
+def is_job_id(text: str) -> bool:
+    return JOB_ID.fullmatch(text) is not None
 
 
 def signal_name(name: str) -> str | None:
@@ -146,7 +158,7 @@ def _nodes(job: EngineJob, pool: SlurmPool) -> str | None:
 
 
 def _after(job: EngineJob, pool: SlurmPool) -> str | None:
-    bad = [i for i in job.after if not i.isdigit()]
+    bad = [i for i in job.after if not is_job_id(i)]
     return f"{', '.join(map(repr, bad))}: not Slurm job ids to wait for" if bad else None
 
 
@@ -154,16 +166,23 @@ def _after(job: EngineJob, pool: SlurmPool) -> str | None:
 
 
 def sbatch_argv(job: EngineJob, pool: SlurmPool, work_dir: str, *,
-                shards_per_gpu: int | None = None) -> list[str]:
+                shards_per_gpu: int | None = None, array: tuple[str, int] | None = None,
+                ) -> list[str]:
     """The sbatch argv (without the program) for ``job``; the script goes on stdin.
 
     ``shards_per_gpu`` is the cluster's (read from sinfo by the engine): a fraction f of a
-    GPU becomes ``--gres=shard:ceil(f * shards_per_gpu)``.
+    GPU becomes ``--gres=shard:ceil(f * shards_per_gpu)``. ``array``: (the group's key, its
+    number of tasks) when ``job`` is the first of a job array's identical members.
+    ``--no-requeue``: one attempt is one Slurm job; Rota runs it again itself when Slurm
+    preempts it or loses its node.
     """
-    log = log_path(work_dir.replace("%", "%%"), "%j")  # %j: sbatch's job id pattern
-    argv = [*pool.sbatch_args, "--parsable", f"--job-name={job.key}", f"--comment={job.key}",
+    key, pattern = (job.key, "%j") if array is None else (array[0], "%A_%a")
+    log = log_path(work_dir.replace("%", "%%"), pattern)  # sbatch's patterns, not ours
+    argv = [*pool.sbatch_args, "--parsable", f"--job-name={key}", f"--comment={key}",
             f"--output={log}", f"--error={log}", "--open-mode=append",
-            f"--chdir={job.cwd or work_dir}", "--export=ALL"]
+            f"--chdir={job.cwd or work_dir}", "--export=ALL", "--no-requeue"]
+    if array is not None:
+        argv.append(f"--array=0-{array[1] - 1}")
     argv += _placement(job, pool)
     argv += _resources(job, pool, shards_per_gpu)
     argv += _limits(job)
@@ -251,6 +270,21 @@ def batch_script(job: EngineJob, conda: str | None = None) -> str:
         ]
     else:
         lines.append(f"exec {cmd}")
+    return "\n".join(lines) + "\n"
+
+
+def array_script(jobs: Sequence[EngineJob], key: str, conda: str | None = None) -> str:
+    """The batch script of a job array: each task ``exec``s its own job's quoted command,
+    picked by ``$SLURM_ARRAY_TASK_ID``, with Rota's own integers of that job exported."""
+    lines = ["#!/bin/sh", f"# Rota jobs {', '.join(str(j.job_id) for j in jobs)}, attempt 1, "
+             f"as one job array ({key})", 'case "$SLURM_ARRAY_TASK_ID" in']
+    for index, job in enumerate(jobs):
+        exports = " ".join(f"{var}={job.env[var]}" for var in TASK_VARIABLES
+                           if job.env.get(var, "").isdigit())
+        lines.append(f"{index}) " + (f"export {exports}; " if exports else "")
+                     + f"exec {shlex.join(command(job, conda))} ;;")
+    lines += ['*) echo "rota: no task $SLURM_ARRAY_TASK_ID in this array" >&2; exit 2 ;;',
+              "esac"]
     return "\n".join(lines) + "\n"
 
 
