@@ -85,16 +85,21 @@ BAD = textwrap.dedent("""\
       uri: /models/qwen
     harness:
       kind: lm-eval
-      tasks: [arc_easy]
+      tasks: [arc_easy, two words]
       limits: {batch_size: eight}
-    compute: {gpus: 1, gpu: 2}
+    compute:
+      gpus: -1
+      gpu: 2
+      memory: 12 apples
+      time_limit: soon
     """)
 
 
 def test_every_bad_field_is_named_with_its_path_and_line(daemon: DaemonProcess,
                                                          tmp_path: Path) -> None:
-    """Missing fields, a wrong type, both model sources, an unknown field and a bad name:
-    all of them at once, each on its own line."""
+    """Missing fields, a wrong type, both model sources, an unknown field, a bad name, a
+    bad list item, a GPU count out of range and unreadable units (memory, time limit): all
+    of them at once, each on its own line with its full path."""
     f = write(tmp_path, BAD)
     r = daemon.cli("eval", "validate", str(f))
     assert r.returncode == 2 and r.stdout == ""
@@ -102,9 +107,15 @@ def test_every_bad_field_is_named_with_its_path_and_line(daemon: DaemonProcess,
     assert set(lines) == {
         f"{f}:2: name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.-]{{0,99}}$'",
         f"{f}:4: model: give exactly one of mlflow (a run's artifact) and uri",
+        f"{f}:8: harness.tasks.1: String should match pattern '^[^\\s,]+$'",
         f"{f}:9: harness.limits.batch_size: Input should be a valid integer, unable to "
         "parse string as an integer",
-        f"{f}:10: compute.gpu: Extra inputs are not permitted",
+        f"{f}:11: compute.gpus: Input should be greater than or equal to 0",
+        f"{f}:12: compute.gpu: Extra inputs are not permitted",
+        f"{f}:13: compute.memory: cannot read '12 apples' as a memory size (GiB unless a "
+        "unit is given: 20, 20G, 512M)",
+        f"{f}:14: compute.time_limit: cannot read 'soon' as a duration (like 2h, 30m, "
+        "1h30m, 90s)",
         f"{f}:1: tracking: missing",
     }, r.stderr
     got = json.loads(daemon.cli("eval", "validate", str(f), "--json").stdout)

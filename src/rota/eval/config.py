@@ -21,6 +21,8 @@ but for reading the file: nothing is fetched or run here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -46,12 +48,25 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 def _memory(v: Any) -> Any:
     from rota.units import parse_memory
 
-    v = parse_memory_person(v, field="memory")
-    return parse_memory(v, field="memory") if isinstance(v, str) else v
+    with _as_value_error():
+        v = parse_memory_person(v, field="memory")
+        return parse_memory(v, field="memory") if isinstance(v, str) else v
 
 
 def _seconds(v: Any) -> Any:
-    return parse_duration(v) if isinstance(v, str) else v
+    with _as_value_error():
+        return parse_duration(v) if isinstance(v, str) else v
+
+
+@contextmanager
+def _as_value_error() -> Iterator[None]:
+    """A unit parser's InvalidSpec as the ValueError pydantic collects (with the field's
+    full path and line), its own ``field: `` prefix dropped: the path says which."""
+    try:
+        yield
+    except InvalidSpec as e:
+        field = f"{e.field}: " if e.field else ""
+        raise ValueError(str(e).removeprefix(field)) from None
 
 
 Memory = Annotated[int, BeforeValidator(_memory), Field(gt=0)]
