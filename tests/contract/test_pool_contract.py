@@ -2,9 +2,10 @@
 machine (``local``), containers on it (``--image``, a private dockerd), a Slurm cluster
 and a Ray cluster (the private ones of tests/backends).
 
-Each pool, the same cases: a job's exit code and output, a failure, a cancel of a running
-job, a time limit, a retry, and a job re-found after the daemon was SIGKILLed while it ran
-(never started twice)."""
+Each pool, the same cases: a job's exit code and output, a failure, `rota logs -f` to the
+job's end with the metrics read from its output, a cancel of a running job, a time limit, a
+retry, and a job re-found after the daemon was SIGKILLed while it ran (never started
+twice)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,34 @@ def test_exit_code_and_output(pool: tuple[str, DaemonProcess], tmp_path: Path) -
     assert attempt["backend"] == BACKENDS[name]  # where it really ran
     failed = _ended(d, bad)
     assert (failed["state"], failed["exit_code"]) == ("failed", 3), failed
+
+
+#: a training-style loop; its command line holds no ``name=number`` pair (Ray's log echoes
+#: the command, which must add no metric of its own)
+LOSSES = ("0.9", "0.7", "0.5")
+LOOP = ("i=0; for l in " + " ".join(LOSSES) + "; do i=$((i+1)); "
+        'echo "step=$i loss=$l"; sleep 0.4; done')
+
+
+def test_logs_follow_to_the_end_and_metrics_come_from_the_output(
+        pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
+    _, d = pool
+    job = _submit(d, tmp_path, "--", "sh", "-c", LOOP)
+    follow = d.cli("logs", "-f", str(job), timeout=120)  # raises if it does not end by itself
+    assert follow.returncode == 0, follow.stderr
+    lines = follow.stdout.splitlines()
+    want = [f"step={n} loss={loss}" for n, loss in enumerate(LOSSES, 1)]
+    assert [line for line in lines if line in want] == want, follow.stdout
+    assert _job(d, job)["state"] == "completed"
+
+    def losses() -> list[list[Any]] | None:
+        r = d.cli("metrics", str(job), "--json")
+        assert r.returncode == 0, r.stderr
+        points = json.loads(r.stdout)["series"].get("loss", [])
+        return points if len(points) >= len(LOSSES) else None
+
+    points = wait_until(losses, 30, every=0.2, what="the loss values in the job's metrics")
+    assert [(p[0], p[1]) for p in points] == [(n, float(v)) for n, v in enumerate(LOSSES, 1)]
 
 
 def test_cancel_stops_a_running_job(pool: tuple[str, DaemonProcess], tmp_path: Path) -> None:
