@@ -6,6 +6,7 @@ honour it. Against the private Slurm of tests/backends/slurm."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -74,6 +75,38 @@ def test_the_pool_holds_at_most_max_in_flight_and_the_rest_wait_in_rotas_order(
     for job_id in ids[1:]:
         daemon.cli("cancel", str(job_id))
         assert wait_end(daemon, job_id)["state"] == "cancelled"
+
+
+JOBS_YAML = """
+jobs:
+  - command: sh -c 'echo yaml-on-slurm $SLURM_JOB_ID'
+    gpus: 0
+    pool: hpc
+  - command: sh -c 'echo yaml-here'
+    gpus: 0
+  - command: sh -c 'echo yaml-on-slurm-too $SLURM_JOB_ID'
+    gpus: 0
+    pool: hpc
+"""
+
+
+def test_a_yaml_file_sends_the_items_naming_a_pool_there_and_the_others_here(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    (tmp_path / "jobs.yaml").write_text(JOBS_YAML)
+    r = daemon.cli("submit", "-f", "jobs.yaml", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    hpc, here, hpc_too = (int(j["id"]) for j in json.loads(r.stdout)["jobs"])
+    for job_id, pool, backend in ((hpc, "hpc", "slurm:hpc"), (here, None, "local"),
+                                  (hpc_too, "hpc", "slurm:hpc")):
+        done = wait_end(daemon, job_id)
+        assert (done["state"], done["spec"]["pool"]) == ("completed", pool), done
+        [attempt] = done["attempts_detail"]
+        assert attempt["backend"] == backend, done
+    slurm_out = daemon.cli("logs", str(hpc)).stdout
+    assert "handed to slurm:hpc" in slurm_out, slurm_out
+    [line] = [x for x in slurm_out.splitlines() if x.startswith("yaml-on-slurm ")]
+    assert line.split()[1].isdigit(), line  # Slurm's job id: it ran under Slurm
+    assert "yaml-here" in daemon.cli("logs", str(here)).stdout.splitlines()
 
 
 @pytest.mark.parametrize(("args", "words"), [
