@@ -213,7 +213,10 @@ ALL_REDUCE = textwrap.dedent("""
 
 
 def test_gang_all_reduce_over_gloo(engine: RayEngine) -> None:
-    pytest.importorskip("torch")
+    if os.environ.get("ROTA_REQUIRE_TORCH"):  # CI: a missing torch fails, never skips
+        import torch  # noqa: F401
+    else:
+        pytest.importorskip("torch")
     eid = engine.submit(a_job((PY, "-c", ALL_REDUCE), nodes=2, cpus=1))
     st = ended(engine, eid, timeout=120)
     log = log_of(engine, eid)
