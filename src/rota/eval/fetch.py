@@ -112,12 +112,16 @@ def _mlflow(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
 
 
 def _s3(uri: str, dst: Path) -> None:
+    """Every object under the URI's prefix into ``dst``, keeping the folders below it.
+    boto3 finds the credentials and the endpoint as it always does (``AWS_*``, including
+    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for an S3-compatible server)."""
     try:
         import boto3
     except ImportError:
-        raise EvalFailed(f"fetching {uri} needs boto3: pip install boto3") from None
+        raise EvalFailed(f"fetching {uri} needs boto3: pip install 'rota[eval]'") from None
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     root = dst.resolve()
+    got = 0
     try:
         s3 = boto3.client("s3")
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -125,12 +129,18 @@ def _s3(uri: str, dst: Path) -> None:
                 key = obj["Key"]
                 rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
                 path = (root / rel).resolve()
-                if key.endswith("/") or not path.is_relative_to(root):
-                    continue  # a folder marker, or a key that climbs out of dst
+                if key.endswith("/"):
+                    continue  # a folder marker
+                if not path.is_relative_to(root) or path == root:
+                    print(f"rota-eval: skipped s3://{bucket}/{key}: outside {uri}", flush=True)
+                    continue  # another prefix's key (models/tiny2/...), or one climbing out
                 path.parent.mkdir(parents=True, exist_ok=True)
                 s3.download_file(bucket, key, str(path))
+                got += 1
     except Exception as e:  # botocore's errors: no credentials, no bucket, denied
         raise EvalFailed(f"cannot fetch {uri}: {type(e).__name__}: {_first_line(e)}") from None
+    if not got:
+        raise EvalFailed(f"no model at {uri}: no objects under that prefix")
 
 
 def _first_line(e: BaseException) -> str:

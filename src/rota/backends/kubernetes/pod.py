@@ -20,21 +20,32 @@ SCRATCH = "/scratch"
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU feature discovery's label, in MiB
 
-# A fixed program: bucket, key and destination arrive as argv, never in its text.
+# A fixed program: bucket, key and destination arrive as argv, never in its text. boto3
+# finds credentials and endpoint in the usual AWS_* variables (AWS_ENDPOINT_URL_S3 for an
+# S3-compatible server). Run against a real S3 server in tests/eval/test_eval_s3.py.
 _S3_FETCH = """\
 import os, sys, boto3
-bucket, _, prefix = sys.argv[1][len("s3://"):].partition("/")
-dst, s3 = os.path.realpath(sys.argv[2]), boto3.client("s3")
+uri = sys.argv[1]
+bucket, _, prefix = uri[len("s3://"):].partition("/")
+dst, s3, got = os.path.realpath(sys.argv[2]), boto3.client("s3"), 0
 for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
     for obj in page.get("Contents", []):
         key = obj["Key"]
         rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
         path = os.path.realpath(os.path.join(dst, rel))
-        if key.endswith("/") or not path.startswith(dst + os.sep):
-            continue  # a folder marker, or a key that climbs out of dst
+        if key.endswith("/"):
+            continue  # a folder marker
+        if not path.startswith(dst + os.sep):
+            print("skipped s3://%s/%s: outside %s" % (bucket, key, uri), flush=True)
+            continue  # another prefix's key (models/tiny2/...), or one climbing out of dst
         os.makedirs(os.path.dirname(path), exist_ok=True)
         s3.download_file(bucket, key, path)
+        got += 1
+if not got:
+    sys.exit("no model at %s: no objects under that prefix" % uri)
+print("fetched %d file(s) from %s into %s" % (got, uri, dst), flush=True)
 """
+
 
 def literal(text: str) -> str:
     """``text`` as Kubernetes passes it: it expands ``$(VAR)`` in command, args and env
