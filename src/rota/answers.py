@@ -146,6 +146,7 @@ class SpecAnswer(TypedDict):
     shell: bool
     gpus: float
     gpu_mem: int | None
+    gpu_type: str | None  # on this machine, allowed_gpus holds the GPUs of that type
     llm: str | None
     priority: int
     allowed_gpus: list[int] | None

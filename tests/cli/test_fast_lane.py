@@ -52,6 +52,8 @@ SAME = [
     ("submit", ["--gpus", "0.5", "--name=n", "--hold", "python", "a.py", "--gpus", "3"]),
     ("submit", ["--env", "A=1", "--env", "B=2", "--after", "3", "--after", "4", "--", "x"]),
     ("submit", ["--gpu-mem", "20G", "--priority", "-3", "--time-limit", "2h", "--", "x"]),
+    ("submit", ["--gpu-type", "A100", "--gpus", "2", "--", "x"]),
+    ("submit", ["--gpu-type=NVIDIA-H100", "python", "a.py", "--gpu-type", "T4"]),
     ("submit", ["--no-mlflow", "--tag", "a", "--preemptible", "true"]),
     ("submit", ["--mlflow", "--retries", "2", "--retry-backoff", "10s", "--", "x"]),
     ("submit", ["-f", "jobs.yaml"]),
@@ -68,6 +70,7 @@ DECLINED = [
     ("submit", ["--gpus", "lots", "--", "x"]),
     ("submit", ["--nonsense", "--", "x"]),
     ("submit", ["--name"]),
+    ("submit", ["--gpu-type"]),
     ("queue", ["--limit", "0"]),  # below its min: Typer words the error
     ("queue", ["-aw"]),
     ("show", []),

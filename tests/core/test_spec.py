@@ -77,6 +77,8 @@ def test_a_shell_job_is_one_script_string() -> None:
     ({"files": {"/etc/a.yaml": "x" * 1_100_000}}, "files"),
     ({"model": "runs:/a b"}, "model"),
     ({"model_dir": "models"}, "model_dir"),
+    ({"gpu_type": "A100 80GB"}, "gpu_type"),
+    ({"gpu_type": ""}, "gpu_type"),
 ])
 def test_a_field_error_names_the_field(fields: dict[str, Any], field: str) -> None:
     err = error_of(**fields)
@@ -99,6 +101,27 @@ def test_an_error_between_fields_names_them(fields: dict[str, Any], words: list[
 
 def test_a_fraction_of_one_gpu_with_fewer_allowed_gpus_is_fine() -> None:
     assert spec(gpus=0.5, allowed_gpus=[3]).allowed_gpus == [3]
+
+
+def test_a_gpu_type_is_kept_as_given() -> None:
+    assert spec(gpu_type="A100").gpu_type == "A100"
+    assert spec(gpu_type="NVIDIA-A100-SXM4-80GB", gpus=0.5).gpu_type == "NVIDIA-A100-SXM4-80GB"
+    assert spec(gpu_type="rtx_4090.v2").gpu_type == "rtx_4090.v2"
+    assert spec().gpu_type is None
+
+
+@pytest.mark.parametrize("bad", ["A100 80GB", "a100;rm", "-A100", "A100-", "A" * 64, "Ä100",
+                                 "a/b", ""])
+def test_a_gpu_type_is_letters_digits_and_dashes_dots_underscores(bad: str) -> None:
+    err = error_of(gpu_type=bad)
+    assert err.field == "gpu_type"
+    assert "1-63 letters, digits, '-', '_' and '.'" in str(err), str(err)
+
+
+def test_a_gpu_type_without_gpus_is_refused_in_a_sentence() -> None:
+    message = str(error_of(gpu_type="A100", gpus=0))
+    assert "gpu_type 'A100' names a kind of GPU but gpus=0 asks for none" in message
+    assert "give gpus (e.g. 1), or drop gpu_type" in message
 
 
 def test_an_unknown_field_is_named() -> None:
@@ -148,6 +171,7 @@ def test_the_content_hash_ignores_hold_tags_and_name(bookkeeping: dict[str, Any]
 @pytest.mark.parametrize("change", [
     {"command": ["python", "eval.py"]}, {"gpus": 2}, {"gpu_mem": "10G"},
     {"env": {"SEED": "1"}}, {"allowed_gpus": [1]}, {"priority": 3}, {"cwd": "/data"},
+    {"gpu_type": "A100"},
 ])
 def test_the_content_hash_sees_what_runs_and_where(change: dict[str, Any]) -> None:
     assert spec(**change).content_hash() != spec().content_hash()

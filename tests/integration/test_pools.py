@@ -143,6 +143,29 @@ def test_render_for_slurm_and_ray_quotes_the_command_and_refuses_what_it_cannot_
     assert refused.returncode != 0 and "shard" in refused.stderr, refused.stderr
 
 
+def test_a_gpu_type_goes_to_each_engine_in_its_words(daemon: DaemonProcess) -> None:
+    """No GPU here is an A100: the job waits for a cluster (held), rendered for each."""
+    job = daemon.submit("--pool", "hpc", "--hold", "--gpus", "2", "--gpu-type", "A100",
+                        "--", "python", "train.py")
+    shown = json.loads(daemon.cli("show", str(job), "--json").stdout)["spec"]
+    assert (shown["gpu_type"], shown["allowed_gpus"], shown["pool"]) == ("A100", None, "hpc")
+    slurm = daemon.cli("render", str(job), "--pool", "hpc")
+    assert slurm.returncode == 0, slurm.stderr
+    assert "--gres=gpu:A100:2" in slurm.stdout.split(), slurm.stdout  # an sbatch option
+    k8s = daemon.cli("render", str(job), "--pool", "k8s")
+    assert k8s.returncode == 0, k8s.stderr
+    [work] = [d for d in yaml.safe_load_all(k8s.stdout) if d]
+    validate(work)
+    pod = work["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "A100"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    ray = daemon.cli("render", str(job), "--pool", "ray")
+    assert ray.returncode == 0, ray.stderr
+    body = json.loads(ray.stdout.split("\n", 1)[1])
+    assert body["entrypoint_resources"] == {"accelerator_type:A100": 0.001}, body
+    daemon.cli("cancel", str(job))
+
+
 def test_render_names_an_unknown_pool(daemon: DaemonProcess) -> None:
     job = daemon.submit("--hold", "--", "true")
     r = daemon.cli("render", str(job), "--pool", "nope")
@@ -179,6 +202,16 @@ def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
                                                      "cannot read /no/such/file as text"),
     (["--pool", "hpc", "--model", "s3://bucket/m"],
      "pool hpc: the Slurm engine does not fetch a model before the job"),
+    (["--pool", "hpc", "--allowed-gpus", "0-1"],
+     "allowed_gpus: GPU indices are this machine's; on a slurm pool the engine picks the "
+     "GPUs on its nodes: drop allowed_gpus (gpu_type asks for a kind of GPU)"),
+    (["--pool", "k8s", "--cuda-arg"],
+     "cuda_arg: --cuda carries the indices of the GPUs Rota picked on this machine; on a "
+     "kubernetes pool the engine picks them"),
+    (["--pool", "hpc", "--gpus", "0", "--gpu-type", "A100"],
+     "gpu_type 'A100' names a kind of GPU but gpus=0 asks for none"),
+    (["--gpu-type", "A100"], "gpu_type: no GPU here is of type A100 (a part of the GPU's "
+                             "name, any case): this machine has 4 x Rota simulated GPU (24 GiB)"),
 ])
 def test_container_and_pool_options_that_cannot_hold_are_refused(
         daemon: DaemonProcess, args: list[str], words: str) -> None:

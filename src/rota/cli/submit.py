@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 #: how the daemon names item i of a batch in an error
 JOB_ITEM = re.compile(r"^jobs\[(\d+)\]: ")
 
+GPU_TYPE_HELP = ("GPU model, matched against the GPU's name (A100, H100, ...); on a cluster "
+                 "pool the engine's GPU type")
 FORCE_HELP = "accept a job this machine cannot run now; it waits until the GPUs change"
 
 # Options come first; the first word that is not an option starts the job's own argv, so
@@ -59,9 +61,9 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 # --- submit ------------------------------------------------------------------------------
 
 #: options that go into the spec as they are given (None: not given)
-_AS_GIVEN = ("name", "gpus", "llm", "priority", "allowed_gpus", "conda", "retries", "session",
-             "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool", "image",
-             "cpus", "nodes", "procs_per_node", "model", "model_dir")
+_AS_GIVEN = ("name", "gpus", "gpu_type", "llm", "priority", "allowed_gpus", "conda", "retries",
+             "session", "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool",
+             "image", "cpus", "nodes", "procs_per_node", "model", "model_dir")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
@@ -189,6 +191,7 @@ def submit(
     gpus: float = typer.Option(None, help="GPUs: 0.5 shares one, 2 takes two whole, 0 = CPU"),
     gpu_mem: str = typer.Option(None, "--gpu-mem", metavar="MEM",
                                 help=f"memory needed on each GPU, {MEMORY_HELP}"),
+    gpu_type: str = typer.Option(None, "--gpu-type", metavar="TYPE", help=GPU_TYPE_HELP),
     image: str = typer.Option(None, "--image", help="run it in a container of this image "
                               "(Docker here, on Rota's GPUs; docs/containers.md)"),
     network: bool = typer.Option(False, "--network",
@@ -361,6 +364,7 @@ def _submit_template(opts: dict[str, Any]) -> None:
 
     time_limit = opts["time_limit"]
     overrides = {"name": opts["name"], "priority": opts["priority"], "gpus": opts["gpus"],
+                 "gpu_type": opts["gpu_type"],
                  "project": opts["project"], "pool": opts["pool"],
                  "hold": opts["hold"] or None,
                  "tags": opts["tag"] or None,

@@ -8,6 +8,7 @@ free now does not matter here, only what exists.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping
 
 from rota.core.snapshot import MILLI
@@ -57,3 +58,52 @@ def never_runnable(gpus_milli: int, gpu_mem: int | None, allowed: Collection[int
                 f"{format_memory(biggest)}")
     return (f"needs {need} but only {roomy} of its {where} "
             f"{'has' if roomy == 1 else 'have'} {format_memory(gpu_mem)}")
+
+
+# --- a GPU type on this machine ---------------------------------------------------------
+
+def typed_gpus(gpu_type: str, names: Mapping[int, str]) -> frozenset[int]:
+    """The GPUs (by index) of a type: those whose name holds it, in any case ("a100" is an
+    "NVIDIA A100-SXM4-80GB")."""
+    want = gpu_type.casefold()
+    return frozenset(i for i, name in names.items() if want in name.casefold())
+
+
+def machine_text(names: Mapping[int, str]) -> str:
+    """This machine's GPUs as a person counts them: '2 x NVIDIA A100-SXM4-80GB, 1 x Tesla
+    T4' (in index order), or 'no GPUs'."""
+    counts = Counter(names[i] for i in sorted(names))
+    return ", ".join(f"{n} x {name}" for name, n in counts.items()) or "no GPUs"
+
+
+def type_scope(gpu_type: str, allowed: Collection[int] | None,
+               names: Mapping[int, str]) -> frozenset[int]:
+    """The GPUs a job asking for ``gpu_type`` may use: those of the type among ``allowed``
+    (None: any)."""
+    typed = typed_gpus(gpu_type, names)
+    return typed if allowed is None else typed & frozenset(allowed)
+
+
+def never_typed(gpu_type: str, gpus_milli: int, allowed: Collection[int] | None,
+                names: Mapping[int, str]) -> str | None:
+    """Why a job asking for ``gpus_milli`` thousandths of GPUs of ``gpu_type`` (on
+    ``allowed`` GPUs, None: any) can never start on GPUs of these names (by index), in a
+    sentence that names the GPUs there are; None when enough of them are of the type."""
+    typed = typed_gpus(gpu_type, names)
+    if not typed:
+        return (f"no GPU here is of type {gpu_type} (a part of the GPU's name, any case): "
+                f"this machine has {machine_text(names)}")
+    scope = type_scope(gpu_type, allowed, names)
+    these = "GPU" if len(typed) == 1 else "GPUs"
+    if not scope:
+        shown = format_gpu_set(frozenset(allowed or ()))
+        return (f"none of its allowed GPUs {{{shown}}} is of type {gpu_type}: {these} "
+                f"{{{format_gpu_set(typed)}}} {'is' if len(typed) == 1 else 'are'} "
+                f"({machine_text({i: names[i] for i in typed})})")
+    whole = gpus_milli // MILLI
+    if whole > len(scope):
+        among = " of its allowed GPUs" if allowed is not None else " here"
+        return (f"needs {need_text(gpus_milli, None)} of type {gpu_type} but only "
+                f"{len(scope)}{among} {'is' if len(scope) == 1 else 'are'} of that type "
+                f"(GPU{'s' if len(scope) != 1 else ''} {format_gpu_set(scope)})")
+    return None

@@ -36,6 +36,9 @@ _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
 _GPU_RANGE = r"[0-9]{1,4}(-[0-9]{1,4})?"
 _GPU_SET = rf"^ *({_GPU_RANGE}( *, *{_GPU_RANGE})*)? *$"  # what units.parse_gpu_set reads ("": all)
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+#: a GPU type: what every engine takes as it is (a Slurm GRES type, a Ray resource name, a
+#: Kubernetes label value: at most 63 characters, a letter or digit at each end)
+_GPU_TYPE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 
 
 def check_secret_name(name: str) -> str:
@@ -78,6 +81,12 @@ class JobSpec(BaseModel):
     shell: StrictBool = False
     gpus: float = Field(default=1.0, ge=0, le=MAX_GPUS_PER_JOB)
     gpu_mem: int | None = Field(default=None, ge=0, description="bytes needed on each GPU")
+    gpu_type: str | None = Field(
+        default=None,
+        description="GPU model, matched against the GPU's name (A100, H100, ...): on this "
+                    "machine a part of its name in any case; on a cluster pool the engine's "
+                    "GPU type (Slurm's GRES type, Ray's accelerator type, a node label)",
+        json_schema_extra={"pattern": f"^{_GPU_TYPE.pattern}$", "maxLength": 63})
     llm: str | None = None
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000,
                           description="lower number runs first")
@@ -251,6 +260,15 @@ class JobSpec(BaseModel):
             raise ValueError("GPU indices cannot be negative")
         return sorted(set(v)) or None
 
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, v: str | None) -> str | None:
+        if v is not None and not _GPU_TYPE.fullmatch(v):
+            raise ValueError(f"{v!r} is not a GPU type: 1-63 letters, digits, '-', '_' and "
+                             "'.', starting and ending with a letter or digit (e.g. A100, "
+                             "H100, NVIDIA-A100-SXM4-80GB)")
+        return v
+
     @field_validator("files")
     @classmethod
     def _files(cls, v: dict[str, str]) -> dict[str, str]:
@@ -289,6 +307,9 @@ class JobSpec(BaseModel):
         if self.gpus > 1 and self.gpus != int(self.gpus):
             raise ValueError(f"gpus={self.gpus:g}: more than one GPU must be a whole number "
                              "(fractions are for sharing one GPU)")
+        if self.gpu_type is not None and self.gpus == 0:
+            raise ValueError(f"gpu_type {self.gpu_type!r} names a kind of GPU but gpus=0 asks "
+                             "for none: give gpus (e.g. 1), or drop gpu_type")
         if self.shell and len(self.command) != 1:
             raise ValueError("with shell=true give the command as one script string")
         if self.allowed_gpus is not None and self.gpus >= 1 and len(self.allowed_gpus) < self.gpus:
@@ -316,8 +337,10 @@ class JobSpec(BaseModel):
 
     def content_hash(self) -> str:
         """De-duplication key: what runs and where, not bookkeeping like hold or tags."""
-        keys = ("command", "shell", "gpus", "gpu_mem", "llm", "allowed_gpus", "conda", "cwd",
-                "env", "session", "cuda_arg", "priority")
+        keys: tuple[str, ...] = ("command", "shell", "gpus", "gpu_mem", "llm", "allowed_gpus",
+                                 "conda", "cwd", "env", "session", "cuda_arg", "priority")
+        if self.gpu_type is not None:  # only when given: earlier jobs keep their keys
+            keys += ("gpu_type",)
         payload = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 

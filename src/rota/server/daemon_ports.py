@@ -26,7 +26,7 @@ from rota.server.metrics import Totals
 from rota.server.pool_reads import pools_answer, render_answer, render_spec_answer
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
-from rota.server.views import HELD, job_view, tracked
+from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
@@ -65,6 +65,8 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["reason"] = {"code": str(reason.code),
                              "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
+    if state == "pending" and spec.get("gpu_type"):
+        out["reason"] = with_gpu_type(out["reason"], spec)
     return out
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rota.backends import engines
-from rota.core.feasibility import never_runnable
+from rota.core.feasibility import never_runnable, never_typed, type_scope
 from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound
@@ -64,6 +64,8 @@ class Intake:
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
         _check_this_machine(spec, prefix)
+        if spec.gpu_type is not None:
+            spec = self._typed(spec, prefix, force=force)
         for template, missing in missing_modules(spec.tags).items():
             raise InvalidSpec(f"{prefix}template {template!r} needs {', '.join(missing)}, "
                               f"which {'is' if len(missing) == 1 else 'are'} not installed "
@@ -85,6 +87,21 @@ class Intake:
         self._check_dependencies(spec, prefix)
         return spec
 
+    def _typed(self, spec: JobSpec, prefix: str, *, force: bool) -> JobSpec:
+        """A GPU type on this machine: the GPUs whose name holds it (any case) become the
+        job's allowed GPUs (within those it gave), which the scheduler keeps to; the type
+        stays in the spec as asked. Matched now, against the GPUs there are, so ``force``
+        cannot queue a job for a type no GPU here is."""
+        assert spec.gpu_type is not None
+        names = {i: g.name for i, g in self.daemon.readings.items()}
+        why = never_typed(spec.gpu_type, to_milli(spec.gpus), spec.allowed_gpus, names)
+        if why is not None:
+            also = ("; --force cannot queue it: a type is matched against this machine's GPUs "
+                    "when the job is submitted") if force else ""
+            raise InvalidSpec(f"{prefix}gpu_type: {why}{also}", field="gpu_type")
+        scope = type_scope(spec.gpu_type, spec.allowed_gpus, names)
+        return spec.model_copy(update={"allowed_gpus": sorted(scope)})
+
     def _for_engine(self, spec: JobSpec, pool_name: str, pool: Pool, user: str,
                     prefix: str) -> JobSpec:
         """A job for a cluster pool: its engine places it, so this machine's GPUs, conda
@@ -94,6 +111,16 @@ class Intake:
         if spec.session != "none":
             raise InvalidSpec(f"{prefix}session: a {pool.engine} pool runs no tmux or screen "
                               "sessions", field="session")
+        if spec.allowed_gpus is not None:
+            raise InvalidSpec(f"{prefix}allowed_gpus: GPU indices are this machine's; on a "
+                              f"{pool.engine} pool the engine picks the GPUs on its nodes: "
+                              "drop allowed_gpus (gpu_type asks for a kind of GPU)",
+                              field="allowed_gpus")
+        if spec.cuda_arg:
+            raise InvalidSpec(f"{prefix}cuda_arg: --cuda carries the indices of the GPUs Rota "
+                              f"picked on this machine; on a {pool.engine} pool the engine "
+                              "picks them, and the job sees only those (CUDA devices 0 to "
+                              "n-1): drop cuda_arg", field="cuda_arg")
         why = engines.refusal(pool, engine_job(0, user, spec, attempt=1),
                               work_dir=self.settings.home)
         if why is not None:

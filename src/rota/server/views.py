@@ -10,6 +10,7 @@ from typing import Any
 from rota.core.lifecycle import TERMINAL
 from rota.core.spec import JobSpec, wants_mlflow
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
+from rota.units import format_gpu_set
 
 HELD = {"code": "held", "message": "held: `rota release` lets it run"}
 # states whose view the stored row gives whole (with no tracker): nothing about them is in
@@ -44,6 +45,20 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
     if detail:
         out["spec"] = JobSpec.model_validate(spec).redacted()
     return out
+
+
+#: why a job waits for this machine's GPUs (rota.core.plan.ReasonCode)
+_GPU_REASONS = frozenset({"resources", "priority", "unsatisfiable"})
+
+
+def with_gpu_type(reason: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """A waiting job's reason with its GPU type named: on this machine the type became the
+    job's allowed GPUs at submit, and the scheduler's words name those by index only."""
+    gpu_type, allowed = spec.get("gpu_type"), spec.get("allowed_gpus")
+    if not gpu_type or not allowed or reason.get("code") not in _GPU_REASONS:
+        return reason
+    which = f"GPU {allowed[0]}" if len(allowed) == 1 else f"GPUs {format_gpu_set(allowed)}"
+    return {**reason, "message": f"{reason['message']}; of type {gpu_type} here: {which}"}
 
 
 def tracked(r: Any, mlflow_default: bool) -> bool:

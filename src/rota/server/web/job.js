@@ -212,6 +212,7 @@ export function renderJob(root, id) {
       ["Working directory", sp.cwd],
       ["Conda env", sp.conda],
       ["Model (--llm)", sp.llm],
+      ["GPU type", sp.gpu_type],
       ["Allowed GPUs", sp.allowed_gpus && sp.allowed_gpus.join(",")],
       ["Time limit", sp.time_limit ? fmt.duration(sp.time_limit) : null],
       ["Grace (SIGTERM→SIGKILL)", fmt.duration(sp.grace)],
