@@ -17,6 +17,17 @@ anywhere (this file can be copied next to a script whose environment lacks Rota)
 Rota reads the job's printed output as well (``loss: 1.23``, tqdm bars, ...); ``report`` is
 for those who prefer to say it explicitly. Each call appends one JSON line to the file named
 by ``ROTA_EVENTS_FILE``; in a distributed run only rank 0 writes unless ``all_ranks=True``.
+
+A job that fails can say why before it exits non-zero:
+
+    if not results:
+        job.fail_reason("the eval set is empty")  # prints `rota: FAILED: the eval set ...`
+        sys.exit(1)
+
+and the job's end reads ``exit code 1: the eval set is empty`` (``rota why``, ``rota show``,
+the dashboard) instead of ``exit code 1`` alone. It is a line on stderr, so it works on
+every pool (an engine's output is copied into the job's log) and anywhere else is just a
+line of output.
 """
 
 from __future__ import annotations
@@ -25,13 +36,15 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from typing import Any
 
-__all__ = ["checkpoint_saved", "grace_seconds", "report", "resume_from", "should_stop",
-           "take_stop_signal"]
+__all__ = ["checkpoint_saved", "fail_reason", "grace_seconds", "report", "resume_from",
+           "should_stop", "take_stop_signal"]
 
 _lock = threading.Lock()
 _stop = threading.Event()
@@ -75,6 +88,23 @@ def checkpoint_saved(path: str | os.PathLike[str], *, step: int | None = None,
     if step is not None:
         record["step"] = int(step)
     return _write(record, all_ranks)
+
+
+def fail_reason(reason: str, *, program: str | None = None) -> str:
+    """Say why this job is failing, just before it exits non-zero: one line on stderr,
+    ``rota: FAILED: <reason>`` (``rota-<program>: FAILED: ...`` with ``program``), which
+    Rota records with the job's end. The reason is put on one line (at most 1,000
+    characters are kept); the last such line of the attempt's output counts. Returns the
+    line printed."""
+    if program is not None and not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", program):
+        raise ValueError(f"program {program!r}: lowercase letters, digits and '-'")
+    one = "; ".join(s.strip() for s in str(reason).splitlines() if s.strip()) or "failed"
+    name = f"rota-{program}" if program else "rota"
+    line = f"{name}: FAILED: {one}"
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr: nothing to say it on
+        sys.stdout.flush()
+        print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def resume_from() -> str | None:

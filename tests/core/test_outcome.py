@@ -49,6 +49,18 @@ def test_a_failure_without_retries_fails_and_counts_it() -> None:
     assert decide(facts(), KILLED, NOW) == Fail("killed by signal 9", failures=1)
 
 
+def test_a_failure_the_job_explained_carries_its_reason() -> None:
+    said = Exited(1, said="the eval set is empty")
+    assert decide(facts(), said, NOW) == Fail("exit code 1: the eval set is empty", 1)
+    got = decide(facts(policy=RetryPolicy(retries=1, backoff=2.0)), said, NOW)
+    assert isinstance(got, RetryAt)
+    assert got.reason == "exit code 1: the eval set is empty; retry 1/1 in 2s"
+    killed = Exited(None, int(signal.SIGKILL), said="out of host memory")
+    assert decide(facts(), killed, NOW) == Fail("killed by signal 9: out of host memory", 1)
+    # an engine's account of the end (its node failed) is what happened, whatever was said
+    assert Exited(1, why="NODE_FAIL", said="x").how == "NODE_FAIL"
+
+
 @pytest.mark.parametrize(("failures", "delay"), [(0, 2.0), (1, 4.0), (2, 8.0), (3, 10.0)])
 def test_retries_back_off_exponentially_up_to_the_cap(failures: int, delay: float) -> None:
     f = facts(failures=failures, policy=RetryPolicy(retries=5, backoff=2.0, backoff_max=10.0))

@@ -1,7 +1,7 @@
 """The eval-lm-harness template through a real daemon: lm-evaluation-harness on a tiny
 Llama built here and a task on local JSON lines (nothing downloaded); the job completes,
 its task metrics are in `rota eval results` and in Rota's MLflow run; a task lm-eval does
-not know fails the job with lm-eval's reason."""
+not know fails the job with lm-eval's reason, which is the job's end reason (`rota why`)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ def test_a_task_lm_eval_does_not_know_fails_the_job(
     job_id = submit(hf_daemon, "eval-lm-harness", tmp_path, **values)
     with pytest.raises(AssertionError):
         finished(hf_daemon, job_id, timeout=300)
-    assert job(hf_daemon, job_id)["state"] == "failed"
+    ended = job(hf_daemon, job_id)
+    assert ended["state"] == "failed"
     assert "rota-eval: FAILED:" in attempts_log(hf_daemon, job_id)
     assert "no_such_task" in attempts_log(hf_daemon, job_id)
+    # the runner's reason is the job's end, not a bare exit code (rota.job.fail_reason)
+    assert ended["end_reason"].startswith("exit code 1: lm_eval exited with status 1: "), \
+        ended["end_reason"]
+    assert "no_such_task" in ended["end_reason"]
+    why = hf_daemon.cli("why", str(job_id))
+    assert why.returncode == 0 and "Tasks not found: no_such_task" in why.stdout, why.stdout

@@ -59,13 +59,15 @@ class Exited:
     code: int | None
     signal: int | None = None
     why: str = ""  # how it ended when not by itself (its engine ended it: NODE_FAIL)
+    said: str = ""  # why the job itself said it failed (rota.job.fail_reason), if it did
 
     @property
     def how(self) -> str:
         if self.why:
             return self.why
-        return f"exit code {self.code}" if self.code is not None else \
+        how = f"exit code {self.code}" if self.code is not None else \
             f"killed by signal {self.signal}"
+        return f"{how}: {self.said}" if self.said else how
 
 
 @dataclass(frozen=True, slots=True)

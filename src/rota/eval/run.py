@@ -12,7 +12,8 @@ attempt's results never count). OUT is ``--out``, else ``ROTA_EVAL_OUT``, else
 
 Failure is failure: a harness that exits non-zero, a task with no results, a missing or
 empty results file, or no metrics at all ends this program with status 1 and one line,
-``rota-eval: FAILED: <why>``, on stderr. Nothing is reported as a success without metrics.
+``rota-eval: FAILED: <why>``, on stderr (rota.job.fail_reason: Rota records the reason with
+the job's end, ``rota why``). Nothing is reported as a success without metrics.
 
 On success: one JSON line of every metric on stdout (Rota records it as the job's metrics),
 ``OUT/rota-eval.json`` (config name, model, harness, tasks, metrics, started, ended), then
@@ -45,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rota import job
 from rota.errors import InvalidSpec, RotaError
 from rota.eval import fetch, harnesses
 from rota.eval.config import EvalConfig, load_text
@@ -86,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         results.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         report(cfg, record, text=text, where=where, out=out)
     except (RotaError, OSError) as e:  # OSError: an output folder that cannot be written
-        one_line = "; ".join(s.strip() for s in str(e).splitlines() if s.strip())
-        print(f"rota-eval: FAILED: {one_line}", file=sys.stderr, flush=True)
+        job.fail_reason(str(e), program="eval")  # the job's end names it (rota why)
         return 2 if isinstance(e, InvalidSpec) else 1
     return 0
 

@@ -40,7 +40,8 @@ from rota.core.outcome import (
 from rota.core.outcome import Checkpoint as SavedCheckpoint
 from rota.core.snapshot import MILLI
 from rota.errors import StoreError
-from rota.ml import checkpoints, oom
+from rota.ml import checkpoints, oom, stated
+from rota.ml.stated import stated_reason
 from rota.server.batch import Batch, each
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.job_output import checkpoints_of, read_outputs
@@ -155,6 +156,9 @@ class Exits:
             self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         self.monitor.release(run.job_id)
         end: Exited | NeverStarted = Exited(info.exit_code, info.signal)
+        if ends_in_failure(run.stop_reason, end) and not isinstance(info, NotStarted
+                                                                    | TakenBack):
+            end = Exited(info.exit_code, info.signal, said=self._stated(run))
         if isinstance(info, NotStarted):  # its engine dropped it for an unmet dependency
             end = NeverStarted(info.why, waits=True)
         elif isinstance(info, TakenBack):  # its engine preempted it or lost its node
@@ -245,6 +249,14 @@ class Exits:
                 table.transition(job_id, src, JobState.FAILED, message=outcome.reason,
                                  ended_at=now, exit_code=code, end_reason=outcome.reason,
                                  failures=outcome.failures)
+
+    @staticmethod
+    def _stated(run: Running) -> str:
+        """Why the failed attempt said it failed (its last ``rota: FAILED:`` line), or ""."""
+        try:
+            return stated_reason(read_tail(run.log_path, stated.TAIL_BYTES)) or ""
+        except OSError:
+            return ""
 
     def _saved(self, run: Running) -> SavedCheckpoint | None:
         """The newest valid checkpoint the stopped attempt left."""
