@@ -1,15 +1,22 @@
 """An evaluation config as Rota jobs: one job where the pool fetches the model (Kubernetes),
-a fetch job on no GPU and the evaluation after it elsewhere; every spec valid."""
+a fetch job on no GPU and the evaluation after it elsewhere; every spec valid. On
+Kubernetes the harness's local files travel in the job's files (a ConfigMap) and the pod's
+config names them where they are mounted; what a ConfigMap cannot carry is refused."""
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
+from eval_testing import write_task
 
-from rota.core.spec import parse_spec
+from rota.backends.kubernetes.pod import SCRATCH
+from rota.core.spec import FILES_MAX, parse_spec
+from rota.errors import InvalidSpec
 from rota.eval.config import load_text
-from rota.eval.jobs import CONFIG_PATH, Source, eval_jobs
+from rota.eval.jobs import CONFIG_PATH, OUT_ENV, POD_FILES, POD_OUT, Source, eval_jobs
+from rota.eval.submission import make_plan
 
 CONFIG = textwrap.dedent("""\
     version: 1
@@ -71,3 +78,92 @@ def test_the_model_server_variable_is_the_one_a_pod_fetches_with() -> None:
     from rota.eval import jobs as eval_jobs_module
 
     assert eval_jobs_module.MODEL_TRACKING_ENV == MODEL_TRACKING_ENV
+
+
+# --- Kubernetes: the harness's local files travel in the ConfigMap --------------------------
+def k8s_plan(text: str, config_dir: Path):  # type: ignore[no-untyped-def]
+    return make_plan(load_text(text), Source(text), pool="k8s", engine="kubernetes",
+                     asked_pool=None, work_dir="/unused", config_dir=str(config_dir))
+
+
+def with_harness(harness: str) -> str:
+    return CONFIG.replace("harness: {kind: lm-eval, tasks: [arc_easy], limits: {batch_size: 4}}",
+                          harness)
+
+
+def test_on_kubernetes_the_task_dir_is_mounted_and_the_pods_config_names_it(
+        tmp_path: Path) -> None:
+    """A relative task_dir (from the config's folder) goes whole into the job's files; the
+    task YAML's absolute data path and the config's task_dir name the pod's paths; the
+    runner writes in the pod's scratch volume."""
+    tasks = write_task(tmp_path / "tasks")
+    (tasks / "__pycache__").mkdir()
+    (tasks / "__pycache__" / "x.pyc").write_bytes(b"\0binary")  # left out, as hidden files
+    (tasks / ".hidden").write_text("x")
+    (tasks / "sub").mkdir()
+    (tasks / "sub" / "more.yaml").write_text(f"see: {tasks}/tiny_mc.jsonl and {tasks}2/x\n")
+    text = with_harness("harness: {kind: lm-eval, tasks: [tiny_mc], task_dir: tasks}")
+    spec = parse_spec(k8s_plan(text, tmp_path).jobs.evaluate)
+    d = f"{POD_FILES}/task_dir"
+    assert set(spec.files) == {CONFIG_PATH, f"{d}/tiny_mc.yaml", f"{d}/tiny_mc.jsonl",
+                               f"{d}/sub/more.yaml"}
+    assert spec.files[f"{d}/tiny_mc.jsonl"] == (tasks / "tiny_mc.jsonl").read_text()
+    assert f"test: {d}/tiny_mc.jsonl\n" in spec.files[f"{d}/tiny_mc.yaml"]
+    assert spec.files[f"{d}/sub/more.yaml"] == f"see: {d}/tiny_mc.jsonl and {tasks}2/x\n"
+    pod_config = load_text(spec.files[CONFIG_PATH])
+    assert pod_config.harness.task_dir == d
+    assert pod_config.model_dump(exclude={"harness"}) == \
+        load_text(text).model_dump(exclude={"harness"})
+    assert spec.env[OUT_ENV] == POD_OUT and POD_OUT.startswith(SCRATCH + "/")
+    assert spec.command[-2:] == ["--config", CONFIG_PATH]
+
+
+def test_on_kubernetes_heldout_data_files_are_mounted_each(tmp_path: Path) -> None:
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"text": "hello"}\n')
+    text = with_harness(f"harness: {{kind: heldout, tasks: [{tmp_path}/a.jsonl, b.jsonl]}}")
+    spec = parse_spec(k8s_plan(text, tmp_path).jobs.evaluate)
+    mounted = [f"{POD_FILES}/tasks/0/a.jsonl", f"{POD_FILES}/tasks/1/b.jsonl"]
+    assert load_text(spec.files[CONFIG_PATH]).harness.tasks == mounted
+    assert all(spec.files[m] == '{"text": "hello"}\n' for m in mounted)
+
+
+def test_without_harness_files_the_config_travels_as_written(tmp_path: Path) -> None:
+    spec = parse_spec(k8s_plan(CONFIG, tmp_path).jobs.evaluate)
+    assert spec.files == {CONFIG_PATH: CONFIG} and spec.env[OUT_ENV] == POD_OUT
+
+
+@pytest.mark.parametrize(("setup", "harness", "problem"), [
+    (None, "{kind: lm-eval, tasks: [t], task_dir: nowhere}",
+     "harness.task_dir: no folder {d}/nowhere here, and a Kubernetes pod gets the harness's "
+     "files from this machine"),
+    (None, "{kind: heldout, tasks: [gone.jsonl]}", "harness.tasks.0: no file {d}/gone.jsonl "
+                                                   "here"),
+    ("binary", "{kind: lm-eval, tasks: [t], task_dir: tasks}",
+     "harness.task_dir: {d}/tasks/w.bin is not a text file (a ConfigMap carries text)"),
+    ("large", "{kind: lm-eval, tasks: [t], task_dir: tasks}",
+     "harness.task_dir: {d}/tasks/big.jsonl is larger than a ConfigMap holds"),
+    ("many", "{kind: lm-eval, tasks: [t], task_dir: tasks}",
+     "the harness's files and the config come to 1,"),
+])
+def test_what_a_pod_cannot_get_is_refused_with_a_sentence(
+        tmp_path: Path, setup: str | None, harness: str, problem: str) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    if setup == "binary":
+        (tasks / "w.bin").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
+    elif setup == "large":
+        (tasks / "big.jsonl").write_text("x" * (FILES_MAX + 1))
+    elif setup == "many":
+        for i in range(3):
+            (tasks / f"part{i}.jsonl").write_text("x" * (FILES_MAX // 3))
+    with pytest.raises(InvalidSpec) as got:
+        k8s_plan(with_harness(f"harness: {harness}"), tmp_path)
+    assert str(got.value).startswith(problem.format(d=tmp_path)), got.value
+
+
+def test_a_pod_job_with_harness_files_needs_them_gathered() -> None:
+    text = with_harness("harness: {kind: lm-eval, tasks: [t], task_dir: /tasks}")
+    with pytest.raises(ValueError, match="pod_files"):
+        jobs(text, engine="kubernetes")
+    assert "files" not in jobs(text).evaluate  # elsewhere the path is read where it is

@@ -263,6 +263,42 @@ def test_render_for_kubernetes_is_valid_manifests_and_submits_nothing(
     assert only["id"] is None and only["role"] == "evaluate" and only["engine"] == "kubernetes"
 
 
+def test_render_for_kubernetes_mounts_the_harness_files_and_writes_in_scratch(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A task_dir on this machine: its files in the ConfigMap, each mounted read-only where
+    the pod's config says; the runner's output in the scratch volume; valid manifests."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "tiny_mc.jsonl").write_text('{"question": "2 + 3 =", "answer": 0}\n')
+    (tmp_path / "tasks" / "tiny_mc.yaml").write_text(
+        f"task: tiny_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {tmp_path}/tasks/tiny_mc.jsonl\n")
+    f = write(tmp_path, CONFIG.replace("tasks: [arc_easy]", "tasks: [tiny_mc], task_dir: tasks"))
+    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    files, job = docs
+    pod = job["spec"]["template"]["spec"]
+    [main] = pod["containers"]
+    mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
+    texts = {mounts[p]["mountPath"]: files["data"][mounts[p]["subPath"]]
+             for p in mounts if mounts[p]["name"] == "files"}
+    d = "/etc/rota/eval/files/task_dir"
+    assert set(texts) == {"/etc/rota/eval/config.yaml", f"{d}/tiny_mc.yaml",
+                          f"{d}/tiny_mc.jsonl"}
+    assert all(mounts[p]["readOnly"] for p in texts)
+    assert yaml.safe_load(texts["/etc/rota/eval/config.yaml"])["harness"]["task_dir"] == d
+    assert f"test: {d}/tiny_mc.jsonl" in texts[f"{d}/tiny_mc.yaml"]
+    assert texts[f"{d}/tiny_mc.jsonl"] == (tmp_path / "tasks" / "tiny_mc.jsonl").read_text()
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["ROTA_EVAL_OUT"] == "/scratch/eval" and mounts["/scratch"]["name"] == "scratch"
+    (tmp_path / "tasks" / "w.bin").write_bytes(b"\0\1")
+    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
+    assert r.returncode != 0 and f"harness.task_dir: {tmp_path}/tasks/w.bin is not a text " \
+        "file" in r.stderr, r.stderr
+
+
 def test_render_on_this_machine_shows_both_jobs(daemon: DaemonProcess,
                                                 tmp_path: Path) -> None:
     f = write(tmp_path, CONFIG)

@@ -2,6 +2,10 @@
 
 Where the pool fetches models itself (Kubernetes: an init container), one job does both:
 the config travels as a file mounted read-only in the pod, the model as the job's ``model``.
+The local files the harness reads (``harness.task_dir``, heldout's data files: see
+:func:`harness_paths`) travel beside it in the job's ``files`` (a ConfigMap), gathered by the
+submitter (rota.eval.submission.pod_files), and the pod's copy of the config names them
+where they are mounted; the runner writes its output in the pod's scratch volume.
 Elsewhere a model that must be fetched (an MLflow artifact, ``runs:/``, ``models:/``,
 ``s3://``) gets a fetch job of its own, on no GPU, and the evaluation runs after it
 (``after``) on the GPUs, reading the model from the folder the fetch filled
@@ -18,10 +22,17 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from rota.eval.config import EvalConfig, ModelSource
 
 CONFIG_PATH = "/etc/rota/eval/config.yaml"  # where a pod reads the config
+POD_FILES = "/etc/rota/eval/files"  # where a pod reads the harness's files
+#: the runner's output folder in a pod: in its scratch volume (emptyDir, mounted at
+#: rota.backends.kubernetes.pod.SCRATCH), writable whatever the image
+POD_OUT = "/scratch/eval"
 CONFIG_ENV = "ROTA_EVAL_CONFIG"
+OUT_ENV = "ROTA_EVAL_OUT"  # the runner's output folder (rota.eval.run --out)
 MODEL_DIR_ENV = "ROTA_MODEL_DIR"
 #: the MLflow server the model is fetched from; MLFLOW_TRACKING_URI is Rota's, for results
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
@@ -48,6 +59,61 @@ class EvalJobs:
     fetch: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class HarnessPath:
+    """A path on the submitting machine that the harness reads, and where a pod has it."""
+
+    field: str  # the config's field: harness.task_dir, harness.tasks.0
+    written: str  # the path as the config writes it
+    pod: str  # where the pod mounts it
+    folder: bool  # a folder (every file in it goes), else one file
+
+
+@dataclass(frozen=True)
+class PodFiles:
+    """The harness's files as a pod gets them: its path in the pod -> text, and the
+    config's paths moved (as written -> in the pod)."""
+
+    files: dict[str, str]
+    moved: dict[str, str]
+
+
+def harness_paths(config: EvalConfig) -> list[HarnessPath]:
+    """The local paths the harness reads: lm-eval's ``task_dir`` (a folder of task YAMLs
+    and their data) and heldout's tasks (JSON-lines files). lm-eval task names and HELM run
+    entries are names, not paths; ``harness.args`` are passed as written."""
+    h = config.harness
+    out = []
+    if h.kind == "lm-eval" and h.task_dir:
+        out.append(HarnessPath("harness.task_dir", h.task_dir, f"{POD_FILES}/task_dir", True))
+    if h.kind == "heldout":
+        out += [HarnessPath(f"harness.tasks.{i}", t,
+                            f"{POD_FILES}/tasks/{i}/{_file_name(t)}", False)
+                for i, t in enumerate(h.tasks)]
+    return out
+
+
+def _file_name(path: str) -> str:
+    name = posixpath.basename(path.rstrip("/")) or "data"
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def pod_config_text(text: str, moved: dict[str, str]) -> str:
+    """The config's YAML with the harness's paths moved to where the pod mounts them (its
+    comments are not kept; a first line says so)."""
+    if not moved:
+        return text
+    data = yaml.safe_load(text)
+    h = data["harness"]
+    if h.get("task_dir") in moved:
+        h["task_dir"] = moved[h["task_dir"]]
+    if h.get("kind") == "heldout":
+        h["tasks"] = [moved.get(t, t) for t in h["tasks"]]
+    note = ("# the config as submitted, its harness files moved to where this pod mounts "
+            "them\n")
+    return note + str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
 def needs_fetch(source: ModelSource) -> bool:
     return source.mlflow is not None or (source.uri or "").startswith(FETCHED)
 
@@ -61,18 +127,24 @@ def model_uri(source: ModelSource) -> str:
 
 
 def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
-              work_dir: str) -> EvalJobs:
+              work_dir: str, pod_files: PodFiles | None = None) -> EvalJobs:
     """The jobs of one evaluation on a pool whose engine is ``pool_engine`` (``local``,
     ``slurm``, ``ray``, ``kubernetes``). ``python``: the interpreter the jobs run
     (``sys.executable`` on this machine, ``python`` in an image); ``work_dir``: a folder the
     jobs share (the fetched model lands in ``work_dir/model``; a cluster's nodes must see
-    it)."""
+    it); ``pod_files``: on Kubernetes, the harness's files (required when the config has
+    :func:`harness_paths`)."""
     env = _env(config, src)
     base = _base(config, pool_engine)
     run = [python, "-m", "rota.eval.run"]
     if pool_engine == "kubernetes":
+        if pod_files is None and harness_paths(config):
+            raise ValueError("the harness reads local files: gather them (pod_files)")
+        pf = pod_files or PodFiles({}, {})
+        env[OUT_ENV] = POD_OUT
         spec = {**base, "command": [*run, "--config", CONFIG_PATH],
-                "files": {CONFIG_PATH: src.text}, "env": env}
+                "files": {CONFIG_PATH: pod_config_text(src.text, pf.moved), **pf.files},
+                "env": env}
         if needs_fetch(config.model):  # the pod's init container fetches it
             spec["model"] = model_uri(config.model)
         return EvalJobs(evaluate=spec)

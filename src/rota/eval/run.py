@@ -51,12 +51,11 @@ from rota.errors import InvalidSpec, RotaError
 from rota.eval import fetch, harnesses
 from rota.eval.config import EvalConfig, load_text
 from rota.eval.harnesses.base import EvalFailed, Metrics, Target
-from rota.eval.jobs import CONFIG_ENV
+from rota.eval.jobs import CONFIG_ENV, OUT_ENV
 from rota.ml import mlflow_bridge
 from rota.ml.gitinfo import git_info
 from rota.ml.mlflow_bridge import MAX_PARAM, MAX_TAG, metric_key
 
-OUT_ENV = "ROTA_EVAL_OUT"
 RESULTS = "rota-eval.json"
 _TAIL_BYTES = 64 * 1024
 _ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*)")

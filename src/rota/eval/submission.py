@@ -7,15 +7,17 @@ and cancels one.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.errors import RotaError
+from rota.core.spec import FILES_MAX
+from rota.errors import InvalidSpec, RotaError
 from rota.eval.config import EvalConfig
-from rota.eval.jobs import EvalJobs, Source, eval_jobs
+from rota.eval.jobs import CONFIG_PATH, EvalJobs, PodFiles, Source, eval_jobs, harness_paths
 
 #: what each job of an evaluation is called in messages
 ROLES = {"fetch": "the model-fetch job", "evaluate": "the evaluation job"}
@@ -37,17 +39,89 @@ class Plan:
 
 
 def make_plan(config: EvalConfig, src: Source, *, pool: str, engine: str,
-              asked_pool: str | None, work_dir: str) -> Plan:
+              asked_pool: str | None, work_dir: str, config_dir: str | None = None) -> Plan:
     """The jobs on ``pool`` (whose engine is ``engine``); ``asked_pool``, when given, is
-    written into every spec (it wins over the config's compute.pool)."""
+    written into every spec (it wins over the config's compute.pool). On Kubernetes the
+    harness's local files are read here (:func:`pod_files`; relative paths from
+    ``config_dir``, the config file's folder)."""
     # this machine runs the jobs with this Python; an image or a cluster has its own
     python = sys.executable if engine == "local" and not config.compute.image else "python"
-    jobs = eval_jobs(config, src, pool_engine=engine, python=python, work_dir=work_dir)
+    files = pod_files(config, src.text, config_dir) if engine == "kubernetes" else None
+    jobs = eval_jobs(config, src, pool_engine=engine, python=python, work_dir=work_dir,
+                     pod_files=files)
     if asked_pool:
         for spec in (jobs.fetch, jobs.evaluate):
             if spec is not None:
                 spec["pool"] = asked_pool
     return Plan(config, jobs, pool, work_dir)
+
+
+def pod_files(config: EvalConfig, text: str, config_dir: str | None) -> PodFiles:
+    """The harness's local files (rota.eval.jobs.harness_paths) as a pod gets them, read
+    from this machine: every file of ``task_dir`` (hidden ones and ``__pycache__`` left
+    out), each heldout data file. A task file that names the task folder by its absolute
+    path (lm-eval's ``data_files``) names the pod's instead. Raises InvalidSpec, naming the
+    field, for a path that is not there, a file that is not UTF-8 text, or more than a
+    ConfigMap holds (with the config: rota.core.spec.FILES_MAX)."""
+    files: dict[str, str] = {}
+    moved: dict[str, str] = {}
+    for hp in harness_paths(config):
+        where = os.path.join(config_dir or os.getcwd(), os.path.expanduser(hp.written))
+        where = os.path.abspath(where)
+        if hp.folder:
+            if not os.path.isdir(where):
+                raise InvalidSpec(f"{hp.field}: no folder {where} here, and a Kubernetes pod "
+                                  "gets the harness's files from this machine",
+                                  field=hp.field)
+            for path in _walk(where):
+                rel = os.path.relpath(path, where).replace(os.sep, "/")
+                files[f"{hp.pod}/{rel}"] = re.sub(re.escape(where) + r"(?![\w.-])",
+                                                  hp.pod, _text(path, hp.field))
+        else:
+            if not os.path.isfile(where):
+                raise InvalidSpec(f"{hp.field}: no file {where} here, and a Kubernetes pod "
+                                  "gets the harness's files from this machine",
+                                  field=hp.field)
+            files[hp.pod] = _text(where, hp.field)
+        moved[hp.written] = hp.pod
+    size = len(CONFIG_PATH) + len(text.encode()) + sum(
+        len(p.encode()) + len(t.encode()) for p, t in files.items())
+    if size > FILES_MAX:
+        raise InvalidSpec(f"the harness's files and the config come to {size:,} bytes; a "
+                          f"Kubernetes pod gets them in a ConfigMap, which holds at most "
+                          f"{FILES_MAX:,}: put the data in the image or on a volume the pod "
+                          f"mounts, and name that path", field="harness")
+    return PodFiles(files, moved)
+
+
+def _walk(folder: str) -> list[str]:
+    out = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        out += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+    return out
+
+
+def _text(path: str, field: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(FILES_MAX + 1)
+    except OSError as e:
+        raise InvalidSpec(f"{field}: cannot read {path}: {e.strerror or e}",
+                          field=field) from None
+    if len(data) > FILES_MAX:
+        raise InvalidSpec(f"{field}: {path} is larger than a ConfigMap holds ({FILES_MAX:,} "
+                          "bytes): put it in the image or on a volume the pod mounts",
+                          field=field)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise InvalidSpec(f"{field}: {path} is not a text file (a ConfigMap carries "
+                          "text): put it in the image or on a volume the pod mounts",
+                          field=field)
+    return text
 
 
 def work_dir_name(name: str, now: float) -> str:

@@ -203,7 +203,9 @@ class EvalSchedules:
         name, pool = self.d.settings.pool_set.get(row.pool or config.compute.pool)
         plan = make_plan(config, Source(text, row.git_commit, row.git_dirty), pool=name,
                          engine=pool.engine, asked_pool=row.pool,
-                         work_dir=self._folder(config.name, now))
+                         work_dir=self._folder(config.name, now),
+                         config_dir=os.path.dirname(row.config_path) if row.config_path
+                         else None)
         make_work_dir(plan)
         message = f"submitted by evaluation schedule {row.id} ({row.name}): {due.note}"
 
