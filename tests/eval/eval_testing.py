@@ -113,6 +113,18 @@ def write_task(folder: Path) -> Path:
     return folder
 
 
+def require(module: str) -> Any:
+    """``pytest.importorskip(module)``, except where the run requires the real parts
+    (ROTA_REQUIRE_TORCH, set by scripts/test.sh): there a missing module fails the test."""
+    import importlib
+
+    import pytest
+
+    if os.environ.get("ROTA_REQUIRE_TORCH"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
 def require_real_harness() -> None:
     """At a test module's top: skip it where torch, transformers, lm-eval or mlflow is
     missing, unless the run requires them (ROTA_REQUIRE_TORCH)."""

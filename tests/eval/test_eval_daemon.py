@@ -60,3 +60,10 @@ def test_a_model_from_mlflow_is_fetched_by_its_own_job_then_evaluated(
     assert mlrun.data.metrics["tiny_mc/acc"] == run["metrics"]["tiny_mc/acc"]
     assert mlrun.data.params["model.mlflow.run_id"] == run_id
     assert mlrun.data.tags["rota.job_id"] == str(evaluate)
+    # artifacts under eval/: the config, the results, the raw output and the job's own log
+    shown = {a.path for a in rota_store.list_artifacts(mlrun.info.run_id, "eval")}
+    assert shown >= {"eval/config.yaml", "eval/rota-eval.json", "eval/raw",
+                     f"eval/{evaluate}.log"}, shown
+    log = Path(rota_store.download_artifacts(mlrun.info.run_id, f"eval/{evaluate}.log",
+                                             str(tmp_path / "got")))
+    assert "rota-eval: running " in log.read_text()

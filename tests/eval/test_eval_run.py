@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from eval_testing import HELM_GROUPS, config_text, fake_program, run_eval
+from eval_testing import HELM_GROUPS, config_text, fake_program, require, run_eval
 
 NO_RESULTS = "sys.exit(0)  # ran, wrote nothing\n"
 CRASH = "raise RuntimeError('CUDA out of memory (stand-in)')\n"
@@ -129,7 +129,7 @@ def test_a_bad_or_missing_config_is_named(tmp_path: Path) -> None:
 
 
 def test_fetch_only_fetches_once_into_the_model_folder(tmp_path: Path, model: Path) -> None:
-    mlflow = pytest.importorskip("mlflow")
+    mlflow = require("mlflow")
     (model / "weights.bin").write_bytes(b"\0" * 1024)
     uri = f"sqlite:///{tmp_path / 'models.db'}"
     client = mlflow.MlflowClient(tracking_uri=uri)
@@ -151,7 +151,7 @@ def test_fetch_only_fetches_once_into_the_model_folder(tmp_path: Path, model: Pa
 
 
 def test_a_model_that_cannot_be_fetched_fails(tmp_path: Path) -> None:
-    pytest.importorskip("mlflow")
+    require("mlflow")
     uri = f"sqlite:///{tmp_path / 'models.db'}"
     text = config_text(model={"mlflow": {"tracking_uri": uri, "run_id": "0123abcd",
                                          "artifact_path": "model"}})
@@ -193,7 +193,7 @@ def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
 def test_tracking_wandb_logs_the_metrics_to_a_wandb_run(tmp_path: Path, model: Path) -> None:
     """W&B in offline mode (its own format on disk, nothing sent): the run's records hold
     every metric and the config's fields."""
-    pytest.importorskip("wandb")
+    require("wandb")
     text = config_text(model={"uri": str(model)},
                        harness={"kind": "helm", "tasks": ["mmlu:subject=philosophy"]})
     cfg = tmp_path / "eval.yaml"

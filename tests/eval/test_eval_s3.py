@@ -92,6 +92,21 @@ def test_the_fetch_job_brings_the_model_byte_equal_and_nothing_else(
     assert files(work) == {f"model/{k}": v for k, v in MODEL.items()}
 
 
+def test_an_adapter_on_a_local_base_is_fetched_from_s3_by_the_fetch_job(
+        aws: dict[str, str], tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    work = tmp_path / "work"
+    work.mkdir()
+    text = config_text(model={"uri": str(base), "adapter": {"uri": f"s3://{BUCKET}/models/tiny"}})
+    ran = run_eval(work, "--fetch-only", timeout=120, env={
+        **aws, "ROTA_EVAL_CONFIG": text, "ROTA_ADAPTER_DIR": str(work / "adapter")})
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert f"rota-eval: model ready: {base} (adapter {work / 'adapter'})" in ran.stdout
+    assert files(work) == {f"adapter/{k}": v for k, v in MODEL.items()}
+
+
 @pytest.mark.parametrize(("uri", "why"), [
     (f"s3://{BUCKET}/models/none", f"no model at s3://{BUCKET}/models/none: no objects "
                                    "under that prefix"),

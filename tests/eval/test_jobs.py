@@ -167,3 +167,20 @@ def test_a_pod_job_with_harness_files_needs_them_gathered() -> None:
     with pytest.raises(ValueError, match="pod_files"):
         jobs(text, engine="kubernetes")
     assert "files" not in jobs(text).evaluate  # elsewhere the path is read where it is
+
+
+def test_an_adapter_to_fetch_on_a_local_base_gets_a_fetch_job() -> None:
+    """The base needs nothing; the adapter (S3 here) is fetched by the fetch job into the
+    folder the evaluation reads (ROTA_ADAPTER_DIR)."""
+    text = CONFIG.replace(
+        'mlflow: {tracking_uri: "http://mlflow:5000", run_id: 0a1b2c, artifact_path: model}',
+        "uri: /models/qwen\n  adapter: {uri: s3://bucket/adapters/a1}")
+    got = jobs(text)
+    assert got.fetch is not None
+    fetch, evaluate = parse_spec(got.fetch), parse_spec(got.evaluate)
+    assert fetch.command[-1] == "--fetch-only" and fetch.gpus == 0
+    assert fetch.env["ROTA_ADAPTER_DIR"] == evaluate.env["ROTA_ADAPTER_DIR"] \
+        == "/shared/evals/qwen-arc/adapter"
+    assert "ROTA_MODEL_DIR" not in evaluate.env  # the base is read where it is
+    pod = parse_spec(jobs(text, engine="kubernetes").evaluate)
+    assert pod.model is None  # the runner fetches the adapter into the scratch volume

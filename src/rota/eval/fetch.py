@@ -20,9 +20,8 @@ from pathlib import Path
 
 from rota.eval.config import EvalConfig, ModelSource
 from rota.eval.harnesses.base import EvalFailed
-from rota.eval.jobs import MODEL_DIR_ENV, MODEL_TRACKING_ENV, needs_fetch
+from rota.eval.jobs import ADAPTER_DIR_ENV, MODEL_DIR_ENV, MODEL_TRACKING_ENV, needs_fetch
 
-ADAPTER_DIR_ENV = "ROTA_ADAPTER_DIR"
 _MARKERS = ("config.json", "adapter_config.json")  # a Hugging Face model / peft adapter
 
 

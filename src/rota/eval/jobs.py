@@ -6,11 +6,13 @@ The local files the harness reads (``harness.task_dir``, heldout's data files: s
 :func:`harness_paths`) travel beside it in the job's ``files`` (a ConfigMap), gathered by the
 submitter (rota.eval.submission.pod_files), and the pod's copy of the config names them
 where they are mounted; the runner writes its output in the pod's scratch volume.
-Elsewhere a model that must be fetched (an MLflow artifact, ``runs:/``, ``models:/``,
-``s3://``) gets a fetch job of its own, on no GPU, and the evaluation runs after it
-(``after``) on the GPUs, reading the model from the folder the fetch filled
-(``ROTA_MODEL_DIR``); the config travels in the environment (``ROTA_EVAL_CONFIG``). A local
-folder or a Hugging Face name needs no fetch.
+Elsewhere a model or adapter that must be fetched (an MLflow artifact, ``runs:/``,
+``models:/``, ``s3://``) gets a fetch job of its own, on no GPU, and the evaluation runs
+after it (``after``) on the GPUs, reading them from the folders the fetch filled
+(``ROTA_MODEL_DIR``, ``ROTA_ADAPTER_DIR``); the config travels in the environment
+(``ROTA_EVAL_CONFIG``). A local folder or a Hugging Face name needs no fetch. (In a pod the
+init container fetches the model only; the runner fetches an adapter into the scratch
+volume.)
 
 Both jobs run ``python -m rota.eval.run`` (rota.eval.run): the program that fetches, runs
 the harness, fails when it must, and reports the metrics.
@@ -34,6 +36,7 @@ POD_OUT = "/scratch/eval"
 CONFIG_ENV = "ROTA_EVAL_CONFIG"
 OUT_ENV = "ROTA_EVAL_OUT"  # the runner's output folder (rota.eval.run --out)
 MODEL_DIR_ENV = "ROTA_MODEL_DIR"
+ADAPTER_DIR_ENV = "ROTA_ADAPTER_DIR"
 #: the MLflow server the model is fetched from; MLFLOW_TRACKING_URI is Rota's, for results
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
 FETCHED = ("runs:/", "models:/", "mlflow-artifacts:", "s3://")  # what a fetch step gets
@@ -118,6 +121,13 @@ def needs_fetch(source: ModelSource) -> bool:
     return source.mlflow is not None or (source.uri or "").startswith(FETCHED)
 
 
+def fetches(config: EvalConfig) -> bool:
+    """Whether the model or its adapter must be fetched before the evaluation (a fetch job
+    where the pool does not fetch itself)."""
+    adapter = config.model.adapter
+    return needs_fetch(config.model) or (adapter is not None and needs_fetch(adapter))
+
+
 def model_uri(source: ModelSource) -> str:
     """The model as one URI: an MLflow artifact as ``runs:/RUN/PATH``."""
     if source.mlflow is not None:
@@ -150,9 +160,12 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
         return EvalJobs(evaluate=spec)
     env[CONFIG_ENV] = src.text
     spec = {**base, "command": run, "cwd": work_dir, "env": env}
-    if not needs_fetch(config.model):
+    if not fetches(config):
         return EvalJobs(evaluate=spec)
-    env[MODEL_DIR_ENV] = posixpath.join(work_dir, "model")
+    if needs_fetch(config.model):
+        env[MODEL_DIR_ENV] = posixpath.join(work_dir, "model")
+    if config.model.adapter is not None and needs_fetch(config.model.adapter):
+        env[ADAPTER_DIR_ENV] = posixpath.join(work_dir, "adapter")
     fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
              "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
              "priority": config.compute.priority,
