@@ -184,3 +184,14 @@ def test_an_adapter_to_fetch_on_a_local_base_gets_a_fetch_job() -> None:
     assert "ROTA_MODEL_DIR" not in evaluate.env  # the base is read where it is
     pod = parse_spec(jobs(text, engine="kubernetes").evaluate)
     assert pod.model is None  # the runner fetches the adapter into the scratch volume
+
+
+def test_the_gpu_type_goes_to_the_evaluation_not_to_the_fetch_job() -> None:
+    got = jobs(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: A100,"))
+    assert got.fetch is not None and "gpu_type" not in got.fetch
+    assert parse_spec(got.evaluate).gpu_type == "A100"
+    with pytest.raises(InvalidSpec, match="compute: gpu_type 'A100' names a kind of GPU but "
+                                          "gpus is 0"):
+        load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 0, gpu_type: A100,"))
+    with pytest.raises(InvalidSpec, match="compute.gpu_type: String should match pattern"):
+        load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: a b,"))

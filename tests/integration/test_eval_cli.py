@@ -299,6 +299,18 @@ def test_render_for_kubernetes_mounts_the_harness_files_and_writes_in_scratch(
         "file" in r.stderr, r.stderr
 
 
+def test_render_for_kubernetes_selects_nodes_of_the_gpu_type(daemon: DaemonProcess,
+                                                             tmp_path: Path) -> None:
+    f = write(tmp_path, CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: A100,"))
+    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    pod = docs[-1]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100"}  # the pool's label
+
+
 def test_render_on_this_machine_shows_both_jobs(daemon: DaemonProcess,
                                                 tmp_path: Path) -> None:
     f = write(tmp_path, CONFIG)

@@ -13,7 +13,7 @@ but for reading the file: nothing is fetched or run here.
       kind: lm-eval
       tasks: [arc_easy]
       limits: {max_instances: 100, num_fewshot: 0, batch_size: 8, dtype: bfloat16}
-    compute: {gpus: 1, time_limit: 2h, pool: k8s}
+    compute: {gpus: 1, gpu_type: A100, time_limit: 2h, pool: k8s}
     tracking:
       experiment: evals
       tags: {creator: ana, lifecycle: candidate, datasets: [arc]}
@@ -144,6 +144,10 @@ class Harness(_Strict):
 
 class Compute(_Strict):
     gpus: float = Field(default=1.0, ge=0, le=1024)
+    gpu_type: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$",
+        description="the GPU model (A100, H100, ...), as a job's gpu_type: on Kubernetes "
+                    "the node label's value")
     gpu_mem: Memory | None = None
     cpus: float | None = Field(default=None, gt=0, le=4096)
     memory: Memory | None = None
@@ -151,6 +155,13 @@ class Compute(_Strict):
     pool: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
     image: str | None = Field(default=None, pattern=r"^\S+$")
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _gpu_type_needs_gpus(self) -> Compute:
+        if self.gpu_type is not None and self.gpus == 0:
+            raise ValueError(f"gpu_type {self.gpu_type!r} names a kind of GPU but gpus is 0: "
+                             "give gpus, or drop gpu_type")
+        return self
 
 
 class Tags(_Strict):

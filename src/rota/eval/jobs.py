@@ -196,8 +196,8 @@ def _base(config: EvalConfig, pool_engine: str) -> dict[str, Any]:
         # Rota opens the run (params, git, the log) and the evaluation logs into it
         "mlflow": True, "mlflow_experiment": t.experiment,
     }
-    optional = {"gpu_mem": c.gpu_mem, "time_limit": c.time_limit, "pool": c.pool,
-                "image": c.image}
+    optional = {"gpu_type": c.gpu_type, "gpu_mem": c.gpu_mem, "time_limit": c.time_limit,
+                "pool": c.pool, "image": c.image}
     if pool_engine != "local" or c.image:  # limits a container or an engine enforces
         optional.update(cpus=c.cpus, memory=c.memory)
     if t.wandb:
