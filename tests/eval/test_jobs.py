@@ -193,5 +193,5 @@ def test_the_gpu_type_goes_to_the_evaluation_not_to_the_fetch_job() -> None:
     with pytest.raises(InvalidSpec, match="compute: gpu_type 'A100' names a kind of GPU but "
                                           "gpus is 0"):
         load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 0, gpu_type: A100,"))
-    with pytest.raises(InvalidSpec, match="compute.gpu_type: String should match pattern"):
+    with pytest.raises(InvalidSpec, match=r"compute\.gpu_type: String should match pattern"):
         load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: a b,"))
