@@ -27,10 +27,9 @@ shards = 32 slots; LocalRay, a head and a worker node), and on it, in this order
     committed just before the sbatch / POST); Ray's at its start_time (when the head
     accepted the job).
 
-The poll interval is EngineBackend's ``poll_every`` (2 s); no setting reaches it, so the
-daemon is started with that default replaced (``python -c``, see DAEMON), nothing else
-changed. Slurm jobs ask ``--gpus 0.25`` (``--gres=shard:1``, as the baseline's jobs), Ray
-jobs no GPU. Overhead = (Rota's seconds - the engine's) / N, in ms per job.
+The poll interval is the pool's ``poll_every`` in rota.toml (default 2 s). Slurm jobs ask
+``--gpus 0.25`` (``--gres=shard:1``, as the baseline's jobs), Ray jobs no GPU.
+Overhead = (Rota's seconds - the engine's) / N, in ms per job.
 """
 
 from __future__ import annotations
@@ -62,10 +61,6 @@ from bench.bench_cli import ROTA, _ids, _wait_all_ended, cli_env, loadavg, pct  
 from bench.bench_e2e import stop_daemon  # noqa: E402
 from rota.client import RawClient  # noqa: E402
 
-#: `rota server` with EngineBackend's poll_every default replaced by argv[1].
-DAEMON = ("import sys; from rota.backends.engine_backend import EngineBackend as E; "
-          "E.__init__.__kwdefaults__['poll_every'] = float(sys.argv.pop(1)); "
-          "from rota.cli.main import app; app()")
 STAMP = 'date +%s.%N > "$0"'  # a job's first act: its own clock, into the file named $0
 Submit = Callable[[Path], dict[str, float]]  # submits a stamping job; its call's times
 
@@ -326,11 +321,10 @@ def rota_daemon(home: Path, engine: Engine, poll_every: float) -> Iterator[dict[
     every poll interval of an engine: its job ids go on rising, so no engine key
     (``rota-JOB-ATTEMPT``) is handed to the cluster twice."""
     (home / "rota.toml").write_text(f"[pools.{POOL}]\n{engine.pool_toml}"
-                                    "max_in_flight = 10000\n")
+                                    f"max_in_flight = 10000\npoll_every = {poll_every:g}\n")
     env = cli_env(home)
     with open(home / "daemon.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-c", DAEMON, str(poll_every), "server",
-                                 "--simulate", "8x80G"], env=env, stdout=log,
+        proc = subprocess.Popen([ROTA, "server", "--simulate", "8x80G"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     try:
