@@ -83,6 +83,23 @@ class RayPool(_Pool):
                                            description="merged into every job's runtime_env")
 
 
+class PriorityClassRule(BaseModel):
+    """Jobs whose Rota priority is at most ``up_to`` get the PriorityClass ``name``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    up_to: int = Field(description="the highest Rota priority (lower runs first) of the class")
+    name: str = Field(description="a PriorityClass of the cluster")
+
+    @field_validator("name")
+    @classmethod
+    def _class_name(cls, v: str) -> str:
+        if not _OBJECT_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Kubernetes object name (lower-case letters, "
+                             "digits, '-' and '.', e.g. \"high-priority\")")
+        return v
+
+
 class KubernetesPool(_Pool):
     engine: Literal["kubernetes"]
     context: str | None = Field(default=None, description="kubeconfig context")
@@ -106,6 +123,24 @@ class KubernetesPool(_Pool):
         "PyTorchJob (training operator v1) or a TrainJob (Kubeflow Trainer v2)")
     training_runtime: str = Field(default="torch-distributed", description="the "
                                   "ClusterTrainingRuntime a TrainJob runs on")
+    priority_classes: list[PriorityClassRule] = Field(
+        default_factory=list, description="Rota priorities as the cluster's PriorityClasses "
+        "(which Kueue reads too): a job gets the first class, in rising up_to, whose up_to "
+        "is at least its priority; above them all, the cluster's default. E.g. "
+        "[{up_to = -1, name = \"urgent\"}, {up_to = 10, name = \"normal\"}]")
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _rising(cls, v: list[PriorityClassRule]) -> list[PriorityClassRule]:
+        bounds = [r.up_to for r in v]
+        if len(set(bounds)) != len(bounds):
+            raise ValueError(f"two priority classes share an up_to ({bounds})")
+        return sorted(v, key=lambda r: r.up_to)
+
+    def priority_class(self, priority: int) -> str | None:
+        """The PriorityClass of a Rota priority (the first rule reaching it), or None for
+        the cluster's default."""
+        return next((r.name for r in self.priority_classes if priority <= r.up_to), None)
 
     @field_validator("training_runtime")
     @classmethod

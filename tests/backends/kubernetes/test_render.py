@@ -481,3 +481,33 @@ def test_the_trainjob_validation_can_fail() -> None:
     bad["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"cpu": "lots"}}
     with pytest.raises(jsonschema.ValidationError, match="lots"):
         validate_trainjob(bad)
+
+
+CLASSES = [{"up_to": 10, "name": "normal"}, {"up_to": -1, "name": "urgent"}]
+
+
+@pytest.mark.parametrize(("priority", "klass"), [
+    (-5, "urgent"), (-1, "urgent"), (0, "normal"), (10, "normal"), (11, None)])
+def test_priority_becomes_the_pools_priority_class(priority: int, klass: str | None) -> None:
+    """Rules in any order in rota.toml; the first (by rising up_to) that reaches the job's
+    priority names its class; above them all, the cluster's default (no field)."""
+    pool = a_pool(priority_classes=CLASSES, checkpoint_claim="c")
+    for job in (a_job(priority=priority), a_job(priority=priority, nodes=2, gpus=1)):
+        doc = workload(job, pool)  # a Job, then a PyTorchJob: every replica's pod
+        pods = ([doc["spec"]["template"]["spec"]] if doc["kind"] == "Job" else
+                [r["template"]["spec"] for r in doc["spec"]["pytorchReplicaSpecs"].values()])
+        assert [p.get("priorityClassName") for p in pods] == [klass] * len(pods)
+
+
+def test_priority_classes_are_checked() -> None:
+    with pytest.raises(ValidationError, match="two priority classes share an up_to"):
+        a_pool(priority_classes=[{"up_to": 1, "name": "a"}, {"up_to": 1, "name": "b"}])
+    with pytest.raises(ValidationError, match="'High' is not a Kubernetes object name"):
+        a_pool(priority_classes=[{"up_to": 1, "name": "High"}])
+
+
+def test_a_trainjob_refuses_a_priority_class_it_cannot_carry() -> None:
+    pool = a_trainjob_pool(priority_classes=CLASSES)
+    reason = refusal(a_job(nodes=2, priority=3), pool)
+    assert reason is not None and "the PriorityClass normal of priority 3" in reason
+    assert refusal(a_job(nodes=2, priority=50), pool) is None  # the cluster's default

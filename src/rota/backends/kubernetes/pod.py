@@ -202,4 +202,7 @@ def pod_spec(job: EngineJob, pool: KubernetesPool, *, container: str,
         spec["initContainers"] = [fetch_container(job, image, env_list)]
     if pool.service_account:
         spec["serviceAccountName"] = pool.service_account
+    klass = pool.priority_class(job.priority)
+    if klass:
+        spec["priorityClassName"] = klass
     return spec

@@ -111,6 +111,10 @@ def _trainjob(job: EngineJob, pool: KubernetesPool) -> str | None:
     if job.nodes < 2 or pool.multi_node != "trainjob":
         return None
     lacking = trainjob.gaps(job)
+    klass = pool.priority_class(job.priority)
+    if klass:  # not silently left out: the cluster would run it at its default priority
+        lacking.append(f"the PriorityClass {klass} of priority {job.priority} (its pod "
+                       "overrides have no priorityClassName)")
     if not lacking:
         return None
     return (f"this pool runs a {job.nodes}-node job as a Kubeflow TrainJob "
