@@ -62,3 +62,95 @@ def test_good_units_are_read() -> None:
         "tracking: {tags: {creator: a, lifecycle: b}}\n"
     c = load_text(text).compute
     assert (c.gpu_mem, c.memory, c.time_limit) == (20 << 30, 3 << 29, 5400.0)
+
+
+# --- limits a harness cannot honour are refused, never dropped --------------------------
+ALL_LIMITS = ("{max_instances: 5, num_fewshot: 2, batch_size: 4, dtype: bfloat16, "
+              "max_length: 512}")
+
+
+def harness_config(kind: str, limits: str, tasks: str = "[mmlu:subject=anatomy]") -> str:
+    return textwrap.dedent(f"""\
+        version: 1
+        name: tiny
+        model: {{uri: /models/tiny}}
+        harness:
+          kind: {kind}
+          tasks: {tasks}
+          limits: {limits}
+        tracking: {{tags: {{creator: a, lifecycle: b}}}}
+        """)
+
+
+def test_lm_eval_honours_every_limit() -> None:
+    limits = load_text(harness_config("lm-eval", ALL_LIMITS)).harness.limits
+    assert limits.asked() == ["max_instances", "num_fewshot", "batch_size", "dtype",
+                              "max_length"]
+
+
+@pytest.mark.parametrize(("kind", "limit", "problem"), [
+    ("helm", "batch_size: 8", "harness.limits.batch_size: the helm harness does not take a "
+                              "batch size (helm-run sends the model one request at a time "
+                              "and has no batch size)"),
+    ("helm", "dtype: float16", "harness.limits.dtype: the helm harness does not take a dtype "
+                               "(HELM loads a Hugging Face model as its model deployment "
+                               "says, not as helm-run is told: leave dtype auto)"),
+    ("helm", "max_length: 2048", "harness.limits.max_length: the helm harness does not take "
+                                 "a maximum length (HELM takes the context length"),
+    ("heldout", "num_fewshot: 0", "harness.limits.num_fewshot: the heldout harness does not "
+                                  "take a few-shot count (held-out loss scores each example "
+                                  "on its own, with no examples before it)"),
+])
+def test_a_limit_the_harness_cannot_honour_is_refused_by_its_path_and_line(
+        kind: str, limit: str, problem: str) -> None:
+    text = harness_config(kind, "").replace("limits: \n", f"limits:\n    {limit}\n")
+    with pytest.raises(ConfigErrors) as got:
+        load_text(text, where="e.yaml")
+    [only] = got.value.problems
+    assert only.startswith(f"e.yaml:8: {problem}"), only
+
+
+def test_every_refused_limit_is_named_with_the_other_errors() -> None:
+    text = harness_config("helm", ALL_LIMITS, tasks="[boolq, two words]") \
+        + "compute: {gpus: many}\n"
+    with pytest.raises(ConfigErrors) as got:
+        load_text(text, where="e.yaml")
+    assert [p.split(" (")[0] for p in got.value.problems] == [
+        "e.yaml:6: harness.tasks.1: String should match pattern '^[^\\s,]+$'",
+        "e.yaml:7: harness.limits.batch_size: the helm harness does not take a batch size",
+        "e.yaml:7: harness.limits.dtype: the helm harness does not take a dtype",
+        "e.yaml:7: harness.limits.max_length: the helm harness does not take a maximum "
+        "length",
+        "e.yaml:9: compute.gpus: Input should be a valid number, unable to parse string as "
+        "a number",
+    ]
+
+
+def test_what_a_harness_honours_or_leaves_to_itself_is_accepted() -> None:
+    helm = load_text(harness_config("helm", "{max_instances: 10, num_fewshot: 0, dtype: auto, "
+                                            "max_length: null}")).harness.limits
+    assert helm.asked() == ["max_instances", "num_fewshot"]
+    assert load_text(harness_config("helm", "{}")).harness.limits.asked() == []
+    heldout = harness_config("heldout", "{max_instances: 10, batch_size: 2, dtype: float16, "
+                                        "max_length: 256}", tasks="[a.jsonl]")
+    assert len(load_text(heldout).harness.limits.asked()) == 4
+
+
+def test_a_helm_run_entry_with_its_own_few_shot_count_refuses_a_second_one() -> None:
+    tasks = "[boolq, 'mmlu:max_train_instances=5']"
+    with pytest.raises(ConfigErrors) as got:
+        load_text(harness_config("helm", "{num_fewshot: 0}", tasks=tasks))
+    assert got.value.problems == [
+        "harness.limits.num_fewshot: the run entry mmlu:max_train_instances=5 sets its "
+        "own few-shot count (max_train_instances): give it in one place"]
+    assert load_text(harness_config("helm", "{}", tasks=tasks)).harness.tasks[1].endswith("=5")
+
+
+def test_every_harness_declares_limits_the_config_has_and_names_them() -> None:
+    from rota.eval.config import Limits
+    from rota.eval.harnesses import HARNESSES
+
+    assert set(Limits.NOUNS) == set(Limits.model_fields)
+    for harness in HARNESSES.values():
+        assert harness.honours <= set(Limits.model_fields), harness.kind
+        assert set(harness.instead) <= set(Limits.model_fields) - harness.honours, harness.kind

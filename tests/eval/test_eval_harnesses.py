@@ -94,6 +94,17 @@ def test_helm_runs_then_summarizes_the_config_suite(tmp_path: Path) -> None:
         get("helm").steps(cfg, Target(str(model), "/lora", tmp_path))
 
 
+def test_helm_takes_the_few_shot_count_as_each_run_entrys_max_train_instances(
+        tmp_path: Path) -> None:
+    cfg = config(harness={"kind": "helm", "limits": {"num_fewshot": 3},
+                          "tasks": ["mmlu:subject=anatomy", "boolq:model=openai/gpt2"]})
+    run = get("helm").steps(cfg, Target("org/name", None, tmp_path))[0]
+    assert run[run.index("--run-entries") + 1:run.index("--suite")] == [
+        "mmlu:subject=anatomy,model=org/name,max_train_instances=3",
+        "boolq:model=openai/gpt2,max_train_instances=3"]
+    assert "--max-eval-instances" not in run
+
+
 def test_helm_summary_tables_of_a_real_run_become_metrics() -> None:
     got = summary_metrics(HELM_GROUPS)
     # mmlu.json: one table titled "subject: philosophy"; narrative_qa.json: untitled
@@ -135,6 +146,12 @@ def test_heldout_runs_the_template_once_per_file(tmp_path: Path) -> None:
     assert steps[0][3] == "rota.templates.eval_heldout"
     assert steps[0][steps[0].index("--adapter") + 1] == "/lora"
     assert steps[1][steps[1].index("--max-len") + 1] == "256"
+    assert "--dtype" not in steps[0] and "--max-examples" not in steps[0]  # auto, all
+    limited = config(harness={"kind": "heldout", "tasks": ["/d/a.jsonl"],
+                              "limits": {"dtype": "float16", "max_instances": 50}})
+    [argv] = get("heldout").steps(limited, Target("/m", None, tmp_path))
+    assert argv[argv.index("--dtype") + 1] == "float16"
+    assert argv[argv.index("--max-examples") + 1] == "50"
     with pytest.raises(EvalFailed, match="no results for a"):
         get("heldout").parse(cfg, tmp_path)
     same = config(harness={"kind": "heldout", "tasks": ["/d/a.jsonl", "/e/a.jsonl"]})

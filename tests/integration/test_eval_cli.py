@@ -135,6 +135,22 @@ def test_a_bad_version_bad_yaml_or_no_mapping_is_named(daemon: DaemonProcess, tm
     assert r.returncode == 2 and r.stderr.startswith(f"{f}{problem}"), r.stderr
 
 
+def test_limits_the_harness_cannot_honour_are_named_with_the_other_problems(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    text = CONFIG.replace("harness: {kind: lm-eval, tasks: [arc_easy], limits: {batch_size: 4}}",
+                          "harness:\n  kind: helm\n  tasks: [mmlu]\n  limits:\n"
+                          "    batch_size: 4\n    num_fewshot: 0\n    dtype: float16\n") \
+        .replace("time_limit: 2h", "time_limit: soon")
+    f = write(tmp_path, text)
+    r = daemon.cli("eval", "validate", str(f))
+    assert r.returncode == 2 and r.stdout == ""
+    assert [line.split(" (")[0] for line in r.stderr.splitlines()] == [
+        f"{f}:9: harness.limits.batch_size: the helm harness does not take a batch size",
+        f"{f}:11: harness.limits.dtype: the helm harness does not take a dtype",
+        f"{f}:13: compute.time_limit: cannot read 'soon' as a duration",
+    ], r.stderr
+
+
 def test_submit_and_render_refuse_a_bad_config_before_asking_for_anything(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     f = write(tmp_path, BAD)

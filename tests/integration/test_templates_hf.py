@@ -214,6 +214,31 @@ def test_eval_heldout_logs_to_rotas_mlflow_run(tiny: Path, tmp_path: Path) -> No
     assert logged.info.status == "RUNNING"  # the daemon's to end, not the job's
 
 
+def test_eval_heldout_takes_a_dtype_and_scores_the_first_examples(tiny: Path,
+                                                                  tmp_path: Path) -> None:
+    """--dtype and --max-examples: what the heldout harness passes on for an evaluation
+    config's limits.dtype and limits.max_instances."""
+    from rota.templates.eval_heldout import parse_args
+
+    rows = [{"text": "The river ran quietly past the mill."},
+            {"instruction": "Add 4 and 9.", "output": "4 + 9 = 13."},
+            {"text": "A third line, never scored."}]
+    data = write_jsonl(tmp_path / "heldout.jsonl", rows)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "MLFLOW_"))},
+           **OFFLINE}
+    r = subprocess.run([sys.executable, "-m", "rota.templates.eval_heldout", "--model",
+                        str(tiny), "--data", str(data), "--out", str(tmp_path / "eval"),
+                        "--device", "cpu", "--dtype", "bfloat16", "--max-examples", "2"],
+                       env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "on 2 examples; bfloat16 on cpu" in r.stdout
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert (results["examples"], results["dtype"]) == (2, "bfloat16")
+    for bad in (["--dtype", "int8"], ["--max-examples", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_args(["--model", "m", "--out", "o", *bad])
+
+
 def test_eval_heldout_under_the_daemon(hf_daemon: DaemonProcess, tiny: Path,
                                        tmp_path: Path) -> None:
     """The shipped held-out sample (instructions and text lines), a new MLflow run in

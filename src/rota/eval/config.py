@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -33,8 +33,11 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from rota.errors import InvalidSpec
 from rota.units import parse_duration, parse_memory_person
@@ -121,6 +124,17 @@ class Limits(_Strict):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     max_length: int | None = Field(default=None, ge=16, description="tokens per example")
 
+    #: each limit as a refusal names it (``the helm harness does not take a batch size``)
+    NOUNS: ClassVar[dict[str, str]] = {
+        "max_instances": "a maximum number of instances", "num_fewshot": "a few-shot count",
+        "batch_size": "a batch size", "dtype": "a dtype", "max_length": "a maximum length"}
+
+    def asked(self) -> list[str]:
+        """The limits the config sets: written in it, and neither null nor ``auto`` (which
+        leave the choice to the harness)."""
+        return [name for name in type(self).model_fields if name in self.model_fields_set
+                and getattr(self, name) not in (None, "auto")]
+
 
 class Harness(_Strict):
     kind: Literal["lm-eval", "helm", "heldout"]
@@ -132,6 +146,26 @@ class Harness(_Strict):
     limits: Limits = Field(default_factory=Limits)
     args: dict[str, str] = Field(default_factory=dict, description="more options of the "
                                  "harness, by name, passed as --NAME VALUE")
+
+    @field_validator("limits")
+    @classmethod
+    def _limits_honoured(cls, limits: Limits, info: ValidationInfo) -> Limits:
+        """Refuses each limit the harness would not pass on (never silently dropped), by
+        its own path: the harness's declaration says which it honours (harnesses/base.py)."""
+        from rota.eval.harnesses import HARNESSES  # they import this module
+
+        kind = info.data.get("kind")
+        harness = HARNESSES.get(kind) if isinstance(kind, str) else None
+        if harness is None:  # the kind itself is refused
+            return limits
+        refused = harness.refused_limits(limits, info.data.get("tasks") or [])
+        if refused:
+            raise ValidationError.from_exception_data("Limits", [
+                InitErrorDetails(type=PydanticCustomError("limit_not_honoured", "{why}",
+                                                          {"why": why}),
+                                 loc=(name,), input=getattr(limits, name))
+                for name, why in refused.items()])
+        return limits
 
     @model_validator(mode="after")
     def _tasks(self) -> Harness:

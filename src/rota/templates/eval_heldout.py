@@ -1,7 +1,8 @@
 """Loss and perplexity on held-out data: the ``eval-heldout`` template.
 
     python -m rota.templates.eval_heldout --model Qwen/Qwen2.5-0.5B [--adapter runs/lora/adapter]
-        --data heldout.jsonl --out runs/eval [--mlflow-uri URI]
+        --data heldout.jsonl --out runs/eval [--dtype bfloat16] [--max-examples N]
+        [--mlflow-uri URI]
 
 The data is JSON lines, either instructions (``instruction``, ``input``, ``output``: the
 Alpaca prompt of ``lora-finetune``, only the response's tokens scored) or ``{"text": ...}``
@@ -31,6 +32,7 @@ from typing import Any
 from rota.templates import instruct
 
 EXPERIMENT = "rota-eval"
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,12 +44,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-len", type=int, default=1024, help="tokens per example")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="the model's weights (auto: bfloat16 on a GPU that has it, else "
+                        "float32)")
+    p.add_argument("--max-examples", type=int, default=0,
+                   help="score the first N examples of the file only (0: all)")
     p.add_argument("--mlflow-uri", default="",
                    help="log to this MLflow server in a new run (experiment rota-eval) when "
                         "Rota gives no run (MLFLOW_RUN_ID)")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.max_len < 2:
-        p.error("--batch-size must be at least 1 and --max-len at least 2")
+    if args.batch_size < 1 or args.max_len < 2 or args.max_examples < 0:
+        p.error("--batch-size must be at least 1, --max-len at least 2 and --max-examples "
+                "not negative")
     return args
 
 
@@ -56,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data or instruct.shipped("heldout.jsonl")
     try:
         records = instruct.read_jsonl(data, allow_text=True)
+        if args.max_examples:
+            records = records[:args.max_examples]
         if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
             raise instruct.DataError(f"--adapter {args.adapter}: no adapter_config.json there")
     except instruct.DataError as e:
@@ -83,8 +93,12 @@ def evaluate(args: argparse.Namespace, records: list[instruct.Record]) -> dict[s
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
         else args.device
-    dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() \
-        else torch.float32
+    if args.dtype != "auto":
+        dtype = getattr(torch, args.dtype)
+    elif device == "cuda" and torch.cuda.is_bf16_supported():
+        dtype = torch.bfloat16
+    else:
+        dtype = torch.float32
     # lora-finetune saves the tokenizer with the adapter (pad token and all): prefer it
     own = args.adapter and (Path(args.adapter) / "tokenizer_config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(args.adapter if own else args.model)
@@ -121,6 +135,7 @@ def evaluate(args: argparse.Namespace, records: list[instruct.Record]) -> dict[s
     loss = total / tokens
     return {"eval_loss": loss, "perplexity": math.exp(loss), "eval_tokens": tokens,
             "examples": len(examples), "left_out": dropped,
+            "dtype": str(dtype).removeprefix("torch."),
             "seconds": round(time.monotonic() - t0, 3)}
 
 

@@ -4,6 +4,10 @@ A harness turns (config, model folder, adapter folder, an empty output folder) i
 argv of the programs to run, in order, and reads what they left in that folder back as
 metrics ``{"task/metric": value}``. It never runs anything itself: rota.eval.run does, and
 it treats every problem a harness reports (:class:`EvalFailed`) as the evaluation failing.
+
+It declares which ``harness.limits`` it passes on (``honours``); the config refuses any
+other limit it sets, by its path, with the harness's reason (``instead``), so that no limit
+is silently dropped (rota.eval.config).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rota.errors import RotaError
-from rota.eval.config import EvalConfig
+from rota.eval.config import EvalConfig, Limits
 
 Metrics = dict[str, float]
 _NOT_WORD = re.compile(r"[^0-9a-z]+")
@@ -41,6 +45,23 @@ class Target:
 
 class Harness(ABC):
     kind: ClassVar[str]
+    #: the fields of ``harness.limits`` that ``steps`` passes on; a config that sets another
+    #: is refused
+    honours: ClassVar[frozenset[str]]
+    #: for a limit not honoured: why, and what to do instead (said in the refusal)
+    instead: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def refused_limits(cls, limits: Limits, tasks: list[str]) -> dict[str, str]:
+        """``{limit: sentence}`` for each limit the config sets that this harness cannot
+        honour (with these tasks); empty when it honours them all."""
+        out = {}
+        for name in limits.asked():
+            if name not in cls.honours:
+                note = cls.instead.get(name)
+                out[name] = (f"the {cls.kind} harness does not take "
+                             f"{Limits.NOUNS.get(name, name)}" + (f" ({note})" if note else ""))
+        return out
 
     @abstractmethod
     def steps(self, cfg: EvalConfig, target: Target) -> list[list[str]]:

@@ -1,9 +1,11 @@
 """Held-out loss and perplexity (rota.templates.eval_heldout) on JSON-lines files: the
 config's tasks are the files, one run of the template each, into ``OUT/<file stem>``.
 
-Metrics: ``<file stem>/eval_loss``, ``/perplexity``, ``/eval_tokens``. The template picks
-its own dtype and scores every example: ``limits.dtype`` and ``max_instances`` are not
-used; ``batch_size`` and ``max_length`` are.
+Metrics: ``<file stem>/eval_loss``, ``/perplexity``, ``/eval_tokens``. Limits:
+``batch_size``, ``max_length`` (tokens per example), ``dtype`` (``auto``: bfloat16 on a GPU
+that has it, else float32) and ``max_instances`` (the first N examples of each file) are the
+template's options; a few-shot count is refused (rota.eval.config): each example is scored
+on its own.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def task_names(cfg: EvalConfig) -> list[str]:
 
 class Heldout(Harness):
     kind = "heldout"
+    honours = frozenset({"max_instances", "batch_size", "dtype", "max_length"})
+    instead = {"num_fewshot": "held-out loss scores each example on its own, with no "
+                              "examples before it"}
 
     def steps(self, cfg: EvalConfig, target: Target) -> list[list[str]]:
         lim = cfg.harness.limits
@@ -46,6 +51,10 @@ class Heldout(Harness):
                     "--batch-size", str(lim.batch_size)]
             if lim.max_length is not None:
                 argv += ["--max-len", str(lim.max_length)]
+            if lim.dtype != "auto":
+                argv += ["--dtype", lim.dtype]
+            if lim.max_instances is not None:
+                argv += ["--max-examples", str(lim.max_instances)]
             if target.adapter:
                 argv += ["--adapter", target.adapter]
             steps.append(argv + option_args(cfg.harness.args))

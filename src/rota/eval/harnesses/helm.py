@@ -4,9 +4,12 @@ the config's run entries, then ``helm-summarize``, then the summary's tables rea
 The tasks are HELM run entries (``mmlu:subject=anatomy``); one without ``model=`` gets the
 evaluated model's. A local folder is registered with ``--enable-local-huggingface-models``
 (HELM names it ``huggingface/<folder name>``), a hub name with
-``--enable-huggingface-models``. The suite is the config's name. ``max_instances`` is
-``--max-eval-instances``; few-shot counts belong to HELM's run entries; adapters are not
-supported (merge the adapter into the model first).
+``--enable-huggingface-models``. The suite is the config's name. Limits: ``max_instances``
+is ``--max-eval-instances``, and ``num_fewshot`` is HELM's own run-entry argument
+``max_train_instances=N`` added to each entry (one that names it already is refused with a
+few-shot count given: one place says it). helm-run has no batch size, dtype or maximum
+length: a config that sets one is refused (rota.eval.config). Adapters are not supported
+(merge the adapter into the model first).
 
 ``helm-summarize`` writes ``OUT/runs/<suite>/groups/<group>.json``: a list of tables, each
 ``{"title", "header": [{"value": column}], "rows": [[{"value": model}, {"value": 0.5},
@@ -23,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rota.eval.config import EvalConfig
+from rota.eval.config import EvalConfig, Limits
 from rota.eval.harnesses.base import (
     EvalFailed,
     Harness,
@@ -37,10 +40,34 @@ from rota.eval.harnesses.base import (
 )
 
 _HAS_MODEL = re.compile(r"(^|[:,])model=")
+_HAS_FEWSHOT = re.compile(r"(^|[:,])max_train_instances=")
+
+
+def _with(entry: str, arg: str) -> str:
+    """The run entry ``name[:k=v,...]`` with one more argument."""
+    return f"{entry}{',' if ':' in entry else ':'}{arg}"
 
 
 class Helm(Harness):
     kind = "helm"
+    honours = frozenset({"max_instances", "num_fewshot"})
+    instead = {
+        "batch_size": "helm-run sends the model one request at a time and has no batch size",
+        "dtype": "HELM loads a Hugging Face model as its model deployment says, not as "
+                 "helm-run is told: leave dtype auto",
+        "max_length": "HELM takes the context length from the model's deployment, not from "
+                      "helm-run",
+    }
+
+    @classmethod
+    def refused_limits(cls, limits: Limits, tasks: list[str]) -> dict[str, str]:
+        out = super().refused_limits(limits, tasks)
+        if limits.num_fewshot is not None:
+            own = [t for t in tasks if _HAS_FEWSHOT.search(t)]
+            if own:
+                out["num_fewshot"] = (f"the run entry {own[0]} sets its own few-shot count "
+                                      "(max_train_instances): give it in one place")
+        return out
 
     def steps(self, cfg: EvalConfig, target: Target) -> list[list[str]]:
         if target.adapter:
@@ -49,15 +76,18 @@ class Helm(Harness):
         local = os.path.isdir(target.model)
         name = f"huggingface/{os.path.basename(os.path.normpath(target.model))}" if local \
             else target.model
-        entries = [e if _HAS_MODEL.search(e) else f"{e}{',' if ':' in e else ':'}model={name}"
+        lim = cfg.harness.limits
+        entries = [e if _HAS_MODEL.search(e) else _with(e, f"model={name}")
                    for e in cfg.harness.tasks]
+        if lim.num_fewshot is not None:  # HELM's own run expander: adapter_spec's count
+            entries = [_with(e, f"max_train_instances={lim.num_fewshot}") for e in entries]
         out = str(target.out)
         run = [tool("helm-run"), "--run-entries", *entries, "--suite", cfg.name,
                "--output-path", out, "--local-path", os.path.join(out, "prod_env"),
                "--enable-local-huggingface-models" if local else "--enable-huggingface-models",
                target.model]
-        if cfg.harness.limits.max_instances is not None:
-            run += ["--max-eval-instances", str(cfg.harness.limits.max_instances)]
+        if lim.max_instances is not None:
+            run += ["--max-eval-instances", str(lim.max_instances)]
         summarize = [tool("helm-summarize"), "--suite", cfg.name, "--output-path", out]
         return [run + option_args(cfg.harness.args), summarize]
 

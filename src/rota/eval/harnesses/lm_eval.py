@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rota.eval.config import EvalConfig
+from rota.eval.config import EvalConfig, Limits
 from rota.eval.harnesses.base import (
     EvalFailed,
     Harness,
@@ -28,6 +28,7 @@ from rota.eval.harnesses.base import (
 
 class LmEval(Harness):
     kind = "lm-eval"
+    honours = frozenset(Limits.model_fields)  # every one: --limit, --num_fewshot, model_args
 
     def steps(self, cfg: EvalConfig, target: Target) -> list[list[str]]:
         h, lim = cfg.harness, cfg.harness.limits
