@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from rota.config import load_settings
 from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool, LocalPool, Pools, SlurmPool
 
@@ -36,3 +40,51 @@ def test_clusters_are_read_by_engine_and_named_in_errors() -> None:
 def test_bad_pools_are_refused_with_what_is_wrong(raw: dict[str, object], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         Pools.model_validate(raw)
+
+
+def _settings_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Pools:
+    (tmp_path / "rota.toml").write_text(text)
+    monkeypatch.setenv("ROTA_HOME", str(tmp_path))
+    return load_settings().pool_set
+
+
+def test_local_container_defaults_are_read_from_rota_toml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # [pools.local] needs no engine line, as docs/configuration.md writes it
+    pools = _settings_from_toml(tmp_path, monkeypatch, '[pools.local]\n'
+                                'container_shm_size = "512M"\ncontainer_cpus = 2.5\n'
+                                'container_memory = "16G"\n')
+    local = pools.get("local")[1]
+    assert isinstance(local, LocalPool)
+    assert (local.container_shm_size, local.container_cpus, local.container_memory) == \
+        (512 << 20, 2.5, 16 << 30)
+    # an integer is bytes, as the settings sent to API workers carry it (JSON)
+    assert LocalPool(container_shm_size=64 << 20).container_shm_size == 64 << 20
+
+
+def test_local_container_defaults_without_settings() -> None:
+    from rota.backends.container.request import DEFAULT_SHM_SIZE
+
+    local = LocalPool()
+    assert (local.container_shm_size, local.container_cpus, local.container_memory) == \
+        (DEFAULT_SHM_SIZE, None, None) == (8 << 30, None, None)
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ('container_shm_size = "8X"',
+     "setting pools.local.container_shm_size: cannot read '8X' as a memory size"),
+    ("container_shm_size = 8",
+     'setting pools.local.container_shm_size: 8 bytes is less than 1M; write the unit, '
+     'e.g. "8G"'),
+    ('container_memory = "1M"',
+     "setting pools.local.container_memory: 1048576 bytes is less than 6M"),
+    ("container_cpus = 0", "setting pools.local.container_cpus: Input should be greater "
+                           "than 0"),
+    ('container_shm = "8G"', "setting pools.local.container_shm: Extra inputs are not "
+                             "permitted"),
+])
+def test_a_bad_container_default_names_the_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, words: str) -> None:
+    with pytest.raises(InvalidSpec, match=re.escape(words)) as e:
+        _settings_from_toml(tmp_path, monkeypatch, f"[pools.local]\n{line}\n")
+    assert e.value.field is not None and e.value.field.startswith("pools.local.container_")

@@ -16,7 +16,7 @@ from pydantic_settings import (
 
 from rota.errors import InvalidSpec
 from rota.home import default_home
-from rota.pools import Pool, Pools
+from rota.pools import ENGINES, Pool, Pools, local_engine_implied
 
 __all__ = ["Settings", "default_home", "load_settings"]
 
@@ -82,6 +82,11 @@ class Settings(BaseSettings):
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=default_home() / "rota.toml")
         return (init_settings, env_settings, dotenv_settings, toml)
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _local_needs_no_engine(cls, v: object) -> object:
+        return local_engine_implied(v)
 
     @model_validator(mode="after")
     def _pools_hold_together(self) -> Settings:
@@ -159,7 +164,10 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**clean)
     except ValidationError as e:
         first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
+        parts = [str(x) for x in first["loc"]]
+        if len(parts) > 3 and parts[0] == "pools" and parts[2] in ENGINES:
+            del parts[2]  # the engine pydantic chose the pool's form by: not a key
+        loc = ".".join(parts)
         msg = first["msg"].removeprefix("Value error, ")
         raise InvalidSpec(f"setting {loc}: {msg}" if loc else f"settings: {msg}",
                           field=loc or None) from None

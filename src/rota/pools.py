@@ -1,7 +1,11 @@
 """Pools: the places a job can run, as `rota.toml` declares them.
 
 ``local`` (this machine, Rota's own scheduler) always exists. Clusters are declared under
-``[pools.NAME]`` with their engine and its settings::
+``[pools.NAME]`` with their engine and its settings; ``[pools.local]`` (no engine line
+needed) holds only the container settings of ``--image`` jobs::
+
+    [pools.local]
+    container_shm_size = "8G"
 
     [pools.hpc]
     engine = "slurm"
@@ -25,9 +29,27 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from rota.errors import InvalidSpec
+from rota.units import format_memory, parse_memory
 
 LOCAL = "local"
+#: The engines, as ``engine`` names them (and pydantic's error locations do).
+ENGINES = ("local", "slurm", "ray", "kubernetes")
+#: The local pool's /dev/shm default: rota.backends.container.request.DEFAULT_SHM_SIZE
+#: (not imported: settings import no backend; a test holds them equal).
+DEFAULT_SHM_SIZE = 8 << 30
+#: The least of each container size: Docker refuses a memory limit under 6 MiB, and a bare
+#: number that small is a missing unit.
+_MIN_SIZE = {"container_shm_size": 1 << 20, "container_memory": 6 << 20}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
 # a DNS-1123 subdomain: the name of most Kubernetes objects
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -55,6 +77,35 @@ class LocalPool(_Pool):
     container_network_mode: str = Field(default="bridge", description="the network of a "
                                         "container whose job asks for one (network=true); "
                                         "the others get none")
+    # what an --image job that gives none gets (docs/containers.md); no default image:
+    # --image is what makes a job a container job
+    container_shm_size: int = Field(
+        default=DEFAULT_SHM_SIZE, description="the size of /dev/shm in a container, e.g. "
+        "\"8G\" (the default; Docker's own 64 MiB breaks PyTorch DataLoader workers); a "
+        "ceiling, not a reservation: it counts against the memory limit as it fills")
+    container_cpus: float | None = Field(default=None, gt=0, le=4096, description="the CPU "
+                                         "limit of a container job without --cpus (default: "
+                                         "none)")
+    container_memory: int | None = Field(default=None, description="the memory limit of a "
+                                         "container job without --memory, e.g. \"32G\" "
+                                         "(default: none)")
+
+    @field_validator("container_shm_size", "container_memory", mode="before")
+    @classmethod
+    def _size(cls, v: object, info: ValidationInfo) -> object:
+        """A size as people write it ("8G", "512M"); an integer is bytes."""
+        field = str(info.field_name)
+        if isinstance(v, str):
+            try:
+                v = parse_memory(v, field=field)
+            except InvalidSpec as e:
+                raise ValueError(str(e).removeprefix(f"{field}: ")) from None
+        if isinstance(v, bool):
+            raise ValueError(f"{v} is not a size; write one with its unit, e.g. \"8G\"")
+        if isinstance(v, int | float) and v < _MIN_SIZE[field]:
+            raise ValueError(f"{v} bytes is less than {format_memory(_MIN_SIZE[field])}; "
+                             "write the unit, e.g. \"8G\"")
+        return v
 
 
 class SlurmPool(_Pool):
@@ -151,6 +202,16 @@ class KubernetesPool(_Pool):
         return v
 
 
+def local_engine_implied(pools: object) -> object:
+    """``[pools.local]`` needs no ``engine`` line: it is this machine (the raw table of
+    pools, before validation)."""
+    if isinstance(pools, dict):
+        local = pools.get(LOCAL)
+        if isinstance(local, dict) and "engine" not in local:
+            return {**pools, LOCAL: {"engine": LOCAL, **local}}
+    return pools
+
+
 Pool = Annotated[LocalPool | SlurmPool | RayPool | KubernetesPool,
                  Field(discriminator="engine")]
 
@@ -162,6 +223,11 @@ class Pools(BaseModel):
 
     pools: dict[str, Pool] = Field(default_factory=dict, validate_default=True)
     default: str = LOCAL
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _local_needs_no_engine(cls, v: object) -> object:
+        return local_engine_implied(v)
 
     @field_validator("pools")
     @classmethod
@@ -183,8 +249,6 @@ class Pools(BaseModel):
 
     def get(self, name: str | None) -> tuple[str, Pool]:
         """The pool called ``name`` (None: the default), or InvalidSpec naming the pools."""
-        from rota.errors import InvalidSpec
-
         key = name or self.default
         pool = self.pools.get(key)
         if pool is None:

@@ -38,7 +38,7 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         host = request.getfixturevalue("dockerd")
         request.getfixturevalue("docker_client")  # the test image, built
         (home / "rota.toml").write_text(
-            f'[pools.local]\nengine = "local"\ndocker_host = "{host}"\n')
+            f'[pools.local]\ndocker_host = "{host}"\n')  # no engine line: implied
     elif name == "ray":
         address = request.getfixturevalue("ray_cluster").address
         (home / "rota.toml").write_text(

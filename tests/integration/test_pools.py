@@ -189,7 +189,7 @@ def test_a_bad_pool_in_rota_toml_stops_the_daemon_with_the_setting_named(
                        env={**DaemonProcess(tmp_path).env}, capture_output=True, text=True,
                        timeout=60, check=False)
     assert r.returncode != 0
-    assert "setting pools.hpc.slurm.partiton: Extra inputs are not permitted" in r.stderr
+    assert "setting pools.hpc.partiton: Extra inputs are not permitted" in r.stderr
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -12,7 +12,9 @@ CHOICES = ("local", "none", "tmux", "screen", "container")
 
 def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None = None,
                  runner_socket: Path | None = None, docker_host: str | None = None,
-                 network_mode: str = "bridge") -> Backend:
+                 network_mode: str = "bridge", container_cpus: float | None = None,
+                 container_memory: int | None = None,
+                 container_shm_size: int | None = None) -> Backend:
     """The backend called ``name``; "none" (no session) is the plain local backend, which
     starts jobs through the local runner listening on ``runner_socket`` (started on first
     use), or through a shell shim each without one.
@@ -30,8 +32,11 @@ def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None 
         return TmuxBackend(socket_name=tmux_socket)
     if name == "container":
         from rota.backends.container import ContainerBackend
+        from rota.backends.container.request import DEFAULT_SHM_SIZE
 
-        return ContainerBackend(docker_host, network_mode=network_mode)
+        shm = DEFAULT_SHM_SIZE if container_shm_size is None else container_shm_size
+        return ContainerBackend(docker_host, network_mode=network_mode, cpus=container_cpus,
+                                memory=container_memory, shm_size=shm)
     if name == "screen":
         from rota.backends.sessions import ScreenBackend
 

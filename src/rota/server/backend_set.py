@@ -49,7 +49,10 @@ class BackendSet:
                 b = make_backend(name, tmux_socket=self.settings.tmux_socket,
                                  runner_socket=self.settings.home / "runner.sock",
                                  docker_host=local.docker_host,
-                                 network_mode=local.container_network_mode)
+                                 network_mode=local.container_network_mode,
+                                 container_cpus=local.container_cpus,
+                                 container_memory=local.container_memory,
+                                 container_shm_size=local.container_shm_size)
             self._made[b.name] = b
         return b
 

@@ -115,6 +115,35 @@ def test_limits_reach_docker(backend: ContainerBackend, jobs: Jobs) -> None:
     assert not backend.is_alive(h)
 
 
+def test_local_pool_container_defaults_reach_the_container(dockerd: str, docker_client: Any,
+                                                           jobs: Jobs, tmp_path: Path) -> None:
+    """[pools.local] container_shm_size sizes /dev/shm inside (Docker's own: 64 MiB), and a
+    job that gives no limits gets the pool's: settings -> the daemon's backend -> Docker."""
+    from rota.config import load_settings
+    from rota.server.backend_set import BackendSet
+
+    settings = load_settings(home=tmp_path / "home", pools={"local": {
+        "docker_host": dockerd, "container_shm_size": "48M", "container_cpus": 0.5,
+        "container_memory": "256M"}})
+    backend = BackendSet(settings).get("container")
+    assert isinstance(backend, ContainerBackend)
+    # 40 MB fit; 60 MB do not (they would in Docker's 64 MiB)
+    req = jobs.req("grep ' /dev/shm ' /proc/mounts; df -k /dev/shm | tail -n 1; "
+                   "for mb in 40 60; do rm -f /dev/shm/fill; "
+                   "head -c ${mb}000000 /dev/zero 2>/dev/null > /dev/shm/fill "
+                   "&& echo $mb-fits || echo $mb-full; done")
+    h = backend.launch(req)
+    info = wait_exit(backend, h, 30)
+    assert info.exit_code == 0, log_body(req)
+    mount, df, *fits = log_body(req).splitlines()
+    assert mount.split()[1:3] == ["/dev/shm", "tmpfs"] and "size=49152k" in mount, mount
+    assert df.split()[1] == "49152", df  # 1K-blocks: 48 MiB
+    assert fits == ["40-fits", "60-full"]
+    host = backend.docker.containers.get(h.extra["container"]).attrs["HostConfig"]
+    assert (host["ShmSize"], host["NanoCpus"], host["Memory"]) == \
+        (48 << 20, 500_000_000, 256 << 20)
+
+
 def test_memory_limit_oom_kill_recorded(backend: ContainerBackend, jobs: Jobs) -> None:
     # busybox tail keeps the last lines of a file with no newline: it grows until killed
     req = jobs.req("echo start; tail /dev/zero", memory=32 << 20)

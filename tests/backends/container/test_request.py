@@ -17,6 +17,8 @@ import pytest
 from rota.backends.base import LaunchRequest
 from rota.backends.container.records import exit_of_state
 from rota.backends.container.request import (
+    DEFAULT_SHM_SIZE,
+    ContainerDefaults,
     ContainerRequest,
     container_name,
     create_kwargs,
@@ -39,8 +41,17 @@ def request(tmp: Path, **fields: object) -> ContainerRequest:
     return ContainerRequest(**{**base, **fields})  # type: ignore[arg-type]
 
 
-def kwargs_of(req: LaunchRequest) -> dict[str, Any]:
-    return create_kwargs(req, spec_of(req, None), user="1000:1000", network_mode="bridge")
+def kwargs_of(req: LaunchRequest, defaults: ContainerDefaults = ContainerDefaults()
+              ) -> dict[str, Any]:
+    return create_kwargs(req, spec_of(req, defaults), user="1000:1000", network_mode="bridge")
+
+
+def launch_request(tmp: Path, **fields: object) -> LaunchRequest:
+    """A request as the daemon makes it: a plain LaunchRequest, no container-only fields."""
+    base: dict[str, object] = dict(
+        job_id=1, attempt=1, argv=["x"], shell=False, env={"CUDA_VISIBLE_DEVICES": "5"},
+        cwd=None, conda=None, log_path=tmp / "l", status_path=tmp / "s", session_name="rota-1")
+    return LaunchRequest(**{**base, **fields})  # type: ignore[arg-type]
 
 
 def test_gpus_become_a_device_request_and_are_renumbered(tmp_path: Path) -> None:
@@ -55,11 +66,7 @@ def test_gpus_become_a_device_request_and_are_renumbered(tmp_path: Path) -> None
 
 
 def test_gpus_read_from_cuda_visible_devices_without_the_field(tmp_path: Path) -> None:
-    plain = LaunchRequest(job_id=1, attempt=1, argv=["x"], shell=False,
-                          env={"CUDA_VISIBLE_DEVICES": "5"}, cwd=None, conda=None,
-                          log_path=tmp_path / "l", status_path=tmp_path / "s",
-                          session_name="rota-1")
-    spec = spec_of(plain, "default:1")
+    spec = spec_of(launch_request(tmp_path), ContainerDefaults(image="default:1"))
     assert (spec.image, spec.gpus, spec.network) == ("default:1", (5,), False)
 
 
@@ -100,6 +107,55 @@ def test_events_file_is_mounted_at_its_path(tmp_path: Path) -> None:
     mounts = kwargs_of(req)["mounts"]
     assert str(tmp_path / "status" / "7-2.events") in [m["Target"] for m in mounts]
     assert (tmp_path / "status" / "7-2.events").exists()
+
+
+def test_shm_size_default_reaches_docker_and_a_request_s_own_wins(tmp_path: Path) -> None:
+    # Docker's own 64 MiB /dev/shm breaks PyTorch DataLoader workers: 8 GiB unless set
+    assert kwargs_of(request(tmp_path))["shm_size"] == DEFAULT_SHM_SIZE == 8 << 30
+    assert kwargs_of(launch_request(tmp_path, image="t:1"),
+                     ContainerDefaults(shm_size=96 << 20))["shm_size"] == 96 << 20
+    assert kwargs_of(request(tmp_path, shm_size=32 << 20),
+                     ContainerDefaults(shm_size=96 << 20))["shm_size"] == 32 << 20
+    # none at all: Docker's default
+    assert "shm_size" not in kwargs_of(request(tmp_path), ContainerDefaults(shm_size=None))
+
+
+def test_cpu_and_memory_defaults_fill_what_a_job_does_not_give(tmp_path: Path) -> None:
+    pool = ContainerDefaults(cpus=4, memory=16 << 30)
+
+    def limits(req: LaunchRequest) -> tuple[object, ...]:
+        kw = kwargs_of(req, pool)
+        return kw.get("nano_cpus"), kw.get("mem_limit"), kw.get("memswap_limit")
+
+    assert limits(launch_request(tmp_path, image="t:1")) == \
+        (4_000_000_000, 16 << 30, 16 << 30)
+    # each on its own: the job's --cpus wins, the memory is still the pool's
+    assert limits(launch_request(tmp_path, image="t:1", cpus=0.5)) == \
+        (500_000_000, 16 << 30, 16 << 30)
+    assert limits(launch_request(tmp_path, image="t:1", memory=1 << 30)) == \
+        (4_000_000_000, 1 << 30, 1 << 30)
+    # no defaults: no limits, as before
+    kw = kwargs_of(launch_request(tmp_path, image="t:1"))
+    assert not {"nano_cpus", "mem_limit", "memswap_limit"} & kw.keys()
+
+
+def test_the_local_pool_s_defaults_reach_the_backend(tmp_path: Path) -> None:
+    """[pools.local] in the settings -> the daemon's container backend -> the kwargs."""
+    from rota.backends.container import ContainerBackend
+    from rota.config import load_settings
+    from rota.server.backend_set import BackendSet
+
+    settings = load_settings(home=tmp_path, pools={"local": {
+        "container_shm_size": "2G", "container_cpus": 3, "container_memory": "12G"}})
+    backend = BackendSet(settings).get("container")
+    assert isinstance(backend, ContainerBackend)
+    kw = kwargs_of(launch_request(tmp_path, image="t:1"), backend.defaults)
+    assert (kw["shm_size"], kw["nano_cpus"], kw["mem_limit"]) == \
+        (2 << 30, 3_000_000_000, 12 << 30)
+    # unset: the same /dev/shm as a backend made without settings, and no limits
+    plain = BackendSet(load_settings(home=tmp_path / "b")).get("container")
+    assert isinstance(plain, ContainerBackend)
+    assert plain.defaults == ContainerDefaults() == ContainerDefaults(shm_size=8 << 30)
 
 
 @pytest.mark.parametrize("fields,match", [({"image": None}, "no image"),

@@ -3,6 +3,6 @@ extra). See docs/containers.md."""
 
 from rota.backends.container.backend import ContainerBackend
 from rota.backends.container.records import ContainerExit
-from rota.backends.container.request import ContainerRequest
+from rota.backends.container.request import ContainerDefaults, ContainerRequest
 
-__all__ = ["ContainerBackend", "ContainerExit", "ContainerRequest"]
+__all__ = ["ContainerBackend", "ContainerDefaults", "ContainerExit", "ContainerRequest"]

@@ -28,8 +28,10 @@ from rota.backends.container.records import (
     write_record,
 )
 from rota.backends.container.request import (
+    DEFAULT_SHM_SIZE,
     LABEL_LOG,
     LABEL_STATUS,
+    ContainerDefaults,
     create_kwargs,
     job_argv,
     spec_of,
@@ -46,17 +48,23 @@ _DRAIN_S = 60.0
 
 class ContainerBackend(ProcessBackend):
     """``base_url``: the Docker socket (None: DOCKER_HOST or the system's);
-    ``default_image``: for a job that names none; ``network_mode``: what a job that asks for
-    a network gets (others get none); ``user``: "uid:gid" the job runs as (the daemon's)."""
+    ``default_image``: for a request that names none (the SDK's: the daemon's jobs name
+    theirs); ``cpus``, ``memory`` (bytes) and ``shm_size`` (bytes of /dev/shm, None:
+    Docker's 64 MiB): what a job that gives none gets (the local pool's container
+    settings); ``network_mode``: what a job that asks for a network gets (others get none);
+    ``user``: "uid:gid" the job runs as (the daemon's)."""
 
     name = "container"
     capabilities = Capabilities(attachable=False, gpu_pinning=True, adopt_after_restart=True,
                                 launch_blocks=True, stop_signal=True)
 
     def __init__(self, base_url: str | None = None, *, default_image: str | None = None,
-                 network_mode: str = "bridge", user: str | None = None) -> None:
-        self.base_url, self.default_image, self.network_mode = base_url, default_image, \
-            network_mode
+                 cpus: float | None = None, memory: int | None = None,
+                 shm_size: int | None = DEFAULT_SHM_SIZE, network_mode: str = "bridge",
+                 user: str | None = None) -> None:
+        self.base_url, self.network_mode = base_url, network_mode
+        self.defaults = ContainerDefaults(image=default_image, cpus=cpus, memory=memory,
+                                          shm_size=shm_size)
         self.user = user or f"{os.getuid()}:{os.getgid()}"
         self._docker: Any = None
         self._lock = threading.Lock()
@@ -89,7 +97,7 @@ class ContainerBackend(ProcessBackend):
 
     # --- launch ---------------------------------------------------------------------------
     def check(self, req: LaunchRequest) -> None:
-        spec_of(req, self.default_image)
+        spec_of(req, self.defaults)
         job_argv(req)
         if req.cwd is not None and not os.path.isdir(req.cwd):
             raise BackendError(f"job {req.job_id}: working directory {req.cwd!r} is not a "
@@ -97,7 +105,7 @@ class ContainerBackend(ProcessBackend):
 
     def launch(self, req: LaunchRequest) -> Handle:
         self.check(req)
-        spec = spec_of(req, self.default_image)
+        spec = spec_of(req, self.defaults)
         prepare_paths(req)
         kwargs = create_kwargs(req, spec, user=self.user, network_mode=self.network_mode)
         append_log_header(req)

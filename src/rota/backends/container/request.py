@@ -28,22 +28,39 @@ _TMP_OPTIONS = "rw,nosuid,nodev,mode=1777"
 _NO_ROTATION = {"max-size": "1t", "max-file": "1"}
 
 
+#: /dev/shm of a container whose request and backend say nothing: Docker's own 64 MiB breaks
+#: PyTorch DataLoader workers (they pass batches through /dev/shm: "bus error", "No space
+#: left on device"). A tmpfs size is a ceiling, not a reservation: pages count (against the
+#: job's memory limit too) only once written. The local pool's ``container_shm_size``.
+DEFAULT_SHM_SIZE = 8 << 30
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerRequest(LaunchRequest):
-    """A LaunchRequest with what a container needs on top. The same fields are meant to
-    join LaunchRequest itself; until then the daemon (or a test) passes this one."""
+    """A LaunchRequest with what only a container has on top (the image, limits and
+    network are LaunchRequest's own): for the SDK and tests; the daemon passes a
+    LaunchRequest (no job option sets these yet)."""
+
+    gpus: tuple[int, ...] | None = None  # host GPU indices; None: read CUDA_VISIBLE_DEVICES
+    shm_size: int | None = None  # bytes of /dev/shm; None: the backend's default
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDefaults:
+    """What a container gets where its request gives nothing: the local pool's container
+    settings in rota.toml (``container_cpus``, ``container_memory``,
+    ``container_shm_size``), or a backend's own arguments. ``image`` is for the SDK: no
+    setting sets it (``--image`` is what makes a job a container job; docs/containers.md)."""
 
     image: str | None = None
-    gpus: tuple[int, ...] | None = None  # host GPU indices; None: read CUDA_VISIBLE_DEVICES
     cpus: float | None = None
-    memory: int | None = None  # bytes; swap is not allowed on top
-    network: bool = False  # none unless asked
-    shm_size: int | None = None  # bytes of /dev/shm (Docker's default is 64 MiB)
+    memory: int | None = None  # bytes
+    shm_size: int | None = DEFAULT_SHM_SIZE  # bytes; None: Docker's default (64 MiB)
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
-    """The container options of one request, whichever way they came."""
+    """The container options of one request, with the defaults filled in."""
 
     image: str
     gpus: tuple[int, ...]
@@ -53,19 +70,20 @@ class ContainerSpec:
     shm_size: int | None
 
 
-def spec_of(req: LaunchRequest, default_image: str | None) -> ContainerSpec:
-    """The container options of ``req``: its own fields where it has them (a
-    ContainerRequest, or a LaunchRequest that has grown them), else the pool's defaults."""
-    image = getattr(req, "image", None) or default_image
+def spec_of(req: LaunchRequest, defaults: ContainerDefaults = ContainerDefaults()
+            ) -> ContainerSpec:
+    """The container options of ``req``: its own where it gives them, else ``defaults``
+    (each limit on its own: a job that gives --cpus still gets the default memory)."""
+    image = req.image or defaults.image
     if not image:
-        raise BackendError(f"job {req.job_id}: no image to run it in (give --image, or an "
-                           "image in the pool's container defaults)")
-    gpus = getattr(req, "gpus", None)
+        raise BackendError(f"job {req.job_id}: no image to run it in (give --image)")
+    own = req if isinstance(req, ContainerRequest) else None
+    gpus = own.gpus if own is not None else None
+    shm_size = own.shm_size if own is not None else None
     return ContainerSpec(image=image,
                          gpus=tuple(gpus) if gpus is not None else _visible(req),
-                         cpus=getattr(req, "cpus", None), memory=getattr(req, "memory", None),
-                         network=bool(getattr(req, "network", False)),
-                         shm_size=getattr(req, "shm_size", None))
+                         cpus=req.cpus or defaults.cpus, memory=req.memory or defaults.memory,
+                         network=req.network, shm_size=shm_size or defaults.shm_size)
 
 
 def _visible(req: LaunchRequest) -> tuple[int, ...]:
