@@ -168,7 +168,8 @@ def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
     from rota.eval.config import load_text
     from rota.eval.run import flat_params, run_tags
 
-    for name in ("ROTA_EVAL_GIT_COMMIT", "ROTA_EVAL_GIT_DIRTY", "ROTA_JOB_ID", "ROTA_POOL"):
+    for name in ("ROTA_EVAL_GIT_COMMIT", "ROTA_EVAL_GIT_DIRTY", "ROTA_JOB_ID", "ROTA_POOL",
+                 "ROTA_IMAGE"):
         monkeypatch.delenv(name, raising=False)
     path = write_config(tmp_path, compute={"pool": "gpu-a", "image": "ghcr.io/x/eval:1"})
     cfg = load_text(path.read_text())
@@ -181,6 +182,9 @@ def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
     assert (tags["rota.eval.git_commit"], tags["rota.eval.git_dirty"]) == (head, "false")
     assert (tags["creator"], tags["datasets"], tags["rota.eval.pool"]) == ("ana", "tiny", "gpu-a")
     assert tags["rota.eval.image"] == "ghcr.io/x/eval:1" and "rota.job_id" not in tags
+    monkeypatch.setenv("ROTA_IMAGE", "ghcr.io/x/pool-default:2")  # the image it ran in
+    assert run_tags(cfg, str(path))["rota.eval.image"] == "ghcr.io/x/pool-default:2"
+    monkeypatch.delenv("ROTA_IMAGE")
     path.write_text(path.read_text() + "# changed\n")
     assert run_tags(cfg, str(path))["rota.eval.git_dirty"] == "true"
     monkeypatch.setenv("ROTA_EVAL_GIT_COMMIT", "e" * 40)  # the CLI's word, for a config in env

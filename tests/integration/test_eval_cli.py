@@ -273,6 +273,9 @@ def test_render_for_kubernetes_is_valid_manifests_and_submits_nothing(
     assert {v["name"] for v in pod["volumes"]} >= {"scratch", "model", "files"}
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["affinity"]["nodeAffinity"]  # nodes with the GPU memory asked for
+    # the config names no image: the pool's, which the run tags as rota.eval.image
+    assert main["image"] == "python:3.11-slim"
+    assert {"name": "ROTA_IMAGE", "value": "python:3.11-slim"} in main["env"]
     assert len(daemon.client().jobs(limit=1000)) == before
     shown = json.loads(daemon.cli("eval", "render", str(f), "--pool", "k8s", "--json").stdout)
     [only] = shown["jobs"]

@@ -22,7 +22,9 @@ it and closes it), else a new run in ``tracking.experiment`` at the model's MLfl
 or ``MLFLOW_TRACKING_URI``; params are the config's fields flattened
 (``harness.limits.batch_size``); tags are ``tracking.tags`` and ``rota.eval.*``: the config
 file's git commit and dirty flag (from ``ROTA_EVAL_GIT_COMMIT``/``ROTA_EVAL_GIT_DIRTY`` when
-set, else git), image, GPU type (NVML; ``cpu`` without a GPU), pool (``ROTA_POOL``) and
+set, else git), image (``ROTA_IMAGE``: the job's or the pool's default, which the daemon
+sets for a job in an image; else ``compute.image``), GPU type (NVML; ``cpu`` without a
+GPU), pool (``ROTA_POOL``) and
 ``rota.job_id`` (``ROTA_JOB_ID``); artifacts under ``eval/``: the config, the harness's raw
 output, rota-eval.json and the job's log (``ROTA_LOG_PATH``, when readable). W&B when
 ``tracking.wandb`` (skipped, with a line, where wandb is not installed).
@@ -213,7 +215,7 @@ def run_tags(cfg: EvalConfig, where: str | None) -> dict[str, str]:
     found = {"rota.eval.name": cfg.name, "rota.eval.model": cfg.model.display,
              "rota.eval.harness": cfg.harness.kind, "rota.eval.gpu_type": gpu_type(),
              "rota.eval.git_commit": commit, "rota.eval.git_dirty": dirty,
-             "rota.eval.image": cfg.compute.image or os.environ.get("ROTA_IMAGE"),
+             "rota.eval.image": os.environ.get("ROTA_IMAGE") or cfg.compute.image,
              "rota.eval.pool": os.environ.get("ROTA_POOL") or cfg.compute.pool,
              "rota.job_id": os.environ.get("ROTA_JOB_ID"),
              "mlflow.note.content": cfg.tracking.description}

@@ -240,6 +240,8 @@ class Launcher:
                    ROTA_POOL=self.settings.pool_set.get(spec.pool)[0])
         if not run.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ""
+        if spec.image:  # the image the job runs in, for it to record (a Kubernetes pod's
+            env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
         engine_job = None
         where = f"on GPUs {gpu_text(run.gpus)}"

@@ -83,7 +83,7 @@ def test_plain_cpu_job() -> None:
     assert c["command"] == ["python"] and c["args"] == ["train.py"]
     amounts = {"cpu": "1500m", "memory": str(4 * 2**30)}
     assert c["resources"] == {"requests": amounts, "limits": amounts}
-    assert env_of(c) == {"SEED": "1"}
+    assert env_of(c) == {"SEED": "1", "ROTA_IMAGE": "ghcr.io/lab/train:1"}  # the pool's
     assert {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
     assert {"name": "scratch", "mountPath": "/scratch"} in c["volumeMounts"]
     assert "nodeSelector" not in pod and "initContainers" not in pod
@@ -283,6 +283,30 @@ def test_no_refusal_for_what_it_can_run() -> None:
         assert refusal(job, pool) is None
 
 
+def test_the_pod_is_told_the_image_it_runs_the_jobs_else_the_pools(tmp_path: Any) -> None:
+    """ROTA_IMAGE (an evaluation records it in MLflow): what `rota render` and a launch
+    hand the pool, in the main container and the model-fetch init container."""
+    pools = Pools.model_validate({"pools": {"k8s": {
+        "engine": "kubernetes", "namespace": "ml", "image": "ghcr.io/lab/evals:3"}}})
+    pool = pools.get("k8s")[1]
+    assert isinstance(pool, KubernetesPool)
+    spec = JobSpec(command=["python", "-m", "rota.eval.run"], gpus=1, model="s3://b/m")
+    text = engines.render(pool, engine_job(5, "alice", spec, attempt=1), user="alice",
+                          work_dir=tmp_path)
+    [work] = [d for d in yaml.safe_load_all(text) if d]
+    validate(work)
+    pod = pod_of(work)
+    assert env_of(pod["containers"][0])["ROTA_IMAGE"] == "ghcr.io/lab/evals:3"
+    assert env_of(pod["initContainers"][0])["ROTA_IMAGE"] == "ghcr.io/lab/evals:3"
+    # the job's own image wins, given once though the launcher's env names it too
+    own = engine_job(5, "alice", spec.model_copy(update={"image": "mine:1"}), attempt=1,
+                     env={"ROTA_IMAGE": "mine:1", "ROTA_JOB_ID": "5"})
+    c = main(workload(own, pool))
+    assert [e for e in c["env"] if e["name"] == "ROTA_IMAGE"] == [
+        {"name": "ROTA_IMAGE", "value": "mine:1"}]
+    assert c["image"] == "mine:1"
+
+
 def test_render_yaml_is_the_manifests() -> None:
     job, pool = a_job(files={"/a": "b"}), a_pool()
     text = render_yaml(job, pool)
@@ -351,8 +375,9 @@ def test_multi_node_trainjob() -> None:
     amounts = {"cpu": "16", "memory": str(64 * 2**30)}
     assert trainer["resourcesPerNode"] == {"requests": amounts,
                                            "limits": {**amounts, "nvidia.com/gpu": "4"}}
-    assert env_of(trainer) == {"SEED": "1", "HF_TOKEN": {"secretKeyRef": {
-        "name": "rota-42-1-secrets", "key": "HF_TOKEN"}}}
+    assert env_of(trainer) == {"SEED": "1", "ROTA_IMAGE": "ghcr.io/lab/train:1",
+                               "HF_TOKEN": {"secretKeyRef": {"name": "rota-42-1-secrets",
+                                                             "key": "HF_TOKEN"}}}
     (override,) = spec["podSpecOverrides"]
     assert override["targetJobs"] == [{"name": "node"}]
     (node,) = override["containers"]
@@ -378,7 +403,8 @@ def test_trainjob_without_kueue_gpus_or_env() -> None:
     assert spec["runtimeRef"]["name"] == "torch-distributed"  # the Trainer's own default
     trainer = spec["trainer"]
     assert trainer["command"] == ["/bin/sh", "-c", "exec torchrun train.py"]
-    assert "args" not in trainer and "env" not in trainer and "resourcesPerNode" not in trainer
+    assert "args" not in trainer and "resourcesPerNode" not in trainer
+    assert trainer["env"] == [{"name": "ROTA_IMAGE", "value": "ghcr.io/lab/train:1"}]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 3)
     (override,) = spec["podSpecOverrides"]
     assert "nodeSelector" not in override and "serviceAccountName" not in override

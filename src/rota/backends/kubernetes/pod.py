@@ -18,6 +18,9 @@ SCRATCH = "/scratch"
 #: the MLflow server a ``runs:/`` or ``models:/`` model is fetched from, when it is not the
 #: one the job reports to (MLFLOW_TRACKING_URI)
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
+#: the image the pod runs (the job's, else the pool's), for the job to record (rota.eval.run
+#: tags its MLflow run with it)
+IMAGE_ENV = "ROTA_IMAGE"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU feature discovery's label, in MiB
 
 # A fixed program: bucket, key and destination arrive as argv, never in its text. boto3
@@ -64,9 +67,18 @@ def secret_name(job: EngineJob) -> str:
     return f"{job.key}-secrets"
 
 
-def env(job: EngineJob) -> list[dict[str, Any]]:
-    """Plain variables as values; secrets as references to the attempt's Secret."""
-    out: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in job.env.items()]
+def image(job: EngineJob, pool: KubernetesPool) -> str:
+    """The image the pod runs: the job's, else the pool's (refusal.py refuses neither)."""
+    return job.image or pool.image or ""
+
+
+def env(job: EngineJob, pool: KubernetesPool) -> list[dict[str, Any]]:
+    """Plain variables as values, ``ROTA_IMAGE`` the image the pod runs; secrets as
+    references to the attempt's Secret."""
+    out: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in job.env.items()
+                                 if k != IMAGE_ENV]
+    if image(job, pool):
+        out.append({"name": IMAGE_ENV, "value": literal(image(job, pool))})
     if job.model_uri and "ROTA_MODEL_DIR" not in job.env:
         out.append({"name": "ROTA_MODEL_DIR", "value": literal(job.model_dir)})
     if job.procs_per_node and job.nodes == 1:  # torchrun reads PET_* as its defaults
@@ -184,10 +196,9 @@ def scheduling(job: EngineJob, pool: KubernetesPool) -> dict[str, Any]:
 def pod_spec(job: EngineJob, pool: KubernetesPool, *, container: str,
              files_map: str | None) -> dict[str, Any]:
     """The pod of one node: the job's container, the model fetch, volumes, scheduling."""
-    image = job.image or pool.image or ""
-    env_list = env(job)
+    env_list = env(job, pool)
     vols, mounts = volumes(job, pool, files_map)
-    main: dict[str, Any] = {"name": container, "image": image, **command(job),
+    main: dict[str, Any] = {"name": container, "image": image(job, pool), **command(job),
                             "env": env_list, "resources": resources(job, pool),
                             "volumeMounts": mounts}
     if job.cwd:
@@ -199,7 +210,7 @@ def pod_spec(job: EngineJob, pool: KubernetesPool, *, container: str,
                             "terminationGracePeriodSeconds": math.ceil(job.grace),
                             **scheduling(job, pool)}
     if job.model_uri:
-        spec["initContainers"] = [fetch_container(job, image, env_list)]
+        spec["initContainers"] = [fetch_container(job, image(job, pool), env_list)]
     if pool.service_account:
         spec["serviceAccountName"] = pool.service_account
     klass = pool.priority_class(job.priority)

@@ -153,9 +153,9 @@ def trainjob_manifest(job: EngineJob, pool: KubernetesPool, *,
     makes the pods (one per node, in a JobSet of its name), Rota gives the trainer (image,
     command, env, nodes, resources) and, through ``podSpecOverrides``, the volumes,
     node selector and service account. No time limit: Rota's own timer stops the job."""
-    trainer: dict[str, Any] = {"image": job.image or pool.image, **pod.command(job),
+    trainer: dict[str, Any] = {"image": pod.image(job, pool), **pod.command(job),
                                "numNodes": job.nodes, "numProcPerNode": nproc_per_node(job)}
-    env = pod.env(job)
+    env = pod.env(job, pool)
     if env:
         trainer["env"] = env
     amounts = pod.resources(job, pool)
