@@ -28,7 +28,7 @@ def test_every_bad_field_is_named_with_its_path_and_line_units_included() -> Non
     with pytest.raises(ConfigErrors) as got:
         load_text(BAD, where="e.yaml")
     assert got.value.problems == [
-        "e.yaml:6: harness.tasks.1: String should match pattern '^[^\\s,]+$'",
+        "e.yaml:6: harness.tasks.1: String should match pattern '^\\S+$'",
         "e.yaml:8: compute.gpus: Input should be a valid number, unable to parse string as "
         "a number",
         "e.yaml:9: compute.gpu_mem: memory cannot be negative",
@@ -116,7 +116,7 @@ def test_every_refused_limit_is_named_with_the_other_errors() -> None:
     with pytest.raises(ConfigErrors) as got:
         load_text(text, where="e.yaml")
     assert [p.split(" (")[0] for p in got.value.problems] == [
-        "e.yaml:6: harness.tasks.1: String should match pattern '^[^\\s,]+$'",
+        "e.yaml:6: harness.tasks.1: String should match pattern '^\\S+$'",
         "e.yaml:7: harness.limits.batch_size: the helm harness does not take a batch size",
         "e.yaml:7: harness.limits.dtype: the helm harness does not take a dtype",
         "e.yaml:7: harness.limits.max_length: the helm harness does not take a maximum "
@@ -154,3 +154,23 @@ def test_every_harness_declares_limits_the_config_has_and_names_them() -> None:
     for harness in HARNESSES.values():
         assert harness.honours <= set(Limits.model_fields), harness.kind
         assert set(harness.instead) <= set(Limits.model_fields) - harness.honours, harness.kind
+
+
+def test_a_comma_splits_an_lm_eval_task_but_belongs_to_a_helm_run_entry() -> None:
+    text = textwrap.dedent("""\
+        version: 1
+        name: tiny
+        model: {{uri: /models/tiny}}
+        harness:
+          kind: {kind}
+          tasks: [arc_easy, "mmlu:subject=anatomy,model=tiny"]
+        tracking: {{tags: {{creator: a, lifecycle: b}}}}
+        """)
+    with pytest.raises(ConfigErrors) as got:
+        load_text(text.format(kind="lm-eval"), where="e.yaml")
+    assert got.value.problems == [
+        "e.yaml:6: harness.tasks.1: 'mmlu:subject=anatomy,model=tiny': an lm-eval task has "
+        "no comma (lm-eval reads its tasks as one comma-separated list): write each task "
+        "as an item of its own"]
+    cfg = load_text(text.format(kind="helm"), where="e.yaml")
+    assert cfg.harness.tasks == ["arc_easy", "mmlu:subject=anatomy,model=tiny"]

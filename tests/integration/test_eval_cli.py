@@ -107,7 +107,7 @@ def test_every_bad_field_is_named_with_its_path_and_line(daemon: DaemonProcess,
     assert set(lines) == {
         f"{f}:2: name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.-]{{0,99}}$'",
         f"{f}:4: model: give exactly one of mlflow (a run's artifact) and uri",
-        f"{f}:8: harness.tasks.1: String should match pattern '^[^\\s,]+$'",
+        f"{f}:8: harness.tasks.1: String should match pattern '^\\S+$'",
         f"{f}:9: harness.limits.batch_size: Input should be a valid integer, unable to "
         "parse string as an integer",
         f"{f}:11: compute.gpus: Input should be greater than or equal to 0",

@@ -138,7 +138,7 @@ class Limits(_Strict):
 
 class Harness(_Strict):
     kind: Literal["lm-eval", "helm", "heldout"]
-    tasks: list[Annotated[str, Field(min_length=1, pattern=r"^[^\s,]+$")]] = Field(
+    tasks: list[Annotated[str, Field(min_length=1, pattern=r"^\S+$")]] = Field(
         default_factory=list, description="lm-eval tasks, HELM run entries, or (heldout) "
                                           "JSON-lines files")
     task_dir: str | None = Field(default=None, description="a folder of task definitions "
@@ -146,6 +146,21 @@ class Harness(_Strict):
     limits: Limits = Field(default_factory=Limits)
     args: dict[str, str] = Field(default_factory=dict, description="more options of the "
                                  "harness, by name, passed as --NAME VALUE")
+
+    @field_validator("tasks")
+    @classmethod
+    def _commas(cls, tasks: list[str], info: ValidationInfo) -> list[str]:
+        """lm-eval takes its tasks as one comma-separated list, so a comma would split a
+        task; a HELM run entry keeps its own (``mmlu:subject=anatomy,model=...``)."""
+        if info.data.get("kind") == "lm-eval":
+            errors = [InitErrorDetails(
+                type=PydanticCustomError("task_comma", "{why}", {"why": (
+                    f"{t!r}: an lm-eval task has no comma (lm-eval reads its tasks as one "
+                    "comma-separated list): write each task as an item of its own")}),
+                loc=(i,), input=t) for i, t in enumerate(tasks) if "," in t]
+            if errors:
+                raise ValidationError.from_exception_data("tasks", errors)
+        return tasks
 
     @field_validator("limits")
     @classmethod
