@@ -4,11 +4,9 @@ job, Rota has no engine id for it yet. The restarted daemon must find the job by
 
 The pool's ``bin_dir`` holds wrappers of the private Slurm's commands: ``sbatch`` runs the
 real one (stdin passed through) and, while a HOLD file exists, writes a marker with its
-answer and waits before printing it; the other commands are links to the real ones. No Ray
-variant: Ray's submit is one HTTP POST to the head's dashboard, so the same cut needs an
-HTTP proxy that forwards the request and withholds the answer; the adapter code that
-re-finds a job by its key after a restart is the same for every engine (the Ray engine's
-``find`` by submission id is tested in tests/backends/ray/test_engine.py)."""
+answer and waits before printing it; the other commands are links to the real ones. The
+same cut on Ray, through an HTTP proxy that withholds the head's answer to the submit:
+tests/backends/ray/test_daemon_sigkill_submit.py."""
 
 from __future__ import annotations
 
