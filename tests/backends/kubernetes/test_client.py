@@ -128,8 +128,12 @@ def test_a_refused_job_leaves_no_secret_behind(replayed: Replayed) -> None:
 
 
 def test_find_by_key(replayed: Replayed) -> None:
-    engine, _ = replayed("job.yaml", "find")
+    engine, replay = replayed("job.yaml", "find")
     assert engine.find("rota-7-1") == "job/rota-7-1"
+    # found, the Job is made the owner of the attempt's Secret (a crash may have come
+    # between their creates and submit's patch); it had no ConfigMap (404: nothing to own)
+    assert [(s.method, s.path.rsplit("/", 1)[-1]) for s in replay.seen[1:3]] == [
+        ("PATCH", "rota-7-1-secrets"), ("PATCH", "rota-7-1-files")]
     assert engine.find("rota-7-2") is None  # neither a Job nor a PyTorchJob
 
 

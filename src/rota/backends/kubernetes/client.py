@@ -16,7 +16,8 @@ callable, only in that request's body), the files' ConfigMap, then the workload.
 create of the same name is refused (409 AlreadyExists): the attempt reached the cluster
 before, and submit answers that workload's id, never creating it twice. The Secret and the
 ConfigMap are then given an owner reference to the workload, so the garbage collector
-deletes them with it (after ``ttlSecondsAfterFinished``, or a stop).
+deletes them with it (after ``ttlSecondsAfterFinished``, or a stop). ``find`` (asked after a
+crash, which may have come before that patch) gives them their owner again.
 
 Stop: DELETE of the workload with ``propagationPolicy=Foreground`` and
 ``gracePeriodSeconds=ceil(grace)``: each pod gets SIGTERM on its containers' PID 1 (the
@@ -139,10 +140,18 @@ class KubernetesEngine:
 
     def find(self, key: str) -> str | None:
         """Every kind, the pool's multi-node form first: an attempt handed over before
-        the pool's ``multi_node`` changed is found all the same, never made twice."""
+        the pool's ``multi_node`` changed is found all the same, never made twice.
+
+        Found, the workload is made the owner of the attempt's Secret and ConfigMap (those
+        that exist; again, if submit did it): the daemon asks after a crash, which may have
+        come between their create and submit's owner patch, and unowned they would outlive
+        the workload, the Secret's values with them."""
         first = TRAINJOB if self.pool.multi_node == "trainjob" else PYTORCHJOB
         for kind in (JOB, first, *(k for k in _CUSTOM if k != first)):
-            if self._read(kind, key) is not None:
+            found = self._read(kind, key)
+            if found is not None:
+                self._own([("secret", pod.secret_name_of(key)),
+                           ("config_map", pod.files_name_of(key))], kind, found, absent=(404,))
                 return f"{kind}/{key}"
         return None
 
@@ -252,8 +261,10 @@ class KubernetesEngine:
         return self._call(what, self._custom().get_namespaced_custom_object, group, version,
                           self.pool.namespace, plural, name, absent=(404,))
 
-    def _own(self, owned: list[tuple[str, str]], kind: str, workload: dict[str, Any]) -> None:
-        """Make the workload the owner of its Secret and ConfigMap (garbage collection)."""
+    def _own(self, owned: list[tuple[str, str]], kind: str, workload: dict[str, Any], *,
+             absent: tuple[int, ...] = ()) -> None:
+        """Make the workload the owner of its Secret and ConfigMap (garbage collection);
+        ``absent``: the answers that mean there is no such object (nothing to own)."""
         meta = workload["metadata"]
         ref = {"apiVersion": _API_VERSION[kind], "kind": _KIND[kind], "name": meta["name"],
                "uid": meta["uid"]}
@@ -261,7 +272,8 @@ class KubernetesEngine:
             patch = getattr(self._core(), f"patch_namespaced_{core_kind}")
             try:
                 self._call(f"give the {core_kind} {name} its owner", patch, name,
-                           self.pool.namespace, {"metadata": {"ownerReferences": [ref]}})
+                           self.pool.namespace, {"metadata": {"ownerReferences": [ref]}},
+                           absent=absent)
             except BackendError as exc:  # the job runs; only the clean-up is lost
                 log.warning("kubernetes: %s; delete it by hand after the job", exc)
 

@@ -64,7 +64,17 @@ def quantity_cpu(cpus: float) -> str:
 def secret_name(job: EngineJob) -> str:
     """The attempt's own Secret, holding its secret values (key = the variable's name).
     Made at submit and owned by the workload, so it goes when the workload does."""
-    return f"{job.key}-secrets"
+    return secret_name_of(job.key)
+
+
+def secret_name_of(key: str) -> str:
+    """The Secret of the attempt whose key this is."""
+    return f"{key}-secrets"
+
+
+def files_name_of(key: str) -> str:
+    """The files' ConfigMap of the attempt whose key this is."""
+    return f"{key}-files"
 
 
 def image(job: EngineJob, pool: KubernetesPool) -> str:

@@ -187,7 +187,7 @@ def files_map(job: EngineJob, pool: KubernetesPool) -> dict[str, Any] | None:
         return None
     data = {pod.file_key(i, path): job.files[path] for i, path in enumerate(sorted(job.files))}
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": metadata(job, pool, f"{job.key}-files"),
+            "metadata": metadata(job, pool, pod.files_name_of(job.key)),
             "immutable": True, "data": data}
 
 
