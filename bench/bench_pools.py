@@ -168,10 +168,9 @@ class JobcompWatch:
             *lines, buf = (buf + chunk).split(b"\n")
             now = time.time()
             for line in lines:
-                # rota-INSTALL-JOB-ATTEMPT[-array], kept as rota-JOB-ATTEMPT[-array]
-                m = re.search(rb"\bName=rota-(?:[0-9a-f]+-)?(\d+-\d+(?:-array)?)\s", line)
+                m = re.search(rb"\bName=(rota-[\w.-]+)\s", line)  # KEY or KEY-array
                 if m:
-                    self.seen.setdefault(f"rota-{m.group(1).decode()}", []).append(now)
+                    self.seen.setdefault(m.group(1).decode(), []).append(now)
 
     def last_end(self, keys: list[str]) -> float:
         """The last completion line of these attempts: each under its own key, or under
@@ -336,8 +335,11 @@ def rota_daemon(home: Path, engine: Engine, poll_every: float) -> Iterator[dict[
             stop_daemon(c, proc.pid, home, print)
 
 
-def keys(ids: set[int]) -> list[str]:
-    return [f"rota-{i}-1" for i in sorted(ids)]
+def keys(home: Path, ids: set[int]) -> list[str]:
+    """The engine keys of the jobs' first attempts (rota-INSTALL-JOB-1), as the daemon
+    recorded them before the hand-over."""
+    return [json.loads((home / "status" / f"{i}-1.json.engine").read_text())["key"]
+            for i in sorted(ids)]
 
 
 def rota_yaml(home: Path, env: dict[str, str], engine: Engine, n: int,
@@ -371,7 +373,7 @@ def _ended(home: Path, engine: Engine, ids: set[int], n: int, t0: float,
     if len(ids) != n:
         raise RuntimeError(f"{len(ids)} job ids seen in rota's answers, {n} submitted")
     last = _wait_all_ended(home, ids, 120 + 10 * n)
-    return rate(n, last - t0, to_engine_end_s=engine.last_end(keys(ids)) - t0, **extra)
+    return rate(n, last - t0, to_engine_end_s=engine.last_end(keys(home, ids)) - t0, **extra)
 
 
 def rota_latency(home: Path, env: dict[str, str], engine: Engine, samples: int,
@@ -398,7 +400,8 @@ def rota_latency(home: Path, env: dict[str, str], engine: Engine, samples: int,
     with RawClient(home / "rota.sock") as c:
         for row, job_id in zip(rows, ids, strict=True):
             row["decided"] = float(c.job(job_id)["attempts_detail"][0]["started_at"])
-            accepted = engine.accepted(f"rota-{job_id}-1")
+            [key] = keys(home, {job_id})
+            accepted = engine.accepted(key)
             if accepted is not None:
                 row["accepted"] = accepted
     return {name: lat_stats(got_rows) for name, got_rows in got.items()}
