@@ -56,6 +56,13 @@ _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _OBJECT_NAME = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*")
 
 
+def _object_name(v: str, example: str) -> str:
+    if not _OBJECT_NAME.fullmatch(v):
+        raise ValueError(f"{v!r} is not a Kubernetes object name (lower-case letters, "
+                         f"digits, '-' and '.', at most 253, e.g. \"{example}\")")
+    return v
+
+
 class _Pool(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -145,10 +152,7 @@ class PriorityClassRule(BaseModel):
     @field_validator("name")
     @classmethod
     def _class_name(cls, v: str) -> str:
-        if not _OBJECT_NAME.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Kubernetes object name (lower-case letters, "
-                             "digits, '-' and '.', e.g. \"high-priority\")")
-        return v
+        return _object_name(v, "high-priority")
 
 
 class KubernetesPool(_Pool):
@@ -196,10 +200,7 @@ class KubernetesPool(_Pool):
     @field_validator("training_runtime")
     @classmethod
     def _runtime_name(cls, v: str) -> str:
-        if not _OBJECT_NAME.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Kubernetes object name (lower-case letters, "
-                             "digits, '-' and '.', at most 253, e.g. \"torch-distributed\")")
-        return v
+        return _object_name(v, "torch-distributed")
 
 
 def local_engine_implied(pools: object) -> object:

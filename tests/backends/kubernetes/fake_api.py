@@ -28,9 +28,7 @@ gone (:meth:`FakeApi.finish_deletion`), takes with it every Secret and ConfigMap
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
-import http.server
 import json
 import re
 import threading
@@ -42,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.backends.kubernetes.replay import HERE, TOKEN
+from tests.backends.kubernetes.replay import HERE, TOKEN, ApiServer
 from tests.backends.kubernetes.schemas import validate
 
 Obj = dict[str, Any]
@@ -167,50 +165,30 @@ class FakeApi:
         #: called with each request once it is served, before its answer is sent (outside
         #: the lock): a test may hold an answer here, as a slow or lost network would
         self.before_answer: Callable[[Seen], None] | None = None
-        self._server: http.server.ThreadingHTTPServer | None = None
+        self._server: ApiServer | None = None
 
     # ------------------------------------------------------------------ the server
 
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_port}"
+        return self._server.url
 
     def start(self) -> FakeApi:
-        fake = self
+        def answer(method: str, target: str, raw: bytes, auth: str,
+                   kind: str) -> tuple[int, Any]:
+            seen, status, body = self.answer(method, target, raw, auth, kind)
+            hook = self.before_answer
+            if hook is not None:
+                hook(seen)
+            return status, body
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _any(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                seen, status, body = fake.answer(
-                    self.command, self.path, self.rfile.read(size),
-                    self.headers.get("Authorization", ""), self.headers.get("Content-Type", ""))
-                hook = fake.before_answer
-                if hook is not None:
-                    hook(seen)
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                with contextlib.suppress(OSError):  # the client may be gone (SIGKILLed)
-                    self.send_response(status)
-                    kind = "text/plain" if isinstance(body, bytes) else "application/json"
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _any
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        self._server = ApiServer(answer).start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
     def answer(self, method: str, target: str, raw: bytes, auth: str,
                content_type: str) -> tuple[Seen, int, Any]:

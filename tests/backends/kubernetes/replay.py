@@ -12,10 +12,11 @@ each a list of ``{request: {method, path, query?, body?}, response: {status, bod
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,34 +75,40 @@ class Seen:
     body: bytes
 
 
-@dataclass
-class Replay:
-    exchanges: list[dict[str, Any]]
-    seen: list[Seen] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    _server: http.server.ThreadingHTTPServer | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+#: (method, target, body, Authorization, Content-Type) -> (status, body): bytes are sent as
+#: text, anything else as JSON
+Answerer = Callable[[str, str, bytes, str, str], tuple[int, Any]]
+
+
+class ApiServer:
+    """A real HTTP server on 127.0.0.1 (a free port) handing every request to ``answer``."""
+
+    def __init__(self, answer: Answerer) -> None:
+        self._answer = answer
+        self._server: http.server.ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_port}"
 
-    def start(self) -> Replay:
-        replay = self
+    def start(self) -> ApiServer:
+        answer = self._answer
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _any(self) -> None:
                 size = int(self.headers.get("Content-Length") or 0)
-                status, body = replay.answer(self.command, self.path, self.rfile.read(size),
-                                             self.headers.get("Authorization", ""))
+                status, body = answer(self.command, self.path, self.rfile.read(size),
+                                      self.headers.get("Authorization", ""),
+                                      self.headers.get("Content-Type", ""))
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                kind = "text/plain" if isinstance(body, bytes) else "application/json"
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(OSError):  # the client may be gone (SIGKILLed)
+                    self.send_response(status)
+                    kind = "text/plain" if isinstance(body, bytes) else "application/json"
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _any
 
@@ -117,6 +124,29 @@ class Replay:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+@dataclass
+class Replay:
+    exchanges: list[dict[str, Any]]
+    seen: list[Seen] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _server: ApiServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return self._server.url
+
+    def start(self) -> Replay:
+        self._server = ApiServer(lambda method, target, raw, auth, _kind:
+                                 self.answer(method, target, raw, auth)).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
 
     def answer(self, method: str, target: str, raw: bytes, auth: str) -> tuple[int, Any]:
         url = urlsplit(target)
