@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from tests.backends.kubernetes.replay import HERE, TOKEN, ApiServer
+from tests.backends.kubernetes.replay import HERE, TOKEN, ApiServer, Seen
 from tests.backends.kubernetes.schemas import validate
 
 Obj = dict[str, Any]
@@ -80,16 +80,6 @@ def _stamp(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: bytes
-    content_type: str
-
-    def json(self) -> Any:
-        return json.loads(self.body or b"null")
 
 
 @dataclass

@@ -69,10 +69,16 @@ def contains(actual: Any, expected: Any, where: str = "body") -> str | None:
 
 @dataclass
 class Seen:
+    """A request as the server got it."""
+
     method: str
     path: str
     query: dict[str, str]
     body: bytes
+    content_type: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
 
 
 #: (method, target, body, Authorization, Content-Type) -> (status, body): bytes are sent as
