@@ -2,7 +2,8 @@
 again and again, and after a SIGKILL and a restart the schedule is still there and fires,
 once per due time; --after-job runs once when the job completes and not when it fails;
 --on-checkpoint evaluates each checkpoint of a running job once, whose model it is; a bad
-config is refused naming its fields; unschedule stops it.
+config is refused naming its fields; unschedule stops it. An --on-checkpoint and an
+--after-job schedule hold across a SIGKILL too: nothing evaluated twice, nothing missed.
 
 The evaluations wait behind a job holding every GPU: what is checked is what was submitted
 (their specs and events), not a harness's run."""
@@ -228,3 +229,43 @@ def test_a_bad_config_or_trigger_is_refused_naming_what_is_wrong(
         c.schedule_eval(bad.read_text(), every="1d")  # the daemon checks it too
     with daemon.client() as c:
         assert c.eval_schedules()["schedules"] == []
+
+
+def test_checkpoint_and_after_job_schedules_hold_across_a_sigkill(tmp_path: Path) -> None:
+    """Killed after the first checkpoint was evaluated and while the trainer still runs
+    (the runner outlives the daemon): after the restart the second checkpoint is evaluated
+    once, the first never again, and the --after-job schedule fires once for the trainer."""
+    home, work = tmp_path / "home", tmp_path / "train"
+    work.mkdir()
+    d = _start(home)
+    try:
+        trainer = d.submit("--gpus", "0", "--hold", "--cwd", str(work), "--checkpoint-dir",
+                           "checkpoints", "--", sys.executable, "-c", TRAINER)
+        on_ckpt = schedule(d, str(config_file(tmp_path)), "--on-checkpoint",
+                           str(trainer))["id"]
+        after = schedule(d, str(config_file(tmp_path)), "--after-job", str(trainer))["id"]
+        with d.client() as c:
+            c.release(trainer)
+        one = str(work / "checkpoints" / "step_00001.pt")
+        wait_until(lambda: the_schedule(d, on_ckpt)["evaluated"] == [one], timeout=20,
+                   what="the first checkpoint evaluated")
+        d.kill()
+        assert len(jobs_of_stored(home, on_ckpt)) == 1
+        (work / "go").touch()  # the trainer saves its second checkpoint and ends meanwhile
+        time.sleep(1)
+        d.start()
+        two = str(work / "checkpoints" / "step_00002.pt")
+        wait_until(lambda: not the_schedule(d, on_ckpt)["enabled"], timeout=30,
+                   what="the checkpoint schedule done after the restart")
+        wait_until(lambda: not the_schedule(d, after)["enabled"], timeout=30,
+                   what="the after-job schedule done after the restart")
+        done = the_schedule(d, on_ckpt)
+        assert done["evaluated"] == [one, two] and done["runs"] == 2
+        models = [j["spec"]["env"]["ROTA_EVAL_MODEL"] for j in jobs_of(d, on_ckpt)]
+        assert models == [one, two]
+        fired = the_schedule(d, after)
+        assert fired["runs"] == 1 and len(jobs_of(d, after)) == 1
+        assert fired["disabled_reason"] == f"done: evaluated after job {trainer} completed"
+    finally:
+        d.stop()
+        kill_job_processes(tmp_path)
