@@ -205,6 +205,7 @@ class AttemptAnswer(TypedDict):
     peak_gpu_mem: int | None
     pid: int | None
     session: str | None
+    engine_id: str | None  # the job's id in its cluster engine (a Slurm job id, ...)
 
 
 class JobDetailAnswer(JobAnswer):

@@ -4,6 +4,7 @@ later attempt that says nothing is not given an earlier attempt's reason."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,9 @@ def test_the_reason_a_job_gives_is_its_end_reason(daemon: DaemonProcess) -> None
         assert c.events(job_id)[-1]["message"] == reason
     cli = daemon.cli("why", str(job_id))
     assert cli.returncode == 0 and "the eval set is empty" in cli.stdout, cli.stderr
+    shown = " ".join(daemon.cli("show", str(job_id)).stdout.split())  # folded at 80
+    assert re.search(r"#1 CPU .* exit 3 failed, local pid \d+, the eval set is empty \(0 "
+                     r"rows in data/test\.jsonl\)", shown), shown  # the attempt's line too
 
 
 def test_a_later_attempt_that_says_nothing_keeps_no_earlier_reason(

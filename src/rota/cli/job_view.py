@@ -93,12 +93,16 @@ def _attempt_line(a: AttemptAnswer, now: float) -> str:
     extra = []
     if a["peak_gpu_mem"]:
         extra.append(f"peak {format_memory(a['peak_gpu_mem'])}")
-    who = a["session"] or (f"pid {a['pid']}" if a["pid"] else "")
+    engine_id = a.get("engine_id")
+    who = a["session"] or (f"job {engine_id}" if engine_id else "") or \
+        (f"pid {a['pid']}" if a["pid"] else "")
     if a["backend"] or who:
         extra.append(" ".join(x for x in (a["backend"], who) if x))
-    reason = a["reason"]
-    if reason and not reason.startswith("exit code"):
-        extra.append(reason)  # "exit code N" is said already
+    reason = a["reason"] or ""
+    if reason.startswith("exit code"):  # said already; what the job said of it is not
+        reason = reason.partition(": ")[2]
+    if reason:
+        extra.append(reason)
     return line + (", " + ", ".join(extra) if extra else "")
 
 

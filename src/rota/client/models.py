@@ -105,6 +105,7 @@ class Attempt(Model):
     peak_gpu_mem: int | None = None  # the most GPU memory it held on one GPU (bytes)
     pid: int | None = None
     session: str | None = None
+    engine_id: str | None = None  # its id in the cluster engine that ran it
 
 
 class JobDetail(Job):

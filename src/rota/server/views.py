@@ -98,7 +98,9 @@ def attempt_view(a: AttemptRecord) -> dict[str, Any]:
             "gpu_mem": a.gpu_mem, "backend": a.backend, "started_at": a.started_at,
             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal,
             "outcome": a.outcome, "reason": a.reason, "peak_gpu_mem": a.peak_gpu_mem,
-            "pid": (a.handle or {}).get("pid"), "session": (a.handle or {}).get("session_name")}
+            "pid": (a.handle or {}).get("pid") or None,
+            "session": (a.handle or {}).get("session_name"),
+            "engine_id": ((a.handle or {}).get("extra") or {}).get("engine_id")}
 
 
 def event_view(e: EventRecord) -> dict[str, Any]:

@@ -119,4 +119,8 @@ def test_a_sigkill_between_sbatch_and_its_answer_runs_the_job_once(
         assert (done["state"], done["exit_code"], done["attempts"]) == ("completed", 0, 1), done
         assert "rota-after-the-cut" in d.cli("logs", str(job)).stdout.splitlines()
         assert _ids_named(slurm, key) == {engine_id}
+        with d.client() as c:  # the ended job still names its Slurm job
+            [attempt] = c.job(job)["attempts_detail"]
+        assert attempt["engine_id"] == engine_id and attempt["pid"] is None
+        assert f"job {engine_id}" in d.cli("show", str(job)).stdout
         assert starts.read_text().split() == ["start"]

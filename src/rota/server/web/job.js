@@ -231,7 +231,7 @@ export function renderJob(root, id) {
       replace(attempts, h("p", { class: "muted" }, "No attempt yet."));
       return;
     }
-    const heads = ["#", "GPUs", "Started", "Ended", "Run time", "Exit", "Outcome", "PID"];
+    const heads = ["#", "GPUs", "Started", "Ended", "Run time", "Exit", "Outcome", "PID / engine job"];
     replace(attempts, h("table", { class: "compact" },
       h("thead", null, h("tr", null, heads.map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, list.map((a) => h("tr", null,
@@ -242,7 +242,7 @@ export function renderJob(root, id) {
         h("td", null, a.started_at ? fmt.duration((a.ended_at || fmt.now()) - a.started_at) : "–"),
         h("td", null, a.exit_code ?? (a.signal ? `signal ${a.signal}` : "–")),
         h("td", { title: a.reason || "" }, a.outcome || (a.ended_at ? "–" : "running"), a.reason ? h("div", { class: "muted small" }, a.reason) : null),
-        h("td", null, a.pid ?? "–"))))));
+        h("td", null, a.engine_id || a.pid || "–"))))));
   }
 
   let eventsSeen = -1;
