@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -430,6 +432,25 @@ def test_demo_runs_the_tour_and_stops_its_daemon(
                                               jobs["eval-2"]["started_at"])
     assert all(j["state"] == "completed" for n, j in jobs.items() if n != "huge")
     assert not (home / "rota.sock").exists()
+
+
+def test_the_demos_summary_reads_whole_at_80_columns(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Piped, as a README reader's terminal of 80 columns: each job of the summary on one
+    line, its name and its state whole (a boxed table folded 'completed' mid-word)."""
+    home = tmp_path_factory.mktemp("demo80")
+    env = {**os.environ, "ROTA_HOME": str(home), "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "rota", "demo", "--timeout", "60"], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.rstrip() == "summary")
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("$ rota logs"))
+    summary = lines[start + 1:end]
+    rows = {ln.split()[1]: ln.split()[2] for ln in summary[1:] if ln.strip()}
+    assert rows["flaky"] == "completed" and rows["huge"] == "cancelled", summary
+    assert rows["sweep[lr=1e-3]"] == "completed", summary
+    assert len(rows) == 13 and max(map(len, summary)) <= 80, summary
 
 
 def test_every_command_speaks_json(rota: Any, daemon: Any) -> None:

@@ -156,10 +156,12 @@ def _show_queue(c: Client, ids: list[int], title: str) -> None:
 def _summary(c: Client, ids: list[int], t0: float) -> Table:
     from rich.table import Table
 
-    t = Table(title="summary", title_justify="left", header_style="bold")
+    # no box, as rota queue: the demo's names (at most 16 characters) and states fit 80
+    # columns whole, never folded mid-word
+    t = Table(title="summary", title_justify="left", header_style="bold", box=None,
+              pad_edge=False)
     for col in ("job", "name", "state", "prio", "attempts", "gpus", "on GPUs", "started"):
-        # names are the demo's own (at most 16 characters): whole, never folded mid-name
-        t.add_column(col, no_wrap=col == "name", overflow="fold")
+        t.add_column(col, no_wrap=col in ("name", "state"), overflow="fold")
     for jid in ids:
         j = c.job(jid)
         att = j["attempts_detail"]
