@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shlex
 import subprocess
@@ -78,17 +79,32 @@ def read_stamp(path: Path) -> float | None:
     return float(text) if text else None
 
 
+#: The pause before each latency submit: at least LAT_SETTLE s after the previous job's
+#: stamp (its end is processed), plus a seeded random part of up to one second.
+LAT_SETTLE, LAT_SPREAD = 0.3, 1.0
+
+
 def latency(submits: dict[str, Submit], samples: int, folder: Path,
             on_timeout: Callable[[], str] | None = None) -> dict[str, list[dict[str, float]]]:
     """One stamping job at a time, the ways taking turns (which goes first alternates, so
     a busy spell or a warm cache favours none): each submit's call and return times, and
-    the job's stamp. ``folder`` is new: a stamp from an earlier run must not be read."""
+    the job's stamp. ``folder`` is new: a stamp from an earlier run must not be read.
+
+    Each submit waits a seeded random pause first. Slurm 22.05 starts a batch job on its
+    next scheduling pass (about once a second) or on the pass that a job's end triggers,
+    never in the submit itself; submitted right after the previous job's stamp, the faster
+    client (plain sbatch) would race that job's end and get its pass, the slower (rota
+    submit, then the daemon's sbatch) the next regular one. With the pause, both ways
+    sample the engine's own pass at random, each round with the same pause for every way."""
     folder.mkdir(parents=True)
+    rng = random.Random(0)
     out: dict[str, list[dict[str, float]]] = {name: [] for name in submits}
     for i in range(samples):
         turn = list(submits.items())
+        pause = LAT_SETTLE + rng.random() * LAT_SPREAD  # the same for every way this round
         for j, (name, submit) in enumerate(turn if i % 2 == 0 else turn[::-1]):
             path = folder / f"{i}-{j}"
+            time.sleep(pause)
             row = submit(path)
             row["started"] = wait_for(partial(read_stamp, path), timeout=60, interval=0.01,
                                       what=f"{name}'s latency job {i} to start",
