@@ -247,6 +247,16 @@ def test_an_unknown_pool_is_named(daemon: DaemonProcess, tmp_path: Path) -> None
 
 
 # --- render --------------------------------------------------------------------------------
+def k8s_manifests(daemon: DaemonProcess, f: Path) -> list[dict[str, Any]]:
+    """`rota eval render FILE --pool k8s`, each manifest checked against its schema."""
+    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    return docs
+
+
 def test_render_for_kubernetes_is_valid_manifests_and_submits_nothing(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     f = write(tmp_path, CONFIG)
@@ -292,11 +302,7 @@ def test_render_for_kubernetes_mounts_the_harness_files_and_writes_in_scratch(
         f"task: tiny_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
         f"    test: {tmp_path}/tasks/tiny_mc.jsonl\n")
     f = write(tmp_path, CONFIG.replace("tasks: [arc_easy]", "tasks: [tiny_mc], task_dir: tasks"))
-    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
-    assert r.returncode == 0, r.stderr
-    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    for doc in docs:
-        validate(doc)
+    docs = k8s_manifests(daemon, f)
     files, job = docs
     pod = job["spec"]["template"]["spec"]
     [main] = pod["containers"]
@@ -321,11 +327,7 @@ def test_render_for_kubernetes_mounts_the_harness_files_and_writes_in_scratch(
 def test_render_for_kubernetes_selects_nodes_of_the_gpu_type(daemon: DaemonProcess,
                                                              tmp_path: Path) -> None:
     f = write(tmp_path, CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: A100,"))
-    r = daemon.cli("eval", "render", str(f), "--pool", "k8s")
-    assert r.returncode == 0, r.stderr
-    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    for doc in docs:
-        validate(doc)
+    docs = k8s_manifests(daemon, f)
     pod = docs[-1]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100"}  # the pool's label
 

@@ -41,7 +41,6 @@ from rota.core.outcome import Checkpoint as SavedCheckpoint
 from rota.core.snapshot import MILLI
 from rota.errors import StoreError
 from rota.ml import checkpoints, oom, stated
-from rota.ml.stated import stated_reason
 from rota.server.batch import Batch, each
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.job_output import checkpoints_of, read_outputs
@@ -254,7 +253,7 @@ class Exits:
     def _stated(run: Running) -> str:
         """Why the failed attempt said it failed (its last ``rota: FAILED:`` line), or ""."""
         try:
-            return stated_reason(read_tail(run.log_path, stated.TAIL_BYTES)) or ""
+            return stated.stated_reason(read_tail(run.log_path, stated.TAIL_BYTES)) or ""
         except OSError:
             return ""
 
