@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from rota.core.outcome import (
+    WAIT_AGAIN_S,
     AttemptFacts,
     Cancelled,
     Checkpoint,
@@ -147,6 +148,15 @@ def test_a_failed_launch_is_a_failure_like_any_other() -> None:
     assert decide(facts(), end, NOW) == Fail("launch failed: cwd missing", failures=1)
     # a launch that failed while the job was being stopped for another reason still fails
     assert isinstance(decide(facts(stop=StopReason.PREEMPT), end, NOW), Fail)
+
+
+def test_a_launch_lost_to_a_passing_trouble_queues_again_without_a_failure() -> None:
+    end = NeverStarted("the local runner went away", passing=True)
+    assert not ends_in_failure(None, end)
+    assert decide(facts(policy=RetryPolicy(retries=0)), end, NOW) == Requeue(
+        "not started: the local runner went away; queued again", record="not_started",
+        not_before=NOW + WAIT_AGAIN_S)
+    assert isinstance(decide(facts(stop=StopReason.CANCEL), end, NOW), Cancelled)
 
 
 def test_a_job_cancelled_while_its_launch_was_in_flight_is_cancelled() -> None:

@@ -60,25 +60,87 @@ def _kinds(d, expected) -> Counter:  # type: ignore[no-untyped-def]
 
 
 def _runner_of(home) -> psutil.Process:  # type: ignore[no-untyped-def]
+    """The runner: the child of its keeper (both carry the socket in their argv)."""
     sock = str(home / "runner.sock")
-    found = [p for p in psutil.process_iter(["cmdline"]) if sock in (p.info["cmdline"] or [])]
-    assert len(found) == 1, found
-    return found[0]
+    found = [p for p in psutil.process_iter(["cmdline", "ppid"])
+             if sock in (p.info["cmdline"] or [])]
+    pids = {p.pid for p in found}
+    runners = [p for p in found if p.info["ppid"] in pids]
+    assert len(found) == 2 and len(runners) == 1, found
+    return runners[0]
+
+
+def _wait_for_new_runner(home, old: psutil.Process | None) -> psutil.Process:  # type: ignore[no-untyped-def]
+    got: list[psutil.Process] = []
+
+    def new() -> bool:
+        try:
+            got[:] = [_runner_of(home)]
+        except AssertionError:
+            return False
+        return old is None or got[0].pid != old.pid
+
+    wait_until(new, timeout=30, what="the keeper to start a new runner")
+    return got[0]
+
+
+@pytest.mark.slow
+def test_jobs_outlive_their_runner_killed_repeatedly(daemon_factory, tmp_path):
+    """SIGKILL the local runner (as the OOM killer might) again and again under tens of
+    running jobs: each job ends once, with its own exit status, none charged a retry."""
+    rng = random.Random(20261128)
+    runs = tmp_path / "runs.txt"
+    d = daemon_factory(simulate="4x24G").start()
+    specs = []
+    for n in range(60):
+        code = 5 if n % 6 == 1 else 0
+        pause = rng.choice(["0.1", "0.5", "1.5", "3", "5"])
+        script = f'echo "$ROTA_JOB_ID" >> {runs}; sleep {pause}; exit {code}'
+        specs.append({"command": ["sh", "-c", script], "gpus": 0.05, "name": f"r{n}"})
+    with d.client() as c:
+        jobs = c.submit(specs)
+        expected = {j["id"]: (5 if n % 6 == 1 else 0) for n, j in enumerate(jobs)}
+        runner = _wait_for_new_runner(d.home, None)  # started for the first launch
+        runner.kill()  # in the middle of the launches, likely
+        runner = _wait_for_new_runner(d.home, runner)
+        wait_until(lambda: sum(j["state"] == "running" for j in c.jobs(limit=100)) >= 20,
+                   timeout=60, what="tens of jobs to run")
+        for _ in range(3):
+            runner.kill()  # its jobs run on; the keeper starts another runner
+            runner = _wait_for_new_runner(d.home, runner)
+            time.sleep(rng.uniform(0.2, 0.8))
+        wait_until(lambda: all(j["state"] in ("completed", "failed") for j in c.jobs(limit=100)),
+                   timeout=240, every=0.5, what="every job to finish")
+        got = {j["id"]: j for j in c.jobs(limit=100)}
+    assert set(got) == set(expected)  # nothing lost
+    wrong = {i: (got[i]["state"], got[i]["exit_code"], got[i]["end_reason"])
+             for i, code in expected.items()
+             if (got[i]["state"], got[i]["exit_code"]) !=
+             ("completed" if code == 0 else "failed", code)}
+    assert not wrong, wrong  # each its own exit status, none "killed by signal 9"
+    # with no retries allowed, a failure charged to a job would have ended it failed above;
+    # an attempt more is only a launch the runner's death cut short, queued again
+    with d.client() as c:
+        again = {i: [e["message"] for e in c.events(i) if e["kind"] == "requeued"]
+                 for i in expected if got[i]["attempts"] > 1}
+    assert all(m.startswith("not started") for ms in again.values() for m in ms), again
+    started = Counter(int(x) for x in runs.read_text().split())
+    assert set(started) == set(expected) and set(started.values()) == {1}, started
 
 
 def test_the_runner_outlives_the_daemon_and_its_own_death_is_survived(daemon_factory,
                                                                       tmp_path):
     """Jobs are started by the local runner, which stays when the daemon is killed (and
     records the end of a job that finishes meanwhile). When the runner itself is killed, a
-    running job is not taken for ended: it is watched directly and ends as killed (its exit
-    status died with the runner), and the next job gets a new runner."""
+    running job goes on under its keeper, whose next runner takes it over: its own exit
+    status is recorded; new jobs go to that next runner."""
     go = tmp_path / "go"
     d = daemon_factory().start()
     with d.client() as c:
         quick, slow = c.submit([
             {"command": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 4"],
              "gpus": 0.25},
-            {"command": ["sh", "-c", f"while [ ! -e {go}2 ]; do sleep 0.05; done"],
+            {"command": ["sh", "-c", f"while [ ! -e {go}2 ]; do sleep 0.05; done; exit 6"],
              "gpus": 0.25}])
         wait_until(lambda: {c.job(quick["id"])["state"], c.job(slow["id"])["state"]}
                    == {"running"}, what="both to run")
@@ -92,14 +154,15 @@ def test_the_runner_outlives_the_daemon_and_its_own_death_is_survived(daemon_fac
         wait_until(lambda: c.job(quick["id"])["state"] == "failed", what="the quick job's end")
         assert c.job(quick["id"])["exit_code"] == 4  # recorded by the runner meanwhile
         runner.kill()
+        second = _wait_for_new_runner(d.home, runner)
         time.sleep(1.0)
         assert c.job(slow["id"])["state"] == "running"  # still running: not taken for ended
         (tmp_path / "go2").touch()
         wait_until(lambda: c.job(slow["id"])["state"] == "failed", what="the slow job's end")
-        assert "signal 9" in c.job(slow["id"])["end_reason"]
+        assert c.job(slow["id"])["exit_code"] == 6  # recorded by the keeper
         [after] = c.submit([{"command": ["true"], "gpus": 0.25}])
         assert c.wait(after["id"], timeout=30)["state"] == "completed"
-    assert _runner_of(d.home).pid != runner.pid
+    assert _runner_of(d.home).pid == second.pid
     # the dead runner's journal, every job in it stored as ended, goes at the next start;
     # the live runner's stays
     journal = d.home / "status" / "journal"

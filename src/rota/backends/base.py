@@ -101,6 +101,9 @@ class Launched:
 class LaunchFailed:
     reason: str
     retryable: bool = False  # a passing trouble (the runner was lost), not the request
+    #: nothing of the job's: what starts jobs was lost mid-request (the local runner
+    #: killed), and nothing was started: the daemon queues it again, not as a failure
+    lost: bool = False
 
 
 LaunchOutcome = Launched | LaunchFailed

@@ -74,10 +74,13 @@ class Exited:
 class NeverStarted:
     """The attempt's launch failed, or its engine dropped it unstarted: no process ever
     existed. ``waits``: because a job it depends on has not completed (it was handed to
-    its engine to wait there), which is no failure of this job's."""
+    its engine to wait there), which is no failure of this job's. ``passing``: because
+    what starts it was lost mid-request (the local runner killed), no failure of this
+    job's either."""
 
     why: str
     waits: bool = False
+    passing: bool = False
 
     @property
     def code(self) -> None:
@@ -194,7 +197,7 @@ Outcome = Complete | Fail | RetryAt | RetryWithMoreMemory | Requeue | TimedOut |
 def ends_in_failure(stop: StopReason | None, end: Exited | NeverStarted) -> bool:
     """Whether ``decide`` treats the end as a failure (and reads ``AttemptFacts.oom``)."""
     if isinstance(end, NeverStarted):
-        return stop is not StopReason.CANCEL and not end.waits
+        return stop is not StopReason.CANCEL and not end.waits and not end.passing
     return stop is None and end.code != 0
 
 
@@ -206,6 +209,9 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
     if isinstance(end, NeverStarted) and facts.stop is StopReason.CANCEL:
         return Cancelled(f"cancelled (its launch failed: {end.why})",
                          end_reason="cancelled by request")
+    if isinstance(end, NeverStarted) and end.passing:
+        return Requeue(f"not started: {end.why}; queued again", record="not_started",
+                       not_before=now + WAIT_AGAIN_S)
     if isinstance(end, NeverStarted):  # waits: the dependency gate decides again
         return Requeue(f"not started: {end.why}; it waits again for the jobs it depends on",
                        record="not_started", not_before=now + WAIT_AGAIN_S)

@@ -63,6 +63,9 @@ def _read_watched(fd: int) -> bytes:
         return b""
 
 
+#: how often an attempt's watch may end without its end (a runner killed each time)
+MAX_REWATCHES = 50
+
 class Exits:
     def __init__(self, *, store: Store, clock: Callable[[], float], table: JobTable,
                  monitor: DeviceMonitor, tracking: Tracking, metrics: Metrics, batch: Batch,
@@ -132,9 +135,9 @@ class Exits:
         self.unwatch(run)
         reap(run.handle.pid)
         info = run.backend.collect(run.handle, run.watched)
-        if info is None and run.rewatches < 3 and run.backend.is_alive(run.handle):
-            # what was watched went away, not the job (the local runner died): watch the
-            # job itself from now on
+        if info is None and run.rewatches < MAX_REWATCHES and run.backend.is_alive(run.handle):
+            # what was watched went away, not the job (the local runner died; its keeper
+            # starts the next one, which takes the job over): watch it again
             run.rewatches += 1
             run.watched = b""
             self.watch(run)
@@ -176,13 +179,14 @@ class Exits:
             self.table.notify_end(run.job_id)
         self.kick()
 
-    def launch_failed(self, run: Running, why: str) -> None:
-        """The attempt's launch failed: no process exists; the outcome decides what next."""
+    def launch_failed(self, run: Running, why: str, passing: bool = False) -> None:
+        """The attempt's launch failed: no process exists; the outcome decides what next
+        (``passing``: a trouble of the backend's, not the job's: queued again)."""
         now = self.clock()
         self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
                                   reason=why)
         del self.table.running[run.job_id]
-        end = NeverStarted(why, waits=self._waits(run))
+        end = NeverStarted(why, waits=self._waits(run), passing=passing)
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, JobState.STARTING, outcome, end, now)
         self.kick()

@@ -173,7 +173,7 @@ class Launcher:
 
     def _launched(self, run: Running, outcome: LaunchOutcome) -> None:
         if isinstance(outcome, LaunchFailed):
-            self.exits.launch_failed(run, outcome.reason)
+            self.exits.launch_failed(run, outcome.reason, outcome.lost)
         else:
             self.adopt(run, outcome.handle, JobState.STARTING)
 
@@ -204,7 +204,7 @@ class Launcher:
         todo, self.unrecorded = self.unrecorded, []
         for run, outcome in todo:
             if isinstance(outcome, LaunchFailed):
-                each(self.exits.launch_failed, run, outcome.reason)
+                each(self.exits.launch_failed, run, outcome.reason, outcome.lost)
             else:
                 each(self._record_handle, run, outcome.handle, JobState.STARTING)
 

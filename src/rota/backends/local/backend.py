@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +20,10 @@ from rota.backends.base import (
     LaunchFailed,
     LaunchOutcome,
     LaunchRequest,
+    TakenBack,
 )
 from rota.backends.common import (
+    KILLED,
     build_job_argv,
     check_request,
     exit_info_from_status,
@@ -40,6 +44,7 @@ log = logging.getLogger("rota.backends.local")
 _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 _DEVNULL_OUT = (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)
 _DEVNULL_ERR = (os.POSIX_SPAWN_DUP2, 1, 2)
+LOST_END = "its end was not recorded: the local runner and its keeper were killed"
 
 
 class LocalBackend(ProcessBackend):
@@ -148,10 +153,14 @@ class LocalBackend(ProcessBackend):
     def _outcome(self, req: LaunchRequest, answer: Answer | RunnerLost) -> LaunchOutcome:
         if isinstance(answer, RunnerLost):
             # if the runner had started the job, its journal says so (written before the
-            # answer), and the job must not run twice
+            # answer, or by the keeper, before the next runner answers: reached first),
+            # and the job must not run twice
+            if self.runner is not None:
+                with contextlib.suppress(BackendError):
+                    self.runner.connect()
             status = self.read_status(req.status_path)
             if not status or not status.get("shim_pid"):
-                return LaunchFailed(f"job {req.job_id}: {answer}", retryable=True)
+                return LaunchFailed(f"job {req.job_id}: {answer}", retryable=True, lost=True)
             return Launched(self._handle(req, int(status["shim_pid"]), time.time(),
                                          int(status.get("runner") or 0)))
         reply, fds = answer
@@ -232,7 +241,13 @@ class LocalBackend(ProcessBackend):
         runner lost, a restarted daemon) from the status file or the runner's journal."""
         record = parse_line(watched.rstrip(b"\n").rpartition(b"\n")[2]) if watched else None
         info = exit_info_from_status(status_record(record))
-        return info if info is not None else super().collect(handle)
+        if info is None:
+            info = super().collect(handle)
+        if info is KILLED and handle.extra.get("runner"):
+            # ended with no record: the runner and its keeper both died (or the disk was
+            # full): how it ended is not known, which is no failure of the job's
+            return TakenBack(None, signal.SIGKILL, None, why=LOST_END)
+        return info
 
     def tidy(self, status_dir: Path, active: set[str]) -> None:
         """Delete the runner's journal segments that name no active attempt."""

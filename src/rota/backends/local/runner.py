@@ -12,8 +12,20 @@ one append-only file per runner, not a file per job) and writes the end into the
 watch pipe too, so the daemon learns it without reading a file. It runs detached from the
 daemon, so a daemon that crashes, stops or is upgraded leaves it running: jobs that end
 meanwhile still get their exit status in the journal, and the next daemon connects to it
-again. Only the runner's own death (SIGKILL) loses the exit status of the jobs still
-running then: they keep running, and end as "killed" records.
+again.
+
+The runner's own death (SIGKILL, the OOM killer) is survived too. Why it once was not: the
+jobs never died with it (each is in its own session, writes to a file, has no
+parent-death signal), but only a parent learns an exit status; the orphans were reaped by
+init and ended as "killed by signal 9", charged to the job. Now the process the daemon
+starts is the keeper (``rota.backends.local.keeper``), a child subreaper that owns the
+listening socket and forks the runner: a dead runner's jobs become the keeper's children,
+it journals their ends, and forks the next runner at once, which takes them over
+(``watch`` answers for them; their ends reach it from the keeper). The runner tells the
+keeper of each start (before journaling it) and end (after), and looks at a child's end
+with ``WNOWAIT`` and reaps it only once the end is journaled, so a runner killed at any
+point leaves each job's end to exactly one of them. ``hello``'s ``pid`` and ``started_at``,
+and the journal's ``runner``, are the keeper's: it is what holds the jobs.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
 message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "env",
@@ -27,7 +39,8 @@ exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
 (``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
 The runner makes the log's and the journal's directories when they are missing, and
 removes a stale status file of the attempt's name (read before the journal).
-The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S.
+The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S,
+and the keeper with it.
 
 Standard library only (and the journal's names): it starts once per daemon lifetime,
 and quickly.
@@ -50,8 +63,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rota.backends.local.journal import SEGMENT_BYTES, journal_dir, segment_name
+from rota.backends.local.keeper import (
+    Jobs,
+    Keeper,
+    become_subreaper,
+    ended,
+    exit_status_of,
+    started,
+    starting,
+)
 
-PROTOCOL = 3  # 3: a journal per runner instead of a status file per job; ends in the pipe
+#: 3: a journal per runner instead of a status file per job; ends in the pipe.
+#: 4: a keeper holds the jobs; ``pid`` and ``started_at`` in ``hello`` are the keeper's.
+PROTOCOL = 4
 MAX_MESSAGE = 1 << 20
 IDLE_EXIT_S = 30.0
 _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
@@ -63,17 +87,10 @@ _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ
 @dataclass
 class _Job:
     pid: int
-    pidfd: int
+    pidfd: int  # -1: adopted from a dead runner (the keeper reaps it and says its end)
     key: str  # the attempt's status path: its name in the journal
     journal: _Journal
     watchers: list[int] = field(default_factory=list)  # write ends of the daemons' pipes
-
-
-def exit_status(wait_status: int) -> int:
-    """The shell's convention, as the shim wrote it: the code, or 128+N for signal N."""
-    if os.WIFSIGNALED(wait_status):
-        return 128 + os.WTERMSIG(wait_status)
-    return os.waitstatus_to_exitcode(wait_status)
 
 
 def _hung_up(conn: socket.socket) -> bool:
@@ -101,13 +118,18 @@ class _Journal:
     def __init__(self, status_dir: str, runner_started: float) -> None:
         self.dir = journal_dir(status_dir)
         self.started = runner_started
-        self.fd, self.seq, self.size = -1, 0, 0
+        self.fd, self.seq, self.size, self.path = -1, 0, 0, ""
+
+    def segment(self) -> str:
+        """The segment the next record goes to."""
+        if self.fd < 0 or self.size >= SEGMENT_BYTES:
+            self._next()
+        return self.path
 
     def write(self, record: dict[str, Any]) -> bytes:
         """Append the record; returns its line."""
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        if self.fd < 0 or self.size >= SEGMENT_BYTES:
-            self._next()
+        self.segment()
         os.write(self.fd, line)
         self.size += len(line)
         return line
@@ -117,24 +139,33 @@ class _Journal:
             os.close(self.fd)
             self.fd = -1
         self.seq += 1
-        path = os.path.join(self.dir, segment_name(os.getpid(), self.started, self.seq))
-        self.fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.path = os.path.join(self.dir, segment_name(os.getpid(), self.started, self.seq))
+        self.fd = _open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.size = os.fstat(self.fd).st_size
 
 
+def listen(path: str) -> socket.socket:
+    """The runner's socket, owner-only; held by the keeper, so it outlives a runner."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    return listener
+
+
 class Runner:
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, listener: socket.socket, keeper: socket.socket,
+                 holder: tuple[int, float], adopted: Jobs) -> None:
+        self.path, self.listener, self.keeper = path, listener, keeper
+        self.holder_pid, self.holder_started = holder  # the keeper: who holds the jobs
         self.started_at = time.time()
         self.sel = selectors.DefaultSelector()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(path)
-        finally:
-            os.umask(old)
-        self.listener.listen(16)
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.keeper.setblocking(False)
+        self.sel.register(self.keeper, selectors.EVENT_READ, self._from_keeper)
         self.clients: set[socket.socket] = set()
         self.jobs: dict[int, _Job] = {}
         self.last_client = time.monotonic()
@@ -143,6 +174,8 @@ class Runner:
         self.cwd = os.getcwd()
         self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> the file found
         self.journals: dict[str, _Journal] = {}  # status directory -> its journal
+        for pid, (key, _segment) in adopted.items():
+            self.jobs[pid] = _Job(pid=pid, pidfd=-1, key=key, journal=self._journal(key))
 
     # --- the loop ---------------------------------------------------------------------
     def serve(self) -> None:
@@ -206,7 +239,8 @@ class Runner:
                 fds: list[int]) -> dict[str, Any]:
         op = msg.get("op")
         if op == "hello":
-            return {"protocol": PROTOCOL, "pid": os.getpid(), "started_at": self.started_at}
+            return {"protocol": PROTOCOL, "pid": self.holder_pid,
+                    "started_at": self.holder_started}
         if op == "env":  # the daemon's environment, once: launches carry only their own
             self.base_env[conn] = msg["env"]
             return {}
@@ -228,6 +262,10 @@ class Runner:
         try:
             if msg.get("header"):
                 os.write(log, (msg["header"] + "\n").encode())
+            with contextlib.suppress(OSError):  # a stale status file would shadow the journal
+                os.unlink(msg["status"])
+            journal = self._journal(msg["status"])
+            self._tell_keeper(starting(msg["status"], journal.segment()))
             try:
                 pid = self._spawn(argv, env, msg.get("cwd") or None, log)
             except OSError as e:
@@ -242,12 +280,13 @@ class Runner:
             os.close(log)
         started_at = time.time()
         key: str = msg["status"]
-        with contextlib.suppress(OSError):  # a stale status file would shadow the journal
-            os.unlink(key)
-        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=self._journal(key))
+        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=journal)
         try:
-            job.journal.write({"key": key, "shim_pid": pid, "pgid": pid, "runner": os.getpid(),
-                               "runner_started": self.started_at})
+            # the keeper first: should this runner die now, it records the job's end
+            self._tell_keeper(started(pid, key, journal.segment()))
+            job.journal.write({"key": key, "shim_pid": pid, "pgid": pid,
+                               "runner": self.holder_pid,
+                               "runner_started": self.holder_started})
         except OSError as e:  # the job runs and is watched; only a restart cannot find it
             print(f"rota runner: job {pid}: cannot record its start: {e}", file=sys.stderr)
         self.jobs[pid] = job
@@ -301,26 +340,60 @@ class Runner:
 
     # --- a job's end ------------------------------------------------------------------
     def _ended(self, job: _Job) -> None:
+        # looked at, not reaped, until its end is journaled and the keeper told: should
+        # this runner die in between, the keeper reaps the zombie and records it
         try:
-            got, status = os.waitpid(job.pid, os.WNOHANG)
+            res = os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            got, status = job.pid, 128 + signal.SIGKILL  # not ours to reap: unknown
-        if got == 0:
-            return
-        record = {"key": job.key, "shim_pid": job.pid, "exit_status": exit_status(status),
+            res = None
+            status = 128 + signal.SIGKILL  # not ours to reap: unknown
+        else:
+            if res is None:
+                return
+            status = exit_status_of(res)
+        record = {"key": job.key, "shim_pid": job.pid, "exit_status": status,
                   "ended_at": time.time()}
         try:
             line = job.journal.write(record)
-        except OSError as e:  # a restarted daemon will find no end: the job counts as killed
+        except OSError as e:  # a restarted daemon will find no end: the job is requeued
             print(f"rota runner: job {job.pid}: cannot record its end: {e}", file=sys.stderr)
             line = (json.dumps(record) + "\n").encode()
         self.sel.unregister(job.pidfd)
         os.close(job.pidfd)
+        self._tell_keeper(ended(job.pid))
+        if res is not None:
+            os.waitpid(job.pid, 0)
+        self._done(job, line)
+
+    def _done(self, job: _Job, line: bytes) -> None:
+        """The job's end is journaled: to the daemons watching it."""
         for w in job.watchers:
             with contextlib.suppress(OSError):  # that daemon is gone: its pipe with it
                 os.write(w, line)
             os.close(w)
         del self.jobs[job.pid]
+
+    # --- the keeper -------------------------------------------------------------------
+    def _tell_keeper(self, msg: bytes) -> None:
+        while True:
+            try:
+                self.keeper.send(msg)
+                return
+            except BlockingIOError:  # it is behind: wait for room
+                select.select([], [self.keeper], [], 1.0)
+
+    def _from_keeper(self, sock: socket.socket) -> None:
+        """Ends of adopted jobs, journaled by the keeper: ``D PID LINE``."""
+        while True:
+            try:
+                msg = sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            kind, _, rest = msg.partition(b" ")
+            pid, _, line = rest.partition(b" ")
+            job = self.jobs.get(int(pid)) if kind == b"D" else None
+            if job is not None and job.pidfd < 0:
+                self._done(job, line)
 
 
 def main(argv: list[str]) -> int:
@@ -330,12 +403,12 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        runner = Runner(argv[1])
+        listener = listen(argv[1])
     except OSError as e:  # another runner took the path meanwhile: that one serves
         print(f"rota runner: cannot listen on {argv[1]}: {e}", file=sys.stderr)
         return 1
-    runner.serve()
-    return 0
+    become_subreaper()
+    return Keeper(argv[1], listener).keep()
 
 
 if __name__ == "__main__":
