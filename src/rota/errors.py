@@ -54,6 +54,9 @@ class DaemonUnavailable(RotaError):
     """The CLI or SDK cannot reach the daemon."""
 
     http_status = 503
+    #: the request was sent and then the connection broke or no answer came in time:
+    #: what it asked may or may not have been done (a refused connection: nothing was)
+    maybe_done = False
 
 
 class WaitTimeout(RotaError, TimeoutError):

@@ -99,10 +99,14 @@ class Endpoint:
             "`rota server --listen HOST:PORT`, or check ROTA_URL.")
 
     def too_slow(self, e: Exception) -> DaemonUnavailable:
-        return DaemonUnavailable(f"the daemon {self.where} did not answer in time ({e})")
+        err = DaemonUnavailable(f"the daemon {self.where} did not answer in time ({e})")
+        err.maybe_done = True
+        return err
 
     def broken(self, e: Exception) -> DaemonUnavailable:
-        return DaemonUnavailable(f"the connection to the daemon {self.where} broke ({e})")
+        err = DaemonUnavailable(f"the connection to the daemon {self.where} broke ({e})")
+        err.maybe_done = True
+        return err
 
 
 def error_from(status: int, body: bytes, reason: str = "") -> RotaError:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, overload
 from httpx_sse import EventSource
 
 from rota.client import _calls as calls
+from rota.client import _submits
 from rota.client._calls import JobRef, States
 from rota.client._times import When
 from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, TimeoutTypes
@@ -82,12 +83,16 @@ class AsyncClient:
     async def submit(self, spec: Any = None, /, *, idempotency_key: str | None = None,
                      force: bool = False, **fields: Any) -> Job | builtins.list[Job]:
         """Queue one job (a spec dict, or its fields as keywords) or several (a list of
-        dicts, all or none). A repeated ``idempotency_key`` answers the first job again.
+        dicts, all or none). It carries ``idempotency_key`` (else a new random one), and
+        is sent again with it when the connection fails (``rota.client._submits``): the
+        daemon answers a key it has seen with the job(s) it made then, never a copy.
         A job this machine can never run as it is now (more GPUs or memory than it has) is
         refused (:class:`rota.errors.InvalidSpec`) unless ``force``: then it waits until
         the GPUs change."""
         specs, single = calls.submit_body(spec, fields)
-        jobs = await self._send(calls.submit(specs, idempotency_key, force))
+        jobs = await _submits.send_async(
+            lambda key: self._send(calls.submit(specs, key, force)), idempotency_key,
+            asyncio.sleep)
         return jobs[0] if single else jobs
 
     async def get(self, job_id: JobRef) -> JobDetail:

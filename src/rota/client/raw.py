@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rota.client import _submits
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._wire import Timeout, WireTransport
 
@@ -94,12 +95,16 @@ class RawClient:
                     dedup: bool = False, force: bool = False) -> SubmitAnswer:
         """The whole answer: ``jobs``, and ``warnings`` about their sizes when there are any.
         ``force``: accept a job this machine cannot run now (it waits until the GPUs
-        change) instead of refusing it."""
-        body: dict[str, Any] = {"jobs": jobs, "idempotency_key": idempotency_key,
-                                "dedup": dedup}
-        if force:
-            body["force"] = True
-        return self.request("POST", "/v1/jobs", json=body)
+        change) instead of refusing it. Sent with ``idempotency_key`` (else a new random
+        one), again with it when the connection fails (``rota.client._submits``)."""
+        def once(key: str) -> SubmitAnswer:
+            body: dict[str, Any] = {"jobs": jobs, "idempotency_key": key, "dedup": dedup}
+            if force:
+                body["force"] = True
+            answer: SubmitAnswer = self.request("POST", "/v1/jobs", json=body)
+            return answer
+
+        return _submits.send(once, idempotency_key)
 
     def jobs(self, *, states: list[str] | None = None, user: str | None = None,
              name: str | None = None, limit: int = 200) -> list[JobAnswer]:

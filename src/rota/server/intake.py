@@ -154,10 +154,10 @@ class Intake:
                numbered: bool = True) -> list[JobRecord]:
         """All or nothing: every spec is checked before any is stored. An error about one
         starts ``jobs[i]: `` (unless not ``numbered``)."""
-        if idempotency_key:
-            first = self.daemon.store.job_by_idempotency_key(idempotency_key)
-            if first is not None:
-                return [first]
+        if idempotency_key:  # sent again (its answer was lost): what it made then
+            made = self.daemon.store.jobs_by_idempotency_key(idempotency_key)
+            if made:
+                return made
         if not given:
             raise InvalidSpec("no job given", field="jobs")
         specs = [self.prepare(g, user=user, where=f"jobs[{n}]" if numbered else "",

@@ -327,6 +327,19 @@ class Store:
         with self._reading() as c:
             return c.execute(select(_jobs).where(_jobs.c.idempotency_key == key)).first()
 
+    def jobs_by_idempotency_key(self, key: str) -> list[JobRecord]:
+        """The jobs one submit with ``key`` made, in its order (``add_jobs``: the first
+        job has the key, the n-th after it ``KEY#n``); none when no submit had it."""
+        first = self.job_by_idempotency_key(key)
+        if first is None:
+            return []
+        with self._reading() as c:
+            rest = c.execute(select(_jobs).where(
+                _jobs.c.idempotency_key.startswith(f"{key}#", autoescape=True))).all()
+        rank = {f"{key}#{n}": n for n in range(1, len(rest) + 1)}
+        return [first, *sorted((r for r in rest if r.idempotency_key in rank),
+                               key=lambda r: rank[r.idempotency_key])]
+
     def live_hashes(self, hashes: Iterable[str]) -> set[str]:
         """Hashes that already have a job that did not fail (failed jobs may be queued again)."""
         hs = list(set(hashes))
