@@ -53,10 +53,7 @@ def test_the_sdk_client_sends_its_key_again_too(monkeypatch: pytest.MonkeyPatch)
            "priority": 0, "gpus": 0.0, "gpu_mem": None, "created_at": 1.0}
     monkeypatch.setattr(c._t, "request", _failing(
         [ENDPOINT.broken(ConnectionResetError())], {"jobs": [job]}, keys))
-    try:
-        got = c.submit({"command": ["true"]}, idempotency_key="k1")
-    except Exception as e:  # the answer's shape is not what this test is about
-        pytest.skip(f"minimal job answer refused: {e}")
+    got = c.submit({"command": ["true"]}, idempotency_key="k1")
     assert got.id == 3 and keys == ["k1", "k1"]
 
 
