@@ -199,13 +199,14 @@ def job_rows(client: Client, ids: list[int]) -> list[dict[str, Any]]:
 
 # --- (a) throughput ------------------------------------------------------------------------
 def _runner_cpu(daemon: psutil.Process) -> tuple[float, float]:
-    """CPU seconds of the daemon's local runner, and of the jobs it reaped (0 before it
-    starts)."""
+    """CPU seconds of the daemon's local runner (its keeper and the runner it forks), and
+    of the jobs they reaped (0 before it starts)."""
     for p in daemon.children():
         with contextlib.suppress(psutil.Error):
             if "rota.backends.runner" in " ".join(p.cmdline()):
-                t = p.cpu_times()
-                return t.user + t.system, t.children_user + t.children_system
+                times = [q.cpu_times() for q in (p, *p.children())]
+                return (sum(t.user + t.system for t in times),
+                        sum(t.children_user + t.children_system for t in times))
     return 0.0, 0.0
 
 

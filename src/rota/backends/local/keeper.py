@@ -42,6 +42,9 @@ import traceback
 PR_SET_CHILD_SUBREAPER = 36
 RESTART_PAUSE_S = 0.2  # doubled per quick death, to 5 s: a runner that dies at its start
 QUICK_DEATH_S = 2.0
+#: the pause after reading the runner's messages: they wait in the socket meanwhile (a
+#: few hundred fit), so a burst costs the keeper a wakeup per batch, not per message
+BATCH_S = 0.05
 
 #: pid -> (attempt key, journal segment its start went to)
 Jobs = dict[int, tuple[str, str]]
@@ -108,17 +111,22 @@ class Keeper:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self.wake_r, 512):
                     pass
-            self._read_runner()
+            told = self._read_runner()
             if not self._reap():
                 self.listener.close()
                 return 0
+            if told:  # a burst of launches: read them in batches, not a wakeup each
+                time.sleep(BATCH_S)
 
-    def _read_runner(self) -> None:
+    def _read_runner(self) -> int:
+        """Take in what the runner said; returns how many messages."""
+        n = 0
         while True:
             try:
                 msg = self.own.recv(1 << 16)
             except BlockingIOError:
-                return
+                return n
+            n += 1
             kind, _, rest = msg.partition(b" ")
             if kind in (b"L", b"I"):
                 first, _, where = rest.partition(b" ")
