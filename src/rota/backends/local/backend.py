@@ -53,10 +53,12 @@ class LocalBackend(ProcessBackend):
     With a runner socket (the daemon's way) jobs are started by the local runner
     (``rota.backends.local.runner``), a long-lived process that outlives the daemon and records
     each job's exit status; the daemon watches a pipe the runner closes once that record
-    exists. Without one, each job gets the shell shim (``rota.backends.shell_shim``), started
-    with ``posix_spawn``, which records the status itself. Either way no object in the daemon
-    holds the job: it collects the exit status from the status file, so a restarted daemon
-    sees the same thing a running one does.
+    exists. The runner's keeper (``rota.backends.local.keeper``) outlives the runner in
+    turn: it records the ends of a killed runner's jobs and starts the next runner, which
+    the daemon watches them through again. Without one, each job gets the shell shim
+    (``rota.backends.shell_shim``), started with ``posix_spawn``, which records the status
+    itself. Either way no object in the daemon holds the job: it collects the exit status
+    from the status file, so a restarted daemon sees the same thing a running one does.
     """
 
     name = "local"
