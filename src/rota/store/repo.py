@@ -575,13 +575,20 @@ class Store:
             return {str(name): (int(jid), int(peak)) for name, jid, peak in c.execute(q)}
 
     # --- users and tokens ----------------------------------------------------------------
-    def add_user(self, name: str, *, admin: bool, now: float) -> UserRow:
-        row = UserRow(name=name, admin=admin, created_at=now)
+    def add_user(self, name: str, *, admin: bool, now: float,
+                 unix_account: str | None = None) -> UserRow:
+        row = UserRow(name=name, admin=admin, created_at=now, unix_account=unix_account)
         with self.session() as s, s.begin():
             if s.get(UserRow, name) is not None:
                 raise Conflict(f"user {name!r} already exists")
             s.add(row)
         return row
+
+    def unix_account(self, name: str) -> str | None:
+        """The Unix account ``name``'s jobs run as; None: the daemon's own (or no such user)."""
+        with self.session() as s:
+            row = s.get(UserRow, name)
+            return None if row is None else row.unix_account
 
     def users(self) -> list[UserRow]:
         with self.session() as s:

@@ -141,13 +141,16 @@ class GpuSettingRow(Base):
 
 
 class UserRow(Base):
-    """Someone who may use the daemon over TCP (over the socket it is the owner)."""
+    """Someone who may use the daemon: over TCP by a token, or over the socket as the Unix
+    account the kernel names (created on first use). ``unix_account``: the account this
+    user's jobs run as (None: the daemon's own)."""
 
     __tablename__ = "users"
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    unix_account: Mapped[str | None] = mapped_column(String(64), nullable=True, default=None)
 
 
 class TokenRow(Base):
