@@ -457,6 +457,7 @@ class UserAnswer(TypedDict):
     name: str
     admin: bool
     created_at: float
+    unix_account: str | None  # the Unix account its jobs run as; None: the daemon's own
 
 
 class UsersAnswer(TypedDict):

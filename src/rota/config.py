@@ -59,6 +59,9 @@ class Settings(BaseSettings):
                              "TCP listener and answer job reads from the store, so that the "
                              "API uses more than one core; 0: the daemon serves it itself")
     user: str = Field(default_factory=lambda: _login_name())
+    shared_account: bool = Field(default=False, description="a daemon not run as root runs "
+                                 "every user's jobs as its own account, with its rights "
+                                 "(docs/security.md); false: only its own account's jobs")
     # experiment trackers (rota.server.tracking)
     mlflow: bool = Field(default=False, description="every job gets an MLflow run unless "
                          "it says mlflow=false")

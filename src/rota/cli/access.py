@@ -32,12 +32,16 @@ JSON = typer.Option(False, "--json", help="print JSON")
 @user_app.command("add")
 def user_add(name: str = typer.Argument(..., help="login-like name, e.g. alice"),
              admin: bool = typer.Option(False, "--admin", help="may act on every job and GPU"),
+             unix: str | None = typer.Option(None, "--unix", metavar="ACCOUNT",
+                                             help="the Unix account this user's jobs run as "
+                                                  "(a root daemon starts them as it)"),
              json_out: bool = JSON) -> None:
     """Add a user."""
     with run_cli(json_out=json_out), client() as c:
-        u = c.add_user(name, admin=admin)
+        u = c.add_user(name, admin=admin, unix_account=unix)
         emit(u, json_out, lambda d: f"user {d['name']} added" + (" (admin)" if d["admin"]
-                                                                   else ""))
+                                                                   else "")
+             + (f", jobs run as {d['unix_account']}" if d.get("unix_account") else ""))
 
 
 @user_app.command("list")
@@ -49,9 +53,11 @@ def user_list(json_out: bool = JSON) -> None:
         def table(d: UsersAnswer) -> Table:
             from rich.table import Table
 
-            t = Table("user", "admin", "added", header_style="bold")
+            t = Table("user", "admin", "jobs run as", "added", header_style="bold")
             for u in d["users"]:
-                t.add_row(u["name"], "yes" if u["admin"] else "no", fmt_time(u["created_at"]))
+                t.add_row(u["name"], "yes" if u["admin"] else "no",
+                          u.get("unix_account") or "the daemon's account",
+                          fmt_time(u["created_at"]))
             return t
         emit(data, json_out, table)
 

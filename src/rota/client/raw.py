@@ -271,8 +271,11 @@ class RawClient:
     def users(self) -> UsersAnswer:
         return self.request("GET", "/v1/users")
 
-    def add_user(self, name: str, *, admin: bool = False) -> UserAnswer:
-        return self.request("POST", "/v1/users", json={"name": name, "admin": admin})
+    def add_user(self, name: str, *, admin: bool = False,
+                 unix_account: str | None = None) -> UserAnswer:
+        """``unix_account``: the account a root daemon starts this user's jobs as."""
+        return self.request("POST", "/v1/users", json={"name": name, "admin": admin,
+                                                       "unix_account": unix_account})
 
     def remove_user(self, name: str, *, cancel_jobs: bool = False) -> UserRemovedAnswer:
         return self.request("DELETE", f"/v1/users/{name}",

@@ -1,7 +1,12 @@
-"""Who is asking: the socket's owner, or the user an API token belongs to.
+"""Who is asking: the Unix account the kernel names on the socket, or the user an API token
+belongs to.
 
-The Unix socket is owner-only (mode 0600 in a 0700 home), so whoever reaches it is the
-daemon's owner and acts as an admin. Over TCP every ``/v1`` request carries
+Over the Unix socket the kernel says who connected (SO_PEERCRED, rota.server.peer): the
+daemon's own account and root act as the owner, an admin; any other local account is the
+Rota user of that account's name, created on first use (not an admin, its jobs run as that
+account). A daemon run as yourself keeps its socket owner-only (0600 in a 0700 home), so
+only you and root reach it; a root daemon opens it to every local user. Over TCP every
+``/v1`` request carries
 ``Authorization: Bearer rota_...``; tokens are stored as their SHA-256 (they are long
 random strings, so a slow password hash would add nothing), shown once at creation, and
 revoked at once (the in-memory cache is cleared on revocation).
@@ -11,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import pwd
 import re
 import secrets
 from collections.abc import Callable
@@ -86,16 +93,22 @@ class Authenticator:
     is not recorded (the daemon records it on the requests it answers)."""
 
     def __init__(self, store: Store, owner: str, clock: Callable[[], float], *,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, owner_uid: int | None = None) -> None:
         self.store, self.owner, self.clock = store, owner, clock
         self.read_only = read_only
+        #: the daemon's own account: it and root are the owner over the socket
+        self.owner_uid = os.geteuid() if owner_uid is None else owner_uid
         # digest -> the principal of a live token, and when it was looked up
         self._cache: dict[str, tuple[Principal, float]] = {}
         self._touched: dict[int, float] = {}
+        self._peers: dict[int, Principal] = {}  # a local account's uid -> its principal
 
-    def principal(self, via: str, authorization: str | None) -> Principal:
+    def principal(self, via: str, authorization: str | None,
+                  peer_uid: int | None = None) -> Principal:
         if via != "tcp":
-            return Principal(user=self.owner, admin=True, via="socket")
+            if peer_uid is None or peer_uid in (0, self.owner_uid):
+                return Principal(user=self.owner, admin=True, via="socket")
+            return self._peer(peer_uid)
         if not authorization:
             raise Unauthorized("this API needs a token over TCP: send `Authorization: Bearer "
                                "<token>` (create one with `rota token create --user NAME`)")
@@ -127,6 +140,36 @@ class Authenticator:
             self.store.touch_token(found.token_id, now=now)
         return found
 
+    def _peer(self, uid: int) -> Principal:
+        """The Rota user of the local account ``uid``: its account's name, created on first
+        use with its jobs running as that account."""
+        found = self._peers.get(uid)
+        if found is not None:
+            return found
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise Unauthorized(f"uid {uid} has no account name on this machine, so it has no "
+                               "Rota user; ask an admin for a token instead") from None
+        try:
+            check_user_name(name)
+        except InvalidSpec:
+            raise Unauthorized(f"the Unix account {name!r} cannot be a Rota user name (1-64 "
+                               "lower-case letters, digits and . _ -); ask an admin for a "
+                               "token instead") from None
+        row = self.store.user_or_none(name)
+        if row is None:
+            row = self.store.add_user(name, admin=False, now=self.clock(), unix_account=name,
+                                      exist_ok=True)
+        elif row.unix_account not in (None, name):
+            raise Forbidden(f"Rota user {name} runs its jobs as the Unix account "
+                            f"{row.unix_account}, not {name}; use its token over TCP")
+        found = Principal(user=row.name, admin=row.admin, via="socket")
+        self._peers[uid] = found
+        return found
+
     def forget(self) -> None:
-        """Drop cached tokens (after a revocation or a change of a user's rights)."""
+        """Drop cached tokens and local accounts (after a revocation or a change of a
+        user's rights)."""
         self._cache.clear()
+        self._peers.clear()

@@ -18,6 +18,7 @@ from rota.backends.engine import PoolHealth
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
+from rota.server.accounts import check_unix_account
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
 from rota.server.forwarding import engine_ids
@@ -171,8 +172,9 @@ class DaemonPorts:
     def requests(self) -> Histogram:
         return self._d.metrics.requests
 
-    def principal(self, via: str, authorization: str | None) -> Principal:
-        return self._auth.principal(via, authorization)
+    def principal(self, via: str, authorization: str | None,
+                  peer_uid: int | None = None) -> Principal:
+        return self._auth.principal(via, authorization, peer_uid)
 
     def now(self) -> float:
         return self._d.clock()
@@ -311,8 +313,11 @@ class DaemonPorts:
     def reload_jobs_file(self) -> dict[str, Any]:
         return vars(self._intake.poll_jobs_file(force=True))
 
-    def add_user(self, name: str, *, admin: bool) -> UserRow:
-        return self._d.store.add_user(check_user_name(name), admin=admin, now=self._d.clock())
+    def add_user(self, name: str, *, admin: bool, unix_account: str | None = None) -> UserRow:
+        if unix_account is not None:
+            check_unix_account(unix_account)
+        return self._d.store.add_user(check_user_name(name), admin=admin, now=self._d.clock(),
+                                      unix_account=unix_account)
 
     def remove_user(self, name: str, *, cancel_jobs: bool, by: str) -> UserRemoved:
         d = self._d

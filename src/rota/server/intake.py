@@ -19,6 +19,7 @@ from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.pools import LOCAL, Pool
+from rota.server.accounts import AccountRules
 from rota.server.daemon import Daemon
 from rota.server.pool_reads import engine_job
 from rota.store.repo import JobRecord
@@ -43,6 +44,7 @@ class JobsFileStatus:
 class Intake:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
+        self.accounts = AccountRules.here(daemon.settings.user, daemon.settings.shared_account)
         self.settings = daemon.settings
         self.llm_table = LlmTable.load(self.settings.llm_config_path)
         self.watcher = JobsFileWatcher(self.settings.jobs_file_path)
@@ -160,6 +162,7 @@ class Intake:
                 return made
         if not given:
             raise InvalidSpec("no job given", field="jobs")
+        self.accounts.account_in(self.daemon.store, user)  # Forbidden: it could never start
         specs = [self.prepare(g, user=user, where=f"jobs[{n}]" if numbered else "",
                               force=force)
                  for n, g in enumerate(given)]

@@ -26,9 +26,17 @@ from rota.store.repo import Store
 log = logging.getLogger("rota.server")
 
 
+def serves_everyone() -> bool:
+    """A root daemon serves every local account (the kernel says who connects, and each
+    one's jobs run as that account); any other daemon serves its own account alone."""
+    return os.geteuid() == 0
+
+
 def prepare_home(settings: Settings) -> None:
     settings.home.mkdir(parents=True, exist_ok=True)
-    os.chmod(settings.home, 0o700)  # the socket inside gives full control of the queue
+    # a root daemon's home is traversable (its socket is reached by path) but not listable;
+    # everything in it but the socket stays owner-only
+    os.chmod(settings.home, 0o711 if serves_everyone() else 0o700)
 
 
 def socket_alive(path: Path) -> bool:
@@ -108,7 +116,8 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
     app = build_app(ports, ports)
     common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off",
                               "timeout_graceful_shutdown": 2}
-    server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path), **common))
+    server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path),
+                                           http=_socket_protocol(), **common))
     servers.append(server)
     workers: ApiWorkers | None = None
     tasks: list[asyncio.Task[None]] = []
@@ -136,6 +145,16 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
         await daemon.stop()
 
 
+def _socket_protocol() -> type[asyncio.Protocol]:
+    """Uvicorn's own HTTP protocol, told the peer's uid on each connection (rota.server.peer)."""
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    from rota.server.peer import peer_aware
+
+    return peer_aware(import_from_string(HTTP_PROTOCOLS["auto"]))
+
+
 def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
     """One listening socket per API worker, all on the same port (SO_REUSEPORT): the kernel
     spreads new connections evenly over them. On one shared socket, whichever worker woke
@@ -157,7 +176,9 @@ def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
 async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]
     while not server.started:
         await asyncio.sleep(0.01)
-    os.chmod(settings.socket_path, 0o600)
+    # who connects is told by the kernel (rota.server.auth): a root daemon lets every local
+    # account in, as itself; any other daemon only its own account
+    os.chmod(settings.socket_path, 0o666 if serves_everyone() else 0o600)
     settings.pid_path.write_text(str(os.getpid()))
     log.info("listening on %s", settings.socket_path)
 

@@ -576,13 +576,20 @@ class Store:
 
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float,
-                 unix_account: str | None = None) -> UserRow:
+                 unix_account: str | None = None, exist_ok: bool = False) -> UserRow:
         row = UserRow(name=name, admin=admin, created_at=now, unix_account=unix_account)
         with self.session() as s, s.begin():
-            if s.get(UserRow, name) is not None:
+            old = s.get(UserRow, name)
+            if old is not None:
+                if exist_ok:  # a race of two first uses: the first one's row
+                    return old
                 raise Conflict(f"user {name!r} already exists")
             s.add(row)
         return row
+
+    def user_or_none(self, name: str) -> UserRow | None:
+        with self.session() as s:
+            return s.get(UserRow, name)
 
     def unix_account(self, name: str) -> str | None:
         """The Unix account ``name``'s jobs run as; None: the daemon's own (or no such user)."""

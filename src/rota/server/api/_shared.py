@@ -15,6 +15,7 @@ from fastapi import Path as PathParam
 
 from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
 from rota.server.job_reads import MAX_ID, JobId
+from rota.server.peer import scope_peer_uid
 from rota.server.ports import Commands, Reads
 
 __all__ = ["MAX_ID", "Caller", "CommandsPort", "GpuIndex", "JobId", "Json", "ReadsPort",
@@ -47,7 +48,8 @@ async def caller(request: Request) -> Principal:
     via = request.scope.get(VIA_KEY, "socket")
     if via == "socket" and request.headers.get(VIA_HEADER) == "tcp":
         via = "tcp"  # forwarded by an API worker: the caller's token decides
-    return (await _reads(request)).principal(via, request.headers.get("authorization"))
+    return (await _reads(request)).principal(via, request.headers.get("authorization"),
+                                             scope_peer_uid(request.scope))
 
 
 ReadsPort = Annotated[Reads, Depends(_reads)]

@@ -19,18 +19,26 @@ from rota.answers import (
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, RowId, UserName
 from rota.server.auth import UserNameText
 from rota.server.problems import errors
-from rota.store.tables import TokenRow
+from rota.store.tables import TokenRow, UserRow
 
 
 class UserBody(BaseModel):
     name: UserNameText = Field(description="1-64 lower-case letters, digits and . _ -, "
                                            "starting with a letter or _")
     admin: StrictBool = False
+    unix_account: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+                                     description="the Unix account this user's jobs run as "
+                                                 "(a root daemon starts them as it)")
 
 
 class TokenBody(BaseModel):
     user: UserNameText | None = Field(default=None, description="default: the caller")
     note: str | None = Field(default=None, max_length=200)
+
+
+def _user_view(u: UserRow) -> dict[str, Any]:
+    return {"name": u.name, "admin": u.admin, "created_at": u.created_at,
+            "unix_account": u.unix_account}
 
 
 def _token_view(t: TokenRow) -> dict[str, Any]:
@@ -50,16 +58,15 @@ async def whoami(p: Caller) -> Annotated[Json, WhoAmIAnswer]:
 @router.get("/users", responses=errors(401, 403, 503))
 async def users(p: Caller, reads: ReadsPort) -> Annotated[Json, UsersAnswer]:
     p.require_admin("listing users")
-    return {"users": [{"name": u.name, "admin": u.admin, "created_at": u.created_at}
-                      for u in reads.store.users()]}
+    return {"users": [_user_view(u) for u in reads.store.users()]}
 
 
 @router.post("/users", status_code=201, responses=errors(400, 401, 403, 409, 422, 503))
 async def add_user(body: UserBody, p: Caller,
                    commands: CommandsPort) -> Annotated[Json, UserAnswer]:
     p.require_admin("adding users")
-    u = commands.add_user(body.name, admin=body.admin)
-    return {"name": u.name, "admin": u.admin, "created_at": u.created_at}
+    u = commands.add_user(body.name, admin=body.admin, unix_account=body.unix_account)
+    return _user_view(u)
 
 
 @router.delete("/users/{name}", responses=errors(401, 403, 404, 409, 422, 503))
