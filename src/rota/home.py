@@ -11,6 +11,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+#: the home of a system daemon (`rota server install --system`, run as root): its socket is
+#: the one a user's CLI reaches when the user runs no daemon of their own
+SYSTEM_HOME = "/var/lib/rota"
+
+
 def _home_dir() -> str:
     env = os.environ.get("ROTA_HOME")
     if env:
@@ -51,7 +56,12 @@ def socket_path() -> str:
             overridden = True  # the settings say what is wrong with it
         if overridden:
             return _from_settings()
-    return os.path.join(home, "rota.sock")
+    own = os.path.join(home, "rota.sock")
+    if not os.path.exists(own):
+        system = os.path.join(SYSTEM_HOME, "rota.sock")
+        if os.path.exists(system):  # no daemon of one's own: the machine's
+            return system
+    return own
 
 
 def _from_settings() -> str:

@@ -1,4 +1,9 @@
-"""`rota server install --user`: a systemd user unit that keeps the daemon running.
+"""`rota server install --user|--system`: a systemd unit that keeps the daemon running.
+
+`--user`: a user unit, the daemon runs as you and serves you alone. `--system`: a system
+unit run as root with the system home (rota.home.SYSTEM_HOME): one daemon for everyone on
+the machine, whose socket every local account reaches (the kernel tells the daemon who
+connects) and whose jobs run as their owners' accounts (docs/security.md).
 
 The unit runs this very install (the Python that runs this command, `-m rota server`)
 with this ROTA_HOME. `KillMode=process`: stopping the service stops the daemon only; the
@@ -29,7 +34,7 @@ def _quote(word: str) -> str:
     return word
 
 
-def unit_text(python: str, home: Path) -> str:
+def unit_text(python: str, home: Path, *, system: bool = False) -> str:
     """The unit file's text."""
     exec_start = " ".join(_quote(w) for w in (python, "-m", "rota", "server"))
     return "\n".join([
@@ -46,31 +51,47 @@ def unit_text(python: str, home: Path) -> str:
         "# stop the daemon only: running jobs go on and are re-adopted when it is back",
         "KillMode=process",
         "TimeoutStopSec=60",
+        *(["# jobs run as their owners' accounts; the daemon's home is its own",
+            "UMask=0077"] if system else []),
         "",
         "[Install]",
-        "WantedBy=default.target",
+        f"WantedBy={'multi-user.target' if system else 'default.target'}",
         "",
     ])
 
 
-def unit_path() -> Path:
+def unit_path(*, system: bool = False) -> Path:
+    if system:
+        return Path(os.environ.get("ROTA_SYSTEMD_DIR", "/etc/systemd/system")) / UNIT_NAME
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "systemd" / "user" / UNIT_NAME
 
 
 def install(user: bool = typer.Option(False, "--user",
                                       help="a systemd user unit (needs no root)"),
+            system: bool = typer.Option(False, "--system",
+                                        help="a system unit run as root, for everyone on "
+                                             "this machine (needs root)"),
             print_only: bool = typer.Option(False, "--print",
                                             help="only print the unit, write nothing"),
             json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Write a systemd user unit that starts the daemon at login and restarts it."""
+    """Write a systemd unit that starts the daemon (at login, or at boot with --system) and
+    restarts it."""
     with run_cli(json_out=json_out):
-        if not user and not print_only:
-            raise InvalidSpec("Rota installs a systemd *user* unit: run `rota server install "
-                              "--user` (or --print to see it)", field="user")
-        text = unit_text(sys.executable, load().home)
-        path = unit_path()
-        enable = "systemctl --user daemon-reload && systemctl --user enable --now rota"
+        if (user and system) or not (user or system or print_only):
+            raise InvalidSpec("say which unit: `rota server install --user` (the daemon runs "
+                              "as you) or `--system` (as root, for every local user); "
+                              "--print shows it", field="user")
+        if system and not print_only and os.geteuid() != 0:
+            raise InvalidSpec("a system unit runs the daemon as root: run `sudo rota server "
+                              "install --system` (or --print to see it)", field="system")
+        from rota.home import SYSTEM_HOME
+
+        text = unit_text(sys.executable, Path(SYSTEM_HOME) if system else load().home,
+                         system=system)
+        path = unit_path(system=system)
+        enable = ("systemctl daemon-reload && systemctl enable --now rota" if system else
+                  "systemctl --user daemon-reload && systemctl --user enable --now rota")
         if print_only:
             emit({"path": str(path), "unit": text, "written": False, "enable": enable},
                  json_out, lambda d: d["unit"].rstrip("\n"))
@@ -78,9 +99,10 @@ def install(user: bool = typer.Option(False, "--user",
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         emit({"path": str(path), "unit": text, "written": True, "enable": enable}, json_out,
-             lambda d: f"wrote {d['path']}\nstart it now and at every login with:\n  "
-                       f"{d['enable']}\n(on a server with no login session, also: "
-                       "loginctl enable-linger $USER)")
+             lambda d: f"wrote {d['path']}\nstart it now and at every "
+                       f"{'boot' if system else 'login'} with:\n  {d['enable']}"
+                       + ("" if system else "\n(on a server with no login session, also: "
+                          "loginctl enable-linger $USER)"))
 
 
 def register(app: typer.Typer) -> None:

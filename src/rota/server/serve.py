@@ -34,9 +34,18 @@ def serves_everyone() -> bool:
 
 def prepare_home(settings: Settings) -> None:
     settings.home.mkdir(parents=True, exist_ok=True)
-    # a root daemon's home is traversable (its socket is reached by path) but not listable;
-    # everything in it but the socket stays owner-only
-    os.chmod(settings.home, 0o711 if serves_everyone() else 0o700)
+    if not serves_everyone():
+        os.chmod(settings.home, 0o700)  # the socket inside gives full control of the queue
+        return
+    # a root daemon's home is traversable (its socket is reached by path) but not listable,
+    # so whatever is in it must be owner-only by its own mode: what the daemon makes from now
+    # on (umask), and what an earlier daemon left (the database, secrets.key, logs, ...);
+    # `users` holds each account's own folder, reached through it
+    os.umask(0o077)
+    os.chmod(settings.home, 0o711)
+    for entry in os.scandir(settings.home):
+        if entry.name != "users" and not entry.is_symlink():
+            os.chmod(entry.path, entry.stat().st_mode & 0o7700)
 
 
 def socket_alive(path: Path) -> bool:

@@ -1,0 +1,207 @@
+"""One daemon for everyone on a machine: the kernel says who is on the socket.
+
+Run as root with real Unix accounts made here (CI runs as root: ROTA_REQUIRE_ROOT=1 makes
+these fail rather than skip elsewhere). Other accounts run `rota` with Debian's
+/usr/bin/python3.11 (the test venv's Python may live in root's 0700 home) and this checkout's
+code and packages on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rota_testing import DaemonProcess, kill_job_processes, wait_until
+
+ALICE, BOB = "rtu-alice", "rtu-bob"
+SYSTEM_PYTHON = "/usr/bin/python3.11"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+SITE = sysconfig.get_paths()["purelib"]
+
+if os.geteuid() != 0 or not Path(SYSTEM_PYTHON).exists():
+    if os.environ.get("ROTA_REQUIRE_ROOT"):
+        raise RuntimeError("the multi-user tests need root and /usr/bin/python3.11")
+    pytest.skip("needs root (to make Unix accounts) and /usr/bin/python3.11",
+                allow_module_level=True)
+
+
+def _uid(name: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(name).pw_uid
+
+
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[dict[str, int]]:
+    for name in (ALICE, BOB):
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+        subprocess.run(["useradd", "-m", name], check=True)
+    as_other = subprocess.run(["runuser", "-u", BOB, "--", "test", "-r",
+                               f"{SRC}/rota/__init__.py"], check=False)
+    assert as_other.returncode == 0, (f"{SRC} must be readable by other accounts for these "
+                                      "tests (clone the repository where they can reach it)")
+    yield {ALICE: _uid(ALICE), BOB: _uid(BOB)}
+    for name in (ALICE, BOB):
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+
+
+def _env_of(home: Path, **more: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "ROTA_HOME": str(home),
+            "PYTHONPATH": f"{SRC}:{SITE}", "COLUMNS": "200", **more}
+
+
+def rota_as(account: str, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`rota ARGS` run by ``account`` (no token: only the socket's peer credentials)."""
+    return subprocess.run(["runuser", "-u", account, "--", "env", "-i",
+                           *(f"{k}={v}" for k, v in _env_of(home, **env).items()),
+                           SYSTEM_PYTHON, "-m", "rota", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def rota_json(account: str, home: Path, *args: str) -> dict[str, object]:
+    r = rota_as(account, home, *args, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out: dict[str, object] = json.loads(r.stdout)
+    return out
+
+
+@pytest.fixture
+def shared_home() -> Iterator[Path]:
+    """A home other accounts can reach the socket in (pytest's tmp_path is root's 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="rota-mu-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path / "home"
+    kill_job_processes(path / "home")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def root_daemon(accounts: dict[str, int], shared_home: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(shared_home, extra_env={"ROTA_SHARED_ACCOUNT": "false"}).start()
+    yield d
+    d.stop()
+
+
+def test_a_root_daemon_opens_its_socket_to_everyone_and_nothing_else(
+        root_daemon: DaemonProcess) -> None:
+    home = root_daemon.home
+    assert home.stat().st_mode & 0o777 == 0o711  # traversable, not listable
+    assert root_daemon.socket.stat().st_mode & 0o777 == 0o666
+    for private in ("rota.db", "secrets.key"):
+        if (home / private).exists():
+            assert (home / private).stat().st_mode & 0o077 == 0, private
+    r = subprocess.run(["runuser", "-u", ALICE, "--", "ls", str(home)], capture_output=True,
+                       check=False)
+    assert r.returncode != 0  # alice cannot list it
+    r = subprocess.run(["runuser", "-u", ALICE, "--", "cat", str(home / "rota.db")],
+                       capture_output=True, check=False)
+    assert r.returncode != 0 and b"Permission denied" in r.stderr
+
+
+def test_bob_uses_rota_through_the_socket_with_no_token_as_himself(
+        root_daemon: DaemonProcess) -> None:
+    home = root_daemon.home
+    r = rota_as(BOB, home, "submit", "--hold", "--json", "--name", "bobs", "--", "true")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = json.loads(r.stdout)["jobs"][0]
+    assert job["user"] == BOB
+    queue = rota_json(BOB, home, "queue", "--all")
+    assert [j["name"] for j in queue["jobs"] if j["user"] == BOB] == ["bobs"]  # type: ignore[index,union-attr]
+    # created on first use, not an admin, its jobs under the account of its name
+    with root_daemon.client() as c:
+        users = {u["name"]: u for u in c.users()["users"]}
+    assert users[BOB]["admin"] is False and users[BOB]["unix_account"] == BOB
+    r = rota_as(BOB, home, "user", "list")
+    assert r.returncode != 0 and "needs an admin" in r.stderr + r.stdout
+    # alice is someone else: she may not cancel bob's job
+    r = rota_as(ALICE, home, "cancel", "--yes", str(job["id"]))
+    assert r.returncode != 0 and "belongs to rtu-bob" in r.stderr + r.stdout
+    with root_daemon.client() as c:
+        assert c.job(job["id"])["state"] == "held"
+
+
+def test_an_admin_names_who_else_is_admin(root_daemon: DaemonProcess) -> None:
+    with root_daemon.client() as c:
+        c.add_user(ALICE, admin=True, unix_account=ALICE)
+    me = rota_json(ALICE, root_daemon.home, "user", "list")
+    assert {u["name"] for u in me["users"]} >= {ALICE}  # type: ignore[union-attr]
+
+
+def test_a_socket_peer_cannot_pose_as_another_through_the_workers_header(
+        root_daemon: DaemonProcess) -> None:
+    """The header an API worker sets on what it forwards makes the request need a token;
+    it never makes a local account the daemon's owner."""
+    code = ("import http.client,socket,sys,json\n"
+            "class C(http.client.HTTPConnection):\n"
+            "    def connect(self):\n"
+            "        self.sock=socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])\n"
+            "c=C('localhost'); c.request('GET','/v1/users',headers={'x-rota-via':'tcp'})\n"
+            "print(c.getresponse().status)\n"
+            "c=C('localhost'); c.request('GET','/v1/whoami')\n"
+            "print(c.getresponse().read().decode())\n")
+    r = subprocess.run(["runuser", "-u", ALICE, "--", SYSTEM_PYTHON, "-c", code,
+                        str(root_daemon.socket)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    status, whoami = r.stdout.splitlines()
+    assert status == "401"
+    assert json.loads(whoami) == {"user": ALICE, "admin": False, "via": "socket"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _daemon_as(account: str, home: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
+    home.mkdir()
+    shutil.chown(home, account, account)
+    proc = subprocess.Popen(
+        ["runuser", "-u", account, "--", "env", "-i",
+         *(f"{k}={v}" for k, v in _env_of(home, **env).items()),
+         SYSTEM_PYTHON, "-m", "rota", "server", "--simulate", "2x24G",
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_until(lambda: (home / "rota.pid").exists(), timeout=60, what="bob's daemon")
+    return proc
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_daemon_not_run_as_root_refuses_another_users_jobs(
+        accounts: dict[str, int], shared_home: Path, shared: bool) -> None:
+    port = _free_port()
+    proc = _daemon_as(BOB, shared_home, port, ROTA_SHARED_ACCOUNT=str(shared).lower())
+    try:
+        rota_json(BOB, shared_home, "user", "add", "carol")
+        token = rota_json(BOB, shared_home, "token", "create", "--user", "carol")["token"]
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
+            r = c.post("/v1/jobs", json={"jobs": [{"command": ["true"], "hold": True}]})
+            if shared:
+                assert r.status_code == 201, r.text
+            else:
+                assert r.status_code == 403, r.text
+                assert ("this daemon runs as rtu-bob, not root, so it runs rtu-bob's jobs "
+                        "only") in r.json()["detail"]
+                assert c.get("/v1/jobs").json()["jobs"] == []  # nothing was stored
+        # bob's own jobs are his daemon's: always accepted
+        r2 = rota_as(BOB, shared_home, "submit", "--hold", "--json", "--", "true")
+        assert r2.returncode == 0, r2.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
