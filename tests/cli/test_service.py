@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import os
 import shutil
 import subprocess
 import sys
@@ -43,14 +44,14 @@ def test_install_writes_a_valid_unit_and_says_how_to_enable_it(
         assert "Unknown" not in done.stderr and "ignoring" not in done.stderr, done.stderr
 
 
-def test_print_only_writes_nothing_and_plain_install_asks_for_user(
+def test_print_only_writes_nothing_and_plain_install_asks_which(
         tmp_path: Path, runner_for: Any) -> None:
     rota = runner_for({"ROTA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")})
     r = rota("server", "install", "--print")
     assert r.exit_code == 0 and r.stdout.startswith("[Unit]")
     assert not (tmp_path / "c").exists()
     r = rota("server", "install")
-    assert r.exit_code == 2 and "--user" in r.stderr
+    assert r.exit_code == 2 and "--user" in r.stderr and "--system" in r.stderr
 
 
 @pytest.mark.parametrize(("python", "expected"), [
@@ -59,3 +60,41 @@ def test_print_only_writes_nothing_and_plain_install_asks_for_user(
 ])
 def test_exec_start_is_quoted_for_systemd(python: str, expected: str) -> None:
     assert _parse(unit_text(python, Path("/h")))["Service"]["ExecStart"] == expected
+
+
+def test_a_system_unit_runs_one_daemon_for_everyone_from_the_system_home(
+        tmp_path: Path, runner_for: Any) -> None:
+    units = tmp_path / "system"
+    units.mkdir()
+    rota = runner_for({"ROTA_HOME": str(tmp_path / "mine"), "ROTA_SYSTEMD_DIR": str(units)})
+    r = rota("server", "install", "--user", "--system")
+    assert r.exit_code == 2 and "say which unit" in r.stderr
+    r = rota("server", "install", "--system")
+    if os.geteuid() != 0:
+        assert r.exit_code == 2 and "sudo rota server install --system" in r.stderr
+        return
+    assert r.exit_code == 0, r.output
+    assert "systemctl daemon-reload && systemctl enable --now rota" in r.stdout
+    parsed = _parse((units / "rota.service").read_text())
+    assert parsed["Service"]["Environment"] == "ROTA_HOME=/var/lib/rota"  # not the caller's
+    assert parsed["Service"]["UMask"] == "0077"
+    assert parsed["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_a_users_cli_reaches_the_system_daemon_when_it_runs_none_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rota import home
+
+    system = tmp_path / "system"
+    system.mkdir()
+    monkeypatch.setattr(home, "SYSTEM_HOME", str(system))
+    monkeypatch.delenv("ROTA_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    own = str(tmp_path / "data" / "rota" / "rota.sock")
+    assert home.socket_path() == own  # no daemon anywhere: one's own, to start
+    (system / "rota.sock").touch()
+    assert home.socket_path() == str(system / "rota.sock")
+    Path(own).parent.mkdir(parents=True)
+    Path(own).touch()
+    assert home.socket_path() == own  # one's own daemon comes first
