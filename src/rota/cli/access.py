@@ -12,7 +12,7 @@ from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
 from rota.errors import InvalidSpec
 
-user_app = typer.Typer(help="Users of the TCP API (the socket's owner needs none).",
+user_app = typer.Typer(help="Users: by token over TCP, or a local account over the socket.",
                        no_args_is_help=True)
 token_app = typer.Typer(help="API tokens for the TCP API (shown once, stored hashed).",
                         no_args_is_help=True)
