@@ -50,6 +50,7 @@ export ROTA_REQUIRE_TORCH=1    # the training templates' tests fail, not skip, w
 export ROTA_REQUIRE_SLURM=1    # tests/backends/slurm fail, not skip, without a private Slurm
 export ROTA_REQUIRE_DOCKER=1   # tests/backends/container: a private dockerd, Debian's docker.io
 export ROTA_REQUIRE_RAY=1      # tests/backends/ray: a local Ray head and a second node
+export ROTA_REQUIRE_ROOT=1     # tests/integration/test_multi_user.py: real Unix accounts (CI runs as root)
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
