@@ -19,6 +19,7 @@ from rota.config import Settings
 from rota.devices.probe import open_devices
 from rota.errors import DaemonUnavailable, RotaError
 from rota.server.daemon import Daemon
+from rota.server.home_lock import check_unlocked, lock_home, prepare_home
 from rota.server.workers import ApiWorkers
 from rota.store.db import redact_url
 from rota.store.repo import Store
@@ -30,22 +31,6 @@ def serves_everyone() -> bool:
     """A root daemon serves every local account (the kernel says who connects, and each
     one's jobs run as that account); any other daemon serves its own account alone."""
     return os.geteuid() == 0
-
-
-def prepare_home(settings: Settings) -> None:
-    settings.home.mkdir(parents=True, exist_ok=True)
-    if not serves_everyone():
-        os.chmod(settings.home, 0o700)  # the socket inside gives full control of the queue
-        return
-    # a root daemon's home is traversable (its socket is reached by path) but not listable,
-    # so whatever is in it must be owner-only by its own mode: what the daemon makes from now
-    # on (umask), and what an earlier daemon left (the database, secrets.key, logs, ...);
-    # `users` holds each account's own folder, reached through it
-    os.umask(0o077)
-    os.chmod(settings.home, 0o711)
-    for entry in os.scandir(settings.home):
-        if entry.name != "users" and not entry.is_symlink():
-            os.chmod(entry.path, entry.stat().st_mode & 0o7700)
 
 
 def socket_alive(path: Path) -> bool:
@@ -61,7 +46,8 @@ def socket_alive(path: Path) -> bool:
 
 
 def run_foreground(settings: Settings, *, announce: bool = True) -> None:
-    prepare_home(settings)
+    prepare_home(settings.home, everyone=serves_everyone())
+    lock = lock_home(settings.home)  # held until this process ends; before migrations
     if socket_alive(settings.socket_path):
         raise RotaError(f"a Rota daemon is already running on {settings.socket_path}")
     settings.socket_path.unlink(missing_ok=True)
@@ -78,6 +64,7 @@ def run_foreground(settings: Settings, *, announce: bool = True) -> None:
         settings.socket_path.unlink(missing_ok=True)
         settings.pid_path.unlink(missing_ok=True)
         store.close()
+        os.close(lock)
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -203,21 +190,34 @@ async def _watch_jobs_file(intake, every: float) -> None:  # type: ignore[no-unt
 
 def start_detached(settings: Settings, argv: list[str], *, timeout: float = 30.0) -> int:
     """Start `rota server` in its own session; return its pid once the socket answers."""
-    prepare_home(settings)
+    prepare_home(settings.home, everyone=serves_everyone())
+    check_unlocked(settings.home)
     if socket_alive(settings.socket_path):
         raise RotaError(f"a Rota daemon is already running on {settings.socket_path}")
     log_path = settings.home / "daemon.log"
     with open(log_path, "ab") as out:
+        start = out.tell()
         proc = subprocess.Popen([sys.executable, "-m", "rota", *argv], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise DaemonUnavailable(f"the daemon exited with code {proc.returncode}; "
-                                    f"see {log_path}")
+            raise DaemonUnavailable(f"the daemon exited with code {proc.returncode}"
+                                    f"{_last_words(log_path, start)}; see {log_path}")
         if socket_alive(settings.socket_path) and settings.pid_path.exists():
             return proc.pid
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     raise DaemonUnavailable(f"the daemon did not answer within {timeout:g}s; see {log_path}")
+
+
+def _last_words(log_path: Path, start: int) -> str:
+    """The last line the child wrote to daemon.log (its refusal, say), after ': '."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f": {lines[-1].strip()}" if lines else ""
