@@ -430,6 +430,14 @@ class JobsFileError(TypedDict):
     message: str
 
 
+class JobsFileRan(TypedDict):
+    """A line not queued again: it ran before as ``job``, which is now ``state``."""
+
+    line: int
+    job: int
+    state: str
+
+
 class JobsFileAnswer(TypedDict):
     """The watched jobs file as the daemon last read it."""
 
@@ -437,6 +445,7 @@ class JobsFileAnswer(TypedDict):
     loaded_at: float | None
     queued: list[int]
     skipped_duplicates: int
+    ran_before: list[JobsFileRan]
     errors: list[JobsFileError]
 
 

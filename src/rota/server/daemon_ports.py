@@ -308,8 +308,8 @@ class DaemonPorts:
     def set_draining(self, on: bool) -> None:
         self._d.set_draining(on)
 
-    def reload_jobs_file(self) -> dict[str, Any]:
-        return vars(self._intake.poll_jobs_file(force=True))
+    def reload_jobs_file(self, again: Sequence[int] = ()) -> dict[str, Any]:
+        return vars(self._intake.poll_jobs_file(force=True, again=again))
 
     def add_user(self, name: str, *, admin: bool) -> UserRow:
         return self._d.store.add_user(check_user_name(name), admin=admin, now=self._d.clock())
