@@ -84,7 +84,8 @@ class Intake:
                               "is not installed on this machine", field="conda")
         unrunnable = self.daemon.backends.refusal(spec)  # the backend's capabilities
         if unrunnable is not None:
-            raise InvalidSpec(f"{prefix}session: {unrunnable}", field="session")
+            where = "image" if spec.image else "session"  # a container job's backend: Docker
+            raise InvalidSpec(f"{prefix}{where}: {unrunnable}", field=where)
         if spec.cwd and not os.path.isdir(spec.cwd):
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         self._check_dependencies(spec, prefix)
