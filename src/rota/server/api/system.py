@@ -120,7 +120,7 @@ class ReloadBody(BaseModel):
     again: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(default=[], max_length=10_000)
 
 
-@router.post("/jobsfile/reload", responses=errors(401, 403, 422, 503))
+@router.post("/jobsfile/reload", responses=errors(400, 401, 403, 422, 503))
 async def jobsfile_reload(p: Caller, commands: CommandsPort, body: ReloadBody | None = None,
                           ) -> Annotated[Json, JobsFileAnswer]:
     p.require_admin("reloading the jobs file")
