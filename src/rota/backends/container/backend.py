@@ -43,6 +43,8 @@ from rota.errors import BackendError
 log = logging.getLogger("rota.backends.container")
 
 _LIVE = ("running", "paused", "restarting")
+#: How long ``collect`` waits for the follower of an ended container to finish its copy.
+_DRAIN_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +54,6 @@ class GpuSupport:
 
     mode: Literal["nvidia", "simulated", "none"]
     message: str
-#: How long ``collect`` waits for the follower of an ended container to finish its copy.
-_DRAIN_S = 60.0
 
 
 class ContainerBackend(ProcessBackend):
