@@ -496,3 +496,121 @@ def test_watcher_unreadable_path_reports_once(tmp_path: Path) -> None:
     assert len(p.errors) == 1 and p.errors[0].line == 0
     assert str(p.errors[0]).startswith(f"{path}: cannot read: ")
     assert w.poll() is None
+
+
+# --- lines and files that must not stall or break the reader --------------------------------
+
+def test_an_over_long_line_is_refused_before_it_is_split() -> None:
+    """A 300,000-character line held the daemon 4.2 s in shlex; now it is refused by its
+    length, and the other lines still count."""
+    from rota.jobsfile import LINE_MAX
+
+    p = csv("1,a.py,,,\n2,b.py,,--x " + "y" * 300_000 + ",\n3,c.py,,,\n")
+    assert [e.spec.name for e in p.entries] == ["a.py", "c.py"]
+    assert one_error(p).startswith("jobs.txt:2: the line has 300,0") and f"{LINE_MAX:,}" in (
+        one_error(p))
+
+
+def test_a_yaml_command_string_is_bounded_too() -> None:
+    p = yml("- command: 'echo " + "y" * 200_000 + "'\n- command: [ok]\n")
+    assert [e.spec.command for e in p.entries] == [["ok"]]
+    assert one_error(p).startswith("jobs.yaml:1: job 1: command: the command has 200,005 ")
+
+
+def test_a_priority_of_thousands_of_digits_is_an_error_on_its_line() -> None:
+    """int() of more than 4,300 digits raises ValueError: the reader broke on it."""
+    p = csv("1,a.py,,,\n" + "9" * 5000 + ",b.py,,,\n")
+    assert [e.spec.name for e in p.entries] == ["a.py"]
+    assert one_error(p) == ("jobs.txt:2: priority: a number of 5,000 digits; priorities run "
+                            "from -1000000 to 1000000")
+    p = yml("- command: [a]\n- command: [b]\n  priority: " + "9" * 5000 + "\n- command: [c]\n")
+    assert [e.spec.command for e in p.entries] == [["a"], ["c"]]
+    assert one_error(p).startswith("jobs.yaml:3: job 2: a number of 5,000 digits")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_field() -> None:
+    assert csv("\ufeff1,a.py,,,\n").entries[0].spec.priority == 1
+    assert yml("\ufeff- command: [a]\n").entries[0].spec.command == ["a"]
+
+
+BILLION_LAUGHS = """\
+- command: [fine]
+- a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+  b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+  c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+  d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+  e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+  f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+  g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+  h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+  command: [echo]
+- command: [also-fine]
+"""
+
+
+def test_aliases_that_expand_too_far_are_refused_unexpanded() -> None:
+    """The job is refused before anything walks its 10^8 nodes; the others still count."""
+    from rota.jobsfile import read_jobs_text
+
+    items, errors = read_jobs_text(BILLION_LAUGHS, fmt="yaml", source="jobs.yaml")
+    assert [i.data["command"] for i in items] == [["fine"], ["also-fine"]]
+    [e] = errors
+    assert str(e).startswith("jobs.yaml:2: job 2: YAML aliases expand this to ")
+    assert "at most 100,000 for one job" in str(e)
+
+
+def test_a_merge_key_bomb_is_refused_too() -> None:
+    """``<<: [*a, *a]`` doubles a mapping's keys while PyYAML builds it."""
+    levels = ["x0: &x0 {k0: 1, k1: 2}"]
+    levels += [f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}], k{i + 1}: 1}}" for i in range(1, 40)]
+    p = yml("jobs:\n- command: [a]\n" + "\n".join(levels))
+    assert p.entries == []  # the bomb is outside the jobs: the document is refused whole
+    assert str(p.errors[0]).startswith("jobs.yaml:1: YAML aliases add 10,995,116,277,3"), p.errors
+
+
+def test_an_alias_to_its_own_node_is_refused() -> None:
+    p = yml("- command: [a]\n- &x {command: [b], env: {X: *x}}\n- command: [c]\n")
+    assert [e.spec.command for e in p.entries] == [["a"], ["c"]]
+    assert "an alias refers to a node that contains it" in one_error(p)
+
+
+def test_shared_defaults_through_an_alias_still_work() -> None:
+    p = yml(
+        "- &first {command: [a], gpus: 0.5, priority: 3}\n- {<<: *first, command: [b]}\n")
+    assert [(e.spec.command, e.spec.gpus, e.spec.priority) for e in p.entries] == [
+        (["a"], 0.5, 3), (["b"], 0.5, 3)]
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+def jsn(text: str) -> JobsFileParse:
+    return parse_jobs_text(text, fmt="json", source="jobs.json")
+
+
+def test_json_is_read_as_json() -> None:
+    """PyYAML took a trailing comma and read 1e5 as a string."""
+    assert fmt_for_path("jobs.JSON") == "json"
+    assert one_error(jsn('[{"command": ["a"]},\n {"command": ["b"]},\n]\n')) == (
+        "jobs.json:3: JSON: a comma before ']': JSON allows no trailing comma (column 1)")
+    p = jsn('[{"command": ["a"], "time_limit": 1e5},\n {"command": "b c"}]')
+    assert [(e.line, e.spec.command) for e in p.entries] == [(1, ["a"]), (2, ["b", "c"])]
+    assert p.entries[0].spec.time_limit == 1e5
+
+
+def test_json_jobs_stand_alone_on_their_lines() -> None:
+    p = jsn('{"jobs": [\n {"command": ["a"]},\n {"command": ["b"],\n  "command": ["c"]},\n'
+            ' {"command": ["d"], "priority": ' + "9" * 5000 + '},\n {"command": ["e"], "x": 1},\n'
+            ' {"command": ["f"]}]}')
+    assert [(e.line, e.spec.command) for e in p.entries] == [(2, ["a"]), (7, ["f"])]
+    assert [str(e) for e in p.errors] == [
+        "jobs.json:4: job 2: key 'command' appears twice",
+        "jobs.json:5: job 3: a number of 5,000 digits; Python reads at most 4,300 (quote it "
+        "to make it a string)",
+        "jobs.json:6: job 4: x: Extra inputs are not permitted"]
+
+
+def test_watcher_strips_a_byte_order_mark(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.txt"
+    path.write_bytes("\ufeff1,a.py,,,\n".encode())
+    p = JobsFileWatcher(path).poll()
+    assert p is not None and p.errors == [] and p.entries[0].spec.priority == 1

@@ -20,13 +20,15 @@ from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
-    "DrainAnswer", "EngineCapabilitiesAnswer", "EngineJobAnswer", "EvalResultsAnswer",
+    "ContainersAnswer", "DrainAnswer", "EngineCapabilitiesAnswer", "EngineJobAnswer",
+    "EvalResultsAnswer",
     "EvalRunAnswer", "EvalScheduleAnswer", "EvalSchedulesAnswer", "EvalUnscheduledAnswer",
     "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours",
     "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer",
     "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer",
-    "JobsFileError", "LogAnswer", "MetricPoint", "MetricsAnswer", "MetricsPageAnswer",
-    "MlflowRun", "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer", "PoolsAnswer",
+    "JobsFileError", "JobsFileRan", "LogAnswer", "MetricPoint", "MetricsAnswer",
+    "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer",
+    "PoolsAnswer",
     "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "RenderAnswer",
     "ReportedCheckpoint", "RequeueAnswer", "Reservation", "SecretAnswer",
     "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer", "SessionAnswer",
@@ -430,6 +432,14 @@ class JobsFileError(TypedDict):
     message: str
 
 
+class JobsFileRan(TypedDict):
+    """A line not queued again: it ran before as ``job``, which is now ``state``."""
+
+    line: int
+    job: int
+    state: str
+
+
 class JobsFileAnswer(TypedDict):
     """The watched jobs file as the daemon last read it."""
 
@@ -437,6 +447,7 @@ class JobsFileAnswer(TypedDict):
     loaded_at: float | None
     queued: list[int]
     skipped_duplicates: int
+    ran_before: list[JobsFileRan]
     errors: list[JobsFileError]
 
 
@@ -534,6 +545,16 @@ class EngineCapabilitiesAnswer(TypedDict):
     images: bool
 
 
+class ContainersAnswer(TypedDict):
+    """Whether this machine runs container jobs (``--image``), and how they get GPUs:
+    "nvidia" (Docker's NVIDIA runtime), "simulated" (CUDA_VISIBLE_DEVICES only, the GPUs
+    being simulated) or "none" (a container job with GPUs is refused at submit)."""
+
+    available: bool
+    gpus: Literal["nvidia", "simulated", "none"]
+    message: str
+
+
 class PoolAnswer(TypedDict):
     name: str
     engine: Literal["local", "slurm", "ray", "kubernetes"]
@@ -542,6 +563,7 @@ class PoolAnswer(TypedDict):
     settings: dict[str, object]  # the pool's own settings from rota.toml
     health: PoolHealthAnswer
     capabilities: EngineCapabilitiesAnswer | None  # None: this machine (Rota places jobs)
+    containers: ContainersAnswer | None  # this machine's; None for a cluster pool
 
 
 class PoolsAnswer(TypedDict):

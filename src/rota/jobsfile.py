@@ -13,7 +13,8 @@ arguments. ``allowed_gpus`` is the rest of the line, so ``4,5,6,7`` needs no quo
 original tool broke silently when arguments held a comma; here that line gets an error
 naming the field and saying to quote the arguments.
 
-YAML (``.yaml``/``.yml``): one spec mapping, a list of them, or ``{jobs: [...]}``; each
+YAML (``.yaml``/``.yml``) or JSON (``.json``, read as JSON: no trailing commas): one spec
+mapping, a list of them, or ``{jobs: [...]}``; each
 item is a :class:`~rota.core.spec.JobSpec` (``command`` may be one string: it is split like
 a shell would, never run through one, unless ``shell: true``). ``gpu_mem`` is GiB unless a
 unit is given (``20``, ``20G``, ``512M``), as on the command line.
@@ -34,18 +35,24 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
+from rota import yaml_bounds
 from rota.errors import InvalidSpec
 from rota.units import format_gpu_set, parse_gpu_set, parse_memory_person
+from rota.words import split_words
 
 if TYPE_CHECKING:
     from rota.core.spec import JobSpec
 
-JobsFormat = Literal["csv", "yaml"]
+JobsFormat = Literal["csv", "yaml", "json"]
 
 _FIELDS = ("priority", "script_path", "conda_env", "arguments")
 _COMMA_HINT = "if the arguments contain commas, put them in double quotes"
 _NAME_MAX = 200  # JobSpec.name's limit
-_PRIORITY = re.compile(r"[+-]?[0-9]+")
+_PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+#: a line (or a YAML command string) at most as long as one argument may be (Linux's
+#: MAX_ARG_STRLEN): checked before anything else, so a huge line costs one len()
+LINE_MAX = 128 * 1024
 _GPU_LIST_CHARS = re.compile(r"[0-9,\- ]*")
 
 
@@ -117,8 +124,12 @@ class JobsFileParse:
 
 
 def fmt_for_path(path: str | os.PathLike[str]) -> JobsFormat:
-    """``.yaml``/``.yml`` -> yaml; anything else (``.txt``, ``.csv``, no suffix) -> csv."""
-    return "yaml" if PurePath(path).suffix.lower() in (".yaml", ".yml") else "csv"
+    """``.yaml``/``.yml`` -> yaml; ``.json`` -> json; anything else (``.txt``, ``.csv``, no
+    suffix) -> csv."""
+    suffix = PurePath(path).suffix.lower()
+    if suffix == ".json":
+        return "json"
+    return "yaml" if suffix in (".yaml", ".yml") else "csv"
 
 
 def parse_jobs_text(text: str, *, fmt: JobsFormat, source: str) -> JobsFileParse:
@@ -139,7 +150,13 @@ def read_jobs_text(text: str, *, fmt: JobsFormat, source: str,
                    ) -> tuple[list[JobsFileItem], list[JobsFileError]]:
     """Every job in ``text`` as written, unchecked, and what could not be read as a job at
     all (by line, ``source`` stamped on them)."""
-    items, errors = _read_yaml(text) if fmt == "yaml" else _read_lines(text)
+    text = text.removeprefix("\ufeff")  # a byte order mark some editors write first
+    if fmt == "json":
+        from rota.jobsfile_json import read_json
+
+        items, errors = read_json(text)
+    else:
+        items, errors = _read_yaml(text) if fmt == "yaml" else _read_lines(text)
     return items, _with_source(JobsFileParse(errors=errors), source).errors
 
 
@@ -160,6 +177,9 @@ def _read_lines(text: str) -> _Read:
     # that may legitimately sit inside an argument.
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.removesuffix("\r")
+        if len(line) > LINE_MAX:
+            errors.append(JobsFileError(number, _too_long("the line", len(line))))
+            continue
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
@@ -177,11 +197,15 @@ def _line_to_dict(line: str) -> dict[str, Any]:
     prio_text, script, conda, args_text = fields[:4]
     rest = fields[4].strip() if len(fields) > 4 else ""
     if not _PRIORITY.fullmatch(prio_text):
-        raise InvalidSpec(f"priority: {prio_text!r} is not a whole number", field="priority")
+        if _DIGITS.fullmatch(prio_text):  # int() of over 4,300 digits raises ValueError
+            raise InvalidSpec(f"priority: a number of {len(prio_text):,} digits; priorities "
+                              "run from -1000000 to 1000000", field="priority")
+        shown = repr(prio_text) if len(prio_text) <= 60 else f"{prio_text[:40]!r}..."
+        raise InvalidSpec(f"priority: {shown} is not a whole number", field="priority")
     if not script:
         raise InvalidSpec("script_path is empty", field="script_path")
     try:
-        args = shlex.split(args_text)
+        args = split_words(args_text)
     except ValueError as e:
         hint = f"; {_COMMA_HINT}" if rest else ""
         raise InvalidSpec(f"arguments: cannot split {args_text!r}: {e}{hint}",
@@ -194,6 +218,11 @@ def _line_to_dict(line: str) -> dict[str, Any]:
         "allowed_gpus": _allowed(rest),
         "llm": _llm_arg(args),
     }
+
+
+def _too_long(what: str, size: int) -> str:
+    return (f"{what} has {size:,} characters; at most {LINE_MAX:,} (what one argument of a "
+            "command may hold): put long inputs in a file the job reads")
 
 
 def _argv(script: str, args: list[str]) -> list[str]:
@@ -320,6 +349,8 @@ def format_jobs_line(priority: int, script: str, conda: str | None, arguments: l
     gpus = format_gpu_set(parse_gpu_set(allowed_gpus))
     line = ",".join([str(priority), _csv_field(script), _csv_field(conda or ""),
                      _csv_field(shlex.join(arguments)), gpus])
+    if len(line) > LINE_MAX:
+        raise InvalidSpec(_too_long("the line", len(line)), field="line")
     from rota.core.spec import parse_spec
 
     parse_spec(_line_to_dict(line))  # the same checks a watcher will make; raises if bad
@@ -337,6 +368,7 @@ def _read_yaml(text: str) -> _Read:
     items: list[JobsFileItem] = []
     errors: list[JobsFileError] = []
     loader = _SafeLoader(text)
+    aliases = "*" in text  # no alias, nothing to expand: a plain file is not walked twice
     number = 0  # jobs counted across documents, for "job N" in messages
     try:
         while loader.check_node():
@@ -344,11 +376,17 @@ def _read_yaml(text: str) -> _Read:
             if node is None:
                 break
             nodes = _yaml_items(node, errors)
-            duplicated = _duplicate_keys(nodes, number, errors)
-            data = loader.construct_document(node)
+            bad = _duplicate_keys(nodes, number, errors)
+            if aliases and not _expansion_ok(node, nodes, number, bad, errors):
+                number += len(nodes)
+                continue
+            data = _construct(loader, node, nodes, number, bad, errors)
+            if data is _REFUSED:
+                number += len(nodes)
+                continue
             for node_item, value in zip(nodes, _yaml_values(data), strict=False):
                 number += 1
-                if node_item not in duplicated:
+                if node_item not in bad:
                     read = _yaml_item(node_item, value, number)
                     if isinstance(read, JobsFileItem):
                         items.append(read)
@@ -361,6 +399,89 @@ def _read_yaml(text: str) -> _Read:
     finally:
         loader.dispose()
     return items, errors
+
+
+_REFUSED = object()  # a document none of whose items could be built
+
+
+def _expansion_ok(doc: yaml.Node, nodes: list[yaml.Node], number: int, bad: list[yaml.Node],
+                  errors: list[JobsFileError]) -> bool:
+    """Refuse the items whose aliases expand too far (or into themselves), and blank them
+    out of the document; False when the document as a whole still expands too far."""
+    counter = yaml_bounds.NodeCounter()
+    for n, item in enumerate(nodes, start=number + 1):
+        try:
+            size = counter.size(item)
+        except yaml_bounds.AliasLoop as e:
+            errors.append(JobsFileError(_line_of(e.node), f"job {n}: {e}"))
+        else:
+            if size <= yaml_bounds.ITEM_NODES_MAX:
+                continue
+            errors.append(JobsFileError(_line_of(item),
+                                        f"job {n}: {yaml_bounds.expansion_problem(size)}"))
+        bad.append(item)
+        _blank(doc, item)
+    if doc in bad:
+        return False
+    try:
+        total = counter.size(doc)
+    except yaml_bounds.AliasLoop as e:
+        errors.append(JobsFileError(_line_of(e.node), str(e)))
+        return False
+    added = total - counter.distinct
+    if added > yaml_bounds.ALIAS_ADDED_MAX:
+        errors.append(JobsFileError(_line_of(doc), yaml_bounds.document_problem(added)))
+        return False
+    return True
+
+
+def _construct(loader: Any, doc: yaml.Node, nodes: list[yaml.Node], number: int,
+               bad: list[yaml.Node], errors: list[JobsFileError]) -> Any:
+    """The document's data; an item holding a number Python will not convert (over 4,300
+    digits) is refused on that number's line, and the others are built."""
+    for _ in range(2):
+        if doc in bad:
+            return _REFUSED
+        try:
+            return loader.construct_document(doc)
+        except ValueError as e:  # int() past its limit, a date like 2024-13-45
+            why = str(e)
+            loader.constructed_objects, loader.recursive_objects = {}, {}
+            loader.state_generators = []
+        culprits = [(n, item, long_int) for n, item in enumerate(nodes, start=number + 1)
+                    if item not in bad and (long_int := yaml_bounds.long_int(item))]
+        if not culprits:
+            break
+        for n, item, long_int in culprits:
+            errors.append(JobsFileError(_line_of(long_int),
+                                        f"job {n}: {yaml_bounds.long_int_problem(long_int)}"))
+            bad.append(item)
+            _blank(doc, item)
+    where = yaml_bounds.long_int(doc)
+    line = _line_of(where) if where is not None else _line_of(doc)
+    problem = (yaml_bounds.long_int_problem(where) if where is not None
+               else f"YAML: cannot read a value: {why}")
+    errors.append(JobsFileError(line, problem))
+    return _REFUSED
+
+
+def _blank(doc: yaml.Node, item: yaml.Node) -> None:
+    """Put null in place of ``item`` in the document's list of jobs (it is not built)."""
+    jobs = _jobs_list(doc)
+    if jobs is not None:
+        jobs.value = [yaml.ScalarNode("tag:yaml.org,2002:null", "") if n is item else n
+                      for n in jobs.value]
+
+
+def _jobs_list(doc: yaml.Node) -> yaml.SequenceNode | None:
+    if isinstance(doc, yaml.SequenceNode):
+        return doc
+    if isinstance(doc, yaml.MappingNode):
+        for k, v in doc.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == "jobs" and isinstance(
+                    v, yaml.SequenceNode):
+                return v
+    return None
 
 
 def _yaml_syntax_error(e: yaml.MarkedYAMLError, text: str) -> JobsFileError:
@@ -439,7 +560,13 @@ def _duplicate_keys(items: list[yaml.Node], first: int,
 
 
 def _yaml_item(node: yaml.Node, value: Any, number: int) -> JobsFileItem | JobsFileError:
-    line = _line_of(node)
+    return spec_item(_line_of(node), value, number, node)
+
+
+def spec_item(line: int, value: Any, number: int, node: yaml.Node | None = None,
+              ) -> JobsFileItem | JobsFileError:
+    """Job ``number`` of a YAML or JSON file as written (its command string split), or
+    what is wrong with it."""
     if not isinstance(value, dict):
         return JobsFileError(line, f"job {number}: expected a mapping of spec fields, "
                                    f"got {type(value).__name__}")
@@ -455,10 +582,12 @@ def _command_from_string(value: dict[Any, Any]) -> dict[Any, Any]:
     command = value.get("command")
     if not isinstance(command, str):
         return value
+    if len(command) > LINE_MAX:
+        raise InvalidSpec(f"command: {_too_long('the command', len(command))}", field="command")
     if value.get("shell") is True:
         return {**value, "command": [command]}
     try:
-        return {**value, "command": shlex.split(command)}
+        return {**value, "command": split_words(command)}
     except ValueError as e:
         raise InvalidSpec(f"command: cannot split {command!r}: {e}", field="command") from None
 
@@ -539,6 +668,32 @@ class JobsFileWatcher:
         return _with_source(_drop_undecodable(parse, payload), str(self.path))
 
 
+def decode_jobs_file(data: bytes) -> tuple[str, bool]:
+    """The file's text, and whether all of it was UTF-8: bytes that are not become U+FFFD,
+    so the jobs that hold them can be refused one by one and the others still count."""
+    try:
+        return data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), False
+
+
+def drop_undecodable_items(items: list[JobsFileItem],
+                           ) -> tuple[list[JobsFileItem], list[JobsFileError]]:
+    """The items of a file that was not all UTF-8 that hold none of its bad bytes, and an
+    error for each of the others (as the watcher words it)."""
+    good: list[JobsFileItem] = []
+    errors: list[JobsFileError] = []
+    for item in items:
+        if "\ufffd" in repr(item.data):
+            errors.append(JobsFileError(item.line, _NOT_UTF8))
+        else:
+            good.append(item)
+    return good, errors
+
+
+_NOT_UTF8 = "not valid UTF-8"
+
+
 def _drop_undecodable(parse: JobsFileParse, data: bytes) -> JobsFileParse:
     """Jobs that hold bytes that are not UTF-8 become errors; the others still count."""
     try:
@@ -550,7 +705,7 @@ def _drop_undecodable(parse: JobsFileParse, data: bytes) -> JobsFileParse:
     entries, errors = [], list(parse.errors)
     for entry in parse.entries:
         if "\ufffd" in str(entry.spec.model_dump()):
-            errors.append(JobsFileError(entry.line, "not valid UTF-8"))
+            errors.append(JobsFileError(entry.line, _NOT_UTF8))
         else:
             entries.append(entry)
     return JobsFileParse(entries, errors)

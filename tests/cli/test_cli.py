@@ -404,7 +404,7 @@ def test_add_appends_a_line_that_the_daemon_queues(
     job = daemon.client.job(jid)
     assert job["priority"] == 4 and job["source"] == f"{jobs_file}:{out['line']}"
     r = rota("add", "4", "show args.sh", "--", "--tags", "a, b", "--n", "1", cwd=tmp_path)
-    assert r.exit_code == 0 and "not queued again" in r.stdout
+    assert r.exit_code == 0 and f"ran before as job {jid}" in r.stdout
     r = rota("add", "1", "x.sh", "--allowed-gpus", "3-1")
     assert r.exit_code == 2 and "allowed_gpus" in r.stderr
     before = jobs_file.read_text()

@@ -146,3 +146,50 @@ def test_a_relative_cwd_is_made_absolute_here(rota: Any, daemon: Any, tmp_path: 
     finally:
         for i in ids:
             daemon.client.cancel(i)
+
+
+def test_files_that_broke_the_cli_get_errors_on_their_lines(rota: Any, tmp_path: Path) -> None:
+    """Each died with a traceback or hung: now a FILE:LINE: error, the rest still queued."""
+    from tests.test_jobsfile import BILLION_LAUGHS
+
+    held = "{command: ['true'], gpus: 0, hold: true}"
+    bomb = BILLION_LAUGHS.replace("command: [fine]", held).replace("command: [also-fine]", held)
+    cases = {
+        "bad-utf8.txt": (b"0,true,,--x 1,\n0,true,,--x \xff,\n", 2, "not valid UTF-8"),
+        "big.txt": (b"0,true,,,\n" + b"9" * 5000 + b",true,,,\n", 2, "5,000 digits"),
+        "bomb.yaml": (bomb.encode(), 2, "YAML aliases"),
+        "comma.json": (b'[{"command": ["true"], "gpus": 0, "hold": true},\n]\n', 2,
+                       "no trailing comma"),
+    }
+    for name, (data, line, words) in cases.items():
+        f = tmp_path / name
+        f.write_bytes(data)
+        r = rota("submit", "-f", str(f), "--json")
+        assert r.exit_code == 2, (name, r.output)
+        out = json.loads(r.stdout)
+        for j in out["jobs"]:
+            rota("cancel", str(j["id"]))
+        assert len(out["errors"]) == 1, (name, out["errors"])
+        error = out["errors"][0]
+        assert error["line"] == line and words in error["message"], (name, error)
+        assert len(out["jobs"]) == (0 if name.endswith(".json") else 1 if name != "bomb.yaml"
+                                    else 2), (name, out["jobs"])
+
+
+def test_a_byte_order_mark_is_not_read_as_part_of_the_first_field(
+        rota: Any, tmp_path: Path) -> None:
+    f = tmp_path / "jobs.txt"
+    f.write_bytes("\ufeff5,true,,,\n".encode())
+    out = _submit(rota, f)
+    assert "errors" not in out and out["jobs"][0]["priority"] == 5
+
+
+def test_specs_the_daemon_refuses_are_not_called_duplicates(rota: Any, tmp_path: Path) -> None:
+    """Every spec refused by the daemon (no GPU 7 on this machine): the reasons, and no
+    'an identical job is already queued (--dedup)'."""
+    f = tmp_path / "jobs.txt"
+    f.write_text("0,true,,,7\n1,true,,,7\n")
+    r = rota("submit", "-f", str(f), "--dedup")
+    assert r.exit_code == 2
+    assert "identical" not in r.output
+    assert f"{f}:1: " in r.stderr and f"{f}:2: " in r.stderr

@@ -58,6 +58,10 @@ def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
     local = by_name["local"]
     assert local["health"]["reachable"] and local["health"]["gpus_total"] == 4
     assert local["capabilities"] is None
+    # whether `--image` jobs run here and get GPUs (this daemon's are simulated)
+    containers = local["containers"]
+    assert containers["gpus"] == ("simulated" if containers["available"] else "none")
+    assert all(p["containers"] is None for p in answer["pools"] if p["name"] != "local")
     hpc = by_name["hpc"]
     assert not hpc["health"]["reachable"]
     assert hpc["health"]["message"].startswith("sinfo not found in ")
@@ -73,6 +77,7 @@ def test_pools_lists_this_machine_first_then_each_cluster_as_its_engine_answers(
     assert human.returncode == 0, human.stderr
     assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
     assert "local (default)" in human.stdout and "sinfo not found" in human.stdout
+    assert "containers (--image): " in human.stdout
 
 
 def test_render_prints_valid_manifests_without_secret_values(daemon: DaemonProcess) -> None:

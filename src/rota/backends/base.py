@@ -211,6 +211,13 @@ def refusal(backend: Backend, needs: Needs) -> str | None:
     if needs.gpus and not caps.gpu_pinning:
         return (f"the {backend.name} backend cannot pin a job to GPUs; ask for no GPUs "
                 "or choose another session")
+    # whether GPUs reach its jobs can depend on the machine (a container backend asks
+    # Docker for an NVIDIA runtime): a backend that knows says why not
+    gpu_refusal: Callable[[], str | None] | None = getattr(backend, "gpu_refusal", None)
+    if needs.gpus and gpu_refusal is not None:
+        why = gpu_refusal()
+        if why is not None:
+            return why
     if needs.stop_signal != "SIGTERM" and not caps.stop_signal:
         return (f"the {backend.name} backend stops jobs with SIGTERM only, not "
                 f"{needs.stop_signal}")

@@ -14,7 +14,8 @@ def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None 
                  runner_socket: Path | None = None, docker_host: str | None = None,
                  network_mode: str = "bridge", container_cpus: float | None = None,
                  container_memory: int | None = None,
-                 container_shm_size: int | None = None) -> Backend:
+                 container_shm_size: int | None = None, simulated_gpus: bool = False,
+                 ) -> Backend:
     """The backend called ``name``; "none" (no session) is the plain local backend, which
     starts jobs through the local runner listening on ``runner_socket`` (started on first
     use), or through a shell shim each without one.
@@ -36,7 +37,8 @@ def make_backend(name: str, *, tmux_socket: str = "rota", screendir: str | None 
 
         shm = DEFAULT_SHM_SIZE if container_shm_size is None else container_shm_size
         return ContainerBackend(docker_host, network_mode=network_mode, cpus=container_cpus,
-                                memory=container_memory, shm_size=shm)
+                                memory=container_memory, shm_size=shm,
+                                simulated_gpus=simulated_gpus)
     if name == "screen":
         from rota.backends.sessions import ScreenBackend
 

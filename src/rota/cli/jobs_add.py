@@ -55,9 +55,13 @@ def _check_here(conda: str | None) -> None:
 
 
 def add(
-    priority: int = typer.Argument(..., help="lower number runs first"),
-    script: str = typer.Argument(..., help="script path (.py runs with python, .sh with bash)"),
+    priority: int = typer.Argument(..., help="lower number runs first (with --again: a line "
+                                             "number)"),
+    script: str = typer.Argument(None, help="script path (.py runs with python, .sh with bash)"),
     args: list[str] = typer.Argument(None, help="the script's arguments (after `--`)"),
+    again: bool = typer.Option(False, "--again",
+                               help="run these lines of the jobs file again, although they "
+                                    "ran before: rota add --again 3 5"),
     conda: str = typer.Option(None, help="conda environment to run it in"),
     allowed_gpus: str = typer.Option(None, "--allowed-gpus", metavar="GPUS",
                                      help="e.g. 0-3 or 4,5,6,7"),
@@ -70,6 +74,13 @@ def add(
     from rota.jobsfile import format_jobs_line
 
     with run_cli(json_out=json_out):
+        if again:
+            _run_again([priority, *([script] if script is not None else []), *(args or [])],
+                       json_out=json_out)
+            return
+        if script is None:
+            raise InvalidSpec("give the priority and the script: rota add 1 train.py -- "
+                              "--lr 0.1 (or --again LINE... to run lines again)", field="script")
         settings = load()
         if not os.path.isabs(script) and os.path.exists(script):
             script = os.path.abspath(script)  # the daemon runs it from its own directory
@@ -121,5 +132,39 @@ def _queue_it(c: Client, out: dict[str, Any], notes: list[str], before: int,
             c.reload_jobs_file()
     elif out["job"] is not None:
         notes.append(f"queued as job {out['job']}")
+    elif ran := [r for r in status.get("ran_before", []) if r["line"] == number]:
+        notes.append(f"not queued: the same line ran before as job {ran[0]['job']} (now "
+                     f"{ran[0]['state']}); `rota add --again {number}` runs it again")
     else:
-        notes.append("not queued again: an identical job is already queued or done")
+        notes.append("not queued: an identical job is already queued")
+
+
+def _run_again(words: list[object], *, json_out: bool) -> None:
+    """``rota add --again 3 5``: the daemon runs those lines of its jobs file again."""
+    from rota.cli.common import client
+
+    lines = []
+    for w in words:
+        text = str(w)
+        if not text.isdigit() or int(text) < 1:
+            raise InvalidSpec(f"--again: {text!r} is not a line number of the jobs file",
+                              field="again")
+        lines.append(int(text))
+    with client() as c:
+        status = c.reload_jobs_file(again=lines)
+        path = status["path"]
+        sources = {j: c.job(j)["source"] for j in status["queued"]}
+    queued = {int(src.rsplit(":", 1)[1]): j for j, src in sources.items()
+              if src.startswith(f"{path}:")}
+    errors = {e["line"]: e["message"] for e in status["errors"]}
+    rows: list[dict[str, Any]] = [{"line": n, "job": queued.get(n), "error": errors.get(n)}
+                                  for n in lines]
+    emit({"path": path, "lines": rows}, json_out, lambda _: "\n".join(
+        f"{path}:{r['line']}: queued again as job {r['job']}" for r in rows if r["job"])
+        or None)
+    if not json_out:
+        for r in rows:
+            if r["job"] is None:
+                fail(f"{path}:{r['line']}: {r['error'] or 'not queued'}")
+    if any(r["job"] is None for r in rows):
+        raise typer.Exit(2)

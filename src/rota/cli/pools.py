@@ -12,7 +12,7 @@ from rota.cli.job_refs import resolve
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from rota.answers import PoolAnswer, PoolsAnswer, RenderAnswer
+    from rota.answers import ContainersAnswer, PoolAnswer, PoolsAnswer, RenderAnswer
 
 #: the capabilities `rota pools` names, in its words
 _CAN = (("fractional_gpus", "GPU fractions"), ("gpu_memory", "GPU memory"),
@@ -55,8 +55,18 @@ def pools_view(data: PoolsAnswer) -> Group:
     from rota.cli.fmt import console_width, wrap_words
 
     notes = ["max: jobs handed to the engine at once",
-             *(f"{p['name']}: {_last_line(p['health']['message'])}" for p in data["pools"])]
+             *(f"{p['name']}: {_last_line(p['health']['message'])}" for p in data["pools"]),
+             *(_containers(c) for p in data["pools"] if (c := p.get("containers")))]
     return Group(t, *(Text(x) for n in notes for x in wrap_words(n, console_width())))
+
+
+def _containers(c: ContainersAnswer) -> str:
+    """Whether container jobs (--image) run on this machine, and with GPUs."""
+    if not c["available"]:
+        return f"containers (--image): not available here: {_last_line(c['message'])}"
+    gpus = {"nvidia": "with GPUs", "simulated": "with simulated GPUs",
+            "none": "without GPUs"}[c["gpus"]]
+    return f"containers (--image): {gpus}: {c['message']}"
 
 
 def _last_line(message: str) -> str:

@@ -20,7 +20,14 @@ from rota.cli.common import client, emit, fail, warn
 from rota.cli.lazy_typer import Exit
 from rota.cli.submit import JOB_ITEM, job_ids, submitted_text
 from rota.errors import InvalidSpec, RotaError
-from rota.jobsfile import JobsFileError, JobsFileItem, fmt_for_path, read_jobs_text
+from rota.jobsfile import (
+    JobsFileError,
+    JobsFileItem,
+    decode_jobs_file,
+    drop_undecodable_items,
+    fmt_for_path,
+    read_jobs_text,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,12 +48,16 @@ def read_jobs_file(path: Path) -> tuple[list[JobsFileItem], list[JobsFileError]]
     """The file's items as written (``cwd`` made absolute, here by default) and what could
     not be read as an item at all."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as e:
         raise InvalidSpec(f"--file: cannot read {str(path)!r}: {e.strerror or e}",
                           field="file") from None
-    fmt = "yaml" if path.suffix.lower() == ".json" else fmt_for_path(path)
-    items, errors = read_jobs_text(text, fmt=fmt, source=str(path))
+    text, utf8 = decode_jobs_file(data)
+    items, errors = read_jobs_text(text, fmt=fmt_for_path(path), source=str(path))
+    if not utf8:
+        items, bad = drop_undecodable_items(items)
+        errors = sorted(errors + [replace(e, source=str(path)) for e in bad],
+                        key=lambda e: e.line)
     here = os.getcwd()
     out = []
     for item in items:
@@ -77,7 +88,9 @@ def submit_file(path: Path, *, json_out: bool, dedup: bool, idempotency_key: str
                 raise
         for w in upload.warnings:
             warn(w)
-        jobs, good_specs = upload.jobs, upload.bad_specs < len(items)
+        # "nothing submitted: an identical job is already queued" only when some item was
+        # not refused: every refused item is an error of its own
+        jobs, good_specs = upload.jobs, len(upload.errors) < len(items)
         errors = sorted(errors + upload.errors, key=lambda e: e.line)
     if not items and not errors:
         errors = [JobsFileError(0, "no job specs in the file", str(path))]
@@ -116,7 +129,6 @@ class FileUpload:
         self.warnings: list[str] = []
         self.errors: list[JobsFileError] = []
         self.checked = False  # every item is checked here (after the daemon refused one)
-        self.bad_specs = 0  # items the spec model refused here
         # what JSON cannot carry as it is (a date, a set, infinity, a key that is not a
         # string) is checked here first, so the error is the spec model's, as it always was
         self.pending = self._keep_good(items, everything=False)
@@ -165,7 +177,6 @@ class FileUpload:
         for item in items:
             checked = item.check() if everything or not _plain(item.data) else None
             if isinstance(checked, JobsFileError):
-                self.bad_specs += 1
                 self.errors.append(replace(checked, source=self.source))
             else:
                 good.append(item)

@@ -225,7 +225,11 @@ class RawClient:
     def jobs_file(self) -> JobsFileAnswer:
         return self.request("GET", "/v1/jobsfile")
 
-    def reload_jobs_file(self) -> JobsFileAnswer:
+    def reload_jobs_file(self, again: list[int] | None = None) -> JobsFileAnswer:
+        """Have the daemon read its jobs file now; the lines in ``again`` run again even
+        if they ran before."""
+        if again:
+            return self.request("POST", "/v1/jobsfile/reload", json={"again": again})
         return self.request("POST", "/v1/jobsfile/reload")
 
     def stats(self) -> StatsAnswer:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec
+from rota.words import split_words
 
 MAX_COMBINATIONS = 10_000
 _NAME_MAX = 200  # JobSpec.name's limit
@@ -108,7 +109,7 @@ def default_base_name(command: list[str], *, shell: bool = False) -> str:
     words = list(command)
     if shell and len(words) == 1:
         try:
-            words = shlex.split(words[0])
+            words = split_words(words[0])
         except ValueError:
             words = words[0].split()
     for i, word in enumerate(words):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rota.backends.base import Backend, Needs, refusal
 from rota.backends.registry import make_backend
@@ -19,8 +19,9 @@ log = logging.getLogger("rota.daemon")
 
 
 class BackendSet:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, simulated_gpus: bool = False) -> None:
         self.settings = settings
+        self.simulated_gpus = simulated_gpus  # the daemon's GPUs: containers get no devices
         self._made: dict[str, Backend] = {}
         self.install = ""  # this installation's id (the daemon's, set at start)
         # told (from any thread) when a cluster engine starts an attempt it queued: the
@@ -52,7 +53,8 @@ class BackendSet:
                                  network_mode=local.container_network_mode,
                                  container_cpus=local.container_cpus,
                                  container_memory=local.container_memory,
-                                 container_shm_size=local.container_shm_size)
+                                 container_shm_size=local.container_shm_size,
+                                 simulated_gpus=self.simulated_gpus)
             self._made[b.name] = b
         return b
 
@@ -87,6 +89,15 @@ class BackendSet:
         except BackendError as e:
             return str(e)
         return refusal(backend, Needs(gpus=spec.gpus > 0, stop_signal=spec.stop_signal))
+
+    def containers(self) -> dict[str, Any]:
+        """Whether container jobs run here and can get GPUs (`rota pools`); asks Docker."""
+        backend = self.get("container")
+        missing = backend.missing()
+        if missing is not None:
+            return {"available": False, "gpus": "none", "message": missing}
+        support = getattr(backend, "gpu_support")()  # noqa: B009 - the container backend's
+        return {"available": True, "gpus": support.mode, "message": support.message}
 
     def tidy(self, active: set[str]) -> None:
         """Let every backend drop its records of attempts whose end is stored (``active``:

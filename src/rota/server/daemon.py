@@ -91,7 +91,7 @@ class Daemon:
         self.monitor = DeviceMonitor(devices, store, clock, self.table.running,
                                      on_lost=self._gpu_lost)
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
-        self.backends = BackendSet(settings)
+        self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),

@@ -18,13 +18,19 @@ from rota.backends.engine import PoolHealth
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
+from rota.pools import LOCAL
 from rota.server.accounts import check_unix_account
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
 from rota.server.forwarding import engine_ids
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
-from rota.server.pool_reads import pools_answer, render_answer, render_spec_answer
+from rota.server.pool_reads import (
+    containers_answer,
+    pools_answer,
+    render_answer,
+    render_spec_answer,
+)
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
@@ -235,7 +241,11 @@ class DaemonPorts:
         local = PoolHealth(reachable=True, nodes=1, gpus_total=len(gpus), gpus_free=free,
                            message=f"this machine: {len(gpus)} GPUs ({d.devices.kind})"
                                    + (", draining" if d.draining else ""))
-        return await pools_answer(d.settings.pool_set, d.settings.home, local)
+        answer = await pools_answer(d.settings.pool_set, d.settings.home, local)
+        containers = await containers_answer(d.backends.containers)
+        for p in answer["pools"]:
+            p["containers"] = containers if p["engine"] == LOCAL else None
+        return answer
 
     async def render(self, job_id: int, pool: str | None) -> dict[str, Any]:
         row = self._d.store.get_job(job_id)
@@ -310,8 +320,8 @@ class DaemonPorts:
     def set_draining(self, on: bool) -> None:
         self._d.set_draining(on)
 
-    def reload_jobs_file(self) -> dict[str, Any]:
-        return vars(self._intake.poll_jobs_file(force=True))
+    def reload_jobs_file(self, again: Sequence[int] = ()) -> dict[str, Any]:
+        return vars(self._intake.poll_jobs_file(force=True, again=again))
 
     def add_user(self, name: str, *, admin: bool, unix_account: str | None = None) -> UserRow:
         if unix_account is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rota.backends import engines
 from rota.core.feasibility import never_runnable, never_typed, type_scope
+from rota.core.lifecycle import JobState
 from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound
@@ -38,6 +39,8 @@ class JobsFileStatus:
     loaded_at: float | None = None
     queued: list[int] = field(default_factory=list)
     skipped_duplicates: int = 0
+    #: lines not queued again: each ran before as ``job`` (now in ``state``)
+    ran_before: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -83,7 +86,8 @@ class Intake:
                               "is not installed on this machine", field="conda")
         unrunnable = self.daemon.backends.refusal(spec)  # the backend's capabilities
         if unrunnable is not None:
-            raise InvalidSpec(f"{prefix}session: {unrunnable}", field="session")
+            where = "image" if spec.image else "session"  # a container job's backend: Docker
+            raise InvalidSpec(f"{prefix}{where}: {unrunnable}", field=where)
         if spec.cwd and not os.path.isdir(spec.cwd):
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         self._check_dependencies(spec, prefix)
@@ -201,23 +205,39 @@ class Intake:
         return out
 
     # --- the watched jobs file -----------------------------------------------------------
-    def poll_jobs_file(self, *, force: bool = False) -> JobsFileStatus:
-        """Queue new lines of the jobs file; report bad lines with their numbers."""
-        if force:
+    def poll_jobs_file(self, *, force: bool = False,
+                       again: Sequence[int] = ()) -> JobsFileStatus:
+        """Queue new lines of the jobs file; report bad lines with their numbers.
+
+        A line runs once: one whose job (found by its content in the store, so across
+        restarts) ended in any way is not queued again when the file is read again, unless
+        its text changes or its number is in ``again`` (`rota add --again`).
+        """
+        if force or again:
             self.watcher = JobsFileWatcher(self.settings.jobs_file_path)
         parsed = self.watcher.poll()
         if parsed is None:
             return self.jobs_file
         status = JobsFileStatus(path=self.jobs_file.path, loaded_at=self.daemon.clock())
-        status.errors = [{"line": e.line, "message": e.message} for e in parsed.errors]
         for e in parsed.errors:
-            self.daemon.store.add_event(job_id=None, kind="jobsfile_error",
-                                        now=self.daemon.clock(),
-                                        message=f"{status.path}:{e.line}: {e.message}")
-        live = self.daemon.store.live_hashes(e.key for e in parsed.entries)
+            self._file_error(status, e.line, e.message)
+        keys = [e.key for e in parsed.entries]
+        live = self.daemon.store.live_hashes(keys)
+        ran = self.daemon.store.jobs_from_file(status.path, keys)
+        asked = set(again)
         seen: set[str] = set()
         for entry in parsed.entries:
-            if entry.key in live or entry.key in seen:
+            prior = ran.get(entry.key)
+            if entry.line in asked:
+                if prior is not None and not JobState(prior[1]).terminal:
+                    self._file_error(status, entry.line, f"not run again: job {prior[0]} of "
+                                                         f"this line is still {prior[1]}")
+                    continue
+            elif prior is not None:
+                status.ran_before.append({"line": entry.line, "job": prior[0],
+                                          "state": prior[1]})
+                continue
+            elif entry.key in live or entry.key in seen:
                 status.skipped_duplicates += 1
                 continue
             seen.add(entry.key)
@@ -225,11 +245,22 @@ class Intake:
                 rows = self.submit([entry.spec], user=self.settings.user,
                                    source=f"{status.path}:{entry.line}", numbered=False)
             except InvalidSpec as e:
-                status.errors.append({"line": entry.line, "message": str(e)})
+                self._file_error(status, entry.line, str(e))
                 continue
             status.queued.extend(r.id for r in rows)
+        lines = {e.line for e in parsed.entries} | {e.line for e in parsed.errors}
+        for line in sorted(asked - lines):
+            self._file_error(status, line, "--again: no job on this line")
+        status.errors.sort(key=lambda e: e["line"])
         self.jobs_file = status
         return status
+
+    def _file_error(self, status: JobsFileStatus, line: int, message: str) -> None:
+        """A line that was not queued: in the file's status and as a ``jobsfile_error``
+        event (`rota events`), whether the reader or the daemon refused it."""
+        status.errors.append({"line": line, "message": message})
+        self.daemon.store.add_event(job_id=None, kind="jobsfile_error", now=self.daemon.clock(),
+                                    message=f"{status.path}:{line}: {message}")
 
 
 def sizing_warning(job_id: int, name: str, *, gpus: float, gpu_mem: int | None, gpu_total: int,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rota.backends import engines
 from rota.backends.engine import EngineJob, PoolHealth
 from rota.core.spec import JobSpec
-from rota.errors import Conflict, InvalidSpec, NotFound
+from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
 from rota.pools import LOCAL, Pool, Pools
 from rota.store.repo import JobRecord
 
@@ -48,6 +48,18 @@ async def pools_answer(pools: Pools, work_dir: Path, local: PoolHealth) -> dict[
     return {"default": pools.default, "pools": [
         _pool_view(n, pools.pools[n], h, c) for n, h, c in zip(names, healths, caps,
                                                                strict=True)]}
+
+
+async def containers_answer(ask: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Whether this machine runs container jobs, and with GPUs (Docker is asked off the
+    loop, and for at most HEALTH_TIMEOUT_S)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(ask), HEALTH_TIMEOUT_S)
+    except TimeoutError:
+        why = f"Docker did not answer within {HEALTH_TIMEOUT_S:g}s"
+    except RotaError as e:
+        why = str(e)
+    return {"available": False, "gpus": "none", "message": why}
 
 
 def _pool_view(name: str, pool: Pool, health: PoolHealth, caps: Any) -> dict[str, Any]:

@@ -352,6 +352,21 @@ class Store:
                 found.update(c.scalars(q))
         return found
 
+    def jobs_from_file(self, path: str, hashes: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """For each of ``hashes`` that a line of the jobs file ``path`` already ran as (its
+        source is ``path:LINE``), whatever became of it: the last such job and its state."""
+        hs = list(set(hashes))
+        found: dict[str, tuple[int, str]] = {}
+        j = _jobs.c
+        from_file = j.source.startswith(f"{path}:", autoescape=True)
+        with self._reading() as c:
+            for i in range(0, len(hs), 500):
+                q = (select(j.content_hash, j.id, j.state)
+                     .where(j.content_hash.in_(hs[i:i + 500]), from_file).order_by(j.id))
+                for h, job_id, state in c.execute(q):
+                    found[h] = (job_id, state)
+        return found
+
     def get_job(self, job_id: int) -> JobRecord:
         row = None
         if 0 < job_id <= _MAX_ID:  # no row has any other id (and the driver refuses some)

@@ -288,3 +288,20 @@ def test_tidy_removes_ended_containers_only(backend: ContainerBackend, jobs: Job
     wait_exit(backend, handles[2], 30)
     backend.tidy(jobs.status_dir, active=set())
     assert not any(exists(h) for h in handles)
+
+
+def test_gpus_on_a_docker_without_the_nvidia_runtime(dockerd: str, docker_client: Any,
+                                                    jobs: Jobs) -> None:
+    """This dockerd has no NVIDIA runtime: a GPU job would fail at launch ("could not
+    select device driver"), so the backend says why first; on simulated GPUs the same job
+    runs with CUDA_VISIBLE_DEVICES alone."""
+    real = ContainerBackend(dockerd, default_image=IMAGE)
+    why = real.gpu_refusal()
+    assert why is not None and why.startswith("Docker here has no NVIDIA runtime (runtimes: ")
+    with pytest.raises(BackendError, match="could not select device driver"):
+        real.launch(jobs.req("true", gpus=(1,)))
+    simulated = ContainerBackend(dockerd, default_image=IMAGE, simulated_gpus=True)
+    assert simulated.gpu_refusal() is None
+    req = jobs.req('echo "gpus=$CUDA_VISIBLE_DEVICES"', gpus=(2, 3))
+    info = run(simulated, req)
+    assert info.success and log_body(req) == "gpus=0,1\n"

@@ -13,8 +13,9 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest, Located
 from rota.backends.common import KILLED, append_log_header, prepare_paths
@@ -46,13 +47,24 @@ _LIVE = ("running", "paused", "restarting")
 _DRAIN_S = 60.0
 
 
+@dataclass(frozen=True, slots=True)
+class GpuSupport:
+    """``mode``: "nvidia" (devices through Docker), "simulated" (CUDA_VISIBLE_DEVICES
+    only) or "none" (no GPU job runs in a container here); ``message`` says so."""
+
+    mode: Literal["nvidia", "simulated", "none"]
+    message: str
+
+
 class ContainerBackend(ProcessBackend):
     """``base_url``: the Docker socket (None: DOCKER_HOST or the system's);
     ``default_image``: for a request that names none (the SDK's: the daemon's jobs name
     theirs); ``cpus``, ``memory`` (bytes) and ``shm_size`` (bytes of /dev/shm, None:
     Docker's 64 MiB): what a job that gives none gets (the local pool's container
     settings); ``network_mode``: what a job that asks for a network gets (others get none);
-    ``user``: "uid:gid" the job runs as (the daemon's)."""
+    ``user``: "uid:gid" the job runs as (the daemon's); ``simulated_gpus``: the daemon's
+    GPUs are simulated, so a container gets no devices, only CUDA_VISIBLE_DEVICES (as a
+    process does), and GPU jobs run where Docker has no NVIDIA runtime (demos, tests)."""
 
     name = "container"
     capabilities = Capabilities(attachable=False, gpu_pinning=True, adopt_after_restart=True,
@@ -61,8 +73,10 @@ class ContainerBackend(ProcessBackend):
     def __init__(self, base_url: str | None = None, *, default_image: str | None = None,
                  cpus: float | None = None, memory: int | None = None,
                  shm_size: int | None = DEFAULT_SHM_SIZE, network_mode: str = "bridge",
-                 user: str | None = None) -> None:
+                 user: str | None = None, simulated_gpus: bool = False) -> None:
         self.base_url, self.network_mode = base_url, network_mode
+        self.simulated_gpus = simulated_gpus
+        self._gpus: GpuSupport | None = None  # asked of Docker once
         self.defaults = ContainerDefaults(image=default_image, cpus=cpus, memory=memory,
                                           shm_size=shm_size)
         self.user = user or f"{os.getuid()}:{os.getgid()}"
@@ -84,6 +98,32 @@ class ContainerBackend(ProcessBackend):
         except BackendError as e:
             return str(e)
         return None
+
+    def gpu_support(self) -> GpuSupport:
+        """Whether a container here can get GPUs, and how, in words for `rota pools`."""
+        if self.simulated_gpus:
+            return GpuSupport("simulated", "the GPUs are simulated: a container job gets no "
+                                           "devices, only CUDA_VISIBLE_DEVICES, as a process")
+        if self._gpus is None:
+            missing = self.missing()
+            if missing is not None:
+                return GpuSupport("none", missing)
+            has, runtimes = docker_api.nvidia_runtime(self.docker)
+            self._gpus = GpuSupport("nvidia", "Docker gives containers their GPUs (NVIDIA "
+                                              "runtime)") if has else GpuSupport(
+                "none", f"Docker here has no NVIDIA runtime (runtimes: "
+                        f"{', '.join(runtimes) or 'none'}), so a container cannot get GPUs: "
+                        "install the NVIDIA Container Toolkit and restart Docker, or run the "
+                        "job without --image (CPU-only container jobs run)")
+        return self._gpus
+
+    def gpu_refusal(self) -> str | None:
+        """Why a job with GPUs cannot run in a container here (see base.refusal)."""
+        try:
+            support = self.gpu_support()
+        except BackendError as e:
+            return str(e)
+        return support.message if support.mode == "none" else None
 
     def _container(self, handle: Handle) -> Any | None:
         """The handle's container, or None when Docker no longer has it."""
@@ -107,7 +147,8 @@ class ContainerBackend(ProcessBackend):
         self.check(req)
         spec = spec_of(req, self.defaults)
         prepare_paths(req)
-        kwargs = create_kwargs(req, spec, user=self.user, network_mode=self.network_mode)
+        kwargs = create_kwargs(req, spec, user=self.user, network_mode=self.network_mode,
+                               gpu_devices=not self.simulated_gpus)
         append_log_header(req)
         start_cursor(req.status_path, req.log_path)
         with errors(f"job {req.job_id}: cannot create its container from {spec.image!r}"):

@@ -4,6 +4,7 @@ errors translated into BackendError, so callers never catch the SDK's own."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,21 @@ def sdk_missing() -> str | None:
     except ImportError:
         return f"the docker Python SDK is not installed ({INSTALL_HINT})"
     return None
+
+
+#: what Docker runs to give a container the GPUs of ``--gpus`` (DeviceRequests): dockerd
+#: registers its GPU driver only when this hook of the NVIDIA Container Toolkit is installed
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+
+
+def nvidia_runtime(client: Any) -> tuple[bool, list[str]]:
+    """Whether Docker can give containers NVIDIA GPUs (``docker info`` lists an ``nvidia``
+    runtime, or the toolkit's hook is installed on this machine), and the runtimes it
+    lists (for the message when it cannot)."""
+    with errors("cannot ask Docker for its runtimes"):
+        info = client.info()
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    return "nvidia" in runtimes or shutil.which(NVIDIA_HOOK) is not None, runtimes
 
 
 def connect(base_url: str | None) -> Any:

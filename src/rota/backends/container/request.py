@@ -143,9 +143,11 @@ def job_files(req: LaunchRequest) -> list[str]:
 
 
 def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
-                  network_mode: str) -> dict[str, Any]:
+                  network_mode: str, gpu_devices: bool = True) -> dict[str, Any]:
     """Arguments of ``DockerClient.containers.create`` for this attempt. ``network_mode``
-    is used only for a job that asks for a network; others get none."""
+    is used only for a job that asks for a network; others get none. Without
+    ``gpu_devices`` (simulated GPUs: there are no devices to give) the job's GPUs are only
+    named in CUDA_VISIBLE_DEVICES, as for a process."""
     from docker.types import DeviceRequest, LogConfig, Mount
 
     mounts = [Mount(target=p, source=p, type="bind", read_only=False) for p in job_files(req)]
@@ -168,7 +170,7 @@ def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
         kwargs.update(mem_limit=spec.memory, memswap_limit=spec.memory)
     if spec.shm_size:
         kwargs["shm_size"] = spec.shm_size
-    if spec.gpus:
+    if spec.gpus and gpu_devices:
         kwargs["device_requests"] = [DeviceRequest(device_ids=[str(i) for i in spec.gpus],
                                                    capabilities=[["gpu"]])]
     return kwargs

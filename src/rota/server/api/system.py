@@ -115,10 +115,16 @@ async def jobsfile(reads: ReadsPort) -> Annotated[Json, JobsFileAnswer]:
     return reads.jobs_file()
 
 
-@router.post("/jobsfile/reload", responses=errors(401, 403, 503))
-async def jobsfile_reload(p: Caller, commands: CommandsPort) -> Annotated[Json, JobsFileAnswer]:
+class ReloadBody(BaseModel):
+    #: line numbers to run again although they ran before (`rota add --again`)
+    again: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(default=[], max_length=10_000)
+
+
+@router.post("/jobsfile/reload", responses=errors(400, 401, 403, 422, 503))
+async def jobsfile_reload(p: Caller, commands: CommandsPort, body: ReloadBody | None = None,
+                          ) -> Annotated[Json, JobsFileAnswer]:
     p.require_admin("reloading the jobs file")
-    return commands.reload_jobs_file()
+    return commands.reload_jobs_file(again=body.again if body else [])
 
 
 @router.post("/shutdown", responses=errors(401, 403))
