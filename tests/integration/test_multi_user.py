@@ -205,3 +205,89 @@ def test_a_daemon_not_run_as_root_refuses_another_users_jobs(
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_end(d: DaemonProcess, job_id: int) -> dict[str, object]:
+    def ended() -> bool:
+        with d.client() as c:
+            return bool(c.job(job_id)["state"] in ("completed", "failed", "cancelled"))
+    wait_until(ended, timeout=60, what=f"job {job_id} to end")
+    with d.client() as c:
+        return dict(c.job(job_id))
+
+
+def _log(d: DaemonProcess, job_id: int) -> str:
+    return (d.home / "logs" / f"{job_id}.log").read_text()
+
+
+PROBE = r"""
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) umask=$(umask)"
+echo "home=$HOME user=$USER logname=$LOGNAME"
+echo "daemon-env=${ROTA_SHARED_ACCOUNT:-none}"
+for f in "$RH/rota.db" "$RH/secrets.key"; do
+  if cat "$f" >/dev/null 2>&1; then echo "READ $f"; else echo "denied $f"; fi
+done
+for d in "$RH" "$RH/logs" "$RH/status"; do
+  if ls "$d" >/dev/null 2>&1; then echo "READ $d"; else echo "denied $d"; fi
+done
+echo made > "$HOME/made-by-job"
+"""
+WHOAMI = ("import http.client,socket,sys\n"
+          "class C(http.client.HTTPConnection):\n"
+          "    def connect(self):\n"
+          "        self.sock=socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])\n"
+          "c=C('localhost'); c.request('GET','/v1/whoami')\n"
+          "print('whoami', c.getresponse().read().decode())\n")
+
+
+def test_a_users_job_runs_as_that_user_and_reaches_nothing_of_the_daemons(
+        root_daemon: DaemonProcess, accounts: dict[str, int]) -> None:
+    home = root_daemon.home
+    # bob keeps a secret; alice's job must never see it
+    r = subprocess.run(["runuser", "-u", BOB, "--", "env", "-i",
+                        *(f"{k}={v}" for k, v in _env_of(home).items()),
+                        SYSTEM_PYTHON, "-m", "rota", "secret", "set", "HF_TOKEN"],
+                       input="hf_bobs_secret_value\n", capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = rota_as(BOB, home, "submit", "--json", "--secret", "HF_TOKEN", "--", "sh", "-c",
+                "echo bob-ran")
+    assert r.returncode == 0, r.stderr
+    bobs = json.loads(r.stdout)["jobs"][0]["id"]
+    assert _wait_end(root_daemon, bobs)["state"] == "completed"
+
+    r = rota_as(ALICE, home, "submit", "--json", "--env", f"RH={home}", "--", "sh", "-c",
+                PROBE + f"cat {home}/logs/{bobs}.log || echo denied-bobs-log; "
+                        "env | grep hf_ || true")
+    assert r.returncode == 0, r.stderr
+    job_id = json.loads(r.stdout)["jobs"][0]["id"]
+    out = _wait_for_log(root_daemon, job_id)
+    uid = accounts[ALICE]
+    assert f"uid={uid} gid={uid}" in out, out
+    assert "umask=0077" in out, out
+    assert f"home=/home/{ALICE} user={ALICE} logname={ALICE}" in out, out
+    assert "daemon-env=none" in out, out  # the root daemon's environment did not leak
+    assert "READ" not in out, out
+    assert out.count("denied ") == 5, out
+    assert "denied-bobs-log" in out and "bob-ran" not in out, out
+    assert "hf_bobs_secret_value" not in out
+    made = Path(f"/home/{ALICE}/made-by-job")
+    assert made.stat().st_uid == uid and made.stat().st_mode & 0o077 == 0
+    log = home / "logs" / f"{job_id}.log"
+    assert log.stat().st_uid == uid and log.stat().st_mode & 0o777 == 0o600
+
+
+def _wait_for_log(d: DaemonProcess, job_id: int) -> str:
+    job = _wait_end(d, job_id)
+    out = _log(d, job_id)
+    assert job["state"] == "completed", out
+    return out
+
+
+def test_a_users_job_is_that_user_on_the_daemons_socket(
+        root_daemon: DaemonProcess, accounts: dict[str, int]) -> None:
+    r = rota_as(ALICE, root_daemon.home, "submit", "--json", "--env", f"W={WHOAMI}", "--",
+                "sh", "-c", f"{SYSTEM_PYTHON} -c \"$W\" {root_daemon.socket}")
+    assert r.returncode == 0, r.stderr
+    out = _wait_for_log(root_daemon, json.loads(r.stdout)["jobs"][0]["id"])
+    assert 'whoami {"user":"rtu-alice","admin":false,"via":"socket"}' in out, out

@@ -10,13 +10,46 @@ ask the backend; they never read process tables or a backend's records themselve
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rota.errors import BackendError
+
 if TYPE_CHECKING:
     from rota.backends.engine import EngineJob
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix account a job runs as, when it is not the daemon's own (a root daemon runs
+    each job as its owner's account: docs/security.md)."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]  # supplementary groups, as login would set them
+    home: str
+    shell: str
+
+    @classmethod
+    def of(cls, account: str) -> RunAs:
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(account)
+        except KeyError:
+            raise BackendError(f"there is no Unix account {account!r} on this machine to "
+                               "run the job as") from None
+        return cls(user=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid,
+                   groups=tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)),
+                   home=pw.pw_dir, shell=pw.pw_shell or "/bin/sh")
+
+
+#: a run-as job's PATH unless it sets its own (a login's, as runuser -l gives)
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +74,8 @@ class LaunchRequest:
     cpus: float | None = None
     memory: int | None = None  # bytes
     network: bool = False  # none unless asked
+    # the account it runs as, when not the daemon's own (every executor applies it)
+    run_as: RunAs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +160,7 @@ class Capabilities:
     launch_blocks: bool = False  # a launch waits on the process (run off the event loop)
     stop_signal: bool = True  # sends the job's own stop signal (else only SIGTERM)
     engine: bool = False  # a cluster engine: it places the job itself (no GPUs of ours)
+    run_as: bool = False  # starts a job as another account (LaunchRequest.run_as)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,15 +17,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rota.backends.base import Handle, Launched, LaunchFailed, LaunchOutcome, LaunchRequest
+from rota.backends.base import (
+    Handle,
+    Launched,
+    LaunchFailed,
+    LaunchOutcome,
+    LaunchRequest,
+    RunAs,
+)
 from rota.config import Settings
 from rota.core.argv import cuda_visible_devices, inject_cuda_arg, substitute_checkpoint
 from rota.core.lifecycle import JobState
 from rota.core.plan import Start
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
-from rota.errors import BackendError, TrackerError
+from rota.errors import BackendError, RotaError, TrackerError
 from rota.ml import checkpoints
+from rota.server.accounts import AccountRules
 from rota.server.backend_set import BackendSet
 from rota.server.batch import Batch, each
 from rota.server.device_monitor import DeviceMonitor
@@ -63,6 +71,7 @@ class Launcher:
         self.in_flight = 0  # sent to a backend that answers later, not answered yet
         self.unrecorded: list[tuple[Running, LaunchOutcome]] = []  # answered, not stored
         self._record_timer: asyncio.TimerHandle | None = None
+        self.accounts = AccountRules.here(settings.user, settings.shared_account)
 
     def start(self, starts: list[Start], now: float) -> None:
         """Commit the intents of a pass's starts in one transaction, then launch them."""
@@ -251,7 +260,13 @@ class Launcher:
             engine_job = dataclasses.replace(engine_job, argv=tuple(argv),
                                              after=engine_after(run, self.table))
             where = f"handed to {run.backend.name}"
-        return LaunchRequest(job_id=run.job_id, attempt=run.attempt_no, argv=argv,
+        run_as = self._run_as(run.user)
+        if run_as is not None and not run.backend.capabilities.run_as:
+            raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
+                               f"another account yet ({run_as.user}); submit it to the local "
+                               "pool or a container (docs/security.md)")
+        return LaunchRequest(run_as=run_as, job_id=run.job_id,
+                             attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
                              log_path=run.log_path, status_path=run.status_path,
                              session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
@@ -259,6 +274,18 @@ class Launcher:
                                         f"{where}", engine_job=engine_job,
                              image=spec.image, cpus=spec.cpus, memory=spec.memory,
                              network=spec.network)
+
+    def _run_as(self, user: str) -> RunAs | None:
+        """The account ``user``'s job runs as (None: the daemon's own); a job that cannot
+        (the account is gone, the rules changed since its submit) fails its launch with the
+        reason. Looked up per launch: a mapping changed by an admin applies at once."""
+        if user == self.settings.user:
+            return None  # the owner's, as ever: no lookup on the single-user path
+        try:
+            account = self.accounts.account_in(self.store, user)
+        except RotaError as e:
+            raise BackendError(str(e)) from None
+        return None if account is None else RunAs.of(account)
 
     def _resume_point(self, run: Running) -> str | None:
         """The newest valid checkpoint of this job for a retry to continue from (a first

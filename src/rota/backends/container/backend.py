@@ -68,6 +68,7 @@ class ContainerBackend(ProcessBackend):
 
     name = "container"
     capabilities = Capabilities(attachable=False, gpu_pinning=True, adopt_after_restart=True,
+                                run_as=True,
                                 launch_blocks=True, stop_signal=True)
 
     def __init__(self, base_url: str | None = None, *, default_image: str | None = None,
@@ -147,7 +148,9 @@ class ContainerBackend(ProcessBackend):
         self.check(req)
         spec = spec_of(req, self.defaults)
         prepare_paths(req)
-        kwargs = create_kwargs(req, spec, user=self.user, network_mode=self.network_mode,
+        # the job's owner's account, groups included (the daemon's own: self.user)
+        user = self.user if req.run_as is None else f"{req.run_as.uid}:{req.run_as.gid}"
+        kwargs = create_kwargs(req, spec, user=user, network_mode=self.network_mode,
                                gpu_devices=not self.simulated_gpus)
         append_log_header(req)
         start_cursor(req.status_path, req.log_path)

@@ -164,6 +164,10 @@ def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
         # over the daemon's log-opts): the copy into the job's log counts entries from the
         # start (logs.py), so none may be rotated away before the container is removed
         log_config=LogConfig(type=LogConfig.types.JSON, config=_NO_ROTATION))
+    if req.run_as is not None:
+        kwargs["group_add"] = [str(g) for g in req.run_as.groups if g != req.run_as.gid]
+        for path in job_files(req):  # what it writes (its events) is its own
+            os.chown(path, req.run_as.uid, req.run_as.gid)
     if spec.cpus:
         kwargs["nano_cpus"] = int(spec.cpus * 1e9)
     if spec.memory:

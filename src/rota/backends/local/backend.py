@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -62,7 +63,7 @@ class LocalBackend(ProcessBackend):
     """
 
     name = "local"
-    capabilities = Capabilities(attachable=False)
+    capabilities = Capabilities(attachable=False, run_as=True)
 
     def __init__(self, runner_socket: Path | None = None) -> None:
         # the daemon's environment, read once: copying os.environ decodes every variable
@@ -141,9 +142,12 @@ class LocalBackend(ProcessBackend):
                 out[i] = LaunchFailed(str(e))
                 continue
             asked.append(i)
-            msgs.append({"op": "launch", "argv": argv, "env": req.env,
-                         "cwd": req.cwd, "log": str(req.log_path),
-                         "status": str(req.status_path), "header": req.log_header})
+            msg = {"op": "launch", "argv": argv, "env": req.env, "cwd": req.cwd,
+                   "log": str(req.log_path), "status": str(req.status_path),
+                   "header": req.log_header}
+            if req.run_as is not None:  # the runner starts it as that account
+                msg["as"] = dataclasses.asdict(req.run_as)
+            msgs.append(msg)
         return out, asked, msgs
 
     def _outcomes(self, reqs: list[LaunchRequest], out: list[LaunchOutcome], asked: list[int],
@@ -178,6 +182,10 @@ class LocalBackend(ProcessBackend):
 
     def _launch_with_shim(self, req: LaunchRequest) -> Handle:
         self.check(req)
+        if req.run_as is not None:
+            raise BackendError(f"job {req.job_id}: only the local runner starts a job as "
+                               f"another account ({req.run_as.user}), and it cannot be "
+                               "started here: see the daemon's log")
         argv = shell_shim_argv(req.status_path, req.log_path, req.log_header, req.cwd,
                                build_job_argv(req))
         prepare_paths(req)

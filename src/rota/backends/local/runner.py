@@ -258,8 +258,12 @@ class Runner:
     def _launch(self, env: dict[str, str], msg: dict[str, Any],
                 fds: list[int]) -> dict[str, Any]:
         argv: list[str] = msg["argv"]
-        log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        account: dict[str, Any] | None = msg.get("as")
+        log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o600 if account else 0o644)
         try:
+            if account is not None:
+                _hand_over(account, log, msg["status"], msg["env"].get("ROTA_EVENTS_FILE"))
             if msg.get("header"):
                 os.write(log, (msg["header"] + "\n").encode())
             with contextlib.suppress(OSError):  # a stale status file would shadow the journal
@@ -267,7 +271,9 @@ class Runner:
             journal = self._journal(msg["status"])
             self._tell_keeper(starting(msg["status"], journal.segment()))
             try:
-                pid = self._spawn(argv, env, msg.get("cwd") or None, log)
+                pid = self._spawn(argv, env, msg.get("cwd") or None, log) if account is None \
+                    else _spawn_as(account, argv, {**account_env(account), **msg["env"]},
+                                   msg.get("cwd") or None, log)
             except OSError as e:
                 # as a shell says it: in the log, and an exit status of 127 (not found) or
                 # 126 (cannot run), from a stand-in process, so the job ends as any other
@@ -413,3 +419,58 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
+
+
+# --- a job as another account (a root runner: docs/security.md) --------------------------
+def account_env(account: dict[str, Any]) -> dict[str, str]:
+    """A login's environment for the account; the runner's (root's) never reaches the job."""
+    from rota.backends.base import SAFE_PATH
+
+    return {"HOME": account["home"], "USER": account["user"], "LOGNAME": account["user"],
+            "SHELL": account["shell"], "PATH": SAFE_PATH, "LANG": "C.UTF-8"}
+
+
+def _hand_over(account: dict[str, Any], log: int, status: str, events: str | None) -> None:
+    """The job's own files become its account's: its log, and the file rota.job writes its
+    metrics to (made here, in a status folder it may pass through but not list)."""
+    uid, gid = account["uid"], account["gid"]
+    os.fchown(log, uid, gid)
+    os.fchmod(log, 0o600)
+    status_dir = os.path.dirname(status)
+    os.chmod(status_dir, 0o711)
+    if events:
+        fd = os.open(events, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+
+
+def _spawn_as(account: dict[str, Any], argv: list[str], env: dict[str, str],
+              cwd: str | None, log: int) -> int:
+    """fork + exec as the account: groups, gid, uid set before exec, umask 077, in a session
+    of its own, output to the log (posix_spawn cannot switch users). The runner (and its
+    keeper) reap it by pid, as any job: the Popen object is told it is done so that
+    subprocess never reaps it behind their back."""
+    import subprocess
+
+    prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if prog is None:
+        raise OSError(errno.ENOENT, f"cannot run '{argv[0]}': command not found")
+    try:
+        proc = subprocess.Popen(argv, executable=prog, env=env, cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, user=account["uid"],
+                                group=account["gid"], extra_groups=account["groups"],
+                                umask=0o077, close_fds=True, restore_signals=True,
+                                preexec_fn=_default_signals)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot run '{argv[0]}' as {account['user']}: "
+                               f"{e.strerror}") from None
+    proc.returncode = 0  # never polled: the runner's selector and waitpid see its end
+    return proc.pid
+
+
+def _default_signals() -> None:
+    for sig in _DEFAULT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
