@@ -63,7 +63,7 @@ class LaunchRequest:
     conda: str | None
     log_path: Path  # stdout+stderr of the job, appended
     status_path: Path  # written by the shim: pid at start, exit status at the end
-    session_name: str  # for tmux/screen, e.g. "rota-12-gpu0.1"
+    session_name: str  # for tmux/screen, e.g. "rota-12-gpu0.1-3fa2c1" (the home's tag last)
     log_header: str = ""  # a line the log gets before the job's output (which attempt, GPUs)
     # for a cluster engine's pool: the job as the engine is handed it (its secret_env names
     # variables whose values are in ``env``); None on this machine

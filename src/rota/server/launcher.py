@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +73,8 @@ class Launcher:
         self.unrecorded: list[tuple[Running, LaunchOutcome]] = []  # answered, not stored
         self._record_timer: asyncio.TimerHandle | None = None
         self.accounts = AccountRules.here(settings.user, settings.shared_account)
+        # in session names: two homes of one account share its tmux/screen server
+        self.home_tag = hashlib.sha1(str(settings.home).encode()).hexdigest()[:6]
 
     def start(self, starts: list[Start], now: float) -> None:
         """Commit the intents of a pass's starts in one transaction, then launch them."""
@@ -269,7 +272,7 @@ class Launcher:
                              attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
                              log_path=run.log_path, status_path=run.status_path,
-                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}",
+                             session_name=f"rota-{run.job_id}-gpu{gpu_tag}-{self.home_tag}",
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
                                         f"{where}", engine_job=engine_job,
                              image=spec.image, cpus=spec.cpus, memory=spec.memory,
