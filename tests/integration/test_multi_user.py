@@ -291,3 +291,11 @@ def test_a_users_job_is_that_user_on_the_daemons_socket(
     assert r.returncode == 0, r.stderr
     out = _wait_for_log(root_daemon, json.loads(r.stdout)["jobs"][0]["id"])
     assert 'whoami {"user":"rtu-alice","admin":false,"via":"socket"}' in out, out
+
+
+def test_a_place_that_cannot_run_a_job_as_its_owner_refuses_it_at_submit(
+        root_daemon: DaemonProcess) -> None:
+    r = rota_as(BOB, root_daemon.home, "submit", "--session", "tmux", "--", "true")
+    assert r.returncode != 0
+    assert "tmux sessions cannot start a job as another Unix account yet" in r.stderr, r.stderr
+    assert "this job would run as rtu-bob" in r.stderr

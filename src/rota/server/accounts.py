@@ -61,6 +61,8 @@ class AccountRules:
                         "shared_account = true in rota.toml (docs/security.md)")
 
     def account_in(self, store: Store, user: str) -> str | None:
+        if user == self.owner:
+            return None  # the single-user path: no lookup
         row = store.user_or_none(user)
         return self.account_of(user, unix_account=row.unix_account if row else None,
                                admin=row.admin if row else user == self.owner)

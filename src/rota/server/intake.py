@@ -44,6 +44,13 @@ class JobsFileStatus:
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
+
+class Unknown:
+    """Not looked up yet (``Intake.prepare``'s account)."""
+
+
+UNKNOWN = Unknown()
+
 class Intake:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
@@ -55,7 +62,7 @@ class Intake:
 
     # --- submit --------------------------------------------------------------------------
     def prepare(self, given: JobSpec | dict[str, Any], *, user: str, where: str = "",
-                force: bool = False) -> JobSpec:
+                force: bool = False, account: str | Unknown | None = UNKNOWN) -> JobSpec:
         """Validate one spec and fill in what the daemon knows (GPU needs from --llm);
         refuse one this machine can never run (unless ``force``) or whose template's
         Python packages are missing here."""
@@ -66,6 +73,10 @@ class Intake:
         if spec.llm and "gpus" not in asked:
             spec = self._resolve_llm(spec, prefix)
         pool_name, pool = self.settings.pool_set.get(spec.pool)  # InvalidSpec names them
+        if isinstance(account, Unknown):
+            account = self.accounts.account_in(self.daemon.store, user)  # Forbidden: never
+        if account is not None:
+            self._check_run_as(spec, account, pool_name, pool.engine, prefix)
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
         _check_this_machine(spec, prefix)
@@ -92,6 +103,20 @@ class Intake:
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         self._check_dependencies(spec, prefix)
         return spec
+
+    def _check_run_as(self, spec: JobSpec, account: str, pool_name: str, engine: str,
+                      prefix: str) -> None:
+        """The job runs as ``account``: its backend must be one that starts a job so."""
+        if engine == LOCAL:
+            backend = self.daemon.backends.get(self.daemon.backends.name_of(spec))
+            if backend.capabilities.run_as:
+                return
+            what = f"{backend.name} sessions"
+        else:
+            what = f"pool {pool_name} ({engine})"
+        raise InvalidSpec(f"{prefix}{what} cannot start a job as another Unix account yet, "
+                          f"and this job would run as {account}: run it as a plain process "
+                          "or a container (docs/security.md)", field="pool")
 
     def _typed(self, spec: JobSpec, prefix: str, *, force: bool) -> JobSpec:
         """A GPU type on this machine: the GPUs whose name holds it (any case) become the
@@ -166,9 +191,9 @@ class Intake:
                 return made
         if not given:
             raise InvalidSpec("no job given", field="jobs")
-        self.accounts.account_in(self.daemon.store, user)  # Forbidden: it could never start
+        account = self.accounts.account_in(self.daemon.store, user)  # Forbidden: never runs
         specs = [self.prepare(g, user=user, where=f"jobs[{n}]" if numbered else "",
-                              force=force)
+                              force=force, account=account)
                  for n, g in enumerate(given)]
         if dedup:
             live = self.daemon.store.live_hashes(s.content_hash() for s in specs)
