@@ -44,14 +44,21 @@ FILE = typer.Argument(..., metavar="FILE", help="an evaluation config (YAML)")
 # --- validate ------------------------------------------------------------------------------
 @eval_app.command()
 def validate(file: str = FILE, json_out: bool = JSON) -> None:
-    """Check a config: every bad field is named with its path and line (exit 2)."""
-    from rota.eval.config import ConfigErrors
+    """Check a config: every bad field is named with its path and line (exit 2), and every
+    local path (read from the config's folder) must be on this machine."""
+    from rota.eval import paths
+    from rota.eval.config import ConfigErrors, located
 
     try:
-        config, _ = read_config(file)
+        config, text = read_config(file)
+        config = paths.resolve(config, os.path.dirname(os.path.abspath(file)))
+        gone = paths.missing(config)
+        if gone:
+            raise ConfigErrors(located(text, file, gone))
     except ConfigErrors as e:
         if json_out:
-            sys.stdout.write(_json({"file": file, "valid": False, "problems": e.problems}))
+            sys.stdout.write(_json({"file": file, "valid": False,
+                                    "problems": [p.as_json() for p in e.items]}))
         else:
             sys.stderr.write("".join(f"{p}\n" for p in e.problems))
         raise typer.Exit(2) from None
