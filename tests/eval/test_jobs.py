@@ -83,7 +83,7 @@ def test_the_model_server_variable_is_the_one_a_pod_fetches_with() -> None:
 # --- Kubernetes: the harness's local files travel in the ConfigMap --------------------------
 def k8s_plan(text: str, config_dir: Path):  # type: ignore[no-untyped-def]
     return make_plan(load_text(text), Source(text), pool="k8s", engine="kubernetes",
-                     asked_pool=None, work_dir="/unused", config_dir=str(config_dir))
+                     work_dir="/unused", config_dir=str(config_dir))
 
 
 def with_harness(harness: str) -> str:
@@ -207,7 +207,7 @@ NEWCOMER = textwrap.dedent("""\
 
 
 def local_plan(text: str, config_dir: Path, engine: str = "local"):  # type: ignore[no-untyped-def]
-    return make_plan(load_text(text), Source(text), pool="p", engine=engine, asked_pool=None,
+    return make_plan(load_text(text), Source(text), pool="p", engine=engine,
                      work_dir=str(config_dir / ".rota-eval" / "tiny-1"),
                      config_dir=str(config_dir))
 

@@ -20,11 +20,12 @@ import yaml
 from pydantic import TypeAdapter
 
 from backends.kubernetes.schemas import validate
+from hf_testing import finished
 from rota import Client
 from rota.answers import EvalResultsAnswer, RenderAnswer
 from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.server.api.answer_schemas import pydantic_type
-from rota_testing import DaemonProcess, running_daemon, wait_until
+from rota_testing import DaemonProcess, running_daemon, wait_until, without_modules
 
 TOML = """
 [pools.k8s]
@@ -452,3 +453,60 @@ def test_results_fit_80_columns_as_a_row_per_run_or_a_row_per_metric(
     assert many[0].split() == ["job", "run", "metric", "value"]
     rows = {line.split()[-2]: line.split()[-1] for line in many[2:] if len(line.split()) >= 2}
     assert rows["hellaswag/acc"] == "0.75" and rows["arc_easy/acc"] == "0.5"
+
+
+# --- a newcomer's machine: no MLflow, no Kubernetes client ----------------------------------
+#: lm-eval as it behaves: its console (settings and a results table, which are no results)
+#: and its results file
+FAKE_LM_EVAL = """\
+import json, os, sys
+a = sys.argv
+print("hf (pretrained=m), gen_kwargs: (None), limit: 2.0, num_fewshot: None, batch_size: 8")
+print("|tiny_mc|1|none|0|acc|0.75|\u00b1 |0.25|")
+out = os.path.join(a[a.index("--output_path") + 1], "m")
+os.makedirs(out)
+with open(os.path.join(out, "results_2026-01-01T00-00-00.json"), "w") as f:
+    json.dump({"results": {"tiny_mc": {"acc,none": 0.75, "acc_stderr,none": 0.25}}}, f)
+"""
+
+
+def test_without_mlflow_or_the_kubernetes_client_a_local_evaluation_runs(
+        tmp_path: Path) -> None:
+    """A Kubernetes pool declared, the kubernetes and mlflow packages missing where the
+    daemon runs: the pool is shown unhealthy with the sentence that fixes it, and an
+    evaluation without tracking (its model ./tiny-llama beside the config, submitted from
+    another folder) renders, runs on this machine with no MLflow run, and its results
+    reach `rota eval results` (pool local) and the job."""
+    fakes = tmp_path / "fakes" / "lm_eval"
+    fakes.mkdir(parents=True)
+    (fakes / "__init__.py").write_text("")
+    (fakes / "__main__.py").write_text(FAKE_LM_EVAL)
+    env = without_modules(tmp_path / "missing", "kubernetes", "mlflow")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fakes"), env["PYTHONPATH"]])
+    home, configs, elsewhere = tmp_path / "home", tmp_path / "configs", tmp_path / "elsewhere"
+    for folder in (home, configs / "tiny-llama", elsewhere):
+        folder.mkdir(parents=True)
+    (configs / "tiny-llama" / "config.json").write_text("{}")
+    f = write(configs, NEWCOMER.replace("      task_dir: tasks\n", "") + "compute: {gpus: 0}\n")
+    with running_daemon(home, TOML.format(home=home), env) as d:
+        r = d.cli("pools", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        k8s = next(p for p in json.loads(r.stdout)["pools"] if p["name"] == "k8s")
+        assert not k8s["health"]["reachable"]
+        assert "pip install 'rota[kubernetes]'" in k8s["health"]["message"]
+        assert d.cli("pools").returncode == 0
+
+        r = d.cli("eval", "render", str(f), "--pool", "local", cwd=elsewhere)
+        assert r.returncode == 0 and f"ROTA_EVAL_CONFIG_DIR={configs}" in r.stdout, r.stderr
+        r = d.cli("eval", "submit", str(f), "--json", cwd=elsewhere)
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)["evaluate"]["jobs"][0]["id"]
+        done = finished(d, job_id, timeout=120)
+        assert "tracking" not in done and done["spec"]["mlflow"] is False
+        results = json.loads(d.cli("eval", "results", "--json").stdout)
+        [run] = results["runs"]
+        assert (run["pool"], run["model"]) == ("local", f"{configs}/tiny-llama")
+        assert run["metrics"] == {"tiny_mc/acc": 0.75, "tiny_mc/acc_stderr": 0.25}
+        with d.client() as c:
+            shown = set(c.request("GET", f"/v1/jobs/{job_id}/metrics")["series"])
+        assert {"tiny_mc/acc", "tiny_mc/acc_stderr"} <= shown

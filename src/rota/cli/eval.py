@@ -102,7 +102,7 @@ def plan(c: Client, file: str, pool: str | None, work_dir: str | None) -> Plan:
         ".rota-eval", work_dir_name(config.name, time.time())))
     commit, dirty = git_state(file)
     return make_plan(config, Source(text, commit, dirty), pool=name, engine=engine,
-                     asked_pool=pool, work_dir=folder,
+                     work_dir=folder,
                      config_dir=os.path.dirname(os.path.abspath(file)))
 
 

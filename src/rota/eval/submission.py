@@ -39,9 +39,9 @@ class Plan:
 
 
 def make_plan(config: EvalConfig, src: Source, *, pool: str, engine: str,
-              asked_pool: str | None, work_dir: str, config_dir: str | None = None) -> Plan:
-    """The jobs on ``pool`` (whose engine is ``engine``); ``asked_pool``, when given, is
-    written into every spec (it wins over the config's compute.pool). Relative paths are
+              work_dir: str, config_dir: str | None = None) -> Plan:
+    """The jobs on ``pool`` (whose engine is ``engine``), named in every spec: they are
+    made for that engine, and `rota eval results` says where each ran. Relative paths are
     read from ``config_dir``, the config file's folder (rota.eval.paths). On Kubernetes the
     harness's local files are read here (:func:`pod_files`), and a model in a local folder
     is refused (InvalidSpec)."""
@@ -60,10 +60,9 @@ def make_plan(config: EvalConfig, src: Source, *, pool: str, engine: str,
         src = replace(src, folder=config_dir)
     jobs = eval_jobs(config, src, pool_engine=engine, python=python, work_dir=work_dir,
                      pod_files=files)
-    if asked_pool:
-        for spec in (jobs.fetch, jobs.evaluate):
-            if spec is not None:
-                spec["pool"] = asked_pool
+    for spec in (jobs.fetch, jobs.evaluate):
+        if spec is not None:
+            spec["pool"] = pool
     return Plan(config, jobs, pool, work_dir)
 
 
