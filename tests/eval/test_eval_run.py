@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from eval_testing import HELM_GROUPS, config_text, fake_program, require, run_eval
 
+from rota.eval.config import load_text
+
 NO_RESULTS = "sys.exit(0)  # ran, wrote nothing\n"
 CRASH = "raise RuntimeError('CUDA out of memory (stand-in)')\n"
 
@@ -158,7 +160,60 @@ def test_a_model_that_cannot_be_fetched_fails(tmp_path: Path) -> None:
     ran = run_eval(tmp_path, "--fetch-only", env={"ROTA_EVAL_CONFIG": text})
     assert ran.code == 1
     assert "cannot fetch runs:/0123abcd/model from MLflow" in ran.failure
+    assert "trying again" not in ran.stdout  # a run that does not exist stays missing
     assert not (tmp_path / "eval-output" / "model").exists()
+
+
+def test_only_a_fetch_that_can_change_is_tried_again() -> None:
+    """A network error or a server's passing trouble is tried twice more, after waits; a
+    missing run fails at once; the fetch job has no retries of its own (each waited)."""
+    from rota.eval.fetch import RETRY_WAITS_S, FetchUnavailable, tried
+    from rota.eval.harnesses.base import EvalFailed
+
+    def failing(errors: list[EvalFailed]):  # type: ignore[no-untyped-def]
+        def fetch() -> None:
+            calls.append(1)
+            if errors:
+                raise errors.pop(0)
+        return fetch
+
+    calls: list[int] = []
+    waits: list[float] = []
+    tried(failing([FetchUnavailable("down"), FetchUnavailable("down")]), sleep=waits.append)
+    assert (len(calls), waits) == (3, list(RETRY_WAITS_S))
+    calls, waits = [], []
+    with pytest.raises(FetchUnavailable):
+        tried(failing([FetchUnavailable("down")] * 3), sleep=waits.append)
+    assert len(calls) == 3
+    calls, waits = [], []
+    with pytest.raises(EvalFailed, match="not found"):
+        tried(failing([EvalFailed("Run with id=0a1b2c not found")]), sleep=waits.append)
+    assert (len(calls), waits) == (1, [])
+    assert "retries" not in jobs_fetch_spec()
+
+
+def jobs_fetch_spec() -> dict[str, object]:
+    from rota.eval.jobs import Source, eval_jobs
+
+    text = config_text(model={"uri": "runs:/0a1b2c/model"})
+    got = eval_jobs(load_text(text), Source(text), pool_engine="local", python="python",
+                    work_dir="/w").fetch
+    assert got is not None
+    return got
+
+
+def test_an_unreachable_mlflow_server_is_tried_again(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    require("mlflow")
+    from rota.eval import fetch
+    from rota.eval.config import load_text as load
+
+    monkeypatch.setattr(fetch, "RETRY_WAITS_S", (0.0,))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    cfg = load(config_text(model={"mlflow": {"tracking_uri": "http://127.0.0.1:9",
+                                             "run_id": "0a1b2c", "artifact_path": "model"}}))
+    with pytest.raises(fetch.FetchUnavailable, match="cannot fetch runs:/0a1b2c/model"):
+        fetch.resolve(cfg, tmp_path, {})
 
 
 def test_params_are_the_config_flattened_and_tags_name_the_files_commit(

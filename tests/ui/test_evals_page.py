@@ -157,7 +157,7 @@ def test_filters_narrow_the_runs_and_stay_in_the_address(
     expect(_rows(page)).to_have_count(3)
     # the fields suggest what the runs have
     for key, values in (("name", ["other", "suite"]), ("model", [LARGE, SMALL]),
-                        ("task", ["arc_easy", "hellaswag", "wikitext"])):
+                        ("task", ["arc_easy", "heldout", "hellaswag", "wikitext"])):
         assert page.locator(f"#ev-{key} ~ datalist option").evaluate_all(
             "os => os.map(o => o.value)") == values
     page.get_by_label("Config", exact=True).fill("suite")

@@ -174,8 +174,9 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
     fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
              "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
              "priority": config.compute.priority,
-             "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"],
-             "retries": 2}
+             # what can change is tried again inside (rota.eval.fetch); what cannot (a run
+             # that does not exist) must not wait through retries before it is reported
+             "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"]}
     return EvalJobs(evaluate=spec, fetch={k: v for k, v in fetch.items() if v is not None})
 
 
