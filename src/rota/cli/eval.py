@@ -269,22 +269,37 @@ def _trigger_text(d: EvalScheduleAnswer) -> str:
     return f"each new checkpoint of job {d['job_id']}"
 
 
+#: the narrowest each wrapping column of `rota eval schedules` gets (80 columns hold them)
+_SCHEDULE_MIN = {"name": 12, "trigger": 20}
+
+
 def _schedules_table(data: EvalSchedulesAnswer) -> RenderableType:
+    """A row per schedule; why one is off goes under the table, a line each (as `rota
+    pools` says what is wrong with a pool): at 80 columns the trigger and the names keep
+    their room, wrapping between words, and the numbers stay whole."""
     if not data["schedules"]:
         return Plain("no evaluation schedules")
     from rich.box import SIMPLE_HEAD
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     from rota.cli.fmt import add_row
 
+    rows = [[str(d["id"]), d["name"], _trigger_text(d), str(d["runs"]),
+             str(d["last_job"] or "-"), "yes" if d["enabled"] else "no"]
+            for d in data["schedules"]]
     t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
-    for col in ("id", "name", "trigger", "runs", "last job", "enabled"):
-        t.add_column(col, no_wrap=col != "trigger", overflow="fold")
-    for d in data["schedules"]:
-        state = "yes" if d["enabled"] else f"no: {d['disabled_reason'] or '-'}"
-        add_row(t, str(d["id"]), d["name"], _trigger_text(d), str(d["runs"]),
-                str(d["last_job"] or "-"), state)
-    return t
+    for i, col in enumerate(("id", "name", "trigger", "runs", "last job", "enabled")):
+        longest = max(len(x) for x in [col, *(r[i] for r in rows)])
+        wraps = col in _SCHEDULE_MIN
+        t.add_column(col, no_wrap=not wraps, overflow="fold",
+                     min_width=min(longest, _SCHEDULE_MIN[col]) if wraps else None)
+    for r in rows:
+        add_row(t, *r)
+    off = [Text(f"{d['id']}: off: {d['disabled_reason'] or '-'}")
+           for d in data["schedules"] if not d["enabled"]]
+    return Group(t, *off) if off else t
 
 
 # --- render --------------------------------------------------------------------------------
