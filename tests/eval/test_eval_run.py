@@ -24,7 +24,8 @@ def fake_lm_eval(where: Path, body: str) -> dict[str, str]:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text("import sys\n" + body)
-    return {"PYTHONPATH": str(where / "fakes")}
+    kept = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join([str(where / "fakes"), *kept])}  # this Rota too
 
 
 def fake_helm(where: Path, groups: Path | None) -> dict[str, str]:
@@ -268,3 +269,32 @@ def test_tracking_wandb_logs_the_metrics_to_a_wandb_run(tmp_path: Path, model: P
     for metric in ran.metrics:  # every metric logged, and the config's fields
         assert metric.encode() in data, metric
     assert b"harness.tasks" in data and b"mmlu:subject=philosophy" in data
+
+
+LM_EVAL_WRITES = """\
+import json, os
+a = sys.argv
+print("hf (pretrained=m), gen_kwargs: (None), limit: 2.0, num_fewshot: None, batch_size: 8")
+out = os.path.join(a[a.index("--output_path") + 1], "m")
+os.makedirs(out)
+with open(os.path.join(out, "results_2026-01-01T00-00-00.json"), "w") as f:
+    json.dump({"results": {"tiny_mc": {"acc,none": 0.75, "acc_stderr,none": 0.25}}}, f)
+"""
+
+
+def test_tracking_run_name_names_rotas_run(tmp_path: Path, model: Path) -> None:
+    """Rota names the job's run after the job (eval-NAME); the config's run_name wins."""
+    mlflow = require("mlflow")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=store)
+    exp = client.create_experiment("evals", artifact_location=str(tmp_path / "artifacts"))
+    rota_run = client.create_run(exp, run_name="eval-tiny-eval").info.run_id  # the daemon's
+    text = config_text(model={"uri": str(model)}, tracking={
+        "experiment": "evals", "run_name": "tiny-nightly", "tags": {"creator": "ana"}})
+    env = {**fake_lm_eval(tmp_path, LM_EVAL_WRITES), "ROTA_EVAL_CONFIG": text,
+           "MLFLOW_RUN_ID": rota_run, "MLFLOW_TRACKING_URI": store}
+    ran = run_eval(tmp_path, env=env)
+    assert ran.code == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    run = client.get_run(rota_run)
+    assert run.info.run_name == "tiny-nightly"
+    assert run.data.metrics == {"tiny_mc/acc": 0.75, "tiny_mc/acc_stderr": 0.25}
