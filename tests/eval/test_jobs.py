@@ -249,3 +249,4 @@ def test_without_tracking_no_mlflow_run_is_asked_for() -> None:
     spec = parse_spec(eval_jobs(load_text(NEWCOMER), Source(NEWCOMER), pool_engine="local",
                                 python="python", work_dir="/w").evaluate)
     assert spec.mlflow is False and spec.mlflow_experiment is None
+    assert spec.log_metrics == "json"  # the runner's JSON line; not the harness's console

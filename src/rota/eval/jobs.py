@@ -199,6 +199,9 @@ def _base(config: EvalConfig, pool_engine: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": f"eval-{config.name}", "gpus": c.gpus, "priority": c.priority,
         "tags": [EVAL_TAG, f"eval:{config.name}"],
+        # the runner prints the results as one JSON line; the harness's console (its
+        # batch_size, limit, a table of unprefixed scores) is no metric
+        "log_metrics": "json",
         # with tracking, Rota opens the run (params, git, the log) and the evaluation logs
         # into it; without, no run (whatever the daemon's default): nothing waits for one
         "mlflow": t is not None,
