@@ -511,3 +511,22 @@ def test_without_mlflow_or_the_kubernetes_client_a_local_evaluation_runs(
             shown = set(c.request("GET", f"/v1/jobs/{job_id}/metrics")["series"])
         # the harness's console (limit, batch_size, its table) is no metric: log_metrics json
         assert shown == {"tiny_mc/acc", "tiny_mc/acc_stderr"}
+
+
+def test_a_local_model_folder_is_refused_for_a_kubernetes_pool(daemon: DaemonProcess,
+                                                                tmp_path: Path) -> None:
+    """A pod cannot read this machine's folders: validate (the pool read from this home's
+    rota.toml), render and submit refuse it by its field; nothing is submitted."""
+    (tmp_path / "tiny-llama").mkdir()
+    f = write(tmp_path, CONFIG.replace(MLFLOW_MODEL, "uri: ./tiny-llama")
+              .replace("time_limit: 2h}", "time_limit: 2h, pool: k8s}"))
+    why = "model.uri: ./tiny-llama is a folder on this machine, which a Kubernetes pod " \
+          "cannot read"
+    r = daemon.cli("eval", "validate", str(f))
+    assert r.returncode == 2 and r.stderr.startswith(f"{f}:4: {why}"), r.stderr
+    before = len(daemon.client().jobs(limit=1000))
+    for args in (["submit", str(f)], ["render", str(f), "--pool", "k8s"]):
+        r = daemon.cli("eval", *args)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert len(daemon.client().jobs(limit=1000)) == before
+    assert daemon.cli("eval", "submit", str(f), "--pool", "local", "--hold").returncode == 0

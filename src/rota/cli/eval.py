@@ -51,8 +51,12 @@ def validate(file: str = FILE, json_out: bool = JSON) -> None:
 
     try:
         config, text = read_config(file)
+        why = paths.refused_on_kubernetes(config) if _on_kubernetes(config) else None
         config = paths.resolve(config, os.path.dirname(os.path.abspath(file)))
         gone = paths.missing(config)
+        if why is not None:
+            field, _, message = why.partition(": ")
+            gone.append((tuple(field.split(".")), message))
         if gone:
             raise ConfigErrors(located(text, file, gone))
     except ConfigErrors as e:
@@ -67,6 +71,20 @@ def validate(file: str = FILE, json_out: bool = JSON) -> None:
           "tasks": list(h.tasks), "model": config.model.display}, json_out,
          lambda d: Plain(f"{file}: valid — {d['name']}, {d['harness']}, {len(d['tasks'])} "
                          f"task(s), model {d['model']}"))
+
+
+def _on_kubernetes(config: EvalConfig) -> bool:
+    """Whether the config's compute.pool is a Kubernetes pool in this home's rota.toml
+    (validate asks no daemon; a pool it cannot read of is left to submit)."""
+    if config.compute.pool is None:
+        return False
+    from rota.config import load_settings
+
+    try:
+        pool = load_settings().pool_set.pools.get(config.compute.pool)
+    except RotaError:
+        return False
+    return pool is not None and pool.engine == "kubernetes"
 
 
 def _json(data: Any) -> str:
