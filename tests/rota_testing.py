@@ -116,17 +116,30 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_daemon(home: Path, toml: str | None = None) -> Iterator[DaemonProcess]:
-    """A daemon in ``home`` (with ``toml`` as its rota.toml), stopped after, and every job
-    process it left killed."""
+def running_daemon(home: Path, toml: str | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[DaemonProcess]:
+    """A daemon in ``home`` (with ``toml`` as its rota.toml and ``env`` over the tests'),
+    stopped after, and every job process it left killed."""
     if toml is not None:
         (home / "rota.toml").write_text(toml)
-    d = DaemonProcess(home).start()
+    d = DaemonProcess(home, extra_env=env).start()
     try:
         yield d
     finally:
         d.stop()
         kill_job_processes(home)
+
+
+def without_modules(folder: Path, *names: str) -> dict[str, str]:
+    """An environment in which ``import NAME`` fails as for a package not installed (each
+    shadowed by one that raises ModuleNotFoundError), for a daemon, its runner and its jobs:
+    an optional extra missing where Rota runs."""
+    for name in names:
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+    kept = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *kept])}
 
 
 def kill_job_processes(home: Path) -> None:

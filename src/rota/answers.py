@@ -185,6 +185,7 @@ class SpecAnswer(TypedDict):
     wandb_project: str | None
     wandb_entity: str | None
     metric_patterns: list[str]
+    log_metrics: Literal["all", "json"]
     files: dict[str, str]
     model: str | None
     model_dir: str

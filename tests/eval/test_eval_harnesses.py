@@ -159,6 +159,17 @@ def test_heldout_runs_the_template_once_per_file(tmp_path: Path) -> None:
         get("heldout").steps(same, Target("/m", None, tmp_path))
 
 
+def test_heldout_counts_the_examples_it_scored_and_those_it_left_out(tmp_path: Path) -> None:
+    cfg = config(harness={"kind": "heldout", "tasks": ["/d/a.jsonl"]})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(
+        {"eval_loss": 2.5, "perplexity": 12.18, "eval_tokens": 300, "examples": 7,
+         "left_out": 3, "dtype": "float32", "seconds": 1.5}))
+    assert get("heldout").parse(cfg, tmp_path) == {
+        "a/eval_loss": 2.5, "a/perplexity": 12.18, "a/eval_tokens": 300, "a/examples": 7,
+        "a/left_out": 3}
+
+
 def test_names_and_numbers() -> None:
     assert snake("MMLU - EM (Robustness)") == "mmlu_em_robustness"
     assert snake("# prompt tokens") == "num_prompt_tokens"

@@ -105,7 +105,8 @@ def test_heldout_reports_into_rotas_own_run_from_the_fetched_folder(
                                   "MLFLOW_TRACKING_URI": store})
     assert ran.code == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert "fetching" not in ran.stdout
-    assert set(ran.metrics) == {"heldout/eval_loss", "heldout/perplexity", "heldout/eval_tokens"}
+    assert set(ran.metrics) == {"heldout/eval_loss", "heldout/perplexity", "heldout/eval_tokens",
+                                "heldout/examples", "heldout/left_out"}
     assert ran.metrics["heldout/perplexity"] > 1 and ran.metrics["heldout/eval_tokens"] > 0
     run = mlflow.MlflowClient(tracking_uri=store).get_run(rota_run)
     assert run.data.metrics == ran.metrics  # the template logged nothing of its own there

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from eval_testing import HELM_GROUPS, config_text, fake_program, require, run_eval
 
+from rota.eval.config import load_text
+
 NO_RESULTS = "sys.exit(0)  # ran, wrote nothing\n"
 CRASH = "raise RuntimeError('CUDA out of memory (stand-in)')\n"
 
@@ -22,7 +24,8 @@ def fake_lm_eval(where: Path, body: str) -> dict[str, str]:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text("import sys\n" + body)
-    return {"PYTHONPATH": str(where / "fakes")}
+    kept = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join([str(where / "fakes"), *kept])}  # this Rota too
 
 
 def fake_helm(where: Path, groups: Path | None) -> dict[str, str]:
@@ -158,7 +161,60 @@ def test_a_model_that_cannot_be_fetched_fails(tmp_path: Path) -> None:
     ran = run_eval(tmp_path, "--fetch-only", env={"ROTA_EVAL_CONFIG": text})
     assert ran.code == 1
     assert "cannot fetch runs:/0123abcd/model from MLflow" in ran.failure
+    assert "trying again" not in ran.stdout  # a run that does not exist stays missing
     assert not (tmp_path / "eval-output" / "model").exists()
+
+
+def test_only_a_fetch_that_can_change_is_tried_again() -> None:
+    """A network error or a server's passing trouble is tried twice more, after waits; a
+    missing run fails at once; the fetch job has no retries of its own (each waited)."""
+    from rota.eval.fetch import RETRY_WAITS_S, FetchUnavailable, tried
+    from rota.eval.harnesses.base import EvalFailed
+
+    def failing(errors: list[EvalFailed]):  # type: ignore[no-untyped-def]
+        def fetch() -> None:
+            calls.append(1)
+            if errors:
+                raise errors.pop(0)
+        return fetch
+
+    calls: list[int] = []
+    waits: list[float] = []
+    tried(failing([FetchUnavailable("down"), FetchUnavailable("down")]), sleep=waits.append)
+    assert (len(calls), waits) == (3, list(RETRY_WAITS_S))
+    calls, waits = [], []
+    with pytest.raises(FetchUnavailable):
+        tried(failing([FetchUnavailable("down")] * 3), sleep=waits.append)
+    assert len(calls) == 3
+    calls, waits = [], []
+    with pytest.raises(EvalFailed, match="not found"):
+        tried(failing([EvalFailed("Run with id=0a1b2c not found")]), sleep=waits.append)
+    assert (len(calls), waits) == (1, [])
+    assert "retries" not in jobs_fetch_spec()
+
+
+def jobs_fetch_spec() -> dict[str, object]:
+    from rota.eval.jobs import Source, eval_jobs
+
+    text = config_text(model={"uri": "runs:/0a1b2c/model"})
+    got = eval_jobs(load_text(text), Source(text), pool_engine="local", python="python",
+                    work_dir="/w").fetch
+    assert got is not None
+    return got
+
+
+def test_an_unreachable_mlflow_server_is_tried_again(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    require("mlflow")
+    from rota.eval import fetch
+    from rota.eval.config import load_text as load
+
+    monkeypatch.setattr(fetch, "RETRY_WAITS_S", (0.0,))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    cfg = load(config_text(model={"mlflow": {"tracking_uri": "http://127.0.0.1:9",
+                                             "run_id": "0a1b2c", "artifact_path": "model"}}))
+    with pytest.raises(fetch.FetchUnavailable, match="cannot fetch runs:/0a1b2c/model"):
+        fetch.resolve(cfg, tmp_path, {})
 
 
 def test_params_are_the_config_flattened_and_tags_name_the_files_commit(
@@ -213,3 +269,32 @@ def test_tracking_wandb_logs_the_metrics_to_a_wandb_run(tmp_path: Path, model: P
     for metric in ran.metrics:  # every metric logged, and the config's fields
         assert metric.encode() in data, metric
     assert b"harness.tasks" in data and b"mmlu:subject=philosophy" in data
+
+
+LM_EVAL_WRITES = """\
+import json, os
+a = sys.argv
+print("hf (pretrained=m), gen_kwargs: (None), limit: 2.0, num_fewshot: None, batch_size: 8")
+out = os.path.join(a[a.index("--output_path") + 1], "m")
+os.makedirs(out)
+with open(os.path.join(out, "results_2026-01-01T00-00-00.json"), "w") as f:
+    json.dump({"results": {"tiny_mc": {"acc,none": 0.75, "acc_stderr,none": 0.25}}}, f)
+"""
+
+
+def test_tracking_run_name_names_rotas_run(tmp_path: Path, model: Path) -> None:
+    """Rota names the job's run after the job (eval-NAME); the config's run_name wins."""
+    mlflow = require("mlflow")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=store)
+    exp = client.create_experiment("evals", artifact_location=str(tmp_path / "artifacts"))
+    rota_run = client.create_run(exp, run_name="eval-tiny-eval").info.run_id  # the daemon's
+    text = config_text(model={"uri": str(model)}, tracking={
+        "experiment": "evals", "run_name": "tiny-nightly", "tags": {"creator": "ana"}})
+    env = {**fake_lm_eval(tmp_path, LM_EVAL_WRITES), "ROTA_EVAL_CONFIG": text,
+           "MLFLOW_RUN_ID": rota_run, "MLFLOW_TRACKING_URI": store}
+    ran = run_eval(tmp_path, env=env)
+    assert ran.code == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    run = client.get_run(rota_run)
+    assert run.info.run_name == "tiny-nightly"
+    assert run.data.metrics == {"tiny_mc/acc": 0.75, "tiny_mc/acc_stderr": 0.25}

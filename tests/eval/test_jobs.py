@@ -83,7 +83,7 @@ def test_the_model_server_variable_is_the_one_a_pod_fetches_with() -> None:
 # --- Kubernetes: the harness's local files travel in the ConfigMap --------------------------
 def k8s_plan(text: str, config_dir: Path):  # type: ignore[no-untyped-def]
     return make_plan(load_text(text), Source(text), pool="k8s", engine="kubernetes",
-                     asked_pool=None, work_dir="/unused", config_dir=str(config_dir))
+                     work_dir="/unused", config_dir=str(config_dir))
 
 
 def with_harness(harness: str) -> str:
@@ -195,3 +195,58 @@ def test_the_gpu_type_goes_to_the_evaluation_not_to_the_fetch_job() -> None:
         load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 0, gpu_type: A100,"))
     with pytest.raises(InvalidSpec, match=r"compute\.gpu_type: String should match pattern"):
         load_text(CONFIG.replace("compute: {gpus: 1,", "compute: {gpus: 1, gpu_type: a b,"))
+
+
+# --- relative paths, a local model on Kubernetes, no tracking -------------------------------
+NEWCOMER = textwrap.dedent("""\
+    version: 1
+    name: tiny
+    model: {uri: ./tiny-llama}
+    harness: {kind: lm-eval, tasks: [tiny_mc], task_dir: tasks}
+    """)
+
+
+def local_plan(text: str, config_dir: Path, engine: str = "local"):  # type: ignore[no-untyped-def]
+    return make_plan(load_text(text), Source(text), pool="p", engine=engine,
+                     work_dir=str(config_dir / ".rota-eval" / "tiny-1"),
+                     config_dir=str(config_dir))
+
+
+def test_relative_paths_are_the_config_folders_on_every_pool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jobs run in .rota-eval/NAME-TIME: the model and task folders written relative to
+    the config are made absolute, and the runner, reading the config as written, gets the
+    same paths from the folder the job names."""
+    from rota.eval.run import load_config
+
+    (tmp_path / "tiny-llama").mkdir()
+    write_task(tmp_path / "tasks")
+    for engine in ("local", "slurm"):
+        spec = parse_spec(local_plan(NEWCOMER, tmp_path, engine).jobs.evaluate)
+        assert spec.env["ROTA_EVAL_MODEL"] == f"{tmp_path}/tiny-llama"
+        assert spec.env["ROTA_EVAL_CONFIG_DIR"] == str(tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    for k, v in spec.env.items():
+        monkeypatch.setenv(k, v)
+    cfg, text, _ = load_config("")
+    assert (cfg.model.uri, cfg.harness.task_dir) == (f"{tmp_path}/tiny-llama",
+                                                     f"{tmp_path}/tasks")
+    assert text == NEWCOMER
+
+
+def test_a_local_model_folder_is_refused_on_kubernetes(tmp_path: Path) -> None:
+    (tmp_path / "tiny-llama").mkdir()
+    write_task(tmp_path / "tasks")
+    with pytest.raises(InvalidSpec) as got:
+        local_plan(NEWCOMER, tmp_path, "kubernetes")
+    assert str(got.value).startswith("model.uri: ./tiny-llama is a folder on this machine, "
+                                     "which a Kubernetes pod cannot read")
+
+
+def test_without_tracking_no_mlflow_run_is_asked_for() -> None:
+    """Whatever the daemon's default (--mlflow), an evaluation without tracking gets no run:
+    nothing waits for one, and no MLflow is needed where the daemon runs."""
+    spec = parse_spec(eval_jobs(load_text(NEWCOMER), Source(NEWCOMER), pool_engine="local",
+                                python="python", work_dir="/w").evaluate)
+    assert spec.mlflow is False and spec.mlflow_experiment is None
+    assert spec.log_metrics == "json"  # the runner's JSON line; not the harness's console

@@ -20,11 +20,12 @@ import yaml
 from pydantic import TypeAdapter
 
 from backends.kubernetes.schemas import validate
+from hf_testing import finished
 from rota import Client
 from rota.answers import EvalResultsAnswer, RenderAnswer
 from rota.errors import Conflict, InvalidSpec, NotFound
 from rota.server.api.answer_schemas import pydantic_type
-from rota_testing import DaemonProcess, running_daemon, wait_until
+from rota_testing import DaemonProcess, running_daemon, wait_until, without_modules
 
 TOML = """
 [pools.k8s]
@@ -107,24 +108,28 @@ def test_every_bad_field_is_named_with_its_path_and_line(daemon: DaemonProcess,
     assert set(lines) == {
         f"{f}:2: name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.-]{{0,99}}$'",
         f"{f}:4: model: give exactly one of mlflow (a run's artifact) and uri",
-        f"{f}:8: harness.tasks.1: String should match pattern '^\\S+$'",
+        f"{f}:8: harness.tasks.1: 'two words' has a space in it: write it as one word (a "
+        "name or a path without spaces)",
         f"{f}:9: harness.limits.batch_size: Input should be a valid integer, unable to "
         "parse string as an integer",
         f"{f}:11: compute.gpus: Input should be greater than or equal to 0",
-        f"{f}:12: compute.gpu: Extra inputs are not permitted",
+        f"{f}:12: compute.gpu: unknown key: did you mean gpus? the keys here are cpus, "
+        "gpu_mem, gpu_type, gpus, image, memory, pool, priority, time_limit",
         f"{f}:13: compute.memory: cannot read '12 apples' as a memory size (GiB unless a "
         "unit is given: 20, 20G, 512M)",
         f"{f}:14: compute.time_limit: cannot read 'soon' as a duration (like 2h, 30m, "
         "1h30m, 90s)",
-        f"{f}:1: tracking: missing",
     }, r.stderr
     got = json.loads(daemon.cli("eval", "validate", str(f), "--json").stdout)
-    assert not got["valid"] and sorted(got["problems"]) == sorted(lines)
+    assert not got["valid"] and {p["line"] for p in got["problems"]} == {2, 4, 8, 9, 11, 12,
+                                                                          13, 14}
+    assert sorted(f"{f}:{p['line']}: {p['path']}: {p['message']}"
+                  for p in got["problems"]) == sorted(lines)
 
 
 @pytest.mark.parametrize(("text", "problem"), [
     (CONFIG.replace("version: 1", "version: 2"),
-     ":1: config: version 2: this Rota reads evaluation configs of version 1"),
+     ":1: version: this Rota reads evaluation configs of version 1, not 2"),
     (CONFIG.replace("tasks: [arc_easy]", "tasks: [arc_easy"), ":5: not valid YAML: "),
     ("- a list\n", ": an evaluation config is a mapping"),
 ])
@@ -133,6 +138,33 @@ def test_a_bad_version_bad_yaml_or_no_mapping_is_named(daemon: DaemonProcess, tm
     f = write(tmp_path, text)
     r = daemon.cli("eval", "validate", str(f))
     assert r.returncode == 2 and r.stderr.startswith(f"{f}{problem}"), r.stderr
+
+
+NEWCOMER = textwrap.dedent("""\
+    version: 1
+    name: tiny
+    model: {uri: ./tiny-llama}
+    harness:
+      kind: lm-eval
+      tasks: [tiny_mc]
+      task_dir: tasks
+    """)
+
+
+def test_validate_reads_local_paths_from_the_configs_folder_and_checks_them(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """Run from another folder: ./tiny-llama and tasks are the config's; missing, each is
+    named at its line; there, the config is valid (no tracking needed)."""
+    f = write(tmp_path, NEWCOMER)
+    r = daemon.cli("eval", "validate", str(f), "--json")
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["problems"] == [
+        {"path": "model.uri", "line": 3, "message": f"no folder {tmp_path}/tiny-llama here"},
+        {"path": "harness.task_dir", "line": 7, "message": f"no folder {tmp_path}/tasks here"}]
+    (tmp_path / "tiny-llama").mkdir()
+    (tmp_path / "tasks").mkdir()
+    r = daemon.cli("eval", "validate", str(f))
+    assert r.returncode == 0 and f"model {tmp_path}/tiny-llama" in r.stdout, r.stderr
 
 
 def test_limits_the_harness_cannot_honour_are_named_with_the_other_problems(
@@ -157,7 +189,7 @@ def test_submit_and_render_refuse_a_bad_config_before_asking_for_anything(
     before = len(daemon.client().jobs(limit=1000))
     for args in (["submit", str(f)], ["render", str(f), "--pool", "k8s"]):
         r = daemon.cli("eval", *args)
-        assert r.returncode == 2 and "compute.gpu: Extra inputs" in r.stderr, r.stderr
+        assert r.returncode == 2 and "compute.gpu: unknown key" in r.stderr, r.stderr
     assert len(daemon.client().jobs(limit=1000)) == before
 
 
@@ -421,3 +453,80 @@ def test_results_fit_80_columns_as_a_row_per_run_or_a_row_per_metric(
     assert many[0].split() == ["job", "run", "metric", "value"]
     rows = {line.split()[-2]: line.split()[-1] for line in many[2:] if len(line.split()) >= 2}
     assert rows["hellaswag/acc"] == "0.75" and rows["arc_easy/acc"] == "0.5"
+
+
+# --- a newcomer's machine: no MLflow, no Kubernetes client ----------------------------------
+#: lm-eval as it behaves: its console (settings and a results table, which are no results)
+#: and its results file
+FAKE_LM_EVAL = """\
+import json, os, sys
+a = sys.argv
+print("hf (pretrained=m), gen_kwargs: (None), limit: 2.0, num_fewshot: None, batch_size: 8")
+print("|tiny_mc|1|none|0|acc|0.75|\u00b1 |0.25|")
+out = os.path.join(a[a.index("--output_path") + 1], "m")
+os.makedirs(out)
+with open(os.path.join(out, "results_2026-01-01T00-00-00.json"), "w") as f:
+    json.dump({"results": {"tiny_mc": {"acc,none": 0.75, "acc_stderr,none": 0.25}}}, f)
+"""
+
+
+def test_without_mlflow_or_the_kubernetes_client_a_local_evaluation_runs(
+        tmp_path: Path) -> None:
+    """A Kubernetes pool declared, the kubernetes and mlflow packages missing where the
+    daemon runs: the pool is shown unhealthy with the sentence that fixes it, and an
+    evaluation without tracking (its model ./tiny-llama beside the config, submitted from
+    another folder) renders, runs on this machine with no MLflow run, and its results
+    reach `rota eval results` (pool local) and the job."""
+    fakes = tmp_path / "fakes" / "lm_eval"
+    fakes.mkdir(parents=True)
+    (fakes / "__init__.py").write_text("")
+    (fakes / "__main__.py").write_text(FAKE_LM_EVAL)
+    env = without_modules(tmp_path / "missing", "kubernetes", "mlflow")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fakes"), env["PYTHONPATH"]])
+    home, configs, elsewhere = tmp_path / "home", tmp_path / "configs", tmp_path / "elsewhere"
+    for folder in (home, configs / "tiny-llama", elsewhere):
+        folder.mkdir(parents=True)
+    (configs / "tiny-llama" / "config.json").write_text("{}")
+    f = write(configs, NEWCOMER.replace("      task_dir: tasks\n", "") + "compute: {gpus: 0}\n")
+    with running_daemon(home, TOML.format(home=home), env) as d:
+        r = d.cli("pools", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        k8s = next(p for p in json.loads(r.stdout)["pools"] if p["name"] == "k8s")
+        assert not k8s["health"]["reachable"]
+        assert "pip install 'rota[kubernetes]'" in k8s["health"]["message"]
+        assert d.cli("pools").returncode == 0
+
+        r = d.cli("eval", "render", str(f), "--pool", "local", cwd=elsewhere)
+        assert r.returncode == 0 and f"ROTA_EVAL_CONFIG_DIR={configs}" in r.stdout, r.stderr
+        r = d.cli("eval", "submit", str(f), "--json", cwd=elsewhere)
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)["evaluate"]["jobs"][0]["id"]
+        done = finished(d, job_id, timeout=120)
+        assert "tracking" not in done and done["spec"]["mlflow"] is False
+        results = json.loads(d.cli("eval", "results", "--json").stdout)
+        [run] = results["runs"]
+        assert (run["pool"], run["model"]) == ("local", f"{configs}/tiny-llama")
+        assert run["metrics"] == {"tiny_mc/acc": 0.75, "tiny_mc/acc_stderr": 0.25}
+        with d.client() as c:
+            shown = set(c.request("GET", f"/v1/jobs/{job_id}/metrics")["series"])
+        # the harness's console (limit, batch_size, its table) is no metric: log_metrics json
+        assert shown == {"tiny_mc/acc", "tiny_mc/acc_stderr"}
+
+
+def test_a_local_model_folder_is_refused_for_a_kubernetes_pool(daemon: DaemonProcess,
+                                                                tmp_path: Path) -> None:
+    """A pod cannot read this machine's folders: validate (the pool read from this home's
+    rota.toml), render and submit refuse it by its field; nothing is submitted."""
+    (tmp_path / "tiny-llama").mkdir()
+    f = write(tmp_path, CONFIG.replace(MLFLOW_MODEL, "uri: ./tiny-llama")
+              .replace("time_limit: 2h}", "time_limit: 2h, pool: k8s}"))
+    why = "model.uri: ./tiny-llama is a folder on this machine, which a Kubernetes pod " \
+          "cannot read"
+    r = daemon.cli("eval", "validate", str(f))
+    assert r.returncode == 2 and r.stderr.startswith(f"{f}:4: {why}"), r.stderr
+    before = len(daemon.client().jobs(limit=1000))
+    for args in (["submit", str(f)], ["render", str(f), "--pool", "k8s"]):
+        r = daemon.cli("eval", *args)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert len(daemon.client().jobs(limit=1000)) == before
+    assert daemon.cli("eval", "submit", str(f), "--pool", "local", "--hold").returncode == 0

@@ -164,7 +164,7 @@ def test_after_job_runs_once_when_it_completes_and_not_when_it_fails(
     assert failed["runs"] == 0 and jobs_of(daemon, on_bad) == []
     assert failed["disabled_reason"].startswith(f"job {bad} failed: nothing evaluated")
     r = daemon.cli("eval", "schedules")
-    assert r.returncode == 0 and f"no: job {bad} failed" in r.stdout.replace("\n", " ")
+    assert r.returncode == 0 and f"{on_bad}: off: job {bad} failed" in r.stdout, r.stdout
 
 
 TRAINER = textwrap.dedent("""
@@ -212,10 +212,12 @@ def test_each_checkpoint_is_evaluated_once_as_the_model(daemon: DaemonProcess,
 def test_a_bad_config_or_trigger_is_refused_naming_what_is_wrong(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nname: x\nmodel: {uri: /m}\nharness: {kind: nope, tasks: [a]}\n")
+    bad.write_text("version: 1\nname: x\nmodel: {uri: /m}\nharness: {kind: nope, tasks: [a]}\n"
+                   "trackin: {}\n")
     r = daemon.cli("eval", "schedule", str(bad), "--every", "1d")
     assert r.returncode == 2
-    assert f"{bad}:4: harness.kind:" in r.stderr and "tracking: missing" in r.stderr
+    assert f"{bad}:4: harness.kind:" in r.stderr and \
+        f"{bad}:5: trackin: unknown key: did you mean tracking?" in r.stderr, r.stderr
     good = str(config_file(tmp_path))
     r = daemon.cli("eval", "schedule", good)
     assert r.returncode == 2 and "exactly one of every, after_job and on_checkpoint" in r.stderr

@@ -42,6 +42,20 @@ def test_lines_become_samples_with_their_step(tmp_path: Path) -> None:
     assert r.drain() == []  # drained once
 
 
+def test_a_json_only_job_gets_metrics_from_its_json_lines_alone(tmp_path: Path) -> None:
+    """log_metrics: json (an evaluation): a harness's console (its settings, a table of
+    unprefixed scores) is no metric; the runner's JSON line is."""
+    r = reader(tmp_path)
+    r.json_only = True
+    write(r.log_path, b"hf (pretrained=m), gen_kwargs: (None), limit: 2.0, num_fewshot: None,"
+                      b" batch_size: 8\n|tiny_mc|1|none|0|acc|0.75|\xc2\xb1 |0.25|\n"
+                      b"{'acc': 0.75}\n"
+                      b'{"tiny_mc/acc": 0.75, "tiny_mc/acc_stderr": 0.25}\n')
+    r.read(1.0)
+    assert {x["name"]: x["value"] for x in r.drain()} == {"tiny_mc/acc": 0.75,
+                                                         "tiny_mc/acc_stderr": 0.25}
+
+
 def test_a_half_written_line_waits_for_its_newline(tmp_path: Path) -> None:
     """Block-buffered output is cut anywhere: `loss: 1.` must not be stored as 1."""
     r = reader(tmp_path)

@@ -32,8 +32,10 @@ def test_an_ended_job_says_when_how_and_after_how_long() -> None:
     assert w == {"id": 7, "state": "completed", "code": "completed",
                  "message": "completed at 12:05 with exit code 0 after 2m 10s"}
     failed = _view(state="failed", ended_at=NOON + 5, exit_code=3, end_reason="exit code 3")
-    assert why_view(failed, NOON + 10)["message"] == \
-        "failed at 12:03 with exit code 3 after 5s: exit code 3"
+    assert why_view(failed, NOON + 10)["message"] == "failed at 12:03 with exit code 3 after 5s"
+    said = {**failed, "end_reason": "exit code 3: the eval set is empty"}
+    assert why_view(said, NOON + 10)["message"] == \
+        "failed at 12:03 with exit code 3 after 5s: the eval set is empty"
     never = _view(state="cancelled", started_at=None, ended_at=NOON,
                   end_reason="cancelled by request")
     assert why_view(never, NOON)["message"] == "cancelled at 12:03: cancelled by request"

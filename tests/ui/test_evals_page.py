@@ -27,12 +27,13 @@ SMALL, LARGE = "org/small-1b", "org/large-7b"
 # (config, model, metrics), oldest first: large wins arc_easy and perplexity, `other` hellaswag
 RUNS = [
     ("suite", SMALL, {"arc_easy/acc": 0.5, "arc_easy/acc_stderr": 0.02, "hellaswag/acc": 0.4,
-                      "wikitext/word_perplexity": 20.5}),
+                      "wikitext/word_perplexity": 20.5, "heldout/eval_tokens": 120}),
     ("suite", LARGE, {"arc_easy/acc": 0.7, "arc_easy/acc_stderr": 0.01, "hellaswag/acc": 0.6,
-                      "wikitext/word_perplexity": 12.25}),
+                      "wikitext/word_perplexity": 12.25, "heldout/eval_tokens": 96}),
     ("other", SMALL, {"arc_easy/acc": 0.55, "hellaswag/acc": 0.65}),
 ]
-COLUMNS = ["arc_easy/acc", "hellaswag/acc", "wikitext/word_perplexity"]
+#: heldout/eval_tokens is a count (tokens scored): a column, never ranked
+COLUMNS = ["arc_easy/acc", "heldout/eval_tokens", "hellaswag/acc", "wikitext/word_perplexity"]
 
 
 def submit_eval_runs(dash: Any, runs: list[tuple[str, str, dict[str, float]]]) -> list[int]:
@@ -88,7 +89,9 @@ def test_runs_side_by_side_with_the_best_of_each_metric(
         "hs => hs.map(h => h.dataset.metric)") == COLUMNS
     expect(page.locator("thead th[data-metric='wikitext/word_perplexity']")).to_contain_text(
         "lower is better")
-    expect(page.locator("#evals-summary")).to_contain_text("3 runs · 3 metrics")
+    expect(page.locator("thead th[data-metric='heldout/eval_tokens']")).to_contain_text(
+        "a count, not ranked")
+    expect(page.locator("#evals-summary")).to_contain_text("3 runs · 4 metrics")
 
     row = page.locator(f"tr[data-run='{small}']")
     expect(row.locator(".c-name")).to_have_text("suite")
@@ -101,8 +104,9 @@ def test_runs_side_by_side_with_the_best_of_each_metric(
     expect(_cell(page, other, "arc_easy/acc")).to_have_text("0.55")  # no stderr reported
     expect(_cell(page, other, "wikitext/word_perplexity")).to_have_text("\u2013")
 
-    best = page.locator("td.best")  # higher is better, except perplexity
+    best = page.locator("td.best")  # higher is better, except perplexity; counts unranked
     expect(best).to_have_count(3)
+    expect(_cell(page, small, "heldout/eval_tokens")).to_have_text("120")
     for job, metric in ((large, "arc_easy/acc"), (other, "hellaswag/acc"),
                         (large, "wikitext/word_perplexity")):
         expect(_cell(page, job, metric)).to_have_class("num c-metric best")
@@ -153,7 +157,7 @@ def test_filters_narrow_the_runs_and_stay_in_the_address(
     expect(_rows(page)).to_have_count(3)
     # the fields suggest what the runs have
     for key, values in (("name", ["other", "suite"]), ("model", [LARGE, SMALL]),
-                        ("task", ["arc_easy", "hellaswag", "wikitext"])):
+                        ("task", ["arc_easy", "heldout", "hellaswag", "wikitext"])):
         assert page.locator(f"#ev-{key} ~ datalist option").evaluate_all(
             "os => os.map(o => o.value)") == values
     page.get_by_label("Config", exact=True).fill("suite")

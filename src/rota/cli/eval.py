@@ -44,14 +44,25 @@ FILE = typer.Argument(..., metavar="FILE", help="an evaluation config (YAML)")
 # --- validate ------------------------------------------------------------------------------
 @eval_app.command()
 def validate(file: str = FILE, json_out: bool = JSON) -> None:
-    """Check a config: every bad field is named with its path and line (exit 2)."""
-    from rota.eval.config import ConfigErrors
+    """Check a config: every bad field is named with its path and line (exit 2), and every
+    local path (read from the config's folder) must be on this machine."""
+    from rota.eval import paths
+    from rota.eval.config import ConfigErrors, located
 
     try:
-        config, _ = read_config(file)
+        config, text = read_config(file)
+        why = paths.refused_on_kubernetes(config) if _on_kubernetes(config) else None
+        config = paths.resolve(config, os.path.dirname(os.path.abspath(file)))
+        gone = paths.missing(config)
+        if why is not None:
+            field, _, message = why.partition(": ")
+            gone.append((tuple(field.split(".")), message))
+        if gone:
+            raise ConfigErrors(located(text, file, gone))
     except ConfigErrors as e:
         if json_out:
-            sys.stdout.write(_json({"file": file, "valid": False, "problems": e.problems}))
+            sys.stdout.write(_json({"file": file, "valid": False,
+                                    "problems": [p.as_json() for p in e.items]}))
         else:
             sys.stderr.write("".join(f"{p}\n" for p in e.problems))
         raise typer.Exit(2) from None
@@ -60,6 +71,20 @@ def validate(file: str = FILE, json_out: bool = JSON) -> None:
           "tasks": list(h.tasks), "model": config.model.display}, json_out,
          lambda d: Plain(f"{file}: valid — {d['name']}, {d['harness']}, {len(d['tasks'])} "
                          f"task(s), model {d['model']}"))
+
+
+def _on_kubernetes(config: EvalConfig) -> bool:
+    """Whether the config's compute.pool is a Kubernetes pool in this home's rota.toml
+    (validate asks no daemon; a pool it cannot read of is left to submit)."""
+    if config.compute.pool is None:
+        return False
+    from rota.config import load_settings
+
+    try:
+        pool = load_settings().pool_set.pools.get(config.compute.pool)
+    except RotaError:
+        return False
+    return pool is not None and pool.engine == "kubernetes"
 
 
 def _json(data: Any) -> str:
@@ -95,7 +120,7 @@ def plan(c: Client, file: str, pool: str | None, work_dir: str | None) -> Plan:
         ".rota-eval", work_dir_name(config.name, time.time())))
     commit, dirty = git_state(file)
     return make_plan(config, Source(text, commit, dirty), pool=name, engine=engine,
-                     asked_pool=pool, work_dir=folder,
+                     work_dir=folder,
                      config_dir=os.path.dirname(os.path.abspath(file)))
 
 
@@ -262,22 +287,37 @@ def _trigger_text(d: EvalScheduleAnswer) -> str:
     return f"each new checkpoint of job {d['job_id']}"
 
 
+#: the narrowest each wrapping column of `rota eval schedules` gets (80 columns hold them)
+_SCHEDULE_MIN = {"name": 12, "trigger": 20}
+
+
 def _schedules_table(data: EvalSchedulesAnswer) -> RenderableType:
+    """A row per schedule; why one is off goes under the table, a line each (as `rota
+    pools` says what is wrong with a pool): at 80 columns the trigger and the names keep
+    their room, wrapping between words, and the numbers stay whole."""
     if not data["schedules"]:
         return Plain("no evaluation schedules")
     from rich.box import SIMPLE_HEAD
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     from rota.cli.fmt import add_row
 
+    rows = [[str(d["id"]), d["name"], _trigger_text(d), str(d["runs"]),
+             str(d["last_job"] or "-"), "yes" if d["enabled"] else "no"]
+            for d in data["schedules"]]
     t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
-    for col in ("id", "name", "trigger", "runs", "last job", "enabled"):
-        t.add_column(col, no_wrap=col != "trigger", overflow="fold")
-    for d in data["schedules"]:
-        state = "yes" if d["enabled"] else f"no: {d['disabled_reason'] or '-'}"
-        add_row(t, str(d["id"]), d["name"], _trigger_text(d), str(d["runs"]),
-                str(d["last_job"] or "-"), state)
-    return t
+    for i, col in enumerate(("id", "name", "trigger", "runs", "last job", "enabled")):
+        longest = max(len(x) for x in [col, *(r[i] for r in rows)])
+        wraps = col in _SCHEDULE_MIN
+        t.add_column(col, no_wrap=not wraps, overflow="fold",
+                     min_width=min(longest, _SCHEDULE_MIN[col]) if wraps else None)
+    for r in rows:
+        add_row(t, *r)
+    off = [Text(f"{d['id']}: off: {d['disabled_reason'] or '-'}")
+           for d in data["schedules"] if not d["enabled"]]
+    return Group(t, *off) if off else t
 
 
 # --- render --------------------------------------------------------------------------------

@@ -181,6 +181,12 @@ class JobSpec(BaseModel):
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
                     "(?P<loss>...) is a metric")
+    log_metrics: Literal["all", "json"] = Field(
+        default="all",
+        description="the lines of the job's output Rota reads metrics from: all (every "
+                    "format it knows), or json: only lines that are one JSON object, for a "
+                    "program that prints its own results among other output (an "
+                    "evaluation: a harness's settings and tables are no metrics)")
 
     @field_validator("gpus", "gpu_mem", "priority", "time_limit", "grace", "retries",
                      "retry_backoff", "retry_backoff_max", "cpus", "memory", "nodes",

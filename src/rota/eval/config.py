@@ -14,19 +14,26 @@ but for reading the file: nothing is fetched or run here.
       tasks: [arc_easy]
       limits: {max_instances: 100, num_fewshot: 0, batch_size: 8, dtype: bfloat16}
     compute: {gpus: 1, gpu_type: A100, time_limit: 2h, pool: k8s}
-    tracking:
+    tracking:                                   # optional: MLflow (and W&B) runs
       experiment: evals
       tags: {creator: ana, lifecycle: candidate, datasets: [arc]}
+
+Relative paths (``model.uri: ./tiny-llama``, ``harness.task_dir``, heldout's data files) are
+the config file's folder's: :func:`resolve_paths` makes them absolute before the jobs are
+made, on every pool.
 """
 
 from __future__ import annotations
 
+import difflib
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -72,8 +79,17 @@ def _as_value_error() -> Iterator[None]:
         raise ValueError(str(e).removeprefix(field)) from None
 
 
+def _one_word(v: str) -> str:
+    """A task, a URI or an image is one word: say so in words (not as a regex)."""
+    if v.split() != [v]:
+        raise ValueError(f"{v!r} has a space in it: write it as one word (a name or a path "
+                         "without spaces)")
+    return v
+
+
 Memory = Annotated[int, BeforeValidator(_memory), Field(gt=0)]
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+OneWord = Annotated[str, Field(min_length=1), AfterValidator(_one_word)]
 
 
 class _Strict(BaseModel):
@@ -94,7 +110,7 @@ class ModelSource(_Strict):
     ``s3://``, a folder, or a Hugging Face name where the hub is reachable)."""
 
     mlflow: MlflowArtifact | None = None
-    uri: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
+    uri: OneWord | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
@@ -138,7 +154,7 @@ class Limits(_Strict):
 
 class Harness(_Strict):
     kind: Literal["lm-eval", "helm", "heldout"]
-    tasks: list[Annotated[str, Field(min_length=1, pattern=r"^\S+$")]] = Field(
+    tasks: list[OneWord] = Field(
         default_factory=list, description="lm-eval tasks, HELM run entries, or (heldout) "
                                           "JSON-lines files")
     task_dir: str | None = Field(default=None, description="a folder of task definitions "
@@ -202,7 +218,7 @@ class Compute(_Strict):
     memory: Memory | None = None
     time_limit: Seconds | None = None
     pool: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
-    image: str | None = Field(default=None, pattern=r"^\S+$")
+    image: OneWord | None = None
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
 
     @model_validator(mode="after")
@@ -216,8 +232,9 @@ class Compute(_Strict):
 class Tags(_Strict):
     model_config = ConfigDict(extra="allow", frozen=True)  # a team's own tags too
 
-    creator: str = Field(min_length=1)
-    lifecycle: str = Field(min_length=1, description="e.g. experimental, candidate, release")
+    creator: str | None = Field(default=None, min_length=1)
+    lifecycle: str | None = Field(default=None, min_length=1,
+                                  description="e.g. experimental, candidate, release")
     datasets: list[str] = Field(default_factory=list)
     model: str | None = None
 
@@ -225,7 +242,7 @@ class Tags(_Strict):
 class Tracking(_Strict):
     experiment: str = Field(default="rota-eval", min_length=1, max_length=200)
     run_name: str | None = Field(default=None, max_length=200)
-    tags: Tags
+    tags: Tags = Field(default_factory=Tags)
     description: str | None = Field(default=None, max_length=5000)
     wandb: StrictBool = False
     wandb_project: str | None = Field(default=None, max_length=128)
@@ -237,40 +254,63 @@ class EvalConfig(_Strict):
     model: Model
     harness: Harness
     compute: Compute = Field(default_factory=Compute)
-    tracking: Tracking
+    #: None: no MLflow run; the results still reach the job, `rota eval results` and the UI
+    tracking: Tracking | None = None
 
-    @model_validator(mode="before")
+    @field_validator("version")
     @classmethod
-    def _version(cls, data: Any) -> Any:
-        version = data.get("version") if isinstance(data, dict) else None
-        if version is not None and version not in VERSIONS:
-            raise ValueError(f"version {version!r}: this Rota reads evaluation configs of "
-                             f"version {', '.join(map(str, VERSIONS))}")
-        return data
+    def _version(cls, version: int) -> int:
+        """A version this Rota reads (``"1"``, quoted, is read as 1 as pydantic reads any
+        number written as text)."""
+        if version not in VERSIONS:
+            raise ValueError(f"this Rota reads evaluation configs of version "
+                             f"{', '.join(map(str, VERSIONS))}, not {version}")
+        return version
+
+
+class Problem(typing.NamedTuple):
+    """One bad field: its path (``harness.tasks.1``; empty for the whole file), its line in
+    the file (when known) and what is wrong."""
+
+    path: str
+    line: int | None
+    message: str
+    file: str = ""
+
+    def __str__(self) -> str:
+        head = f"{self.file}:{self.line}: " if self.file and self.line else \
+            (f"{self.file}: " if self.file else "")
+        return f"{head}{self.path}: {self.message}" if self.path else f"{head}{self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "message": self.message}
 
 
 class ConfigErrors(InvalidSpec):
-    """Every problem of a config, each as ``[FILE:LINE: ]path: message``."""
+    """Every problem of a config, each as ``[FILE:LINE: ]path: message`` (``problems``)
+    and as :class:`Problem` (``items``)."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems), field="config")
-        self.problems = problems
+    def __init__(self, problems: list[str] | list[Problem]) -> None:
+        self.items = [p if isinstance(p, Problem) else Problem("", None, p)
+                      for p in problems]
+        self.problems = [str(p) for p in self.items]
+        super().__init__("\n".join(self.problems), field="config")
 
 
 def load_text(text: str, *, where: str = "") -> EvalConfig:
     """The config in ``text`` (YAML); raises ConfigErrors naming every bad field, with its
     line in ``where`` (a file's name) when the YAML shows it."""
-    prefix = f"{where}: " if where else ""
     try:
         data = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        line = f"{where}:{mark.line + 1}: " if where and mark is not None else prefix
-        raise ConfigErrors([f"{line}not valid YAML: {getattr(e, 'problem', e)}"]) from None
+        raise ConfigErrors([Problem("", mark.line + 1 if mark is not None else None,
+                                    f"not valid YAML: {getattr(e, 'problem', e)}",
+                                    where)]) from None
     if not isinstance(data, dict):
-        raise ConfigErrors([f"{prefix}an evaluation config is a mapping (version, name, "
-                            "model, harness, tracking ...)"])
+        raise ConfigErrors([Problem("", None, "an evaluation config is a mapping (version, "
+                                    "name, model, harness ...)", where)])
     try:
         return EvalConfig.model_validate(data)
     except ValidationError as e:
@@ -286,15 +326,59 @@ def load(path: str) -> EvalConfig:
     return load_text(text, where=path)
 
 
-def _problem(err: Any, root: yaml.Node | None, where: str) -> str:
+def _problem(err: Any, root: yaml.Node | None, where: str) -> Problem:
     loc = [str(p) for p in err["loc"]]
     path = ".".join(loc) or "config"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "missing":
         msg = "missing"
-    line = _line_of(root, err["loc"])
-    head = f"{where}:{line}: " if where and line else (f"{where}: " if where else "")
-    return f"{head}{path}: {msg}"
+    elif err["type"] == "extra_forbidden":
+        msg = _unknown(err["loc"])
+    return Problem(path, _line_of(root, err["loc"]), msg, where)
+
+
+def _unknown(loc: tuple[Any, ...]) -> str:
+    """An unknown key's message: the key it most likely meant (difflib), and the keys that
+    place takes."""
+    known = sorted(_model_at(loc[:-1]).model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"unknown key: {hint}the keys here are {', '.join(known)}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model class that reads the mapping at ``loc`` (list indexes skipped)."""
+    model: type[BaseModel] = EvalConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        found = _a_model(field.annotation) if field is not None else None
+        if found is None:
+            break
+        model = found
+    return model
+
+
+def _a_model(annotation: Any) -> type[BaseModel] | None:
+    """The model class in ``X``, ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _a_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def located(text: str, where: str, found: list[tuple[tuple[Any, ...], str]]) -> list[Problem]:
+    """Problems found after reading (loc, message) with their lines in ``text``."""
+    try:
+        root: yaml.Node | None = yaml.compose(text)
+    except yaml.YAMLError:
+        root = None
+    return [Problem(".".join(map(str, loc)), _line_of(root, loc), msg, where)
+            for loc, msg in found]
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -8,13 +8,18 @@ adapter's is ``ROTA_ADAPTER_DIR`` when set, else ``SCRATCH/adapter``. A download
 hidden sibling first and is moved in when complete, so a fetch cut short is never taken for
 a model. A local folder is used in place; anything else is a name left to the harness
 (Hugging Face).
+
+Only what can change is tried again: a network error or a server's passing trouble (5xx,
+throttling) gets two more tries here (:data:`RETRY_WAITS_S`); a run, model or object that
+does not exist, or a refusal, fails at once (the fetch job has no retries of its own).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +28,21 @@ from rota.eval.harnesses.base import EvalFailed
 from rota.eval.jobs import ADAPTER_DIR_ENV, MODEL_DIR_ENV, MODEL_TRACKING_ENV, needs_fetch
 
 _MARKERS = ("config.json", "adapter_config.json")  # a Hugging Face model / peft adapter
+
+
+#: the waits before the second and third tries of a fetch that failed in a way that can
+#: change; nothing else is tried twice
+RETRY_WAITS_S = (5.0, 15.0)
+#: MLflow's error codes for a server's passing trouble (a refused connection is
+#: INTERNAL_ERROR); RESOURCE_DOES_NOT_EXIST and the rest do not change by waiting
+_MLFLOW_PASSING = frozenset({"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE",
+                             "REQUEST_LIMIT_EXCEEDED"})
+_S3_PASSING = frozenset({"SlowDown", "Throttling", "ThrottlingException", "InternalError",
+                         "ServiceUnavailable", "RequestTimeout"})
+
+
+class FetchUnavailable(EvalFailed):
+    """A fetch that failed in a way that can change (the network, a server's 5xx)."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +83,9 @@ def download(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
     try:
         uri = source.uri or ""
         if uri.startswith("s3://"):
-            _s3(uri, part)
+            tried(lambda: _s3(uri, part))
         else:
-            _mlflow(source, part, env)
+            tried(lambda: _mlflow(source, part, env))
         if not _filled(part):
             raise EvalFailed(f"fetched nothing from {source.display}")
         dst.mkdir(parents=True, exist_ok=True)  # may be a mount point: move what is inside
@@ -73,6 +93,20 @@ def download(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
             os.replace(child, dst / child.name)
     finally:
         shutil.rmtree(part, ignore_errors=True)
+
+
+def tried(fetch: Callable[[], None], *, sleep: Callable[[float], None] = time.sleep) -> None:
+    """``fetch()``, tried again after each wait of RETRY_WAITS_S while it fails in a way
+    that can change (FetchUnavailable); any other failure, or the last, is raised."""
+    for wait in (*RETRY_WAITS_S, None):
+        try:
+            fetch()
+            return
+        except FetchUnavailable as e:
+            if wait is None:
+                raise
+            print(f"rota-eval: {e}; trying again in {wait:g}s", flush=True)
+            sleep(wait)
 
 
 def locate(folder: Path) -> Path:
@@ -106,8 +140,11 @@ def _mlflow(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
             uri = env.get(MODEL_TRACKING_ENV) or env.get("MLFLOW_TRACKING_URI") or None
             download_artifacts(artifact_uri=source.uri, tracking_uri=uri, dst_path=str(dst))
     except Exception as e:  # MlflowException, an unreachable server, a missing artifact
-        raise EvalFailed(f"cannot fetch {source.display} from MLflow: "
-                         f"{type(e).__name__}: {_first_line(e)}") from None
+        passing = getattr(e, "error_code", None) in _MLFLOW_PASSING or \
+            isinstance(e, ConnectionError | TimeoutError)
+        raise (FetchUnavailable if passing else EvalFailed)(
+            f"cannot fetch {source.display} from MLflow: {type(e).__name__}: "
+            f"{_first_line(e)}") from None
 
 
 def _s3(uri: str, dst: Path) -> None:
@@ -137,9 +174,24 @@ def _s3(uri: str, dst: Path) -> None:
                 s3.download_file(bucket, key, str(path))
                 got += 1
     except Exception as e:  # botocore's errors: no credentials, no bucket, denied
-        raise EvalFailed(f"cannot fetch {uri}: {type(e).__name__}: {_first_line(e)}") from None
+        raise (FetchUnavailable if _s3_passing(e) else EvalFailed)(
+            f"cannot fetch {uri}: {type(e).__name__}: {_first_line(e)}") from None
     if not got:
         raise EvalFailed(f"no model at {uri}: no objects under that prefix")
+
+
+def _s3_passing(e: Exception) -> bool:
+    """Whether an S3 failure can change: no connection, a timeout, a 5xx or throttling
+    (not a missing bucket or key, missing credentials or a refusal)."""
+    from botocore import exceptions as boto
+
+    if isinstance(e, boto.ConnectionError | boto.HTTPClientError):
+        return True
+    if isinstance(e, boto.ClientError):
+        error = e.response.get("Error", {})
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in _S3_PASSING or int(status) >= 500
+    return False
 
 
 def _first_line(e: BaseException) -> str:

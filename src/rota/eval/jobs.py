@@ -34,6 +34,8 @@ POD_FILES = "/etc/rota/eval/files"  # where a pod reads the harness's files
 #: rota.backends.kubernetes.pod.SCRATCH), writable whatever the image
 POD_OUT = "/scratch/eval"
 CONFIG_ENV = "ROTA_EVAL_CONFIG"
+#: the config file's folder: relative paths in ROTA_EVAL_CONFIG are its (rota.eval.paths)
+CONFIG_DIR_ENV = "ROTA_EVAL_CONFIG_DIR"
 OUT_ENV = "ROTA_EVAL_OUT"  # the runner's output folder (rota.eval.run --out)
 MODEL_DIR_ENV = "ROTA_MODEL_DIR"
 ADAPTER_DIR_ENV = "ROTA_ADAPTER_DIR"
@@ -51,6 +53,7 @@ class Source:
     text: str  # the config file's YAML as written
     git_commit: str | None = None
     git_dirty: bool | None = None
+    folder: str | None = None  # the config file's folder (relative paths are read from it)
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
             spec["model"] = model_uri(config.model)
         return EvalJobs(evaluate=spec)
     env[CONFIG_ENV] = src.text
+    if src.folder:
+        env[CONFIG_DIR_ENV] = src.folder
     spec = {**base, "command": run, "cwd": work_dir, "env": env}
     if not fetches(config):
         return EvalJobs(evaluate=spec)
@@ -169,8 +174,9 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
     fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
              "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
              "priority": config.compute.priority,
-             "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"],
-             "retries": 2}
+             # what can change is tried again inside (rota.eval.fetch); what cannot (a run
+             # that does not exist) must not wait through retries before it is reported
+             "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"]}
     return EvalJobs(evaluate=spec, fetch={k: v for k, v in fetch.items() if v is not None})
 
 
@@ -193,14 +199,20 @@ def _base(config: EvalConfig, pool_engine: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": f"eval-{config.name}", "gpus": c.gpus, "priority": c.priority,
         "tags": [EVAL_TAG, f"eval:{config.name}"],
-        # Rota opens the run (params, git, the log) and the evaluation logs into it
-        "mlflow": True, "mlflow_experiment": t.experiment,
+        # the runner prints the results as one JSON line; the harness's console (its
+        # batch_size, limit, a table of unprefixed scores) is no metric
+        "log_metrics": "json",
+        # with tracking, Rota opens the run (params, git, the log) and the evaluation logs
+        # into it; without, no run (whatever the daemon's default): nothing waits for one
+        "mlflow": t is not None,
     }
     optional = {"gpu_type": c.gpu_type, "gpu_mem": c.gpu_mem, "time_limit": c.time_limit,
                 "pool": c.pool, "image": c.image}
     if pool_engine != "local" or c.image:  # limits a container or an engine enforces
         optional.update(cpus=c.cpus, memory=c.memory)
-    if t.wandb:
+    if t is not None:
+        optional.update(mlflow_experiment=t.experiment)
+    if t is not None and t.wandb:
         optional.update(wandb=True, wandb_project=t.wandb_project)
     spec.update({k: v for k, v in optional.items() if v is not None})
     return spec

@@ -51,9 +51,10 @@ from typing import Any
 from rota import job
 from rota.errors import InvalidSpec, RotaError
 from rota.eval import fetch, harnesses
-from rota.eval.config import EvalConfig, load_text
+from rota.eval.config import EvalConfig, Tracking, load_text
 from rota.eval.harnesses.base import EvalFailed, Metrics, Target
-from rota.eval.jobs import CONFIG_ENV, OUT_ENV
+from rota.eval.jobs import CONFIG_DIR_ENV, CONFIG_ENV, OUT_ENV
+from rota.eval.paths import resolve
 from rota.ml import mlflow_bridge
 from rota.ml.gitinfo import git_info
 from rota.ml.mlflow_bridge import MAX_PARAM, MAX_TAG, metric_key
@@ -95,17 +96,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_config(path: str) -> tuple[EvalConfig, str, str | None]:
-    """The config, its text as written, and its file (None when it came from the env)."""
+    """The config (its relative paths read from its folder: the file's, else
+    ``ROTA_EVAL_CONFIG_DIR``), its text as written, and its file (None when it came from
+    the env)."""
     if not path:
         text = os.environ.get(CONFIG_ENV, "")
         if not text.strip():
             raise InvalidSpec(f"no config: give --config PATH or set {CONFIG_ENV}")
-        return load_text(text, where=CONFIG_ENV), text, None
+        return resolve(load_text(text, where=CONFIG_ENV), os.environ.get(CONFIG_DIR_ENV)), \
+            text, None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidSpec(f"{path}: cannot read it: {e}") from None
-    return load_text(text, where=path), text, path
+    return resolve(load_text(text, where=path), os.path.dirname(os.path.abspath(path))), \
+        text, path
 
 
 def evaluate(cfg: EvalConfig, fetched: fetch.Fetched, out: Path) -> dict[str, Any]:
@@ -183,7 +188,12 @@ def reason(tail: bytes) -> str:
 
 def report(cfg: EvalConfig, record: dict[str, Any], *, text: str, where: str | None,
            out: Path) -> None:
-    """The results to MLflow and, when asked, W&B; raises EvalFailed when one refuses."""
+    """The results to MLflow and, when asked, W&B; raises EvalFailed when one refuses.
+    Without ``tracking`` neither: the JSON line is the job's metrics."""
+    if cfg.tracking is None:
+        print("rota-eval: no tracking in the config: the results are the job's metrics "
+              f"(rota eval results) and {out / RESULTS}", flush=True)
+        return
     params = flat_params(cfg)
     to_mlflow(cfg, record, params=params, tags=run_tags(cfg, where), text=text, out=out)
     if cfg.tracking.wandb:
@@ -209,8 +219,9 @@ def flat_params(cfg: EvalConfig) -> dict[str, str]:
 
 
 def run_tags(cfg: EvalConfig, where: str | None) -> dict[str, str]:
+    t = cfg.tracking or Tracking()
     tags = {metric_key(k): (",".join(map(str, v)) if isinstance(v, list) else str(v))[:MAX_TAG]
-            for k, v in cfg.tracking.tags.model_dump(mode="json", exclude_none=True).items()}
+            for k, v in t.tags.model_dump(mode="json", exclude_none=True).items()}
     commit, dirty = config_git(where)
     found = {"rota.eval.name": cfg.name, "rota.eval.model": cfg.model.display,
              "rota.eval.harness": cfg.harness.kind, "rota.eval.gpu_type": gpu_type(),
@@ -218,7 +229,7 @@ def run_tags(cfg: EvalConfig, where: str | None) -> dict[str, str]:
              "rota.eval.image": os.environ.get("ROTA_IMAGE") or cfg.compute.image,
              "rota.eval.pool": os.environ.get("ROTA_POOL") or cfg.compute.pool,
              "rota.job_id": os.environ.get("ROTA_JOB_ID"),
-             "mlflow.note.content": cfg.tracking.description}
+             "mlflow.note.content": t.description}
     tags.update({k: v[:MAX_TAG] for k, v in found.items() if v})
     return tags
 
@@ -285,11 +296,14 @@ def _mlflow_log(cfg: EvalConfig, record: dict[str, Any], uri: str, rota_run: str
                 params: dict[str, str], tags: dict[str, str], text: str, out: Path) -> str:
     from mlflow.entities import Param, RunTag
 
+    t = cfg.tracking or Tracking()
     bridge = mlflow_bridge.MlflowBridge(uri)
     client = bridge.client
     run_id = rota_run or client.create_run(
-        bridge.experiment(cfg.tracking.experiment), run_name=cfg.tracking.run_name or cfg.name,
+        bridge.experiment(t.experiment), run_name=t.run_name or cfg.name,
         start_time=_ms(record["started"])).info.run_id
+    if rota_run and t.run_name:  # Rota named its run after the job: the config's name wins
+        tags = {**tags, "mlflow.runName": t.run_name}
     items = [Param(k, v) for k, v in params.items()]
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params a call
         client.log_batch(run_id, params=items[i:i + 100])
@@ -314,7 +328,7 @@ def to_wandb(cfg: EvalConfig, metrics: Metrics, params: dict[str, str]) -> None:
         print("rota-eval: tracking.wandb is set but wandb is not installed here: W&B "
               "skipped", flush=True)
         return
-    t = cfg.tracking
+    t = cfg.tracking or Tracking()
     try:  # WANDB_RUN_ID/WANDB_PROJECT from Rota (a --wandb job) take precedence
         run = wandb.init(project=os.environ.get("WANDB_PROJECT") or t.wandb_project
                          or t.experiment, name=os.environ.get("WANDB_NAME") or t.run_name

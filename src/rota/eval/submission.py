@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,20 +39,30 @@ class Plan:
 
 
 def make_plan(config: EvalConfig, src: Source, *, pool: str, engine: str,
-              asked_pool: str | None, work_dir: str, config_dir: str | None = None) -> Plan:
-    """The jobs on ``pool`` (whose engine is ``engine``); ``asked_pool``, when given, is
-    written into every spec (it wins over the config's compute.pool). On Kubernetes the
-    harness's local files are read here (:func:`pod_files`; relative paths from
-    ``config_dir``, the config file's folder)."""
+              work_dir: str, config_dir: str | None = None) -> Plan:
+    """The jobs on ``pool`` (whose engine is ``engine``), named in every spec: they are
+    made for that engine, and `rota eval results` says where each ran. Relative paths are
+    read from ``config_dir``, the config file's folder (rota.eval.paths). On Kubernetes the
+    harness's local files are read here (:func:`pod_files`), and a model in a local folder
+    is refused (InvalidSpec)."""
+    from rota.eval import paths
+
     # this machine runs the jobs with this Python; an image or a cluster has its own
     python = sys.executable if engine == "local" and not config.compute.image else "python"
-    files = pod_files(config, src.text, config_dir) if engine == "kubernetes" else None
+    files = None
+    if engine == "kubernetes":
+        why = paths.refused_on_kubernetes(config)
+        if why is not None:
+            raise InvalidSpec(why, field=why.split(":")[0])
+        files = pod_files(config, src.text, config_dir)
+    else:  # the runner reads the config as written: it resolves the same paths again
+        config = paths.resolve(config, config_dir)
+        src = replace(src, folder=config_dir)
     jobs = eval_jobs(config, src, pool_engine=engine, python=python, work_dir=work_dir,
                      pod_files=files)
-    if asked_pool:
-        for spec in (jobs.fetch, jobs.evaluate):
-            if spec is not None:
-                spec["pool"] = asked_pool
+    for spec in (jobs.fetch, jobs.evaluate):
+        if spec is not None:
+            spec["pool"] = pool
     return Plan(config, jobs, pool, work_dir)
 
 

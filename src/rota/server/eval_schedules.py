@@ -202,7 +202,7 @@ class EvalSchedules:
         config = load_text(text, where=row.config_path)
         name, pool = self.d.settings.pool_set.get(row.pool or config.compute.pool)
         plan = make_plan(config, Source(text, row.git_commit, row.git_dirty), pool=name,
-                         engine=pool.engine, asked_pool=row.pool,
+                         engine=pool.engine,
                          work_dir=self._folder(config.name, now),
                          config_dir=os.path.dirname(row.config_path) if row.config_path
                          else None)

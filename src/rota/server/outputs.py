@@ -135,6 +135,7 @@ class OutputReader:
     changed: bool = False  # progress moved since it was last stored
     samples: list[tuple[float, int | None, str, float]] = field(default_factory=list)
     tensorboard_dir: str | None = None  # scalars in its event files are metrics too
+    json_only: bool = False  # metrics only from lines that are a JSON object (log_metrics)
 
     def read(self, now: float, *, final: bool = False) -> None:
         """Take in what was written since the last call; ``final`` after the job ended."""
@@ -198,6 +199,8 @@ class OutputReader:
         if link is not None and self.progress.links.get("wandb", {}).get(link[0]) != link[1]:
             self.progress.links.setdefault("wandb", {})[link[0]] = link[1]
             self.changed = True
+        if self.json_only and not _json_object(text):
+            return
         reading = self.parser.parse(text)
         if reading is None:
             return
@@ -239,6 +242,17 @@ class OutputReader:
         elif kind == "checkpoint" and isinstance(ev.get("path"), str):
             self.progress.checkpoint = {"path": ev["path"], "step": step, "ts": now}
             self.changed = True
+
+
+def _json_object(text: str) -> bool:
+    """Whether the line is one JSON object (``{"arc_easy/acc": 0.5}``), nothing else."""
+    s = text.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        return False
+    try:
+        return isinstance(json.loads(s), dict)
+    except ValueError:
+        return False
 
 
 def _number(v: object) -> bool:

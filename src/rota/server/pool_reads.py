@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from rota.core.spec import JobSpec
 from rota.errors import Conflict, InvalidSpec, NotFound, RotaError
 from rota.pools import LOCAL, Pool, Pools
 from rota.store.repo import JobRecord
+
+log = logging.getLogger(__name__)
 
 #: what trackers put in a job's environment from the user's stored secrets
 _TRACKER_SECRETS = ("WANDB_API_KEY",)
@@ -41,6 +44,9 @@ async def pools_answer(pools: Pools, work_dir: Path, local: PoolHealth) -> dict[
         except TimeoutError:
             return PoolHealth(reachable=False, message=f"{pool.engine} did not answer within "
                                                        f"{HEALTH_TIMEOUT_S:g}s")
+        except Exception as e:  # one pool's engine failing never fails the list
+            log.exception("pool %s: asking its health failed", name)
+            return PoolHealth(reachable=False, message=f"{pool.engine}: {e}")
 
     healths = await asyncio.gather(*(ask(n) for n in names))
     caps = await asyncio.to_thread(

@@ -157,7 +157,9 @@ def why_view(view: dict[str, Any], now: float) -> dict[str, Any]:
             msg += f" with exit code {view['exit_code']}"
         if started is not None and ended is not None:
             msg += f" after {span_text(ended - started)}"
-        reason = view["end_reason"]
+        reason = view["end_reason"] or ""
+        if view["exit_code"] is not None:  # said just before: only what follows it is new
+            reason = reason.removeprefix(f"exit code {view['exit_code']}").removeprefix(": ")
         if reason and state != "completed":
             msg += f": {reason}"
     return {**out, "code": state, "message": msg}

@@ -308,29 +308,35 @@ class KubernetesEngine:
         return self._client
 
     def _core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self._api_client())
+        return _sdk().CoreV1Api(self._api_client())
 
     def _batch(self) -> Any:
-        from kubernetes import client
-
-        return client.BatchV1Api(self._api_client())
+        return _sdk().BatchV1Api(self._api_client())
 
     def _custom(self) -> Any:
-        from kubernetes import client
+        return _sdk().CustomObjectsApi(self._api_client())
 
-        return client.CustomObjectsApi(self._api_client())
+
+#: what a pool says where the client is missing (health, a submit, a render)
+NOT_INSTALLED = ("the Kubernetes client is not installed where the daemon runs: "
+                 "pip install 'rota[kubernetes]'")
+
+
+def _sdk() -> Any:
+    """The ``kubernetes.client`` module; BackendError saying how to install it."""
+    try:
+        from kubernetes import client
+    except ImportError as exc:
+        raise BackendError(NOT_INSTALLED) from exc
+    return client
 
 
 def new_client(pool: KubernetesPool) -> Any:
     """An ApiClient for the pool: its kubeconfig and context (None: $KUBECONFIG or
     ~/.kube/config, and its current context), else the in-cluster service account."""
-    try:
-        from kubernetes import client, config
-    except ImportError as exc:
-        raise BackendError("the Kubernetes client is not installed: "
-                           "pip install 'rota[kubernetes]'") from exc
+    client = _sdk()
+    from kubernetes import config
+
     try:
         return config.new_client_from_config(config_file=pool.kubeconfig, context=pool.context,
                                              persist_config=False)

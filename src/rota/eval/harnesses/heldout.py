@@ -1,7 +1,9 @@
 """Held-out loss and perplexity (rota.templates.eval_heldout) on JSON-lines files: the
 config's tasks are the files, one run of the template each, into ``OUT/<file stem>``.
 
-Metrics: ``<file stem>/eval_loss``, ``/perplexity``, ``/eval_tokens``. Limits:
+Metrics: ``<file stem>/eval_loss``, ``/perplexity``, and the counts ``/eval_tokens``,
+``/examples`` (scored) and ``/left_out`` (examples whose prompt fills ``max_length``, so
+nothing of theirs could be scored: a result that skipped some says so). Limits:
 ``batch_size``, ``max_length`` (tokens per example), ``dtype`` (``auto``: bfloat16 on a GPU
 that has it, else float32) and ``max_instances`` (the first N examples of each file) are the
 template's options; a few-shot count is refused (rota.eval.config): each example is scored
@@ -24,7 +26,7 @@ from rota.eval.harnesses.base import (
     read_json,
 )
 
-KEYS = ("eval_loss", "perplexity", "eval_tokens")
+KEYS = ("eval_loss", "perplexity", "eval_tokens", "examples", "left_out")
 
 
 def task_names(cfg: EvalConfig) -> list[str]:

@@ -13,6 +13,8 @@ const EVERY_MS = 10000;
 const LIMITS = ["50", "200", "1000"];
 const COLOURS = 8; // .series-0 .. .series-7 in app.css
 const LOWER_IS_BETTER = /loss|perplexity|error|stderr/i;
+// counts (tokens scored, examples, examples left out), not scores: shown, never ranked
+const COUNTS = /(^|\/)(eval_tokens|examples|left_out|n_samples|sample_len|\w+_count)$/i;
 // what the API accepts (rota.server.api.eval), checked here to say so at the field
 const CHECKS = {
   name: [/^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/, "A config name: letters, digits, _ . and -."],
@@ -22,6 +24,10 @@ const RUN_HEADS = [["c-id", "Job"], ["c-name", "Name"], ["c-model", "Model"], ["
   ["c-state", "State"], ["c-when", "When"], ["c-commit", "Commit"]];
 
 export const lowerIsBetter = (metric) => LOWER_IS_BETTER.test(metric);
+export const isCount = (metric) => COUNTS.test(metric);
+/** How a metric is ranked, in words: "lower is better", or "a count, not ranked". */
+export const direction = (metric) => isCount(metric) ? "a count, not ranked"
+  : `${lowerIsBetter(metric) ? "lower" : "higher"} is better`;
 
 /** A number for people: integers whole, others to 4 significant digits (0.5, 0.6341). */
 export function num(v) {
@@ -141,10 +147,10 @@ function metricHead(col) {
   const lower = lowerIsBetter(col.name);
   const [task, ...rest] = col.name.split("/");
   return h("th", { scope: "col", class: "num c-metric", "data-metric": col.name,
-    title: `${col.name}: ${lower ? "lower" : "higher"} is better${col.err ? `; ± ${col.err}` : ""}` },
+    title: `${col.name}: ${direction(col.name)}${col.err ? `; ± ${col.err}` : ""}` },
   `${task}/`, h("wbr"), rest.join("/"),
-  h("span", { class: "dir", "aria-hidden": "true" }, lower ? " ↓" : " ↑"),
-  h("span", { class: "sr-only" }, lower ? " (lower is better)" : " (higher is better)"));
+  isCount(col.name) ? null : h("span", { class: "dir", "aria-hidden": "true" }, lower ? " ↓" : " ↑"),
+  h("span", { class: "sr-only" }, ` (${direction(col.name)})`));
 }
 
 function runCells(r) {
@@ -190,7 +196,6 @@ function runLabel(r) {
 }
 
 function metricChart(runs, col, best, colourOf) {
-  const lower = lowerIsBetter(col.name);
   const items = runs.filter((r) => typeof r.metrics[col.name] === "number").map((r) => {
     const value = r.metrics[col.name];
     const err = col.err ? r.metrics[col.err] : undefined;
@@ -198,7 +203,7 @@ function metricChart(runs, col, best, colourOf) {
     return { value, err, text, label: runLabel(r), best: best !== null && value === best,
       cls: `series-${colourOf(r.model)}`, title: `job ${r.id} · ${r.name} · ${r.model || "no model"}: ${text}` };
   });
-  const dir = `${lower ? "lower" : "higher"} is better`;
+  const dir = direction(col.name);
   const alt = `${col.name}, ${dir}: ` +
     items.map((i) => `${i.label} ${i.text}${i.best ? " (best)" : ""}`).join("; ");
   const headId = uid("ev-chart");
@@ -256,7 +261,8 @@ export function renderEvals(root, q) {
 
   function paint(runs) {
     const cols = metricColumns(runs);
-    const bests = cols.map((c) => bestOf(runs.map((r) => r.metrics[c.name]), lowerIsBetter(c.name)));
+    const bests = cols.map((c) => isCount(c.name) ? null
+      : bestOf(runs.map((r) => r.metrics[c.name]), lowerIsBetter(c.name)));
     replace(empty, emptyText(f));
     empty.hidden = runs.length > 0;
     wrap.hidden = charts.hidden = summary.hidden = runs.length === 0;
