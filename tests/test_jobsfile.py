@@ -229,6 +229,9 @@ def test_format_jobs_line_rejects_what_cannot_be_read_back(kwargs: dict[str, obj
 
 
 _TEXT = st.text(st.characters(exclude_characters="\n\r\x00", codec="utf-8"))
+#: a script's file name becomes the job's name, where control and bidi characters are
+#: refused (core.spec): those get an error on their line, not a job
+_NAME_TEXT = st.text(st.characters(exclude_categories=("Cc", "Cf"), codec="utf-8"))
 _ARG = st.one_of(_TEXT, st.sampled_from(["", ",", '"', "'", "a b", '""', "a,b", " x ", "#",
                                          "\\", "$HOME", "--cuda", "1,2", "'\"'", "\t"]))
 
@@ -243,7 +246,7 @@ def _expected_argv(script: str, args: list[str]) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(priority=st.integers(-1_000_000, 1_000_000),
-       script=st.one_of(_TEXT, st.sampled_from(["t.py", "a,b.sh", '"q".py', " s p.py "]))
+       script=st.one_of(_NAME_TEXT, st.sampled_from(["t.py", "a,b.sh", '"q".py', " s p.py "]))
        .filter(lambda s: bool(s.strip())),
        conda=st.one_of(st.none(), _TEXT, st.sampled_from(["env", "a,b", '"', " "])),
        arguments=st.lists(_ARG, max_size=6)

@@ -12,6 +12,10 @@ _MEM_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DUR_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _DUR_FULL_RE = re.compile(r"(\s*\d+(?:\.\d+)?\s*[dhms])+\s*", re.IGNORECASE)
 _DUR_MULT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+#: the highest GPU index a job may name: a machine of 1,024 GPUs at most, as a job's
+#: ``gpus`` is bounded (checked before a range is expanded: "0-99999999999999999999" must
+#: not become a set of 10**20 numbers)
+MAX_GPU_INDEX = 1023
 
 
 def parse_memory(text: str | int, *, field: str = "gpu_mem") -> int:
@@ -95,14 +99,21 @@ def parse_gpu_set(text: str | None, *, field: str = "allowed_gpus") -> frozenset
     if text is None or not str(text).strip():
         return None
     out: set[int] = set()
-    for part in str(text).replace(" ", "").split(","):
+    parts = str(text).replace(" ", "").split(",")
+    if len(parts) > MAX_GPU_INDEX + 1:  # each part expands to up to 1,024 indices
+        raise InvalidSpec(f"{field}: {len(parts)} parts; a set of GPUs has at most "
+                          f"{MAX_GPU_INDEX + 1}", field=field)
+    for part in parts:
         if not part:
             continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = re.fullmatch(r"([0-9]{1,4})(?:-([0-9]{1,4}))?", part)
         if not m:
-            raise InvalidSpec(f"{field}: {part!r} is not a GPU index or range (like 0-3,6)",
-                              field=field)
+            raise InvalidSpec(f"{field}: {part[:40]!r} is not a GPU index or range (like 0-3,6; "
+                              f"indices 0-{MAX_GPU_INDEX})", field=field)
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi > MAX_GPU_INDEX:
+            raise InvalidSpec(f"{field}: GPU index {hi} is past {MAX_GPU_INDEX}, the highest "
+                              "a machine has", field=field)
         if hi < lo:
             raise InvalidSpec(f"{field}: range {part!r} runs backwards", field=field)
         out.update(range(lo, hi + 1))

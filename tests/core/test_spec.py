@@ -216,3 +216,52 @@ def test_files_and_a_model_are_kept_as_given() -> None:
                        "model": "runs:/0123abcd/model"})
     assert spec.files == {"/etc/eval/config.yaml": "tasks: [a]\n"}
     assert (spec.model, spec.model_dir) == ("runs:/0123abcd/model", "/models")
+
+
+# -- input that could stall the daemon or fake what terminals show ---------------------------
+
+
+@pytest.mark.parametrize("value", ["0-2000000", "0-99999999999999999999", "1024", [5000], 4096])
+def test_gpu_indices_are_bounded_before_a_range_is_expanded(value: Any) -> None:
+    e = error_of(allowed_gpus=value)
+    assert e.field == "allowed_gpus"
+    assert "1023" in str(e)
+
+
+def test_a_gpu_set_of_too_many_parts_is_refused() -> None:
+    assert "parts" in str(error_of(allowed_gpus=",".join(["0-1023"] * 2000)))
+    assert spec(allowed_gpus="0-1023").allowed_gpus == list(range(1024))
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"name": "ok\x1b[2J\x1b[Hfake row"}, "name"),
+    ({"name": "tab\there"}, "name"),
+    ({"name": "del\x7f"}, "name"),
+    ({"name": "c1\x9b31m"}, "name"),
+    ({"name": "bidi\u202eevil"}, "name"),
+    ({"tags": ["fine", "x\x1b[31m"]}, "tags"),
+    ({"env": {"A": "x\x00y"}}, "env"),
+    ({"env": {"A=B": "1"}}, "env"),
+    ({"env": {"A\x00": "1"}}, "env"),
+    ({"cwd": "/tmp/\x00"}, "cwd"),
+])
+def test_control_characters_and_nul_bytes_are_refused(fields: dict[str, Any], field: str) -> None:
+    assert error_of(**fields).field == field
+
+
+def test_a_command_past_one_argument_s_limit_is_refused_with_the_size() -> None:
+    e = error_of(command=["python", "-c", "x" * 200_000])
+    assert e.field == "command" and "131072" in str(e)
+
+
+def test_argv_and_env_past_what_a_launch_carries_are_refused() -> None:
+    env = {f"V{i}": "y" * 100_000 for i in range(12)}
+    e = error_of(env=env)
+    assert "command and env take" in str(e) and "983040" in str(e)
+    with pytest.raises(InvalidSpec, match="V0: more than 131072"):
+        parse_spec({"command": ["x"], "env": {"V0": "y" * 140_000}})
+
+
+def test_a_stored_spec_is_read_back_without_the_checks_added_since() -> None:
+    old = {"command": ["x"], "name": "made\x1b[1mbefore", "metric_patterns": [r"(?P<v>a)\1"]}
+    assert JobSpec.stored(old).name == "made\x1b[1mbefore"

@@ -95,6 +95,11 @@ def test_token_lifecycle_and_ownership(tcp: Tcp) -> None:
             assert "belongs to alice" in problem(b.post(path), 403)["detail"]
         problem(b.get(f"/v1/jobs/{jid}/logs"), 403)
         problem(b.get(f"/v1/jobs/{jid}/logs/stream"), 403)
+        # its metrics and checkpoints come from the same output: one rule for all three
+        assert "belongs to alice" in problem(b.get(f"/v1/jobs/{jid}/metrics"), 403)["detail"]
+        problem(b.get(f"/v1/jobs/{jid}/checkpoints"), 403)
+        assert a.get(f"/v1/jobs/{jid}/metrics").status_code == 200
+        assert r.get(f"/v1/jobs/{jid}/checkpoints").status_code == 200
         # nor submit in her name, nor do admin things
         problem(b.post("/v1/jobs", json={"jobs": [{"command": ["true"]}], "user": "alice"}), 403)
         assert "needs an admin" in problem(b.post("/v1/gpus/0/pause"), 403)["detail"]

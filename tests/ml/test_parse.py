@@ -475,7 +475,30 @@ def test_bad_patterns(pattern: str, why: str) -> None:
             call()
         assert why in str(err.value)
         assert repr(pattern) in str(err.value)
-        assert err.value.field == "metric_patterns"
+        assert err.value.field in ("metric_patterns[0]", "metric_patterns[1]")
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    (r"(?P<v>a)\1", "invalid escape sequence"),   # a backreference
+    (r"(?<=loss )(?P<loss>\d+)", "invalid perl operator"),  # a lookbehind
+    (r"(?P<v>\d+)(?=%)", "invalid perl operator"),  # a lookahead
+])
+def test_patterns_re2_cannot_run_are_refused_at_their_place(pattern: str, why: str) -> None:
+    with pytest.raises(InvalidSpec) as err:
+        validate_patterns(["(?P<ok>1)", "(?P<ok2>2)", pattern])
+    assert err.value.field == "metric_patterns[2]"
+    assert "RE2" in str(err.value) and why in str(err.value)
+
+
+@pytest.mark.timeout(20)
+def test_a_catastrophic_pattern_reads_a_hostile_line_at_once() -> None:
+    # Python's re backtracks 2**60 times here (the daemon froze 6.8 s at 25 'a's); RE2 is
+    # linear in the line
+    parser = LineParser([r"(?P<v>(a+)+)$", r"(?P<n>[0-9]+) (a|a)*b"])
+    assert parser.parse("1 " + "a" * 60 + "!") is None
+    assert parser.parse("7 " + "a" * 60) is None  # the group's text is not a number
+    got = parser.parse("3 " + "a" * 5000 + "b")
+    assert got is not None and got.metrics == {"n": 3}
 
 
 def test_validate_patterns() -> None:

@@ -11,18 +11,20 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from rota.errors import InvalidSpec
-from rota.units import parse_duration, parse_gpu_set, parse_memory
+from rota.units import MAX_GPU_INDEX, parse_duration, parse_gpu_set, parse_memory
 
 SessionKind = Literal["none", "tmux", "screen"]
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -30,10 +32,28 @@ MAX_GPUS_PER_JOB = 1024
 #: a job's files in all (paths and texts): what a Kubernetes ConfigMap holds, less room for
 #: its keys
 FILES_MAX = 1000 * 1024
+#: the command as JSON, in bytes: one argument's limit in the kernel (MAX_ARG_STRLEN), and
+#: what keeps a page of 50 jobs in a job list under 10 MB
+COMMAND_MAX = 128 * 1024
+MAX_ARGS = 4096
+#: argv and env as JSON, in bytes: what the local runner takes in one message
+#: (backends.local.runner.MAX_MESSAGE, 1 MiB) less room for what the daemon adds at launch
+#: (ROTA_* variables, trackers' and stored secrets' values)
+LAUNCH_MAX = (1 << 20) - 64 * 1024
+MAX_ENV = 1000
+#: characters that make a terminal act (C0 and C1 controls, DEL: ESC starts sequences that
+#: clear the screen or move the cursor) or reorder what follows (bidi overrides): a name or
+#: a tag with one could fake rows in `rota queue`
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: a validation context for a spec read back from the store: the checks added since it was
+#: stored (and secret values sealed since) must not make an old row unreadable
+STORED = {"stored": True}
 
 
 _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
-_GPU_RANGE = r"[0-9]{1,4}(-[0-9]{1,4})?"
+# an index 0-1023 in at most 4 digits (units.MAX_GPU_INDEX)
+_GPU_INDEX = r"(0{0,3}[0-9]|0{0,2}[1-9][0-9]|0?[1-9][0-9]{2}|10[01][0-9]|102[0-3])"
+_GPU_RANGE = rf"{_GPU_INDEX}(-{_GPU_INDEX})?"
 _GPU_SET = rf"^ *({_GPU_RANGE}( *, *{_GPU_RANGE})*)? *$"  # what units.parse_gpu_set reads ("": all)
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 #: a GPU type: what every engine takes as it is (a Slurm GRES type, a Ray resource name, a
@@ -56,6 +76,36 @@ def wants_mlflow(asked: bool | None, default: bool) -> bool:
     return default if asked is None else bool(asked)
 
 
+def _submitted(info: ValidationInfo) -> bool:
+    """Whether a spec is being submitted (not read back from the store)."""
+    return not (isinstance(info.context, dict) and info.context.get("stored"))
+
+
+def _no_control(what: str, text: str) -> None:
+    m = _CONTROL.search(text)
+    if m is not None:
+        raise ValueError(f"{what} has a control character (U+{ord(m.group()):04X} at "
+                         f"position {m.start()}); it could rewrite the terminal that shows it")
+
+
+def json_size(value: object) -> int:
+    """Bytes of ``value`` as JSON, as the runner's messages and the API's answers carry it."""
+    return len(json.dumps(value).encode())
+
+
+def _metric_pattern(v: str, info: ValidationInfo) -> str:
+    """One custom metric pattern: one RE2 runs (a stored one RE2 cannot run is left out by
+    the reader instead)."""
+    from rota.ml.parse import compile_pattern
+
+    if _submitted(info):
+        try:
+            compile_pattern(v)
+        except InvalidSpec as e:  # reported by pydantic at the pattern's place
+            raise ValueError(str(e)) from None
+    return v
+
+
 def _as_value_error(parse: Callable[[Any], Any], v: Any) -> Any:
     """A units parser's InvalidSpec as the ValueError pydantic reports at its field (where
     the spec is a request body, pydantic lets other exceptions through)."""
@@ -73,7 +123,9 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     command: list[str] = Field(
-        min_length=1, description="argv; with shell=true one script string",
+        min_length=1, max_length=MAX_ARGS,
+        description=f"argv; with shell=true one script string ({COMMAND_MAX // 1024} KiB as "
+                    "JSON at most)",
         # what _argv checks, for the OpenAPI document: a program that is not blank, no NUL
         json_schema_extra={"prefixItems": [{"type": "string", "pattern": r"\S"}],
                            "items": {"type": "string", "pattern": "^[^\u0000]*$"}})
@@ -87,21 +139,25 @@ class JobSpec(BaseModel):
                     "machine a part of its name in any case; on a cluster pool the engine's "
                     "GPU type (Slurm's GRES type, Ray's accelerator type, a node label)",
         json_schema_extra={"pattern": f"^{_GPU_TYPE.pattern}$", "maxLength": 63})
-    llm: str | None = None
+    llm: str | None = Field(default=None, max_length=200)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000,
                           description="lower number runs first")
     allowed_gpus: list[StrictInt] | None = Field(
         default=None, description="GPU indices it may use: a list, one index, or a set like "
                                   "\"0-3,6\" (None: any)",
         json_schema_extra={"anyOf": [
-            {"type": "array", "items": {"type": "integer", "minimum": 0}},
-            {"type": "integer", "minimum": 0},
+            {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                        "maximum": MAX_GPU_INDEX}},
+            {"type": "integer", "minimum": 0, "maximum": MAX_GPU_INDEX},
             {"type": "string", "pattern": _GPU_SET},
             {"type": "null"}]})
-    conda: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict,
-                                json_schema_extra={"propertyNames": {"pattern": _ENV_KEY.pattern}})
+    conda: str | None = Field(default=None, max_length=4096)
+    cwd: str | None = Field(default=None, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV,
+                                json_schema_extra={"propertyNames": {"pattern": _ENV_KEY.pattern},
+                                                   "additionalProperties": {
+                                                       "type": "string",
+                                                       "pattern": "^[^\u0000]*$"}})
     secret_env: list[str] = Field(default_factory=list, description="env keys never shown")
     secrets: dict[str, str] = Field(
         default_factory=dict,
@@ -115,7 +171,7 @@ class JobSpec(BaseModel):
     retries: int = Field(default=0, ge=0, le=100)
     retry_backoff: float = Field(default=10.0, ge=0, le=86400, description="first delay, seconds")
     retry_backoff_max: float = Field(default=600.0, ge=0, le=7 * 86400)
-    after: list[StrictInt] = Field(default_factory=list,
+    after: list[StrictInt] = Field(default_factory=list, max_length=10_000,
                                    description="job ids that must complete first")
     hold: StrictBool = False
     session: SessionKind = "none"
@@ -177,10 +233,11 @@ class JobSpec(BaseModel):
                     "an MLflow URI (runs:/, models:/, mlflow-artifacts:) or s3://")
     model_dir: str = Field(default="/models", max_length=4096, pattern="^/",
                            description="where the fetched model lands in the job's pod")
-    metric_patterns: list[str] = Field(
+    metric_patterns: list[Annotated[str, AfterValidator(_metric_pattern)]] = Field(
         default_factory=list, max_length=20,
         description="extra regexes for metrics in the job's output; each named group "
-                    "(?P<loss>...) is a metric")
+                    "(?P<loss>...) is a metric. They run in RE2 (linear time): no "
+                    "backreferences or lookarounds")
     log_metrics: Literal["all", "json"] = Field(
         default="all",
         description="the lines of the job's output Rota reads metrics from: all (every "
@@ -209,32 +266,41 @@ class JobSpec(BaseModel):
                              "SIGUSR1)")
         return name
 
-    @field_validator("metric_patterns")
+    @field_validator("name")
     @classmethod
-    def _patterns(cls, v: list[str]) -> list[str]:
-        from rota.ml.parse import validate_patterns
-
-        try:
-            return validate_patterns(v)
-        except InvalidSpec as e:  # reported by pydantic at this field
-            raise ValueError(str(e)) from None
+    def _name(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and _submitted(info):
+            _no_control("the name", v)
+        return v
 
     @field_validator("tags")
     @classmethod
-    def _tags(cls, v: list[str]) -> list[str]:
+    def _tags(cls, v: list[str], info: ValidationInfo) -> list[str]:
         for t in v:  # a comma separates tags where they are stored; blanks separate words
             if not re.fullmatch(r"[^\s,]{1,64}", t):
                 raise ValueError(f"tag {t!r}: 1-64 characters, no blanks and no commas")
+            if _submitted(info):
+                _no_control(f"tag {t!r}", t)
         return v
 
     @field_validator("command")
     @classmethod
-    def _argv(cls, v: list[str]) -> list[str]:
+    def _argv(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if not v[0].strip():
             raise ValueError("the program (first word) is empty")
         for a in v:
             if "\x00" in a:
                 raise ValueError("an argument contains a NUL byte")
+        if _submitted(info) and (size := json_size(v)) > COMMAND_MAX:
+            raise ValueError(f"{size} bytes as JSON; at most {COMMAND_MAX} (the kernel's limit "
+                             "on one argument): put a long script or list in a file")
+        return v
+
+    @field_validator("cwd", "conda", "checkpoint_dir", "tensorboard_dir")
+    @classmethod
+    def _path(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and "\x00" in v and _submitted(info):
+            raise ValueError("a NUL byte, which no path can hold")
         return v
 
     @field_validator("gpu_mem", "memory", mode="before")
@@ -264,6 +330,9 @@ class JobSpec(BaseModel):
             return None
         if any(i < 0 for i in v):
             raise ValueError("GPU indices cannot be negative")
+        if any(i > MAX_GPU_INDEX for i in v):
+            raise ValueError(f"GPU index {max(v)} is past {MAX_GPU_INDEX}, the highest a "
+                             "machine has")
         return sorted(set(v)) or None
 
     @field_validator("gpu_type")
@@ -292,10 +361,18 @@ class JobSpec(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
+    def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for k, value in v.items():
             if not _ENV_KEY.match(k):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
+            if not _submitted(info):
+                continue
+            if "\x00" in value:
+                raise ValueError(f"{k}: the value has a NUL byte, which no environment can "
+                                 "hold")
+            if len(k) + 1 + len(value.encode()) > COMMAND_MAX:
+                raise ValueError(f"{k}: more than {COMMAND_MAX} bytes (the kernel's limit on "
+                                 "one variable): put the value in a file")
         return v
 
     @field_validator("secrets")
@@ -309,7 +386,7 @@ class JobSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _shape(self) -> JobSpec:
+    def _shape(self, info: ValidationInfo) -> JobSpec:
         if self.gpus > 1 and self.gpus != int(self.gpus):
             raise ValueError(f"gpus={self.gpus:g}: more than one GPU must be a whole number "
                              "(fractions are for sharing one GPU)")
@@ -329,7 +406,15 @@ class JobSpec(BaseModel):
             raise ValueError(f"{both} set both in env and in secrets")
         if self.retry_backoff_max < self.retry_backoff:
             raise ValueError("retry_backoff_max is smaller than retry_backoff")
+        if _submitted(info) and (size := json_size([self.command, self.env])) > LAUNCH_MAX:
+            raise ValueError(f"command and env take {size} bytes as JSON; at most {LAUNCH_MAX} "
+                             "(what a launch can carry): put large values in a file")
         return self
+
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> JobSpec:
+        """A spec read back from the store (checks added since it was stored are skipped)."""
+        return cls.model_validate(data, context=STORED)
 
     # --- derived -----------------------------------------------------------------
     @property
@@ -372,11 +457,19 @@ def spec_error(e: ValidationError, *, where: str = "") -> InvalidSpec:
     parts = []
     first_field: str | None = None
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "spec"
+        loc = field_path(err["loc"])
         first_field = first_field or loc
         parts.append(f"{loc}: {error_text(loc, err['msg'])}")
     prefix = f"{where}: " if where else ""
     return InvalidSpec(prefix + "; ".join(parts), field=first_field)
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """pydantic's location as a field path: ``metric_patterns[2]``, ``env.HF_HOME``."""
+    out = ""
+    for x in loc:
+        out += f"[{x}]" if isinstance(x, int) else (f".{x}" if out else str(x))
+    return out or "spec"
 
 
 def error_text(loc: str, msg: str) -> str:

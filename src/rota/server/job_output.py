@@ -37,7 +37,7 @@ def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
         tb = os.path.join(run.spec.cwd or ".", tb)
     return OutputReader(job_id=run.job_id, log_path=run.log_path,
                         events_path=events_path(run.status_path),
-                        parser=LineParser(run.spec.metric_patterns), progress=progress,
+                        parser=LineParser.lenient(run.spec.metric_patterns), progress=progress,
                         tensorboard_dir=tb, json_only=run.spec.log_metrics == "json")
 
 

@@ -118,7 +118,7 @@ class JobTable:
         """A pending job joins the queue (a held one only gets ready): a job that wants an
         MLflow run it does not have yet waits for it, so its first attempt logs there."""
         if self.tracking.wants_mlflow(row.spec) and row.id not in self.tracking.creating:
-            spec = JobSpec.model_validate(row.spec)
+            spec = JobSpec.stored(row.spec)
             log_path = self.settings.logs_dir / f"{row.id}.log"
             if not self.tracking.adopt(row.id, spec, row.tracking, row.created_at, log_path,
                                        row.attempts):

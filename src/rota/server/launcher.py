@@ -136,7 +136,7 @@ class Launcher:
     def _run_of(self, start: Start, row: LaunchInfo, pending: PendingJob,
                 now: float) -> Running:
         job_id, number = start.job_id, row.attempts + 1
-        spec = JobSpec.model_validate(row.spec)
+        spec = JobSpec.stored(row.spec)
         logs, status = self.settings.logs_dir, self.settings.status_dir
         return Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
                        gpus=start.gpu_indices, milli=start.milli_per_gpu,

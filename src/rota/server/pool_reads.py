@@ -113,7 +113,7 @@ def render_answer(pools: Pools, work_dir: Path, row: JobRecord, pool_name: str |
     """What the pool's engine would be handed for the job's next attempt (blocking: an
     engine may look something up, e.g. Slurm's shards). ``after``: the engine ids of its
     parents in flight on that pool, which an engine that holds dependencies waits for."""
-    spec = JobSpec.model_validate(row.spec)
+    spec = JobSpec.stored(row.spec)
     job = engine_job(row.id, row.user, spec, attempt=row.attempts + 1, install=install)
     pool = pools.pools.get(pool_name or pools.default)
     caps = engines.capabilities(pool, work_dir) if pool is not None else None

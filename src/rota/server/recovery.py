@@ -114,7 +114,7 @@ def _take_up_again(daemon: Daemon, job_id: int) -> None:
 def _run_of(backends: BackendSet, row: JobRecord, attempt: AttemptRecord) -> Running:
     """The job's last attempt as the daemon keeps a running one."""
     return Running(job_id=row.id, attempt_id=attempt.id, attempt_no=attempt.number,
-                   spec=JobSpec.model_validate(row.spec), gpus=tuple(attempt.gpu_indices),
+                   spec=JobSpec.stored(row.spec), gpus=tuple(attempt.gpu_indices),
                    milli=attempt.milli, gpu_mem=attempt.gpu_mem,
                    backend=backends.get(attempt.backend), started_at=attempt.started_at,
                    pending=pending_of(row), failures=row.failures,

@@ -225,7 +225,7 @@ class Tracking:
             out["mlflow"] = {"state": "creating" if job_id in self.creating else "none"}
         if spec.get("wandb"):
             out["wandb"] = wandb_bridge.view(
-                JobSpec.model_validate(spec), job_id=job_id, instance=self.instance,
+                JobSpec.stored(spec), job_id=job_id, instance=self.instance,
                 entity=self.settings.wandb_entity, default_project=self.settings.wandb_project,
                 found=((progress or {}).get("links") or {}).get("wandb"))
         return out or None

@@ -43,7 +43,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
         if key in facts:
             out[key] = facts[key]
     if detail:
-        out["spec"] = JobSpec.model_validate(spec).redacted()
+        out["spec"] = JobSpec.stored(spec).redacted()
     return out
 
 

@@ -147,16 +147,19 @@ async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
                                       "X-Accel-Buffering": "no"})
 
 
-@router.get("/jobs/{job_id}/metrics", responses=errors(401, 404, 422, 503))
-async def metrics_of(job_id: JobId, reads: ReadsPort, name: list[str] = Query(default=[]),
+@router.get("/jobs/{job_id}/metrics", responses=errors(401, 403, 404, 422, 503))
+async def metrics_of(job_id: JobId, p: Caller, reads: ReadsPort,
+                     name: list[str] = Query(default=[]),
                      attempt: int | None = Query(None, ge=1, le=1_000_000),
                      after: int = Query(0, ge=0, le=MAX_ID),
                      limit: int = Query(10_000, ge=1, le=100_000),
                      ) -> Annotated[Json, MetricsPageAnswer]:
     """Metric samples read from the job's output, per metric as [step, value, time,
     attempt] points, oldest first. ``next`` is the ``after`` that asks for what came
-    since (poll with it); ``more`` says whether this answer stopped at ``limit``."""
+    since (poll with it); ``more`` says whether this answer stopped at ``limit``. Its
+    owner's and admins' only, as its log is (the metrics are read from the log)."""
     row = reads.store.get_job(job_id)
+    p.require_owner(row.user, f"read the metrics of job {job_id}")
     got = reads.store.metrics(job_id, names=name, attempt=attempt, after_id=after,
                               limit=limit)
     series: dict[str, list[list[Any]]] = {}
@@ -166,10 +169,12 @@ async def metrics_of(job_id: JobId, reads: ReadsPort, name: list[str] = Query(de
             "more": len(got) == limit, "progress": progress_view(row.progress)}
 
 
-@router.get("/jobs/{job_id}/checkpoints", responses=errors(401, 404, 422, 503))
-async def checkpoints_of(job_id: JobId, reads: ReadsPort) -> Annotated[Json, CheckpointsAnswer]:
+@router.get("/jobs/{job_id}/checkpoints", responses=errors(401, 403, 404, 422, 503))
+async def checkpoints_of(job_id: JobId, p: Caller,
+                         reads: ReadsPort) -> Annotated[Json, CheckpointsAnswer]:
     """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
-    step first, and the one a retry would resume from."""
+    step first, and the one a retry would resume from: its owner's and admins' only."""
+    own(reads, p, job_id, "list the checkpoints of")
     found, best = _checkpoints(reads, job_id)
     return {"id": job_id, "checkpoints": [c.to_json() for c in found],
             "resume_from": best.path if best else None}
