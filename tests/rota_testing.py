@@ -28,9 +28,11 @@ class DaemonProcess:
     """Start, SIGKILL and restart `rota server` the way a user (or a crash) would."""
 
     def __init__(self, home: Path, simulate: str | None = "4x24G",
-                 extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
-        """SIMULATE None: the machine's own GPUs, through NVML."""
-        self.home, self.simulate = home, simulate
+                 extra_env: dict[str, str] | None = None, args: list[str] | None = None,
+                 python: str = sys.executable) -> None:
+        """SIMULATE None: the machine's own GPUs, through NVML. PYTHON runs the daemon (and
+        so its shims: one other accounts can run, for their jobs in sessions)."""
+        self.home, self.simulate, self.python = home, simulate, python
         self.args = args or []
         self.env = {**os.environ, "ROTA_HOME": str(home), **(extra_env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -40,7 +42,7 @@ class DaemonProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rota", "server",
+            [self.python, "-m", "rota", "server",
              *(["--simulate", self.simulate] if self.simulate else []), *self.args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

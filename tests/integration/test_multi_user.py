@@ -295,7 +295,70 @@ def test_a_users_job_is_that_user_on_the_daemons_socket(
 
 def test_a_place_that_cannot_run_a_job_as_its_owner_refuses_it_at_submit(
         root_daemon: DaemonProcess) -> None:
-    r = rota_as(BOB, root_daemon.home, "submit", "--session", "tmux", "--", "true")
+    r = rota_as(BOB, root_daemon.home, "submit", "--session", "screen", "--", "true")
     assert r.returncode != 0
-    assert "tmux sessions cannot start a job as another Unix account yet" in r.stderr, r.stderr
+    assert "screen sessions cannot start a job as another Unix account yet" in r.stderr, \
+        r.stderr
     assert "this job would run as rtu-bob" in r.stderr
+
+
+@pytest.fixture
+def system_python_daemon(accounts: dict[str, int], shared_home: Path
+                         ) -> Iterator[DaemonProcess]:
+    """A root daemon run by a Python every account may run (its shims run as the job's
+    owner in their tmux sessions), with this checkout's code, as a system install has."""
+    server = f"rota-mu-{os.getpid()}"
+    d = DaemonProcess(shared_home, python=SYSTEM_PYTHON,
+                      extra_env={"ROTA_SHARED_ACCOUNT": "false", "ROTA_TMUX_SOCKET": server,
+                                 "PYTHONPATH": f"{SRC}:{SITE}"}).start(timeout=60)
+    yield d
+    d.stop()
+    for name in (ALICE, BOB):
+        subprocess.run(["runuser", "-u", name, "--", "tmux", "-L", server, "kill-server"],
+                       capture_output=True, check=False)
+
+
+TMUX_PROBE = PROBE + 'echo "tmux=$TMUX"\n'
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("ROTA_REQUIRE_ROOT"),
+                    reason="tmux is not installed")
+def test_a_users_tmux_job_runs_as_that_user_in_that_users_tmux_server(
+        system_python_daemon: DaemonProcess, accounts: dict[str, int]) -> None:
+    d = system_python_daemon
+    home, uid = d.home, accounts[ALICE]
+    r = rota_as(ALICE, home, "submit", "--json", "--session", "tmux", "--env", f"RH={home}",
+                "--", "sh", "-c", TMUX_PROBE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = json.loads(r.stdout)["jobs"][0]["id"]
+    out = _wait_for_log(d, job_id)
+    assert f"uid={uid} gid={uid}" in out and "umask=0077" in out, out
+    assert f"home=/home/{ALICE} user={ALICE} logname={ALICE}" in out, out
+    assert "daemon-env=none" in out, out
+    assert "READ" not in out and out.count("denied ") == 5, out
+    assert f"tmux=/tmp/tmux-{uid}/" in out, out  # alice's own tmux server: she attaches
+    made = Path(f"/home/{ALICE}/made-by-job")
+    assert made.stat().st_uid == uid and made.stat().st_mode & 0o077 == 0
+    log = home / "logs" / f"{job_id}.log"
+    assert log.stat().st_uid == uid and log.stat().st_mode & 0o777 == 0o600
+    status = home / "status"
+    assert not [p.name for p in status.glob("*.job.json")]  # the job file, with its env, gone
+    for p in status.glob(f"{job_id}-*"):  # the status and events files: alice's alone
+        assert p.stat().st_uid in (0, uid) and p.stat().st_mode & 0o077 == 0, p
+
+    # `rota attach` gives alice an argv for her own server: its session is there
+    r = rota_as(ALICE, home, "submit", "--json", "--session", "tmux", "--", "sleep", "60")
+    assert r.returncode == 0, r.stderr
+    sleeper = json.loads(r.stdout)["jobs"][0]["id"]
+
+    def running() -> bool:
+        with d.client() as c:
+            return bool(c.job(sleeper)["state"] == "running")
+    wait_until(running, timeout=60, what="alice's tmux job to run")
+    with d.client() as c:
+        argv = c.attach_argv(sleeper)
+    assert argv[:3] == ["tmux", "-L", d.env["ROTA_TMUX_SOCKET"]] and argv[3] == "attach", argv
+    r = subprocess.run(["runuser", "-u", ALICE, "--", *argv[:3], "has-session", *argv[4:]],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert rota_as(ALICE, home, "cancel", "--yes", str(sleeper)).returncode == 0
