@@ -230,3 +230,20 @@ async def until(check: Callable[[], object], what: str, seconds: float = 10.0) -
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def unix_accounts(*names: str) -> Iterator[dict[str, int]]:
+    """Real Unix accounts (with homes) for the duration, as root: name -> uid. Made afresh
+    (one left by a killed run is removed first) and removed with every process they have."""
+    import pwd
+
+    for name in names:
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+        subprocess.run(["useradd", "-m", name], check=True)
+    try:
+        yield {name: pwd.getpwnam(name).pw_uid for name in names}
+    finally:
+        for name in names:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
+            subprocess.run(["userdel", "-r", name], capture_output=True, check=False)

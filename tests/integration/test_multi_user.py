@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, kill_job_processes, unix_accounts, wait_until
 
 ALICE, BOB = "rtu-alice", "rtu-bob"
 SYSTEM_PYTHON = "/usr/bin/python3.11"
@@ -36,25 +36,15 @@ if os.geteuid() != 0 or not Path(SYSTEM_PYTHON).exists():
                 allow_module_level=True)
 
 
-def _uid(name: str) -> int:
-    import pwd
-
-    return pwd.getpwnam(name).pw_uid
-
-
 @pytest.fixture(scope="module")
 def accounts() -> Iterator[dict[str, int]]:
-    for name in (ALICE, BOB):
-        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
-        subprocess.run(["useradd", "-m", name], check=True)
-    as_other = subprocess.run(["runuser", "-u", BOB, "--", "test", "-r",
-                               f"{SRC}/rota/__init__.py"], check=False)
-    assert as_other.returncode == 0, (f"{SRC} must be readable by other accounts for these "
-                                      "tests (clone the repository where they can reach it)")
-    yield {ALICE: _uid(ALICE), BOB: _uid(BOB)}
-    for name in (ALICE, BOB):
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
-        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+    with unix_accounts(ALICE, BOB) as uids:
+        as_other = subprocess.run(["runuser", "-u", BOB, "--", "test", "-r",
+                                   f"{SRC}/rota/__init__.py"], check=False)
+        assert as_other.returncode == 0, (f"{SRC} must be readable by other accounts for "
+                                          "these tests (clone the repository where they can "
+                                          "reach it)")
+        yield uids
 
 
 def _env_of(home: Path, **more: str) -> dict[str, str]:
