@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -236,7 +237,8 @@ WHO = 'echo "user=$(id -un) uid=$(id -u) home=$HOME pwd=$(pwd) leak=${ROTA_DAEMO
 
 
 def test_a_job_run_as_its_owner_is_submitted_and_runs_as_that_account(
-        engine: SlurmEngine, slurm: PrivateSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+        engine: SlurmEngine, slurm: PrivateSlurm, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     """A root daemon's job of carol: sbatch as carol, so Slurm runs it as carol, with a
     login's environment (nothing of the daemon's), in her home, its output in her folder."""
     if os.geteuid() != 0:
@@ -254,6 +256,14 @@ def test_a_job_run_as_its_owner_is_submitted_and_runs_as_that_account(
         assert folder.stat().st_uid == uids[CAROL] and folder.stat().st_mode & 0o777 == 0o700
         assert (folder / f"{eid}.log").stat().st_uid == uids[CAROL]
         assert engine.find(job.key) == eid  # a root daemon finds its owners' jobs too
+        # an output folder the account cannot reach is said before sbatch, not as a signal
+        closed = tmp_path / "closed"
+        closed.mkdir(mode=0o700)
+        elsewhere = SlurmEngine(engine.pool, str(closed / "rota"))
+        with pytest.raises(BackendError, match=re.escape(
+                f"{CAROL} cannot reach this pool's output folder {closed}/rota/logs/{CAROL}: ")
+                + ".* is closed to other accounts"):
+            elsewhere.submit(a_job(("true",), run_as=CAROL))
         shown = slurm_cmd(slurm, "sacct", "-c", "-X", "-n", "-P", "-o", "User", "-j", eid)
         assert shown.split() == [f"{CAROL}({uids[CAROL]})"], shown  # the completion log's
 

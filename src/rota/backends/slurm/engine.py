@@ -189,6 +189,11 @@ class SlurmEngine:
             os.chmod(parent, os.stat(parent).st_mode & 0o755 | 0o711)
         os.chown(path, account.uid, account.gid)
         os.chmod(path, 0o700)
+        closed = _closed_to_others(os.path.dirname(path))
+        if closed is not None:  # else Slurm fails the job with a bare "signal 53"
+            raise BackendError(f"{user} cannot reach this pool's output folder {path}: "
+                               f"{closed} is closed to other accounts (chmod o+x it, or set "
+                               "the pool's work_dir where every account can pass)")
 
     def _job_env(self, job: EngineJob) -> dict[str, str]:
         base = self._env
@@ -392,6 +397,16 @@ class SlurmEngine:
                 return ""
             raise BackendError(f"{prog} failed (exit {proc.returncode}): {msg}")
         return proc.stdout
+
+
+def _closed_to_others(path: str) -> str | None:
+    """The first folder from the root down to ``path`` that other accounts may not pass."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        folder = os.sep.join(parts[:i])
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
 
 
 def _account(user: str) -> RunAs:
