@@ -13,9 +13,9 @@ The command line holds only Rota's own values: the interpreter, the module, thre
 and a sanitised session name, and tmux (>= 3.0) execs it as an argv, without a shell.
 
 A job run as another account (``LaunchRequest.run_as``, a root daemon's) is in a tmux
-server of that account, started and asked through ``runuser`` with a login's environment,
-so the account attaches to it as to its own sessions; its shim reads a job file, appends
-to a status file and tees to a log that were made its own (``common.hand_over``).
+server (a screen folder) of that account, started and asked through ``runuser`` with a
+login's environment, so the account attaches to it as to its own sessions; its shim
+reads a job file, appends to a status file and tees to a log made its own (``hand_over``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class _SessionBackend(ProcessBackend):
 
     name: str
     program: str
-    capabilities = Capabilities(attachable=True, launch_blocks=True)
+    capabilities = Capabilities(attachable=True, launch_blocks=True, run_as=True)
     #: How long launch waits for the shim's first status record.
     start_timeout_s: float = 10.0
 
@@ -119,7 +119,8 @@ class _SessionBackend(ProcessBackend):
     def _kill(self, name: str, run_as: RunAs | None = None) -> None:
         raise NotImplementedError
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
         return {}
 
     # --- shared ---------------------------------------------------------------------
@@ -136,7 +137,7 @@ class _SessionBackend(ProcessBackend):
             pid = self._wait_for_shim(req.status_path, name, req.run_as)
         finally:  # read by now, or never; a shim run as another account cannot delete it
             job_file.unlink(missing_ok=True)
-        extra = self._handle_extra(name, pid)
+        extra = self._handle_extra(name, pid, req.run_as)
         if req.run_as is not None:
             extra["user"] = req.run_as.user
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
@@ -176,7 +177,6 @@ class TmuxBackend(_SessionBackend):
 
     name = "tmux"
     program = "tmux"
-    capabilities = Capabilities(attachable=True, launch_blocks=True, run_as=True)
 
     def __init__(self, socket_name: str = "rota") -> None:
         self.socket_name = socket_name
@@ -219,7 +219,8 @@ class TmuxBackend(_SessionBackend):
         _run(as_account(run_as, [*self._tmux(), "kill-session", "-t", f"={name}"]),
              self._client_env(run_as))
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
         return {"socket": self.socket_name}
 
     def attach_argv(self, handle: Handle) -> list[str] | None:
@@ -251,8 +252,8 @@ class ScreenBackend(_SessionBackend):
         self.screendir = screendir
 
     def _client_env(self, run_as: RunAs | None = None) -> dict[str, str]:
-        env = super()._client_env()
-        if self.screendir:
+        env = super()._client_env(run_as)
+        if self.screendir and run_as is None:  # another account's: its own default folder
             env["SCREENDIR"] = self.screendir
         return env
 
@@ -262,14 +263,16 @@ class ScreenBackend(_SessionBackend):
             os.makedirs(self.screendir, mode=0o700, exist_ok=True)
 
     def _start(self, name: str, argv: list[str], run_as: RunAs | None = None) -> None:
-        r = _run(["screen", "-S", name, "-dm", *argv], self._client_env())
+        r = _run(as_account(run_as, ["screen", "-S", name, "-dm", *argv]),
+                 self._client_env(run_as))
         if r.returncode != 0:
             raise BackendError(f"screen -S {name!r} -dm failed: "
                                f"{(r.stderr or r.stdout).strip()}")
 
-    def _sessions(self) -> list[str]:
-        """Full "PID.NAME" ids of live sessions in our SCREENDIR."""
-        r = _run(["screen", "-ls"], self._client_env())  # exits 1 even when it lists some
+    def _sessions(self, run_as: RunAs | None = None) -> list[str]:
+        """Full "PID.NAME" ids of live sessions in our SCREENDIR (``run_as``'s own)."""
+        # exits 1 even when it lists some
+        r = _run(as_account(run_as, ["screen", "-ls"]), self._client_env(run_as))
         ids = []
         for line in r.stdout.splitlines():
             parts = line.strip().split("\t")
@@ -278,15 +281,17 @@ class ScreenBackend(_SessionBackend):
         return ids
 
     def _exists(self, name: str, run_as: RunAs | None = None) -> bool:
-        return any(i.split(".", 1)[1] == name for i in self._sessions())
+        return any(i.split(".", 1)[1] == name for i in self._sessions(run_as))
 
     def _kill(self, name: str, run_as: RunAs | None = None) -> None:
-        for sid in self._sessions():
+        for sid in self._sessions(run_as):
             if sid.split(".", 1)[1] == name:
-                _run(["screen", "-S", sid, "-X", "quit"], self._client_env())
+                _run(as_account(run_as, ["screen", "-S", sid, "-X", "quit"]),
+                     self._client_env(run_as))
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
-        extra: dict[str, object] = {"screendir": self.screendir}
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
+        extra: dict[str, object] = {"screendir": self.screendir if run_as is None else None}
         # the shim's parent is the SCREEN process whose pid prefixes the name
         with contextlib.suppress(psutil.Error):
             extra["screen_id"] = f"{psutil.Process(shim_pid).ppid()}.{name}"
