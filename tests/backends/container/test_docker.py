@@ -309,8 +309,8 @@ def test_gpus_on_a_docker_without_the_nvidia_runtime(dockerd: str, docker_client
 
 def test_a_job_run_as_its_owner_has_their_uid_gid_and_groups(backend: ContainerBackend,
                                                               jobs: Jobs) -> None:
-    """A root daemon's job of another account: --user uid:gid and its groups, and the file
-    it writes for rota.job (its events) is that account's."""
+    """A root daemon's job of another account: --user uid:gid and its groups; its log and
+    the file it writes for rota.job (its events) are that account's (0600)."""
     owner = RunAs(user="rtu-owner", uid=4242, gid=4243, groups=(4243, 4244), home="/",
                   shell="/bin/sh")
     events = jobs.status_dir / "owner.events"
@@ -318,4 +318,6 @@ def test_a_job_run_as_its_owner_has_their_uid_gid_and_groups(backend: ContainerB
                    run_as=owner, env={"ROTA_EVENTS_FILE": str(events)})
     assert run(backend, req).exit_code == 0, req.log_path.read_text()
     assert log_body(req).split() == ["4242", "4243", "4243", "4244", "wrote"]
-    assert (events.stat().st_uid, events.stat().st_gid) == (4242, 4243)
+    for path in (events, req.log_path):  # its own files are its owner's alone
+        assert (path.stat().st_uid, path.stat().st_gid) == (4242, 4243), path
+        assert path.stat().st_mode & 0o077 == 0, path
