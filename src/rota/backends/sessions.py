@@ -79,6 +79,20 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 10.0
         raise BackendError(f"{argv[0]} failed: {e}") from e
 
 
+def _check_owner(pid: int, uid: int) -> None:
+    """A run-as job's status file is its account's to write, so the pid in it is believed
+    only for a process of that account: a root daemon never signals another's on its word."""
+    try:
+        real = psutil.Process(pid).uids().real
+    except psutil.NoSuchProcess:
+        return  # gone: signalling it does nothing
+    except psutil.Error as e:
+        raise BackendError(f"cannot tell whose process {pid} is: {e}") from e
+    if real != uid:
+        raise BackendError(f"process {pid} named in the job's status file is not its "
+                           f"account's (uid {real}, not {uid}); not signalled")
+
+
 class _SessionBackend(ProcessBackend):
     """What tmux and screen share: launch through a job file, then learn the shim's pid
     (a wait: the daemon launches these off its event loop)."""
@@ -135,13 +149,24 @@ class _SessionBackend(ProcessBackend):
         try:
             self._start(name, argv, req.run_as)
             pid = self._wait_for_shim(req.status_path, name, req.run_as)
+            if req.run_as is not None:
+                _check_owner(pid, req.run_as.uid)
+        except BaseException:
+            if req.run_as is not None:
+                self._kill(name, req.run_as)
+            raise
         finally:  # read by now, or never; a shim run as another account cannot delete it
             job_file.unlink(missing_ok=True)
         extra = self._handle_extra(name, pid, req.run_as)
         if req.run_as is not None:
-            extra["user"] = req.run_as.user
+            extra.update(user=req.run_as.user, uid=req.run_as.uid)
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
                       session_name=name, extra=extra)
+
+    def signal(self, handle: Handle, sig: int) -> None:
+        if handle.extra.get("uid") is not None:  # the root daemon signals only that account's
+            _check_owner(handle.pid, int(handle.extra["uid"]))
+        super().signal(handle, sig)
 
     def _wait_for_shim(self, status_path: Path, name: str, run_as: RunAs | None) -> int:
         """Poll for the shim's first record; the session gone without one is a failed start."""

@@ -256,6 +256,15 @@ def test_a_job_run_as_its_owner_is_submitted_and_runs_as_that_account(
         assert folder.stat().st_uid == uids[CAROL] and folder.stat().st_mode & 0o777 == 0o700
         assert (folder / f"{eid}.log").stat().st_uid == uids[CAROL]
         assert engine.find(job.key) == eid  # a root daemon finds its owners' jobs too
+        # carol owns her folder: a link there (or a file not hers) is never read by root
+        (folder / f"{eid}.log").unlink()
+        (folder / f"{eid}.log").symlink_to("/etc/shadow")
+        with pytest.raises(BackendError, match="Too many levels of symbolic links"):
+            engine.read_log(eid, 0)
+        (folder / f"{eid}.log").unlink()
+        (folder / f"{eid}.log").write_text("root's\n")
+        with pytest.raises(BackendError, match="is not its owner's file; not read"):
+            engine.read_log(eid, 0)
         # an output folder the account cannot reach is said before sbatch, not as a signal
         closed = tmp_path / "closed"
         closed.mkdir(mode=0o700)

@@ -335,15 +335,25 @@ class SlurmEngine:
         if not script.is_job_id(engine_id):
             raise BackendError(f"{engine_id!r} is not a Slurm job id")
         path = script.log_path(self.work_dir, engine_id)
+        owner = None
         if not os.path.exists(path):  # a job run as another account: in that one's folder
-            path = next(iter(glob.glob(script.user_log_dir(glob.escape(self.work_dir), "*")
-                                       + f"/{engine_id}.log")), path)
+            found = glob.glob(script.user_log_dir(glob.escape(self.work_dir), "*")
+                              + f"/{engine_id}.log")
+            if found:
+                path, owner = found[0], os.stat(os.path.dirname(found[0])).st_uid
         try:
-            with open(path, "rb") as fh:
-                fh.seek(max(0, offset))
-                return fh.read(_LOG_READ_MAX)
+            # that account may put anything in its folder: no link, nothing of another's
+            fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if owner is not None else 0))
         except FileNotFoundError:
             return b""  # not started yet (or the work folder is not visible here)
+        except OSError as exc:
+            raise BackendError(f"cannot read the log of Slurm job {engine_id}: {exc}") from exc
+        with os.fdopen(fd, "rb") as fh:
+            if owner is not None and os.fstat(fd).st_uid != owner:
+                raise BackendError(f"the log of Slurm job {engine_id} ({path}) is not its "
+                                   "owner's file; not read")
+            fh.seek(max(0, offset))
+            return fh.read(_LOG_READ_MAX)
 
     # ------------------------------------------------------------------ health
 
