@@ -17,8 +17,8 @@ from rota.server.running import Running
 
 def launch_env(tmp_path: Path, **spec: Any) -> dict[str, str]:
     launcher = Launcher.__new__(Launcher)  # only what _request reads
-    launcher.settings = cast(Any, SimpleNamespace(
-        pool_set=SimpleNamespace(get=lambda name: ("local", None))))
+    launcher.settings = cast(Any, SimpleNamespace(  # the job is its owner's: no run-as
+        user="", pool_set=SimpleNamespace(get=lambda name: ("local", None))))
     launcher.tracking = cast(Any, SimpleNamespace(launch_env=lambda **kw: {}))
     backend = SimpleNamespace(name="container", capabilities=Capabilities())
     run = Running(job_id=7, attempt_id=1, attempt_no=1,
