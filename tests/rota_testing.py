@@ -28,9 +28,11 @@ class DaemonProcess:
     """Start, SIGKILL and restart `rota server` the way a user (or a crash) would."""
 
     def __init__(self, home: Path, simulate: str | None = "4x24G",
-                 extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
-        """SIMULATE None: the machine's own GPUs, through NVML."""
-        self.home, self.simulate = home, simulate
+                 extra_env: dict[str, str] | None = None, args: list[str] | None = None,
+                 python: str = sys.executable) -> None:
+        """SIMULATE None: the machine's own GPUs, through NVML. PYTHON runs the daemon (and
+        so its shims: one other accounts can run, for their jobs in sessions)."""
+        self.home, self.simulate, self.python = home, simulate, python
         self.args = args or []
         self.env = {**os.environ, "ROTA_HOME": str(home), **(extra_env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -40,7 +42,7 @@ class DaemonProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rota", "server",
+            [self.python, "-m", "rota", "server",
              *(["--simulate", self.simulate] if self.simulate else []), *self.args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -228,3 +230,20 @@ async def until(check: Callable[[], object], what: str, seconds: float = 10.0) -
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def unix_accounts(*names: str) -> Iterator[dict[str, int]]:
+    """Real Unix accounts (with homes) for the duration, as root: name -> uid. Made afresh
+    (one left by a killed run is removed first) and removed with every process they have."""
+    import pwd
+
+    for name in names:
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+        subprocess.run(["useradd", "-m", name], check=True)
+    try:
+        yield {name: pwd.getpwnam(name).pw_uid for name in names}
+    finally:
+        for name in names:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
+            subprocess.run(["userdel", "-r", name], capture_output=True, check=False)

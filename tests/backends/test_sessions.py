@@ -216,3 +216,19 @@ def test_a_failed_session_launch_is_a_typed_outcome(env: Env) -> None:
     b = env.backend("tmux")
     [got] = b.launch_many([env.req(["true"], cwd=str(env.tmp / "nowhere"))])
     assert isinstance(got, LaunchFailed) and "does not exist" in got.reason
+
+
+def test_a_run_as_session_is_signalled_only_where_its_pid_is_its_accounts() -> None:
+    """A job run as another account can write its status file, so the pid read there is
+    believed only for a process of that account: a root daemon never signals another's."""
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        forged = Handle(backend="tmux", pid=victim.pid, status_path="/nonexistent",
+                        session_name="rota-1-cpu", extra={"user": "someone", "uid": 4242})
+        with pytest.raises(BackendError, match=f"process {victim.pid} named in the job's "
+                           r"status file is not its account's \(uid \d+, not 4242\)"):
+            TmuxBackend().signal(forged, signal.SIGKILL)
+        assert victim.poll() is None  # untouched
+    finally:
+        victim.kill()
+        victim.wait()

@@ -332,3 +332,21 @@ def test_write_job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert job["argv"] == ["prog"] and job["cwd"] == str(tmp_path)
     assert job["env"]["SECRET"] == "s3cret" and job["env"]["FROM_DAEMON"] == "d"
     assert "TERM" not in job["env"] and "TMUX" not in job["env"]
+
+
+def test_with_append_the_shim_adds_lines_to_the_status_file_it_was_given(
+        tmp_path: Path) -> None:
+    """A shim run as a job's account may write its status file, not create one beside it:
+    it appends one JSON line at the start and one at the end, and nothing else appears."""
+    status = tmp_path / "st" / "1-1.json"
+    status.parent.mkdir()
+    status.touch()
+    r = subprocess.run([*SHIM, "--append", "--status", str(status), "--", "sh", "-c",
+                        "exit 3"], capture_output=True, timeout=30, check=False)
+    assert r.returncode == 3, r.stderr
+    lines = [json.loads(line) for line in status.read_text().splitlines()]
+    assert len(lines) == 2 and lines[0]["child_pid"] and "ended_at" not in lines[0]
+    assert lines[1]["exit_code"] == 3
+    rec = read_status(status)
+    assert rec is not None and rec["exit_code"] == 3 and rec["shim_pid"] == lines[0]["shim_pid"]
+    assert [p.name for p in status.parent.iterdir()] == ["1-1.json"]

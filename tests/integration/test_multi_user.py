@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, kill_job_processes, unix_accounts, wait_until
 
 ALICE, BOB = "rtu-alice", "rtu-bob"
 SYSTEM_PYTHON = "/usr/bin/python3.11"
@@ -36,25 +37,15 @@ if os.geteuid() != 0 or not Path(SYSTEM_PYTHON).exists():
                 allow_module_level=True)
 
 
-def _uid(name: str) -> int:
-    import pwd
-
-    return pwd.getpwnam(name).pw_uid
-
-
 @pytest.fixture(scope="module")
 def accounts() -> Iterator[dict[str, int]]:
-    for name in (ALICE, BOB):
-        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
-        subprocess.run(["useradd", "-m", name], check=True)
-    as_other = subprocess.run(["runuser", "-u", BOB, "--", "test", "-r",
-                               f"{SRC}/rota/__init__.py"], check=False)
-    assert as_other.returncode == 0, (f"{SRC} must be readable by other accounts for these "
-                                      "tests (clone the repository where they can reach it)")
-    yield {ALICE: _uid(ALICE), BOB: _uid(BOB)}
-    for name in (ALICE, BOB):
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
-        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+    with unix_accounts(ALICE, BOB) as uids:
+        as_other = subprocess.run(["runuser", "-u", BOB, "--", "test", "-r",
+                                   f"{SRC}/rota/__init__.py"], check=False)
+        assert as_other.returncode == 0, (f"{SRC} must be readable by other accounts for "
+                                          "these tests (clone the repository where they can "
+                                          "reach it)")
+        yield uids
 
 
 def _env_of(home: Path, **more: str) -> dict[str, str]:
@@ -294,8 +285,96 @@ def test_a_users_job_is_that_user_on_the_daemons_socket(
 
 
 def test_a_place_that_cannot_run_a_job_as_its_owner_refuses_it_at_submit(
-        root_daemon: DaemonProcess) -> None:
-    r = rota_as(BOB, root_daemon.home, "submit", "--session", "tmux", "--", "true")
+        accounts: dict[str, int], shared_home: Path) -> None:
+    shared_home.mkdir()
+    (shared_home / "rota.toml").write_text(  # never reached: refused before
+        '[pools.rc]\nengine = "ray"\naddress = "http://127.0.0.1:9"\n')
+    d = DaemonProcess(shared_home, extra_env={"ROTA_SHARED_ACCOUNT": "false"}).start()
+    try:
+        r = rota_as(BOB, d.home, "submit", "--pool", "rc", "--", "true")
+    finally:
+        d.stop()
     assert r.returncode != 0
-    assert "tmux sessions cannot start a job as another Unix account yet" in r.stderr, r.stderr
+    assert "pool rc (ray) cannot start a job as another Unix account yet" in r.stderr, \
+        r.stderr
     assert "this job would run as rtu-bob" in r.stderr
+
+
+@pytest.fixture
+def system_python_daemon(accounts: dict[str, int], shared_home: Path
+                         ) -> Iterator[DaemonProcess]:
+    """A root daemon run by a Python every account may run (its shims run as the job's
+    owner in their tmux sessions), with this checkout's code, as a system install has."""
+    server = f"rota-mu-{os.getpid()}"
+    d = DaemonProcess(shared_home, python=SYSTEM_PYTHON,
+                      extra_env={"ROTA_SHARED_ACCOUNT": "false", "ROTA_TMUX_SOCKET": server,
+                                 "PYTHONPATH": f"{SRC}:{SITE}"}).start(timeout=60)
+    yield d
+    d.stop()
+    for name in (ALICE, BOB):
+        subprocess.run(["runuser", "-u", name, "--", "tmux", "-L", server, "kill-server"],
+                       capture_output=True, check=False)
+
+
+SESSION_PROBE = PROBE + 'echo "tmux=$TMUX sty=$STY"\n'
+
+
+@pytest.mark.parametrize("session", ["tmux", "screen"])
+def test_a_users_session_job_runs_as_that_user_in_that_users_server(
+        system_python_daemon: DaemonProcess, accounts: dict[str, int], session: str) -> None:
+    if shutil.which(session) is None and not os.environ.get("ROTA_REQUIRE_ROOT"):
+        pytest.skip(f"{session} is not installed")
+    d = system_python_daemon
+    home, uid = d.home, accounts[ALICE]
+    r = rota_as(ALICE, home, "submit", "--json", "--session", session, "--env", f"RH={home}",
+                "--", "sh", "-c", SESSION_PROBE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = json.loads(r.stdout)["jobs"][0]["id"]
+    out = _wait_for_log(d, job_id)
+    assert f"uid={uid} gid={uid}" in out and "umask=0077" in out, out
+    assert f"home=/home/{ALICE} user={ALICE} logname={ALICE}" in out, out
+    assert "daemon-env=none" in out, out
+    assert "READ" not in out and out.count("denied ") == 5, out
+    if session == "tmux":  # alice's own tmux server: she attaches
+        assert f"tmux=/tmp/tmux-{uid}/" in out, out
+    else:
+        assert re.search(rf"sty=\d+\.rota-{job_id}-", out), out
+    made = Path(f"/home/{ALICE}/made-by-job")
+    assert made.stat().st_uid == uid and made.stat().st_mode & 0o077 == 0
+    log = home / "logs" / f"{job_id}.log"
+    assert log.stat().st_uid == uid and log.stat().st_mode & 0o777 == 0o600
+    status = home / "status"
+    assert not [p.name for p in status.glob("*.job.json")]  # the job file, with its env, gone
+    for p in status.glob(f"{job_id}-*"):  # the status and events files: alice's alone
+        assert p.stat().st_uid in (0, uid) and p.stat().st_mode & 0o077 == 0, p
+
+    # `rota attach` gives alice an argv for her own server: its session is there
+    r = rota_as(ALICE, home, "submit", "--json", "--session", session, "--", "sleep", "60")
+    assert r.returncode == 0, r.stderr
+    sleeper = json.loads(r.stdout)["jobs"][0]["id"]
+
+    def running() -> bool:
+        with d.client() as c:
+            return bool(c.job(sleeper)["state"] == "running")
+    wait_until(running, timeout=60, what=f"alice's {session} job to run")
+    with d.client() as c:
+        argv = c.attach_argv(sleeper)
+    if session == "tmux":
+        assert argv[:4] == ["tmux", "-L", d.env["ROTA_TMUX_SOCKET"], "attach"], argv
+        r = subprocess.run(["runuser", "-u", ALICE, "--", *argv[:3], "has-session", *argv[4:]],
+                           capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+    else:
+        assert argv == ["screen", "-r", f"{_screen_pid(ALICE, sleeper)}.{argv[2].split('.')[1]}"]
+    assert rota_as(ALICE, home, "cancel", "--yes", str(sleeper)).returncode == 0
+
+
+def _screen_pid(account: str, job_id: int) -> str:
+    """The pid of ``account``'s screen session of job ``job_id`` (from its own `screen -ls`:
+    the session is in that account's screen folder)."""
+    r = subprocess.run(["runuser", "-u", account, "--", "screen", "-ls"], capture_output=True,
+                       text=True, check=False)
+    found = [line.split()[0].split(".")[0] for line in r.stdout.splitlines()
+             if f"rota-{job_id}-" in line]
+    assert len(found) == 1, r.stdout
+    return found[0]

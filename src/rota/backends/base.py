@@ -47,9 +47,19 @@ class RunAs:
                    groups=tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)),
                    home=pw.pw_dir, shell=pw.pw_shell or "/bin/sh")
 
+    def login_env(self) -> dict[str, str]:
+        """What a run-as job's environment starts from: a login's, never the daemon's."""
+        return login_env(self.user, self.home, self.shell)
+
 
 #: a run-as job's PATH unless it sets its own (a login's, as runuser -l gives)
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def login_env(user: str, home: str, shell: str) -> dict[str, str]:
+    """A login's environment for an account: the base of its jobs' (docs/security.md)."""
+    return {"HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell, "PATH": SAFE_PATH,
+            "LANG": "C.UTF-8"}
 
 
 @dataclass(frozen=True, slots=True)

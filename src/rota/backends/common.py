@@ -199,9 +199,13 @@ def shim_argv(req: LaunchRequest, tee: bool, job_file: Path | None = None) -> li
     """The full argv a backend starts: the shim, its options, then the job's argv.
 
     With ``job_file`` (see ``write_job_file``) the job's argv stays out of this argv, which
-    then holds only Rota's own values: the interpreter, the module and three paths.
+    then holds only Rota's own values: the interpreter, the module and three paths. A shim
+    run as another account appends to a status file made its own (``hand_over``): it may not
+    create files in the daemon's status folder.
     """
     argv = [sys.executable, "-m", "rota.backends.shim", "--status", str(req.status_path)]
+    if req.run_as is not None:
+        argv.append("--append")
     if tee:
         argv += ["--tee", str(req.log_path)]
     if job_file is not None:
@@ -210,8 +214,10 @@ def shim_argv(req: LaunchRequest, tee: bool, job_file: Path | None = None) -> li
 
 
 def job_env(req: LaunchRequest) -> dict[str, str]:
-    """The job's environment: the daemon's, with the job's variables on top."""
-    return {**os.environ, **req.env}
+    """The job's environment: the daemon's, with the job's variables on top; for a job run
+    as another account, a login's of that account instead of the daemon's."""
+    base = os.environ if req.run_as is None else req.run_as.login_env()
+    return {**base, **req.env}
 
 
 def job_file_path(req: LaunchRequest) -> Path:
@@ -232,10 +238,42 @@ def write_job_file(req: LaunchRequest) -> Path:
     path = job_file_path(req)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if req.run_as is not None:  # its shim reads it as that account
+        os.fchown(fd, req.run_as.uid, req.run_as.gid)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump({"argv": build_job_argv(req), "env": env,
-                   "cwd": os.path.abspath(req.cwd) if req.cwd else os.getcwd()}, f)
+                   "cwd": _cwd(req)}, f)
     return path
+
+
+#: variables naming files next to the status file that the job itself writes
+JOB_WRITES = ("ROTA_EVENTS_FILE",)
+
+
+def hand_over(req: LaunchRequest, *also: Path) -> None:
+    """Make a run-as job's own files its account's (0600) before it starts: its log, the
+    files it writes (``JOB_WRITES``) and ``also`` (what holds it writes: a status file). Their
+    folders become 0711, so the job reaches them by name without listing anyone's."""
+    ra = req.run_as
+    if ra is None:
+        return
+    paths = [req.log_path, *also, *(Path(req.env[v]) for v in JOB_WRITES if req.env.get(v))]
+    for path in paths:
+        os.chmod(path.parent, 0o711)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchown(fd, ra.uid, ra.gid)
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+
+
+def _cwd(req: LaunchRequest) -> str:
+    """The job's working directory: its own, else the daemon's, or its account's home when
+    it runs as another (the daemon's may be closed to it)."""
+    if req.cwd:
+        return os.path.abspath(req.cwd)
+    return os.getcwd() if req.run_as is None else req.run_as.home
 
 
 def check_request(req: LaunchRequest) -> None:

@@ -69,6 +69,8 @@ class EngineJob:
     # the engine's ids of jobs this one must wait for: it starts once each has completed
     # successfully, and the engine drops it when one cannot (capabilities.dependencies)
     after: tuple[str, ...] = ()
+    # the Unix account the job runs as, when not the daemon's (capabilities.run_as)
+    run_as: str | None = None
 
     @property
     def key(self) -> str:
@@ -129,6 +131,7 @@ class EngineCapabilities:
     dependencies: bool = False  # the engine holds a job until others end
     conda: bool = False
     images: bool = False
+    run_as: bool = False  # submits a job as its owner's Unix account (EngineJob.run_as)
 
 
 class Engine(Protocol):

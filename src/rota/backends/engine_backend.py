@@ -172,6 +172,8 @@ class EngineBackend:
         self._secrets: dict[str, str] = {}  # only while the submit that needs them runs
         self.engine = make_engine(self._secret)
         self.name = f"{self.engine.name}:{pool_name}"
+        self.capabilities = dataclasses.replace(  # its engine's, per pool
+            EngineBackend.capabilities, run_as=self.engine.capabilities.run_as)
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}  # by engine id
         self._closing = threading.Event()

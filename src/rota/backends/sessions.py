@@ -11,6 +11,11 @@ its arguments even after ``--`` (an argument ending in ``;`` ends the command an
 rest runs as tmux commands, ``run-shell`` included), so no user value may appear there.
 The command line holds only Rota's own values: the interpreter, the module, three paths
 and a sanitised session name, and tmux (>= 3.0) execs it as an argv, without a shell.
+
+A job run as another account (``LaunchRequest.run_as``, a root daemon's) is in a tmux
+server (a screen folder) of that account, started and asked through ``runuser`` with a
+login's environment, so the account attaches to it as to its own sessions; its shim
+reads a job file, appends to a status file and tees to a log made its own (``hand_over``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from pathlib import Path
 
 import psutil
 
-from rota.backends.base import Capabilities, Handle, LaunchRequest
+import rota
+from rota.backends.base import Capabilities, Handle, LaunchRequest, RunAs
 from rota.backends.common import (
     append_log_header,
     check_request,
+    hand_over,
     prepare_paths,
     read_status,
     shim_argv,
@@ -50,6 +57,19 @@ def session_name(name: str) -> str:
     return safe if safe.startswith(SESSION_PREFIX) else SESSION_PREFIX + safe
 
 
+def as_account(run_as: RunAs | None, argv: list[str]) -> list[str]:
+    """``argv`` run by ``run_as`` (None: by the daemon itself); from a root daemon,
+    ``runuser`` switches without a password."""
+    return argv if run_as is None else ["runuser", "-u", run_as.user, "--", *argv]
+
+
+def account_client_env(run_as: RunAs) -> dict[str, str]:
+    """A session client's environment as ``run_as``: a login's (the daemon's never reaches
+    the account's server, its panes or its jobs), and where Rota's code is, for the shim."""
+    code = os.path.dirname(os.path.dirname(os.path.abspath(rota.__file__)))
+    return {**run_as.login_env(), "PYTHONPATH": code}
+
+
 def _run(argv: list[str], env: dict[str, str], timeout: float = 10.0
          ) -> subprocess.CompletedProcess[str]:
     try:
@@ -59,17 +79,33 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 10.0
         raise BackendError(f"{argv[0]} failed: {e}") from e
 
 
+def _check_owner(pid: int, uid: int) -> None:
+    """A run-as job's status file is its account's to write, so the pid in it is believed
+    only for a process of that account: a root daemon never signals another's on its word."""
+    try:
+        real = psutil.Process(pid).uids().real
+    except psutil.NoSuchProcess:
+        return  # gone: signalling it does nothing
+    except psutil.Error as e:
+        raise BackendError(f"cannot tell whose process {pid} is: {e}") from e
+    if real != uid:
+        raise BackendError(f"process {pid} named in the job's status file is not its "
+                           f"account's (uid {real}, not {uid}); not signalled")
+
+
 class _SessionBackend(ProcessBackend):
     """What tmux and screen share: launch through a job file, then learn the shim's pid
     (a wait: the daemon launches these off its event loop)."""
 
     name: str
     program: str
-    capabilities = Capabilities(attachable=True, launch_blocks=True)
+    capabilities = Capabilities(attachable=True, launch_blocks=True, run_as=True)
     #: How long launch waits for the shim's first status record.
     start_timeout_s: float = 10.0
 
-    def _client_env(self) -> dict[str, str]:
+    def _client_env(self, run_as: RunAs | None = None) -> dict[str, str]:
+        if run_as is not None:
+            return account_client_env(run_as)
         return {k: v for k, v in os.environ.items() if k not in _CLIENT_DROP}
 
     def missing(self) -> str | None:
@@ -87,17 +123,18 @@ class _SessionBackend(ProcessBackend):
         self._check_program()
         check_request(req)
 
-    # --- to implement per program ---------------------------------------------------
-    def _start(self, name: str, argv: list[str]) -> None:
+    # --- to implement per program (run_as: the session's account, None: the daemon's) --
+    def _start(self, name: str, argv: list[str], run_as: RunAs | None = None) -> None:
         raise NotImplementedError
 
-    def _exists(self, name: str) -> bool:
+    def _exists(self, name: str, run_as: RunAs | None = None) -> bool:
         raise NotImplementedError
 
-    def _kill(self, name: str) -> None:
+    def _kill(self, name: str, run_as: RunAs | None = None) -> None:
         raise NotImplementedError
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
         return {}
 
     # --- shared ---------------------------------------------------------------------
@@ -106,18 +143,32 @@ class _SessionBackend(ProcessBackend):
         name = session_name(req.session_name)
         prepare_paths(req)
         append_log_header(req)
+        hand_over(req, req.status_path)
         job_file = write_job_file(req)
         argv = shim_argv(req, tee=True, job_file=job_file)
         try:
-            self._start(name, argv)
-            pid = self._wait_for_shim(req.status_path, name)
+            self._start(name, argv, req.run_as)
+            pid = self._wait_for_shim(req.status_path, name, req.run_as)
+            if req.run_as is not None:
+                _check_owner(pid, req.run_as.uid)
         except BaseException:
-            job_file.unlink(missing_ok=True)
+            if req.run_as is not None:
+                self._kill(name, req.run_as)
             raise
+        finally:  # read by now, or never; a shim run as another account cannot delete it
+            job_file.unlink(missing_ok=True)
+        extra = self._handle_extra(name, pid, req.run_as)
+        if req.run_as is not None:
+            extra.update(user=req.run_as.user, uid=req.run_as.uid)
         return Handle(backend=self.name, pid=pid, status_path=str(req.status_path),
-                      session_name=name, extra=self._handle_extra(name, pid))
+                      session_name=name, extra=extra)
 
-    def _wait_for_shim(self, status_path: Path, name: str) -> int:
+    def signal(self, handle: Handle, sig: int) -> None:
+        if handle.extra.get("uid") is not None:  # the root daemon signals only that account's
+            _check_owner(handle.pid, int(handle.extra["uid"]))
+        super().signal(handle, sig)
+
+    def _wait_for_shim(self, status_path: Path, name: str, run_as: RunAs | None) -> int:
         """Poll for the shim's first record; the session gone without one is a failed start."""
         deadline = time.monotonic() + self.start_timeout_s
         next_session_check = time.monotonic() + 0.2
@@ -128,14 +179,14 @@ class _SessionBackend(ProcessBackend):
             now = time.monotonic()
             if now >= next_session_check:
                 next_session_check = now + 0.2
-                if not self._exists(name):
+                if not self._exists(name, run_as):
                     status = read_status(status_path)  # ended just now?
                     if status and status.get("shim_pid"):
                         return int(status["shim_pid"])
                     raise BackendError(f"{self.name} session {name!r} ended before the job "
                                        "started (the shim could not run)")
             if now >= deadline:
-                self._kill(name)
+                self._kill(name, run_as)
                 raise BackendError(f"{self.name} session {name!r}: the job did not start "
                                    f"within {self.start_timeout_s:g}s")
             time.sleep(0.01)
@@ -174,23 +225,27 @@ class TmuxBackend(_SessionBackend):
         self._version_ok = True
         return None
 
-    def _start(self, name: str, argv: list[str]) -> None:
+    def _start(self, name: str, argv: list[str], run_as: RunAs | None = None) -> None:
         bad = [a for a in argv if a.endswith(";")]
         if bad:  # only our own paths are here; tmux would split the command at them
             raise BackendError(f"tmux cannot take an argument ending in ';': {bad[0]!r}")
-        r = _run([*self._tmux(), "new-session", "-d", "-s", name, "-x", "200", "-y", "50",
-                  "--", *argv], self._client_env())
+        r = _run(as_account(run_as, [*self._tmux(), "new-session", "-d", "-s", name,
+                                     "-x", "200", "-y", "50", "--", *argv]),
+                 self._client_env(run_as))
         if r.returncode != 0:
             raise BackendError(f"tmux new-session {name!r} failed: {r.stderr.strip()}")
 
-    def _exists(self, name: str) -> bool:
-        r = _run([*self._tmux(), "has-session", "-t", f"={name}"], self._client_env())
+    def _exists(self, name: str, run_as: RunAs | None = None) -> bool:
+        r = _run(as_account(run_as, [*self._tmux(), "has-session", "-t", f"={name}"]),
+                 self._client_env(run_as))
         return r.returncode == 0
 
-    def _kill(self, name: str) -> None:
-        _run([*self._tmux(), "kill-session", "-t", f"={name}"], self._client_env())
+    def _kill(self, name: str, run_as: RunAs | None = None) -> None:
+        _run(as_account(run_as, [*self._tmux(), "kill-session", "-t", f"={name}"]),
+             self._client_env(run_as))
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
         return {"socket": self.socket_name}
 
     def attach_argv(self, handle: Handle) -> list[str] | None:
@@ -221,9 +276,9 @@ class ScreenBackend(_SessionBackend):
     def __init__(self, screendir: str | None = None) -> None:
         self.screendir = screendir
 
-    def _client_env(self) -> dict[str, str]:
-        env = super()._client_env()
-        if self.screendir:
+    def _client_env(self, run_as: RunAs | None = None) -> dict[str, str]:
+        env = super()._client_env(run_as)
+        if self.screendir and run_as is None:  # another account's: its own default folder
             env["SCREENDIR"] = self.screendir
         return env
 
@@ -232,15 +287,17 @@ class ScreenBackend(_SessionBackend):
         if self.screendir:  # screen refuses a directory others can read
             os.makedirs(self.screendir, mode=0o700, exist_ok=True)
 
-    def _start(self, name: str, argv: list[str]) -> None:
-        r = _run(["screen", "-S", name, "-dm", *argv], self._client_env())
+    def _start(self, name: str, argv: list[str], run_as: RunAs | None = None) -> None:
+        r = _run(as_account(run_as, ["screen", "-S", name, "-dm", *argv]),
+                 self._client_env(run_as))
         if r.returncode != 0:
             raise BackendError(f"screen -S {name!r} -dm failed: "
                                f"{(r.stderr or r.stdout).strip()}")
 
-    def _sessions(self) -> list[str]:
-        """Full "PID.NAME" ids of live sessions in our SCREENDIR."""
-        r = _run(["screen", "-ls"], self._client_env())  # exits 1 even when it lists some
+    def _sessions(self, run_as: RunAs | None = None) -> list[str]:
+        """Full "PID.NAME" ids of live sessions in our SCREENDIR (``run_as``'s own)."""
+        # exits 1 even when it lists some
+        r = _run(as_account(run_as, ["screen", "-ls"]), self._client_env(run_as))
         ids = []
         for line in r.stdout.splitlines():
             parts = line.strip().split("\t")
@@ -248,16 +305,18 @@ class ScreenBackend(_SessionBackend):
                 ids.append(parts[0])
         return ids
 
-    def _exists(self, name: str) -> bool:
-        return any(i.split(".", 1)[1] == name for i in self._sessions())
+    def _exists(self, name: str, run_as: RunAs | None = None) -> bool:
+        return any(i.split(".", 1)[1] == name for i in self._sessions(run_as))
 
-    def _kill(self, name: str) -> None:
-        for sid in self._sessions():
+    def _kill(self, name: str, run_as: RunAs | None = None) -> None:
+        for sid in self._sessions(run_as):
             if sid.split(".", 1)[1] == name:
-                _run(["screen", "-S", sid, "-X", "quit"], self._client_env())
+                _run(as_account(run_as, ["screen", "-S", sid, "-X", "quit"]),
+                     self._client_env(run_as))
 
-    def _handle_extra(self, name: str, shim_pid: int) -> dict[str, object]:
-        extra: dict[str, object] = {"screendir": self.screendir}
+    def _handle_extra(self, name: str, shim_pid: int,
+                      run_as: RunAs | None = None) -> dict[str, object]:
+        extra: dict[str, object] = {"screendir": self.screendir if run_as is None else None}
         # the shim's parent is the SCREEN process whose pid prefixes the name
         with contextlib.suppress(psutil.Error):
             extra["screen_id"] = f"{psutil.Process(shim_pid).ppid()}.{name}"

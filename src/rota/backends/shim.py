@@ -44,8 +44,18 @@ def _survive(_signum: int, _frame: object) -> None:
     """
 
 
-def write_status(path: str, record: dict[str, Any]) -> None:
-    """Write the record so a reader sees the old file or the new one, never half of one."""
+def write_status(path: str, record: dict[str, Any], append: bool = False) -> None:
+    """Write the record so a reader sees the old file or the new one, never half of one;
+    or, with ``append``, as one more JSON line in one write (``common.read_status`` merges
+    the lines), for a shim that may write the file but not its folder."""
+    if append:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            _write_all(fd, (json.dumps(record) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -142,6 +152,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                                 description="Run a job and record its pid and exit status.")
     p.add_argument("--status", required=True, help="JSON status file to write")
     p.add_argument("--tee", default=None, help="copy output to stdout and append it here")
+    p.add_argument("--append", action="store_true",
+                   help="append records to the status file (it exists) instead of replacing it")
     p.add_argument("--job-file", default=None,
                    help='JSON {"argv": [...], "env": {...}, "cwd": "..."} instead of ARGV')
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
@@ -206,7 +218,8 @@ def _spawn(job_argv: list[str], env: dict[str, str] | None,
         raise _CannotStart(code, f"cannot run {job_argv[0]!r}: {why}") from e
 
 
-def _failed(status: str, record: dict[str, Any], tee: _Tee | None, e: _CannotStart) -> int:
+def _failed(status: str, record: dict[str, Any], tee: _Tee | None, e: _CannotStart,
+            append: bool) -> int:
     """Say why in the log (or on stderr) and record it as the job's end."""
     data = f"rota: {e.why}\n".encode(errors="replace")
     if tee:
@@ -215,7 +228,7 @@ def _failed(status: str, record: dict[str, Any], tee: _Tee | None, e: _CannotSta
         with contextlib.suppress(OSError):
             _write_all(2, data)
     record.update(exit_code=e.code, signal=None, ended_at=time.time())
-    write_status(status, record)
+    write_status(status, record, append)
     return e.code
 
 
@@ -238,9 +251,9 @@ def run(argv: list[str]) -> int:
         try:
             proc = _spawn(*_job(ns), tee)
         except _CannotStart as e:
-            return _failed(ns.status, record, tee, e)
+            return _failed(ns.status, record, tee, e, ns.append)
         record["child_pid"] = proc.pid
-        write_status(ns.status, record)
+        write_status(ns.status, record, ns.append)
         rc = _wait(proc, tee)
     finally:
         if tee:
@@ -250,7 +263,7 @@ def run(argv: list[str]) -> int:
     else:
         record.update(exit_code=rc, signal=None)
     record["ended_at"] = time.time()
-    write_status(ns.status, record)
+    write_status(ns.status, record, ns.append)
     return _exit_code(record)
 
 

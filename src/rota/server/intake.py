@@ -76,7 +76,7 @@ class Intake:
         if isinstance(account, Unknown):
             account = self.accounts.account_in(self.daemon.store, user)  # Forbidden: never
         if account is not None:
-            self._check_run_as(spec, account, pool_name, pool.engine, prefix)
+            self._check_run_as(spec, account, pool_name, pool, prefix)
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
         _check_this_machine(spec, prefix)
@@ -104,15 +104,19 @@ class Intake:
         self._check_dependencies(spec, prefix)
         return spec
 
-    def _check_run_as(self, spec: JobSpec, account: str, pool_name: str, engine: str,
+    def _check_run_as(self, spec: JobSpec, account: str, pool_name: str, pool: Pool,
                       prefix: str) -> None:
         """The job runs as ``account``: its backend must be one that starts a job so."""
+        engine = pool.engine
         if engine == LOCAL:
             backend = self.daemon.backends.get(self.daemon.backends.name_of(spec))
             if backend.capabilities.run_as:
                 return
             what = f"{backend.name} sessions"
         else:
+            found = engines.capabilities(pool, self.settings.home)
+            if found is not None and found.run_as:
+                return
             what = f"pool {pool_name} ({engine})"
         raise InvalidSpec(f"{prefix}{what} cannot start a job as another Unix account yet, "
                           f"and this job would run as {account}: run it as a plain process "

@@ -255,19 +255,20 @@ class Launcher:
         if spec.image:  # the image the job runs in, for it to record (a Kubernetes pod's
             env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
+        run_as = self._run_as(run.user)
+        if run_as is not None and not run.backend.capabilities.run_as:
+            raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
+                               f"another account yet ({run_as.user}); submit it to the local "
+                               "pool or a container (docs/security.md)")
         engine_job = None
         where = f"on GPUs {gpu_text(run.gpus)}"
         if run.backend.capabilities.engine:  # a cluster's engine places it
             engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env,
                                        install=self.backends.install)
             engine_job = dataclasses.replace(engine_job, argv=tuple(argv),
-                                             after=engine_after(run, self.table))
+                                             after=engine_after(run, self.table),
+                                             run_as=run_as.user if run_as else None)
             where = f"handed to {run.backend.name}"
-        run_as = self._run_as(run.user)
-        if run_as is not None and not run.backend.capabilities.run_as:
-            raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
-                               f"another account yet ({run_as.user}); submit it to the local "
-                               "pool or a container (docs/security.md)")
         return LaunchRequest(run_as=run_as, job_id=run.job_id,
                              attempt=run.attempt_no, argv=argv,
                              shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,

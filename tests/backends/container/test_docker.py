@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rota.backends.base import ExitInfo, Handle
+from rota.backends.base import ExitInfo, Handle, RunAs
 from rota.backends.container import ContainerBackend, ContainerExit, ContainerRequest
 from rota.errors import BackendError
 
@@ -305,3 +305,19 @@ def test_gpus_on_a_docker_without_the_nvidia_runtime(dockerd: str, docker_client
     req = jobs.req('echo "gpus=$CUDA_VISIBLE_DEVICES"', gpus=(2, 3))
     info = run(simulated, req)
     assert info.success and log_body(req) == "gpus=0,1\n"
+
+
+def test_a_job_run_as_its_owner_has_their_uid_gid_and_groups(backend: ContainerBackend,
+                                                              jobs: Jobs) -> None:
+    """A root daemon's job of another account: --user uid:gid and its groups; its log and
+    the file it writes for rota.job (its events) are that account's (0600)."""
+    owner = RunAs(user="rtu-owner", uid=4242, gid=4243, groups=(4243, 4244), home="/",
+                  shell="/bin/sh")
+    events = jobs.status_dir / "owner.events"
+    req = jobs.req("id -u; id -g; id -G; echo '{}' >> \"$ROTA_EVENTS_FILE\" && echo wrote",
+                   run_as=owner, env={"ROTA_EVENTS_FILE": str(events)})
+    assert run(backend, req).exit_code == 0, req.log_path.read_text()
+    assert log_body(req).split() == ["4242", "4243", "4243", "4244", "wrote"]
+    for path in (events, req.log_path):  # its own files are its owner's alone
+        assert (path.stat().st_uid, path.stat().st_gid) == (4242, 4243), path
+        assert path.stat().st_mode & 0o077 == 0, path

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
+import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from bench.baselines.slurm import PARTITION, PrivateSlurm
 
-from rota_testing import DaemonProcess, wait_until
+from rota_testing import DaemonProcess, kill_job_processes, unix_accounts, wait_until
 
 from .daemon_slurm import daemon_over, job_view, wait_end
 
@@ -170,3 +175,36 @@ def test_a_job_waiting_in_slurm_is_starting_and_its_time_limit_counts_from_its_s
     assert ended["started_at"] >= released - 1, (ended, released)
     assert 3 <= ended["ended_at"] - ended["started_at"] < 30, ended
     assert "up" in daemon.cli("logs", str(job)).stdout.splitlines()
+
+
+def test_a_token_users_job_runs_on_slurm_as_their_unix_account(slurm: PrivateSlurm) -> None:
+    """A root daemon: dave's token maps to Unix account rtu-dave (`rota user add --unix`), so
+    his job goes to Slurm through `runuser -u rtu-dave -- sbatch` and runs as rtu-dave."""
+    if os.geteuid() != 0:
+        pytest.skip("a job as another account needs a root daemon")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = Path(tempfile.mkdtemp(prefix="rota-runas-"))  # pytest's folders are root's
+    os.chmod(home, 0o755)  # as /var/lib/rota's parents: every account may pass
+    (home / "rota.toml").write_text(TOML.format(conf=slurm.env["SLURM_CONF"]))
+    d = DaemonProcess(home, args=["--listen", f"127.0.0.1:{port}"]).start()
+    try:
+        with unix_accounts("rtu-dave") as uids, d.client() as c:
+            c.add_user("dave", unix_account="rtu-dave")
+            token = c.create_token("dave")["token"]
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                              headers={"Authorization": f"Bearer {token}"}) as api:
+                r = api.post("/v1/jobs", json={"jobs": [{
+                    "command": ["sh", "-c", "echo user=$(id -un) uid=$(id -u) home=$HOME"],
+                    "pool": "hpc"}]})
+                assert r.status_code == 201, r.text
+                job_id = r.json()["jobs"][0]["id"]
+            done = wait_end(d, job_id)
+            logs = d.cli("logs", str(job_id)).stdout
+            assert done["state"] == "completed", (logs, json.dumps(done)[-1500:])
+            assert f"user=rtu-dave uid={uids['rtu-dave']} home=/home/rtu-dave" in logs, logs
+    finally:
+        d.stop()
+        kill_job_processes(home)
+        shutil.rmtree(home, ignore_errors=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from rota.backends.engine import EngineJob, EngineState, EngineStatus
 from rota.backends.slurm import SlurmEngine
 from rota.errors import BackendError
 from rota.pools import SlurmPool
-from rota_testing import wait_until
+from rota_testing import unix_accounts, wait_until
 
 from .conftest import SECRETS, PrivateSlurm
 
@@ -231,6 +232,51 @@ def test_time_limit_signal_comes_before_the_kill(engine: SlurmEngine,
     assert time.monotonic() - submitted < 55  # before the 1-minute limit
 
 
+CAROL = "rtu-carol"
+WHO = 'echo "user=$(id -un) uid=$(id -u) home=$HOME pwd=$(pwd) leak=${ROTA_DAEMON_ONLY:-none}"'
+
+
+def test_a_job_run_as_its_owner_is_submitted_and_runs_as_that_account(
+        engine: SlurmEngine, slurm: PrivateSlurm, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A root daemon's job of carol: sbatch as carol, so Slurm runs it as carol, with a
+    login's environment (nothing of the daemon's), in her home, its output in her folder."""
+    if os.geteuid() != 0:
+        pytest.skip("a job as another account needs a root daemon")
+    monkeypatch.setitem(engine._env, "ROTA_DAEMON_ONLY", "leaked")
+    with unix_accounts(CAROL) as uids:
+        job = a_job(("sh", "-c", WHO), run_as=CAROL, env={"PLAIN": "x"})
+        eid = engine.submit(job)
+        st = wait_ended(engine, eid)
+        assert st.exit_code == 0
+        log = wait_until(lambda: engine.read_log(eid, 0), 5, what="the log").decode()
+        assert log.strip() == (f"user={CAROL} uid={uids[CAROL]} home=/home/{CAROL} "
+                               f"pwd=/home/{CAROL} leak=none"), log
+        folder = Path(engine.work_dir, "logs", CAROL)
+        assert folder.stat().st_uid == uids[CAROL] and folder.stat().st_mode & 0o777 == 0o700
+        assert (folder / f"{eid}.log").stat().st_uid == uids[CAROL]
+        assert engine.find(job.key) == eid  # a root daemon finds its owners' jobs too
+        # carol owns her folder: a link there (or a file not hers) is never read by root
+        (folder / f"{eid}.log").unlink()
+        (folder / f"{eid}.log").symlink_to("/etc/shadow")
+        with pytest.raises(BackendError, match="Too many levels of symbolic links"):
+            engine.read_log(eid, 0)
+        (folder / f"{eid}.log").unlink()
+        (folder / f"{eid}.log").write_text("root's\n")
+        with pytest.raises(BackendError, match="is not its owner's file; not read"):
+            engine.read_log(eid, 0)
+        # an output folder the account cannot reach is said before sbatch, not as a signal
+        closed = tmp_path / "closed"
+        closed.mkdir(mode=0o700)
+        elsewhere = SlurmEngine(engine.pool, str(closed / "rota"))
+        with pytest.raises(BackendError, match=re.escape(
+                f"{CAROL} cannot reach this pool's output folder {closed}/rota/logs/{CAROL}: ")
+                + ".* is closed to other accounts"):
+            elsewhere.submit(a_job(("true",), run_as=CAROL))
+        shown = slurm_cmd(slurm, "sacct", "-c", "-X", "-n", "-P", "-o", "User", "-j", eid)
+        assert shown.split() == [f"{CAROL}({uids[CAROL]})"], shown  # the completion log's
+
+
 def test_the_suite_leaves_no_job_behind(engine: SlurmEngine, slurm: PrivateSlurm) -> None:
     left = slurm_cmd(slurm, "squeue", "-h", "-o", "%i %T %j")
     assert left.strip() == "", left
@@ -262,3 +308,4 @@ def test_torchrun_across_two_nodes_on_gloo(engine: SlurmEngine, tmp_path: Path) 
                    if ln.startswith("rank"))
     assert lines == ["rank 0/2 sum 3", "rank 1/2 sum 3"], engine.read_log(eid, 0)[-2000:]
     assert st.exit_code == 0
+

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rota.backends.base import Capabilities, ExitInfo, Handle, LaunchRequest, Located
-from rota.backends.common import KILLED, append_log_header, prepare_paths
+from rota.backends.common import KILLED, append_log_header, hand_over, prepare_paths
 from rota.backends.container import docker_api
 from rota.backends.container.docker_api import errors
 from rota.backends.container.follow import Follower
@@ -148,6 +148,7 @@ class ContainerBackend(ProcessBackend):
         self.check(req)
         spec = spec_of(req, self.defaults)
         prepare_paths(req)
+        hand_over(req)  # its log and what it writes (its events) are its owner's
         # the job's owner's account, groups included (the daemon's own: self.user)
         user = self.user if req.run_as is None else f"{req.run_as.uid}:{req.run_as.gid}"
         kwargs = create_kwargs(req, spec, user=user, network_mode=self.network_mode,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.backends.base import LaunchRequest
+from rota.backends.common import JOB_WRITES
 from rota.errors import BackendError
 
 #: Labels every container of Rota's carries: found again by them after a daemon restart.
@@ -21,8 +22,6 @@ LABEL_JOB = "rota.job"
 LABEL_ATTEMPT = "rota.attempt"
 LABEL_STATUS = "rota.status"  # the attempt's status path: its key, unique per attempt
 LABEL_LOG = "rota.log"  # the job's log: where the output is copied, also after a restart
-#: The job files of ``rota.job`` that the container gets at the same path (see docs).
-_JOB_FILE_VARS = ("ROTA_EVENTS_FILE",)
 #: tmpfs options for /tmp: writable by any user, nothing executable from devices or setuid.
 _TMP_OPTIONS = "rw,nosuid,nodev,mode=1777"
 _NO_ROTATION = {"max-size": "1t", "max-file": "1"}
@@ -134,7 +133,7 @@ def job_files(req: LaunchRequest) -> list[str]:
     """Files of the attempt next to its status file that the job writes (``rota.job``'s
     events): created now, so that each can be bind-mounted alone at its own path."""
     out = []
-    for var in _JOB_FILE_VARS:
+    for var in JOB_WRITES:
         path = req.env.get(var)
         if path and Path(path).parent == req.status_path.parent:
             Path(path).touch()
@@ -164,10 +163,8 @@ def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
         # over the daemon's log-opts): the copy into the job's log counts entries from the
         # start (logs.py), so none may be rotated away before the container is removed
         log_config=LogConfig(type=LogConfig.types.JSON, config=_NO_ROTATION))
-    if req.run_as is not None:
+    if req.run_as is not None:  # its files are its own already (common.hand_over)
         kwargs["group_add"] = [str(g) for g in req.run_as.groups if g != req.run_as.gid]
-        for path in job_files(req):  # what it writes (its events) is its own
-            os.chown(path, req.run_as.uid, req.run_as.gid)
     if spec.cpus:
         kwargs["nano_cpus"] = int(spec.cpus * 1e9)
     if spec.memory:

@@ -424,10 +424,9 @@ if __name__ == "__main__":
 # --- a job as another account (a root runner: docs/security.md) --------------------------
 def account_env(account: dict[str, Any]) -> dict[str, str]:
     """A login's environment for the account; the runner's (root's) never reaches the job."""
-    from rota.backends.base import SAFE_PATH
+    from rota.backends.base import login_env
 
-    return {"HOME": account["home"], "USER": account["user"], "LOGNAME": account["user"],
-            "SHELL": account["shell"], "PATH": SAFE_PATH, "LANG": "C.UTF-8"}
+    return login_env(account["user"], account["home"], account["shell"])
 
 
 def _hand_over(account: dict[str, Any], log: int, status: str, events: str | None) -> None:

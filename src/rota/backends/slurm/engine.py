@@ -16,6 +16,11 @@ Secrets: values reach the job through sbatch's own process environment and
 job's environment in its state folder (root and SlurmUser only) and does not show it in
 ``scontrol show job``.
 
+A job run as another account (``EngineJob.run_as``, a root daemon's): sbatch runs as that
+account (``runuser -u USER --``), so Slurm runs the job as it, with an environment built
+from a login's of that account, never the daemon's; its output goes to a folder of its own
+(``script.user_log_dir``). The daemon, root, reads, finds and cancels it as any other.
+
 Stop: the signal goes at once (``scancel --signal``); ``grace`` seconds later a timer thread
 cancels the job (``scancel``: Slurm sends SIGTERM to what is left and SIGKILL after the
 cluster's KillWait, 30 s by default; a SIGKILL through scancel takes that same path), so
@@ -26,14 +31,17 @@ cluster's KillWait, 30 s by default; a SIGKILL through scancel takes that same p
 from __future__ import annotations
 
 import dataclasses
+import glob
 import logging
 import os
 import pwd
 import shlex
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
+from rota.backends.base import RunAs
 from rota.backends.engine import (
     EngineCapabilities,
     EngineJob,
@@ -85,11 +93,15 @@ class SlurmEngine:
         self.pool = pool
         self.work_dir = os.path.abspath(pool.work_dir or work_dir)
         self.capabilities = EngineCapabilities(fractional_gpus=pool.shards, multi_node=True,
-                                               conda=True, dependencies=True, arrays=True)
+                                               conda=True, dependencies=True, arrays=True,
+                                               run_as=True)
         self.timeout = timeout
         self._secrets = secrets
         self._env = _command_env(pool)
         self._user = pwd.getpwuid(os.getuid()).pw_name
+        # whose jobs find looks among: a root daemon's run as their owners (keys are unique)
+        self._whose = ([], ["--allusers"]) if os.geteuid() == 0 else \
+            ([f"--user={self._user}"], [f"--user={self._user}"])
         self._records: str | None = None  # where ended jobs are read: a _RECORDS key, "none"
         self._shards: int | None = None
         self._raw_ids: dict[str, str] = {}  # an array task's id -> its own job id (squeue %A)
@@ -113,7 +125,8 @@ class SlurmEngine:
 
     def _sbatch_argv(self, job: EngineJob) -> list[str]:
         shards = self._shards_per_gpu() if 0 < job.gpus < 1 else None
-        return script.sbatch_argv(job, self.pool, self.work_dir, shards_per_gpu=shards)
+        return script.sbatch_argv(job, self.pool, self.work_dir, shards_per_gpu=shards,
+                                  home=_account(job.run_as).home if job.run_as else None)
 
     # ------------------------------------------------------------------ submit and find
 
@@ -131,7 +144,8 @@ class SlurmEngine:
             self._check_submit(job)
         argv = script.sbatch_argv(first, self.pool, self.work_dir, array=(key, len(jobs)),
                                   shards_per_gpu=self._shards_per_gpu()
-                                  if 0 < first.gpus < 1 else None)
+                                  if 0 < first.gpus < 1 else None,
+                                  home=_account(first.run_as).home if first.run_as else None)
         array_id = self._sbatch(first, argv,
                                 script.array_script(jobs, key, script.conda_path(first)))
         return _tasks(array_id, len(jobs))
@@ -144,7 +158,9 @@ class SlurmEngine:
     def _sbatch(self, job: EngineJob, argv: list[str], batch: str) -> str:
         """sbatch with ``job``'s environment; the id it answers."""
         os.makedirs(script.log_dir(self.work_dir), exist_ok=True)
-        out = self._run("sbatch", argv, env=self._job_env(job), stdin=batch)
+        if job.run_as:
+            self._user_log_dir(job.run_as)
+        out = self._run("sbatch", argv, env=self._job_env(job), stdin=batch, as_user=job.run_as)
         engine_id = out.strip().split(";", 1)[0]  # --parsable: "id" or "id;cluster"
         if not engine_id.isdigit():
             raise BackendError(f"sbatch answered {out.strip()!r}, not a job id")
@@ -163,8 +179,28 @@ class SlurmEngine:
                 raise BackendError(f"job {job.job_id}: Slurm job {eid} it must wait for "
                                    f"{how}; not submitted")
 
+    def _user_log_dir(self, user: str) -> None:
+        """The account's own output folder (0700), reached through folders it may pass
+        through but not list."""
+        account = _account(user)
+        path = script.user_log_dir(self.work_dir, user)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        for parent in (self.work_dir, script.log_dir(self.work_dir)):
+            os.chmod(parent, os.stat(parent).st_mode & 0o755 | 0o711)
+        os.chown(path, account.uid, account.gid)
+        os.chmod(path, 0o700)
+        closed = _closed_to_others(os.path.dirname(path))
+        if closed is not None:  # else Slurm fails the job with a bare "signal 53"
+            raise BackendError(f"{user} cannot reach this pool's output folder {path}: "
+                               f"{closed} is closed to other accounts (chmod o+x it, or set "
+                               "the pool's work_dir where every account can pass)")
+
     def _job_env(self, job: EngineJob) -> dict[str, str]:
-        env = {**self._env, **job.env}
+        base = self._env
+        if job.run_as:  # a login's of the account (and where Slurm's config is)
+            base = {**_account(job.run_as).login_env(),
+                    **{k: v for k, v in self._env.items() if k == "SLURM_CONF"}}
+        env = {**base, **job.env}
         for var, secret in job.secret_env.items():
             if self._secrets is None:
                 raise BackendError(f"job {job.job_id}: no secrets to fill {var} from")
@@ -175,7 +211,7 @@ class SlurmEngine:
         return env
 
     def find(self, key: str) -> str | None:
-        out = self._run("squeue", ["-h", "-t", "all", f"--user={self._user}", f"--name={key}",
+        out = self._run("squeue", ["-h", "-t", "all", *self._whose[0], f"--name={key}",
                                    "-o", "%i"])
         ids = [i for i in out.split() if i.isdigit()]
         if not ids:
@@ -185,7 +221,7 @@ class SlurmEngine:
     def find_array(self, key: str, count: int) -> list[str] | None:
         """The tasks of the array named ``key``. Its id is the array's (%F); in sacct's
         records, the smallest id with that name (tasks get theirs after the array's)."""
-        out = self._run("squeue", ["-h", "-t", "all", "-r", f"--user={self._user}",
+        out = self._run("squeue", ["-h", "-t", "all", "-r", *self._whose[0],
                                    f"--name={key}", "-o", "%F"])
         ids = [i for i in out.split() if i.isdigit()]
         if not ids:
@@ -245,7 +281,7 @@ class SlurmEngine:
         return [r for chunk in _chunks(ids) for r in self._sacct(["-j", ",".join(chunk)])]
 
     def _records_by_name(self, key: str) -> list[parse.JobRow]:
-        rows = self._sacct([f"--name={key}", f"--starttime={_EPOCH}", f"--user={self._user}"])
+        rows = self._sacct([f"--name={key}", f"--starttime={_EPOCH}", *self._whose[1]])
         return [r for r in rows if r.name == key]  # sacct -c does not filter by name
 
     def _sacct(self, args: list[str]) -> list[parse.JobRow]:
@@ -298,12 +334,26 @@ class SlurmEngine:
     def read_log(self, engine_id: str, offset: int) -> bytes:
         if not script.is_job_id(engine_id):
             raise BackendError(f"{engine_id!r} is not a Slurm job id")
+        path = script.log_path(self.work_dir, engine_id)
+        owner = None
+        if not os.path.exists(path):  # a job run as another account: in that one's folder
+            found = glob.glob(script.user_log_dir(glob.escape(self.work_dir), "*")
+                              + f"/{engine_id}.log")
+            if found:
+                path, owner = found[0], os.stat(os.path.dirname(found[0])).st_uid
         try:
-            with open(script.log_path(self.work_dir, engine_id), "rb") as fh:
-                fh.seek(max(0, offset))
-                return fh.read(_LOG_READ_MAX)
+            # that account may put anything in its folder: no link, nothing of another's
+            fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if owner is not None else 0))
         except FileNotFoundError:
             return b""  # not started yet (or the work folder is not visible here)
+        except OSError as exc:
+            raise BackendError(f"cannot read the log of Slurm job {engine_id}: {exc}") from exc
+        with os.fdopen(fd, "rb") as fh:
+            if owner is not None and os.fstat(fd).st_uid != owner:
+                raise BackendError(f"the log of Slurm job {engine_id} ({path}) is not its "
+                                   "owner's file; not read")
+            fh.seek(max(0, offset))
+            return fh.read(_LOG_READ_MAX)
 
     # ------------------------------------------------------------------ health
 
@@ -330,12 +380,16 @@ class SlurmEngine:
     # ------------------------------------------------------------------ commands
 
     def _run(self, prog: str, args: list[str], *, stdin: str | None = None,
-             env: Mapping[str, str] | None = None, ok: Iterable[str] = ()) -> str:
-        """Run a Slurm command; its stdout. Slurm's own words become a BackendError; an
-        error that says one of ``ok`` is an empty answer."""
+             env: Mapping[str, str] | None = None, ok: Iterable[str] = (),
+             as_user: str | None = None) -> str:
+        """Run a Slurm command (as ``as_user``, through runuser); its stdout. Slurm's own
+        words become a BackendError; an error that says one of ``ok`` is an empty answer."""
         exe = os.path.join(self.pool.bin_dir, prog) if self.pool.bin_dir else prog
+        if as_user and not os.path.isabs(exe):  # runuser looks it up on the job's PATH
+            exe = shutil.which(exe, path=self._env.get("PATH")) or exe
+        argv = [exe, *args] if not as_user else ["runuser", "-u", as_user, "--", exe, *args]
         try:
-            proc = subprocess.run([exe, *args], input=stdin, capture_output=True, text=True,
+            proc = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                                   env=dict(env or self._env), timeout=self.timeout,
                                   stdin=subprocess.DEVNULL if stdin is None else None,
                                   check=False)
@@ -353,6 +407,20 @@ class SlurmEngine:
                 return ""
             raise BackendError(f"{prog} failed (exit {proc.returncode}): {msg}")
         return proc.stdout
+
+
+def _closed_to_others(path: str) -> str | None:
+    """The first folder from the root down to ``path`` that other accounts may not pass."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        folder = os.sep.join(parts[:i])
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def _account(user: str) -> RunAs:
+    return RunAs.of(user)  # BackendError: no such account
 
 
 def _tasks(array_id: str, count: int) -> list[str]:

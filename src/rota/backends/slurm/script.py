@@ -42,6 +42,12 @@ def log_dir(work_dir: str) -> str:
     return posixpath.join(work_dir, "logs")
 
 
+def user_log_dir(work_dir: str, user: str) -> str:
+    """Where the jobs run as ``user`` write their output: a folder of theirs alone (Slurm
+    opens a job's output file as the job's user)."""
+    return posixpath.join(log_dir(work_dir), user)
+
+
 def log_path(work_dir: str, engine_id: str) -> str:
     """The one file a job's stdout and stderr go to (``%j`` is its Slurm id; an array's
     task writes ``%A_%a``: the array's id and its index, the task's engine id)."""
@@ -167,20 +173,24 @@ def _after(job: EngineJob, pool: SlurmPool) -> str | None:
 
 def sbatch_argv(job: EngineJob, pool: SlurmPool, work_dir: str, *,
                 shards_per_gpu: int | None = None, array: tuple[str, int] | None = None,
-                ) -> list[str]:
+                home: str | None = None) -> list[str]:
     """The sbatch argv (without the program) for ``job``; the script goes on stdin.
 
     ``shards_per_gpu`` is the cluster's (read from sinfo by the engine): a fraction f of a
     GPU becomes ``--gres=shard:ceil(f * shards_per_gpu)``. ``array``: (the group's key, its
     number of tasks) when ``job`` is the first of a job array's identical members.
     ``--no-requeue``: one attempt is one Slurm job; Rota runs it again itself when Slurm
-    preempts it or loses its node.
+    preempts it or loses its node. A job run as another account (``job.run_as``, whose
+    ``home`` is its folder when it names none) writes its output in ``user_log_dir``.
     """
     key, pattern = (job.key, "%j") if array is None else (array[0], "%A_%a")
-    log = log_path(work_dir.replace("%", "%%"), pattern)  # sbatch's patterns, not ours
+    wd = work_dir.replace("%", "%%")  # sbatch's patterns, not ours
+    log = posixpath.join(user_log_dir(wd, job.run_as), f"{pattern}.log") if job.run_as \
+        else log_path(wd, pattern)
     argv = [*pool.sbatch_args, "--parsable", f"--job-name={key}", f"--comment={key}",
             f"--output={log}", f"--error={log}", "--open-mode=append",
-            f"--chdir={job.cwd or work_dir}", "--export=ALL", "--no-requeue"]
+            f"--chdir={job.cwd or (home if job.run_as and home else work_dir)}",
+            "--export=ALL", "--no-requeue"]
     if array is not None:
         argv.append(f"--array=0-{array[1] - 1}")
     argv += _placement(job, pool)
