@@ -37,8 +37,9 @@ def read_status(path: str | Path) -> dict[str, Any] | None:
     protocol 2 or older) appends JSON lines (start, then end), merged in order. A line that
     does not parse (a disk that filled up mid-write) is skipped.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
+    try:  # never through a link: a tmux shim run as another account writes it (root reads)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as f:
             text = f.read()
             mtime = os.fstat(f.fileno()).st_mtime
     except OSError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import errno
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -29,10 +30,15 @@ def read_range(path: Path, offset: int, limit: int) -> bytes:
     """Up to ``limit`` bytes from ``offset`` (nothing when the file is missing). One
     ``pread`` of what the file holds: a buffered read of ``limit`` would allocate all of it
     first, which costs more than the read when logs are small and are read per job."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # never through a link, nor held by a pipe: a tmux job run as another account
+        # owns its events file's folder (ROTA_HOME/users/UID), and the daemon is root
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return b""
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return b""
+        raise
     try:
         size = os.fstat(fd).st_size
         if offset >= size:

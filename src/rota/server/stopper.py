@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Mapping
 
@@ -42,7 +43,10 @@ class Stopper:
         """The stop signal and the stop file now, SIGKILL armed."""
         assert run.handle is not None
         with contextlib.suppress(OSError):  # the flag is a courtesy; the signal is the stop
-            stop_file(run.status_path).touch()
+            # never through a link: a tmux job run as another account owns the flag's
+            # folder (ROTA_HOME/users/UID), and the daemon is root
+            os.close(os.open(stop_file(run.status_path), os.O_WRONLY | os.O_CREAT
+                             | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644))
         run.backend.signal(run.handle, signal.Signals[run.spec.stop_signal])
         if self.loop is not None:
             wait = run.spec.grace if run.kill_in is None else run.kill_in

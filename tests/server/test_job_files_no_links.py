@@ -1,0 +1,28 @@
+"""The daemon (root, under a system service) reads and flags a tmux job's own files in a
+folder that job's account owns: never through a link put there by the job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rota.backends.common import read_status
+from rota.server.logstream import read_range
+
+
+def test_read_range_does_not_follow_a_link(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text('{"kind": "metric", "name": "stolen", "value": 1}\n')
+    link = tmp_path / "1-1.events"
+    link.symlink_to(secret)
+    assert read_range(link, 0, 1 << 20) == b""
+    assert read_range(secret, 0, 1 << 20) != b""  # a plain file is read
+
+
+def test_read_status_does_not_follow_a_link(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"shim_pid": 1, "pgid": 1}))
+    link = tmp_path / "1-1.json"
+    link.symlink_to(other)
+    assert read_status(link) is None
+    assert read_status(other) is not None
