@@ -181,3 +181,18 @@ def test_end_states(state: dict[str, object], expected: tuple[object, ...]) -> N
     info = exit_of_state({**state, "FinishedAt": "2026-11-25T02:03:10.176377369Z"})
     assert (info.exit_code, info.signal, info.oom_killed) == expected
     assert info.ended_at == datetime(2026, 11, 25, 2, 3, 10, 176377, tzinfo=UTC).timestamp()
+
+
+def test_a_job_run_as_another_account_gets_its_groups_and_its_events_file(
+        tmp_path: Path) -> None:
+    from rota.backends.base import RunAs
+
+    me = os.getuid(), os.getgid()
+    run_as = RunAs(user="alice", uid=me[0], gid=me[1], groups=(me[1], 100, 27),
+                   home="/home/alice", shell="/bin/sh")
+    events = tmp_path / "status" / "7-2.events"
+    req = request(tmp_path, run_as=run_as, env={"ROTA_EVENTS_FILE": str(events)})
+    (tmp_path / "status").mkdir()
+    kw = kwargs_of(req)
+    assert kw["group_add"] == ["100", "27"]  # its primary group is the user's own
+    assert (events.stat().st_uid, events.stat().st_gid) == me
