@@ -165,6 +165,9 @@ class Exits:
         except (OSError, StoreError):  # the end must be recorded even so
             log.exception("job %s: reading its last output failed", run.job_id)
         self.table.running.pop(run.job_id, None)
+        # should the end not be stored, reads show the job as the store still does (running,
+        # on its GPUs) until the daemon takes the work up again and records the end anew
+        self.store.on_rollback(lambda: self.table.running.setdefault(run.job_id, run))
         if run.output is not None:
             self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         self.monitor.release(run.job_id)
@@ -187,7 +190,7 @@ class Exits:
         self.metrics.ends.labels(outcome.record).inc()
         self.metrics.run_time.labels(outcome.record).observe(max(0.0, ended_at - run.started_at))
         if self.table.state(run.job_id).terminal:
-            self.table.notify_end(run.job_id)
+            self.store.after_commit(lambda: self.table.notify_end(run.job_id))
         self.kick()
 
     def launch_failed(self, run: Running, why: str, passing: bool = False) -> None:
