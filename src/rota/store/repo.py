@@ -35,6 +35,7 @@ from rota.core.spec import JobSpec
 from rota.errors import Conflict, NotFound, StoreError
 from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
+from rota.store.failures import store_error
 from rota.store.tables import (
     AttemptRow,
     DaemonSettingRow,
@@ -244,7 +245,7 @@ class Store:
             with self.engine.connect() as c:
                 yield c
         except SQLAlchemyError as e:
-            raise StoreError(f"could not read the database: {e}") from e
+            raise store_error("could not read the database", e, self.engine.url) from e
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -259,7 +260,7 @@ class Store:
             try:
                 conn = self._writer()
             except SQLAlchemyError as e:
-                raise StoreError(f"could not reach the database: {e}") from e
+                raise store_error("could not reach the database", e, self.engine.url) from e
             try:
                 with conn.begin():
                     self._conn = conn
@@ -276,7 +277,7 @@ class Store:
                     self._drop_writer()  # the next transaction connects again
                 if isinstance(e, StoreError):
                     raise
-                raise StoreError(f"could not write to the database: {e}") from e
+                raise store_error("could not write to the database", e, self.engine.url) from e
             finally:
                 if self._server:
                     self._drop_writer()  # back to the pool
@@ -768,7 +769,7 @@ class Store:
         try:
             self._flush(self._conn)
         except SQLAlchemyError as e:
-            raise StoreError(f"could not write to the database: {e}") from e
+            raise store_error("could not write to the database", e, self.engine.url) from e
 
     def _flush(self, c: Connection) -> None:
         """Write the held updates, one executemany per statement and set of columns, then
