@@ -16,12 +16,13 @@ __all__ = [
     "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
     "DaemonUnavailable", "Event", "Forbidden", "Gpu", "Health", "Identity", "InvalidSpec",
     "Job", "JobDetail", "JobState", "LogChunk", "Metrics", "NotFound", "Page", "Progress",
-    "QueuePage", "QueueSummary", "Reason", "RotaError", "Unauthorized", "WaitTimeout", "Why",
+    "QueuePage", "QueueSummary", "Reason", "RotaError", "StoreError", "Unauthorized",
+    "WaitTimeout", "Why",
     "__version__",
 ]
 
 _ERRORS = ("Conflict", "DaemonUnavailable", "Forbidden", "InvalidSpec", "NotFound",
-           "RotaError", "Unauthorized", "WaitTimeout")
+           "RotaError", "StoreError", "Unauthorized", "WaitTimeout")
 
 #: public name -> module that defines it (everything but the clients and errors: models)
 _LAZY: dict[str, str] = {
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         InvalidSpec,
         NotFound,
         RotaError,
+        StoreError,
         Unauthorized,
         WaitTimeout,
     )

@@ -24,13 +24,17 @@ class _Faults:
     """Makes the store's next ``left`` commits fail (the batch's held writes raise as a
     full disk would), once armed."""
 
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch, *,
+                 writes_only: bool = False) -> None:
         self.left = 0
         self.failed = 0
         real = store._flush
 
         def flush(c: Any) -> None:
-            if self.left > 0:
+            # writes_only: reads inside a batch go on working (a full disk); else they fail
+            # too (a database that cannot be reached)
+            writes = bool(store._held or store._events)
+            if self.left > 0 and (writes or not writes_only):
                 self.left -= 1
                 self.failed += 1
                 raise OperationalError("COMMIT", {}, Exception("database or disk is full"))
@@ -172,5 +176,47 @@ def test_the_work_is_taken_up_again_only_once_every_launch_is_answered(
             assert d.running[job].handle is not None
             await until(lambda: store.get_job(job).state == "completed", "the job's end")
             assert store.get_job(job).attempts == 1 and _ran(marker) == 1
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("writes_only", [True, False], ids=["disk-full", "unreachable"])
+def test_while_an_end_cannot_be_stored_reads_show_the_stored_state_then_the_whole_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes_only: bool) -> None:
+    """The store refuses every write for a while (a full disk); a job ends meanwhile. Reads
+    show it running, as stored, never half-ended; once the store takes writes again its end
+    is stored with every field, at the time its runner recorded."""
+    from rota.server.daemon_ports import live_facts
+
+    go = tmp_path / "go"
+
+    async def scenario() -> None:
+        async with in_process_daemon(tmp_path) as (d, store):
+            faults = _Faults(store, monkeypatch, writes_only=writes_only)
+            job = _submit(d, store, ["sh", "-c",
+                                     f"while [ ! -e {go} ]; do sleep 0.01; done; exit 3"])
+            await until(lambda: store.get_job(job).state == "running", "the job to run")
+            faults.left = 10**6  # the disk is full from here on
+            go.touch()
+            await until(lambda: faults.failed >= 3, "the end and two tries to take it up")
+            assert d.diverged
+            for _ in range(3):
+                row = store.get_job(job)
+                assert (row.state, row.ended_at, row.exit_code) == ("running", None, None)
+                assert live_facts(d, row)["state"] == "running"
+                assert d.job_state(job).value == "running"
+                assert job in d.live.running
+                await asyncio.sleep(0.2)
+            ended_by = d.clock()
+            faults.left = 0  # space again
+            await until(lambda: store.get_job(job).state == "failed", "the stored end",
+                        seconds=40)
+            row = store.get_job(job)
+            assert row.exit_code == 3 and row.end_reason
+            assert row.ended_at is not None and row.ended_at < ended_by
+            [attempt] = store.attempts(job)
+            assert (attempt.exit_code, attempt.ended_at) == (3, row.ended_at)
+            assert attempt.outcome == "failed" and attempt.reason
+            assert live_facts(d, row)["state"] == "failed" and not d.diverged
 
     asyncio.run(scenario())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rota.cli.lazy_typer import Exit
 from rota.client.raw import RawClient as Client
-from rota.errors import DaemonUnavailable, InvalidSpec, RotaError
+from rota.errors import DaemonUnavailable, InvalidSpec, RotaError, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -122,7 +122,7 @@ def run_cli(*, json_out: bool) -> Iterator[None]:
         yield
     except InvalidSpec as e:
         _report(e, json_out, 2)
-    except DaemonUnavailable as e:
+    except (DaemonUnavailable, StoreError) as e:  # the daemon cannot do it now
         _report(e, json_out, 3)
     except RotaError as e:
         _report(e, json_out, 1)
@@ -153,7 +153,7 @@ def apply_each(targets: Sequence[T], key: str, json_out: bool,
             for t in targets:
                 try:
                     r = act(c, t)
-                except DaemonUnavailable:
+                except (DaemonUnavailable, StoreError):  # the next target's would fail too
                     raise
                 except RotaError as e:
                     results.append({key: label(t), "error": type(e).__name__,

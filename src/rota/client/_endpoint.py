@@ -15,6 +15,7 @@ from rota.errors import (
     InvalidSpec,
     NotFound,
     RotaError,
+    StoreError,
     Unauthorized,
 )
 
@@ -27,6 +28,12 @@ DEFAULT_TIMEOUT = 30.0
 _BY_STATUS: dict[int, type[RotaError]] = {
     401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 422: InvalidSpec,
     503: DaemonUnavailable,
+}
+#: errors the answer's ``title`` names more closely than its status does (a 503 is the
+#: store's failure or an unreachable daemon); only kinds made from a message alone
+_BY_TITLE: dict[str, type[RotaError]] = {
+    "StoreError": StoreError, "DaemonUnavailable": DaemonUnavailable, "Conflict": Conflict,
+    "NotFound": NotFound, "Forbidden": Forbidden, "Unauthorized": Unauthorized,
 }
 
 
@@ -115,10 +122,12 @@ def error_from(status: int, body: bytes, reason: str = "") -> RotaError:
     try:
         doc = json.loads(text)
         detail = doc.get("detail") or text
-        field = doc.get("field")
+        field, title = doc.get("field"), doc.get("title")
     except (ValueError, AttributeError):
-        detail, field = text or reason, None
-    cls = _BY_STATUS.get(status, RotaError)
+        detail, field, title = text or reason, None, None
+    cls = _BY_TITLE.get(title) if isinstance(title, str) else None
+    if cls is None or cls.http_status != status:
+        cls = _BY_STATUS.get(status, RotaError)
     if cls is InvalidSpec:
         return InvalidSpec(str(detail), field=field)
     return cls(str(detail))

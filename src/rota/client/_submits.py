@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from rota.errors import DaemonUnavailable
+from rota.errors import DaemonUnavailable, StoreError
 
 T = TypeVar("T")
 
@@ -34,14 +34,19 @@ def pause(tried: int) -> float:
     return FIRST_PAUSE_S * 2 ** (tried - 1)
 
 
-def gave_up(last: DaemonUnavailable, key: str, maybe_done: bool) -> DaemonUnavailable:
-    """The error after the last send: says only what is known of the job(s)."""
+def gave_up(last: DaemonUnavailable | StoreError, key: str,
+            maybe_done: bool) -> DaemonUnavailable | StoreError:
+    """The error after the last send, of the last one's kind: says only what is known of
+    the job(s)."""
     if maybe_done:
         known = ("the daemon may or may not have stored the job(s); sending the submit "
                  f"again with idempotency key {key} is safe: it never makes a second copy")
     else:
         known = "nothing was stored"
-    err = DaemonUnavailable(f"{last} (submit sent {TRIES} times); {known}")
+    message = f"{last} (submit sent {TRIES} times); {known}"
+    if isinstance(last, StoreError):
+        return StoreError(message)
+    err = DaemonUnavailable(message)
     err.maybe_done = maybe_done
     return err
 
@@ -53,8 +58,8 @@ def send(once: Callable[[str], T], key: str | None) -> T:
     for tried in range(1, TRIES + 1):
         try:
             return once(key)
-        except DaemonUnavailable as e:
-            maybe_done = maybe_done or e.maybe_done
+        except (DaemonUnavailable, StoreError) as e:  # a store's failure stored nothing
+            maybe_done = maybe_done or getattr(e, "maybe_done", False)
             if tried == TRIES:
                 raise gave_up(e, key, maybe_done) from e
         time.sleep(pause(tried))
@@ -69,8 +74,8 @@ async def send_async(once: Callable[[str], Awaitable[T]], key: str | None,
     for tried in range(1, TRIES + 1):
         try:
             return await once(key)
-        except DaemonUnavailable as e:
-            maybe_done = maybe_done or e.maybe_done
+        except (DaemonUnavailable, StoreError) as e:  # a store's failure stored nothing
+            maybe_done = maybe_done or getattr(e, "maybe_done", False)
             if tried == TRIES:
                 raise gave_up(e, key, maybe_done) from e
         await sleep(pause(tried))

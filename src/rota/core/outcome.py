@@ -65,8 +65,12 @@ class Exited:
     def how(self) -> str:
         if self.why:
             return self.why
-        how = f"exit code {self.code}" if self.code is not None else \
-            f"killed by signal {self.signal}"
+        if self.code is not None:
+            how = f"exit code {self.code}"
+        elif self.signal is not None:
+            how = f"killed by signal {self.signal}"
+        else:  # an engine that ended it (a cancel there) without a code or a signal
+            how = "ended with no exit code or signal recorded"
         return f"{how}: {self.said}" if self.said else how
 
 

@@ -343,10 +343,10 @@ class Daemon:
             self._resync_soon(RESYNC_POLL_S)
             return
         try:
-            self.exits.forget()
-            self.launcher.forget_unrecorded()
-            self.table.forget()
-            with self.store.transaction():
+            with self.store.transaction():  # should it fail, memory is put back as it was
+                self.exits.forget()
+                self.launcher.forget_unrecorded()
+                self.table.forget()
                 recover(self)
         except Exception:
             self._resync_wait = min(max(2 * self._resync_wait, 0.5), RESYNC_MAX_S)

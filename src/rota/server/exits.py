@@ -66,6 +66,16 @@ def _read_watched(fd: int) -> bytes:
 #: how often an attempt's watch may end without its end (a runner killed each time)
 MAX_REWATCHES = 50
 
+
+def recorded_end(info: ExitInfo, started_at: float, now: float) -> float:
+    """When the attempt ended: the time its runner, shim or engine recorded (it may have
+    ended long before the daemon learnt of it: while the daemon was down, or while the
+    store could not be written), kept between its start and now (a clock that jumped, an
+    engine's clock ahead of ours); now when nothing recorded it."""
+    if info.ended_at is None:
+        return now
+    return min(max(info.ended_at, started_at), now)
+
 class Exits:
     def __init__(self, *, store: Store, clock: Callable[[], float], table: JobTable,
                  monitor: DeviceMonitor, tracking: Tracking, metrics: Metrics, batch: Batch,
@@ -148,12 +158,16 @@ class Exits:
     def finish(self, run: Running, info: ExitInfo) -> None:
         """Record how an attempt ended and apply what ``core.outcome`` decides next."""
         now = self.clock()
+        ended_at = recorded_end(info, run.started_at, now)
         run.cancel_timers()
         try:
             read_outputs(self.store, self.tracking, [run], now, final=True)
         except (OSError, StoreError):  # the end must be recorded even so
             log.exception("job %s: reading its last output failed", run.job_id)
         self.table.running.pop(run.job_id, None)
+        # should the end not be stored, reads show the job as the store still does (running,
+        # on its GPUs) until the daemon takes the work up again and records the end anew
+        self.store.on_rollback(lambda: self.table.running.setdefault(run.job_id, run))
         if run.output is not None:
             self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         self.monitor.release(run.job_id)
@@ -167,16 +181,16 @@ class Exits:
             end = Exited(info.exit_code, info.signal, why=info.why)
             run.stop_reason = run.stop_reason or StopReason.PREEMPT  # as Rota's preemption
         outcome = decide(self._facts(run, end), end, now)
-        self._apply(run, self.table.state(run.job_id), outcome, end, now)
+        self._apply(run, self.table.state(run.job_id), outcome, end, ended_at)
         reason = outcome.reason if isinstance(outcome, Cancelled | TimedOut | Requeue) \
             else end.how
-        self.store.update_attempt(run.attempt_id, ended_at=now, exit_code=info.exit_code,
+        self.store.update_attempt(run.attempt_id, ended_at=ended_at, exit_code=info.exit_code,
                                   signal=info.signal, outcome=outcome.record, reason=reason,
                                   peak_gpu_mem=run.peak_gpu_mem or None)
         self.metrics.ends.labels(outcome.record).inc()
-        self.metrics.run_time.labels(outcome.record).observe(max(0.0, now - run.started_at))
+        self.metrics.run_time.labels(outcome.record).observe(max(0.0, ended_at - run.started_at))
         if self.table.state(run.job_id).terminal:
-            self.table.notify_end(run.job_id)
+            self.store.after_commit(lambda: self.table.notify_end(run.job_id))
         self.kick()
 
     def launch_failed(self, run: Running, why: str, passing: bool = False) -> None:
@@ -219,21 +233,22 @@ class Exits:
             checkpoint=saved)
 
     def _apply(self, run: Running, src: JobState, outcome: Outcome, end: Exited | NeverStarted,
-               now: float) -> None:
-        """Carry out a decided outcome: the job's transition and its place in the queue."""
+               ended_at: float) -> None:
+        """Carry out a decided outcome: the job's transition and its place in the queue
+        (``ended_at``: when the attempt ended, as recorded where it ran)."""
         job_id, code, table = run.job_id, end.code, self.table
         match outcome:
             case Complete():
                 table.transition(job_id, src, JobState.COMPLETED, message=outcome.message,
-                                 ended_at=now, exit_code=0, end_reason=outcome.message)
+                                 ended_at=ended_at, exit_code=0, end_reason=outcome.message)
             case Cancelled():
                 fields: dict[str, Any] = {"exit_code": code} if isinstance(end, Exited) \
                     else {}
                 table.transition(job_id, src, JobState.CANCELLED, message=outcome.reason,
-                                 ended_at=now, end_reason=outcome.end_reason, **fields)
+                                 ended_at=ended_at, end_reason=outcome.end_reason, **fields)
             case TimedOut():
                 table.transition(job_id, src, JobState.TIMEOUT, message=outcome.reason,
-                                 ended_at=now, exit_code=code, end_reason=outcome.reason)
+                                 ended_at=ended_at, exit_code=code, end_reason=outcome.reason)
             case Requeue():
                 table.requeue(job_id, src, outcome.reason, run.pending,
                               not_before=outcome.not_before)
@@ -243,14 +258,14 @@ class Exits:
                 pending = run.pending._replace(gpus_milli=outcome.gpus_milli,
                                                gpu_mem=outcome.gpu_mem)
                 table.requeue(job_id, src, outcome.reason, pending, exit_code=code)
-                self.store.add_event(job_id=job_id, kind="oom_retry", now=now,
+                self.store.add_event(job_id=job_id, kind="oom_retry", now=self.clock(),
                                      message=outcome.note)
             case RetryAt():
                 table.requeue(job_id, src, outcome.reason, run.pending, not_before=outcome.at,
                               failures=outcome.failures, exit_code=code)
             case Fail():
                 table.transition(job_id, src, JobState.FAILED, message=outcome.reason,
-                                 ended_at=now, exit_code=code, end_reason=outcome.reason,
+                                 ended_at=ended_at, exit_code=code, end_reason=outcome.reason,
                                  failures=outcome.failures)
 
     @staticmethod

@@ -2,9 +2,10 @@
 
 Pending jobs wait in the queue (in scheduling order), jobs that hold GPUs are ``running``,
 and ``states`` knows the state of every job seen this run (ahead of the store by at most
-one batch). A state changes through ``transition`` only: the store first, then memory, and
-whoever waits for the job's end learns of it. A job that wants an MLflow run it does not
-have yet joins the queue once the run exists. The API reads a ``LiveJobs`` view.
+one batch). A state changes through ``transition`` only: the store first, then memory
+(put back should the batch not commit), and once the end is committed whoever waits for
+it learns of it. A job that wants an MLflow run it does not have yet joins the queue once
+the run exists. The API reads a ``LiveJobs`` view.
 """
 
 from __future__ import annotations
@@ -71,10 +72,23 @@ class JobTable:
                    kind: str | None = None, **fields: object) -> None:
         self.store.transition(job_id, src, dst, now=self.clock(), message=message, kind=kind,
                               **fields)
+        # memory goes ahead of a batch's commit (later items read the new state) and back
+        # should it fail, so that reads never show a state the store does not hold
+        prior = self.states.get(job_id)
         self.states[job_id] = dst
-        if dst.terminal:
-            self.notify_end(job_id)
-            self.tracking.ended(job_id, dst.value, now=self.clock())
+        self.store.on_rollback(lambda: self._restore(job_id, prior))
+        if dst.terminal:  # waiters and trackers learn of an end once it is stored
+            self.store.after_commit(lambda: self._ended(job_id, dst))
+
+    def _restore(self, job_id: int, prior: JobState | None) -> None:
+        if prior is None:
+            self.states.pop(job_id, None)
+        else:
+            self.states[job_id] = prior
+
+    def _ended(self, job_id: int, state: JobState) -> None:
+        self.notify_end(job_id)
+        self.tracking.ended(job_id, state.value, now=self.clock())
 
     def requeue(self, job_id: int, src: JobState, why: str, pending: PendingJob, *,
                 not_before: float | None = None, **fields: object) -> None:
@@ -82,6 +96,7 @@ class JobTable:
         self.transition(job_id, src, JobState.PENDING, message=why, kind="requeued",
                         not_before=not_before, **fields)
         self.queue.add(pending._replace(not_before=not_before))
+        self.store.on_rollback(lambda: self.queue.remove(job_id))
 
     async def wait_for_end(self, job_id: int, timeout: float | None) -> JobState:
         state = self.state(job_id)
@@ -98,11 +113,27 @@ class JobTable:
             ev.set()
 
     def forget(self) -> None:
-        """Drop what memory holds of jobs (to read it all again from the store)."""
+        """Drop what memory holds of jobs (to read it all again from the store); inside a
+        transaction that then does not commit, memory is put back as it was, so reads go
+        on showing the last stored state rather than nothing."""
+        running, states, queue = dict(self.running), dict(self.states), self.queue
+        parked = dict(self.tracking.parked)
+        self.store.on_rollback(lambda: self._put_back(running, states, queue, parked))
         self.running.clear()
         self.states.clear()
         self.queue = PendingQueue()
         self.tracking.parked.clear()
+
+    def _put_back(self, running: dict[int, Running], states: dict[int, JobState],
+                  queue: PendingQueue, parked: dict[int, PendingJob]) -> None:
+        # the dicts in place: LiveJobs views them
+        self.running.clear()
+        self.running.update(running)
+        self.states.clear()
+        self.states.update(states)
+        self.queue = queue
+        self.tracking.parked.clear()
+        self.tracking.parked.update(parked)
 
     # --- joining the queue -------------------------------------------------------------
     def accept(self, rows: list[JobRecord]) -> None:

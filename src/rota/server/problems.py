@@ -13,10 +13,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from rota.core.spec import error_text
-from rota.errors import RotaError
+from rota.errors import RotaError, StoreError
+from rota.store.failures import store_error
 
 PROBLEM = "application/problem+json"
 
@@ -96,6 +98,12 @@ def answer_errors_as_problems(app: FastAPI,
     @app.exception_handler(RotaError)
     async def _rota_error(_: Request, e: RotaError) -> JSONResponse:
         return problem(e.http_status, type(e).__name__, str(e), getattr(e, "field", None))
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store_error(_: Request, e: SQLAlchemyError) -> JSONResponse:
+        # a read that met the database's failure outside the store's own translation
+        err = store_error("could not read the database", e, None)
+        return problem(StoreError.http_status, "StoreError", str(err))
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 
 from rota.errors import StoreError
+from rota.store.failures import store_error
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -44,7 +45,8 @@ def make_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True, hide_parameters=True,
                              json_deserializer=_json_loads)
     except (SQLAlchemyError, ImportError) as e:
-        raise StoreError(f"cannot use database {redact_url(url)}: {e}") from e
+        raise StoreError(f"cannot use database {redact_url(url)}: "
+                         f"{str(e).split('(Background on this error at:')[0].strip()}") from e
 
 
 def _json_loads(text: str | bytes) -> Any:
@@ -79,4 +81,5 @@ def migrate(engine: Engine) -> None:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
     except SQLAlchemyError as e:
-        raise StoreError(f"database migration failed on {redact_url(str(engine.url))}: {e}") from e
+        raise store_error(f"database migration failed on {redact_url(str(engine.url))}", e,
+                          engine.url) from e

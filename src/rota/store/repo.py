@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, cast
 
@@ -35,6 +35,7 @@ from rota.core.spec import JobSpec
 from rota.errors import Conflict, NotFound, StoreError
 from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
+from rota.store.failures import store_error
 from rota.store.tables import (
     AttemptRow,
     DaemonSettingRow,
@@ -211,6 +212,10 @@ class Store:
         self._server = engine.dialect.name != "sqlite"  # a database server, not a file
         self._events: list[dict[str, Any]] = []  # written with one executemany at commit
         self._held: dict[tuple[str, int], _Write] = {}  # row updates of the open batch
+        # what the open transaction's callers changed in memory ahead of its commit: undone
+        # should it not commit, or completed once it has (see on_rollback, after_commit)
+        self._undo: list[Callable[[], object]] = []
+        self._after: list[Callable[[], None]] = []
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -240,7 +245,7 @@ class Store:
             with self.engine.connect() as c:
                 yield c
         except SQLAlchemyError as e:
-            raise StoreError(f"could not read the database: {e}") from e
+            raise store_error("could not read the database", e, self.engine.url) from e
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -250,29 +255,57 @@ class Store:
             self._flush_held()
             yield self._conn
             return
+        committed = False
         try:
-            conn = self._writer()
-        except SQLAlchemyError as e:
-            raise StoreError(f"could not reach the database: {e}") from e
-        try:
-            with conn.begin():
-                self._conn = conn
-                try:
-                    yield conn
-                    self._flush(conn)
-                finally:
-                    self._conn = None
-                    self._events.clear()
-                    self._held.clear()
-        except (SQLAlchemyError, StoreError) as e:
-            if getattr(e, "connection_invalidated", False) or conn.invalidated:
-                self._drop_writer()  # the next transaction connects again
-            if isinstance(e, StoreError):
-                raise
-            raise StoreError(f"could not write to the database: {e}") from e
+            try:
+                conn = self._writer()
+            except SQLAlchemyError as e:
+                raise store_error("could not reach the database", e, self.engine.url) from e
+            try:
+                with conn.begin():
+                    self._conn = conn
+                    try:
+                        yield conn
+                        self._flush(conn)
+                    finally:
+                        self._conn = None
+                        self._events.clear()
+                        self._held.clear()
+                committed = True
+            except (SQLAlchemyError, StoreError) as e:
+                if getattr(e, "connection_invalidated", False) or conn.invalidated:
+                    self._drop_writer()  # the next transaction connects again
+                if isinstance(e, StoreError):
+                    raise
+                raise store_error("could not write to the database", e, self.engine.url) from e
+            finally:
+                if self._server:
+                    self._drop_writer()  # back to the pool
         finally:
-            if self._server:
-                self._drop_writer()  # back to the pool
+            self._settle(committed)
+
+    def on_rollback(self, undo: Callable[[], object]) -> None:
+        """Inside a transaction: ``undo`` runs should it not commit, so that memory changed
+        ahead of the commit goes back to what the store still holds (undos run newest
+        first). Outside one a write has committed already: nothing to undo."""
+        if self._conn is not None:
+            self._undo.append(undo)
+
+    def after_commit(self, then: Callable[[], None]) -> None:
+        """``then`` runs once what was written so far is committed: at once outside a
+        transaction, else after its commit (never, should it not commit)."""
+        if self._conn is None:
+            then()
+        else:
+            self._after.append(then)
+
+    def _settle(self, committed: bool) -> None:
+        undo, after, self._undo, self._after = self._undo, self._after, [], []
+        for fn in after if committed else reversed(undo):
+            try:
+                fn()
+            except Exception:  # one caller's hook must not stop the others'
+                log.exception("after a transaction: %r failed", fn)
 
     def _writer(self) -> Connection:
         """The connection writes go through. SQLite's is kept open: a pool checkout and its
@@ -736,7 +769,7 @@ class Store:
         try:
             self._flush(self._conn)
         except SQLAlchemyError as e:
-            raise StoreError(f"could not write to the database: {e}") from e
+            raise store_error("could not write to the database", e, self.engine.url) from e
 
     def _flush(self, c: Connection) -> None:
         """Write the held updates, one executemany per statement and set of columns, then
