@@ -113,6 +113,8 @@ class ExitInfo:
     exit_code: int | None  # None when killed by a signal
     signal: int | None
     ended_at: float | None  # unix time from the shim; None when the shim itself was killed
+    # how it ended when no exit code or signal says so (an engine's words: cancelled there)
+    why: str = ""
 
     @property
     def success(self) -> bool:
@@ -125,16 +127,12 @@ class NotStarted(ExitInfo):
     told to wait for (a cluster engine's ``EngineJob.after``) ended otherwise than needed:
     not the job's failure; Rota's queue takes it back."""
 
-    why: str = ""
-
 
 @dataclass(frozen=True, slots=True)
 class TakenBack(ExitInfo):
     """The end of an attempt its cluster engine took back: it preempted the job, or lost
     (or could not boot) its node. Not the job's failure: Rota queues it again as after its
     own preemption, and the next attempt resumes from the job's checkpoint."""
-
-    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,9 @@ def exit_info(status: EngineStatus | None) -> ExitInfo | None:
     if status.preempted:
         return TakenBack(status.exit_code, status.signal, status.ended_at,
                          why=f"its engine ended it: {status.reason or 'preempted'}")
+    if status.exit_code is None and status.signal is None:  # cancelled there, or the like
+        return ExitInfo(None, None, status.ended_at,
+                        why=f"its engine ended it: {status.reason or 'no exit code or signal'}")
     return ExitInfo(status.exit_code, status.signal, status.ended_at)
 
 

@@ -171,14 +171,14 @@ class Exits:
         if run.output is not None:
             self.tracking.note_checkpoint(run.job_id, run.output.progress.checkpoint)
         self.monitor.release(run.job_id)
-        end: Exited | NeverStarted = Exited(info.exit_code, info.signal)
+        end: Exited | NeverStarted = Exited(info.exit_code, info.signal, why=info.why)
         if ends_in_failure(run.stop_reason, end) and not isinstance(info, NotStarted
                                                                     | TakenBack):
-            end = Exited(info.exit_code, info.signal, said=self._stated(run))
+            end = Exited(info.exit_code, info.signal, why=info.why, said=self._stated(run))
         if isinstance(info, NotStarted):  # its engine dropped it for an unmet dependency
             end = NeverStarted(info.why, waits=True)
         elif isinstance(info, TakenBack):  # its engine preempted it or lost its node
-            end = Exited(info.exit_code, info.signal, why=info.why)
+            end = Exited(info.exit_code, info.signal, why=info.why)  # (as above)
             run.stop_reason = run.stop_reason or StopReason.PREEMPT  # as Rota's preemption
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, self.table.state(run.job_id), outcome, end, ended_at)
