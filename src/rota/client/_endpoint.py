@@ -14,6 +14,7 @@ from rota.errors import (
     Forbidden,
     InvalidSpec,
     NotFound,
+    RequestTooLarge,
     RotaError,
     Unauthorized,
 )
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 30.0
 
 _BY_STATUS: dict[int, type[RotaError]] = {
-    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 422: InvalidSpec,
-    503: DaemonUnavailable,
+    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: RequestTooLarge,
+    422: InvalidSpec, 503: DaemonUnavailable,
 }
 
 
@@ -119,8 +120,8 @@ def error_from(status: int, body: bytes, reason: str = "") -> RotaError:
     except (ValueError, AttributeError):
         detail, field = text or reason, None
     cls = _BY_STATUS.get(status, RotaError)
-    if cls is InvalidSpec:
-        return InvalidSpec(str(detail), field=field)
+    if issubclass(cls, InvalidSpec):
+        return cls(str(detail), field=field)
     return cls(str(detail))
 
 
