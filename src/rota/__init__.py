@@ -16,13 +16,12 @@ __all__ = [
     "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
     "DaemonUnavailable", "Event", "Forbidden", "Gpu", "Health", "Identity", "InvalidSpec",
     "Job", "JobDetail", "JobState", "LogChunk", "Metrics", "NotFound", "Page", "Progress",
-    "QueuePage", "QueueSummary", "Reason", "RotaError", "StoreError", "Unauthorized",
-    "WaitTimeout", "Why",
-    "__version__",
+    "QueuePage", "QueueSummary", "Reason", "RequestTooLarge", "RotaError", "StoreError",
+    "Unauthorized", "WaitTimeout", "Why", "__version__",
 ]
 
 _ERRORS = ("Conflict", "DaemonUnavailable", "Forbidden", "InvalidSpec", "NotFound",
-           "RotaError", "StoreError", "Unauthorized", "WaitTimeout")
+           "RequestTooLarge", "RotaError", "StoreError", "Unauthorized", "WaitTimeout")
 
 #: public name -> module that defines it (everything but the clients and errors: models)
 _LAZY: dict[str, str] = {
@@ -61,6 +60,7 @@ if TYPE_CHECKING:
         Forbidden,
         InvalidSpec,
         NotFound,
+        RequestTooLarge,
         RotaError,
         StoreError,
         Unauthorized,

@@ -17,8 +17,15 @@ from pydantic_settings import (
 from rota.errors import InvalidSpec
 from rota.home import default_home
 from rota.pools import ENGINES, Pool, Pools, local_engine_implied
+from rota.units import parse_memory
 
 __all__ = ["Settings", "default_home", "load_settings"]
+
+
+#: the largest request body the API takes by default: a submit of 10,000 jobs (the most
+#: one submit takes) at 1.6 KB each; a single job's spec is at most ~1 MiB (core.spec)
+DEFAULT_MAX_REQUEST_BYTES = 16 << 20
+MIN_MAX_REQUEST_BYTES = 1 << 20
 
 
 def _login_name() -> str:
@@ -58,6 +65,10 @@ class Settings(BaseSettings):
     api_workers: int = Field(default=0, ge=0, le=64, description="processes that serve the "
                              "TCP listener and answer job reads from the store, so that the "
                              "API uses more than one core; 0: the daemon serves it itself")
+    max_request_bytes: int = Field(
+        default=DEFAULT_MAX_REQUEST_BYTES, ge=MIN_MAX_REQUEST_BYTES,
+        description="the largest request body the API takes (bytes, or with a unit: 32M); "
+                    "a larger one is refused with 413")
     user: str = Field(default_factory=lambda: _login_name())
     shared_account: bool = Field(default=False, description="a daemon not run as root runs "
                                  "every user's jobs as its own account, with its rights "
@@ -100,6 +111,17 @@ class Settings(BaseSettings):
     def pool_set(self) -> Pools:
         """The pools, with ``local`` always among them."""
         return Pools(pools=self.pools, default=self.default_pool)
+
+    @field_validator("max_request_bytes", mode="before")
+    @classmethod
+    def _request_bytes(cls, v: object) -> object:
+        # "32M" with a unit; plain digits stay bytes (parse_memory would read them as GiB)
+        if isinstance(v, str) and not v.strip().isdigit():
+            try:
+                return parse_memory(v, field="max_request_bytes")
+            except InvalidSpec as e:
+                raise ValueError(str(e).removeprefix("max_request_bytes: ")) from None
+        return v
 
     @field_validator("listen")
     @classmethod

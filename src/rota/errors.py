@@ -20,6 +20,13 @@ class InvalidSpec(RotaError):
         self.field = field
 
 
+class RequestTooLarge(InvalidSpec):
+    """A request body over the daemon's ``max_request_bytes``; the message names the limit
+    and the setting that raises it."""
+
+    http_status = 413
+
+
 class Unauthorized(RotaError):
     """No credentials, or credentials that are not valid (unknown or revoked token)."""
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +134,9 @@ def test_submit_env_errors_and_secrets(rota: Any, daemon: Any) -> None:
         assert "s3cretvalue" not in r.output, args
     assert "TOKEN=***" in rota("show", str(jid)).stdout
     assert "11" in rota("logs", str(jid)).stdout  # the job itself got the value
+    with closing(sqlite3.connect(daemon.home / "rota.db")) as db:  # encrypted at rest
+        stored = "\n".join(db.iterdump())
+    assert "s3cretvalue" not in stored and '"TOKEN": "rota-sealed:v1:' in stored
 
 
 def test_submit_shell_takes_one_string(rota: Any, daemon: Any) -> None:

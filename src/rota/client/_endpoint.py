@@ -14,6 +14,7 @@ from rota.errors import (
     Forbidden,
     InvalidSpec,
     NotFound,
+    RequestTooLarge,
     RotaError,
     StoreError,
     Unauthorized,
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 30.0
 
 _BY_STATUS: dict[int, type[RotaError]] = {
-    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 422: InvalidSpec,
-    503: DaemonUnavailable,
+    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: RequestTooLarge,
+    422: InvalidSpec, 503: DaemonUnavailable,
 }
 #: errors the answer's ``title`` names more closely than its status does (a 503 is the
 #: store's failure or an unreachable daemon); only kinds made from a message alone
@@ -128,8 +129,8 @@ def error_from(status: int, body: bytes, reason: str = "") -> RotaError:
     cls = _BY_TITLE.get(title) if isinstance(title, str) else None
     if cls is None or cls.http_status != status:
         cls = _BY_STATUS.get(status, RotaError)
-    if cls is InvalidSpec:
-        return InvalidSpec(str(detail), field=field)
+    if issubclass(cls, InvalidSpec):
+        return cls(str(detail), field=field)
     return cls(str(detail))
 
 

@@ -196,7 +196,16 @@ class WireTransport:
             sock.settimeout(timeout)
             with self._failing():
                 try:
-                    sock.sendall(data)
+                    try:
+                        sock.sendall(data)
+                    except (BrokenPipeError, ConnectionResetError) as e:
+                        # the daemon may have answered before reading all of a body it
+                        # refuses (a 413): that answer is still there to read
+                        stopped: Exception = e
+                        try:
+                            return _read_head(sock)
+                        except (_Closed, OSError):
+                            raise stopped from None
                     return _read_head(sock)
                 except (_Closed, BrokenPipeError, ConnectionResetError) as e:
                     self.close()

@@ -427,12 +427,17 @@ class JobSpec(BaseModel):
         return self.name or " ".join(self.command)[:60]
 
     def content_hash(self) -> str:
-        """De-duplication key: what runs and where, not bookkeeping like hold or tags."""
+        """De-duplication key: what runs and where, not bookkeeping like hold or tags. A
+        sealed secret value counts by its keyed tag (see sealed_tag): equal secrets give
+        equal keys, and the key gives no way to test a guess of the value."""
         keys: tuple[str, ...] = ("command", "shell", "gpus", "gpu_mem", "llm", "allowed_gpus",
                                  "conda", "cwd", "env", "session", "cuda_arg", "priority")
         if self.gpu_type is not None:  # only when given: earlier jobs keep their keys
             keys += ("gpu_type",)
-        payload = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        fields = {k: getattr(self, k) for k in keys}
+        fields["env"] = {k: sealed_tag(v) if k in self.secret_env else v
+                         for k, v in self.env.items()}
+        payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def redacted(self) -> dict[str, Any]:
@@ -440,6 +445,19 @@ class JobSpec(BaseModel):
         d = self.model_dump()
         d["env"] = {k: ("***" if k in self.secret_env else v) for k, v in self.env.items()}
         return d
+
+
+#: how a ``secret_env`` value is stored: SEALED + a keyed tag of the value + ":" + the value
+#: encrypted (rota.server.secrets seals and unseals; the core only reads the tag)
+SEALED = "rota-sealed:v1:"
+
+
+def sealed_tag(value: str) -> str:
+    """What a secret value counts as in a content hash: the tag of a sealed one, a clear
+    one (stored before values were sealed, or not sealed yet) as it is."""
+    if value.startswith(SEALED):
+        return SEALED + value[len(SEALED):].partition(":")[0]
+    return value
 
 
 def parse_spec(data: dict[str, Any], *, where: str = "") -> JobSpec:

@@ -39,6 +39,7 @@ from rota.errors import DaemonUnavailable
 from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
 from rota.server.auth import VIA_HEADER, Authenticator, Principal
+from rota.server.body_limit import BodyLimit
 from rota.server.metrics import (
     FORWARDED_ROUTE_KEY,
     ROUTE_HEADER,
@@ -185,6 +186,7 @@ def build_worker_app(settings: Settings, store: Store, daemon: DaemonLinks,
                      requests: Histogram) -> FastAPI:
     app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url=None)  # the daemon's document, forwarded, is the one
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)  # before forwarding
     app.add_middleware(PointRequestsFirst)  # inside the timer: its wait is timed
     app.add_middleware(RequestTimer, histogram=requests)
     auth = Authenticator(store, settings.user, time.time, read_only=True)

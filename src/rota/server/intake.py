@@ -17,7 +17,7 @@ from rota.core.lifecycle import JobState
 from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound
-from rota.jobsfile import JobsFileWatcher
+from rota.jobsfile import JobsFileEntry, JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.pools import LOCAL, Pool
 from rota.server.accounts import AccountRules
@@ -199,6 +199,8 @@ class Intake:
         specs = [self.prepare(g, user=user, where=f"jobs[{n}]" if numbered else "",
                               force=force, account=account)
                  for n, g in enumerate(given)]
+        # --secret-env values are stored sealed; equal ones still de-duplicate (their tag)
+        specs = [self.daemon.secrets.seal(s) for s in specs]
         if dedup:
             live = self.daemon.store.live_hashes(s.content_hash() for s in specs)
             specs = [s for s in specs if s.content_hash() not in live]
@@ -250,13 +252,14 @@ class Intake:
         status = JobsFileStatus(path=self.jobs_file.path, loaded_at=self.daemon.clock())
         for e in parsed.errors:
             self._file_error(status, e.line, e.message)
-        keys = [e.key for e in parsed.entries]
-        live = self.daemon.store.live_hashes(keys)
-        ran = self.daemon.store.jobs_from_file(status.path, keys)
+        keys = [self._stored_keys(e) for e in parsed.entries]
+        every = [k for ks in keys for k in ks]
+        live = self.daemon.store.live_hashes(every)
+        ran = self.daemon.store.jobs_from_file(status.path, every)
         asked = set(again)
         seen: set[str] = set()
-        for entry in parsed.entries:
-            prior = ran.get(entry.key)
+        for entry, ks in zip(parsed.entries, keys, strict=True):
+            prior = next((ran[k] for k in ks if k in ran), None)
             if entry.line in asked:
                 if prior is not None and not JobState(prior[1]).terminal:
                     self._file_error(status, entry.line, f"not run again: job {prior[0]} of "
@@ -266,10 +269,10 @@ class Intake:
                 status.ran_before.append({"line": entry.line, "job": prior[0],
                                           "state": prior[1]})
                 continue
-            elif entry.key in live or entry.key in seen:
+            elif any(k in live or k in seen for k in ks):
                 status.skipped_duplicates += 1
                 continue
-            seen.add(entry.key)
+            seen.add(ks[0])
             try:
                 rows = self.submit([entry.spec], user=self.settings.user,
                                    source=f"{status.path}:{entry.line}", numbered=False)
@@ -283,6 +286,14 @@ class Intake:
         status.errors.sort(key=lambda e: e["line"])
         self.jobs_file = status
         return status
+
+    def _stored_keys(self, entry: JobsFileEntry) -> tuple[str, ...]:
+        """The content hashes a line's job may be stored under: as stored now (secret
+        values by their tag) and, for a line with secret values, as stored before values
+        were sealed (its job then is not run again after an upgrade)."""
+        if not entry.spec.secret_env:
+            return (entry.key,)
+        return (self.daemon.secrets.seal(entry.spec).content_hash(), entry.key)
 
     def _file_error(self, status: JobsFileStatus, line: int, message: str) -> None:
         """A line that was not queued: in the file's status and as a ``jobsfile_error``

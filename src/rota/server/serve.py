@@ -109,7 +109,7 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
             s.should_exit = True
 
     ports = DaemonPorts(daemon, intake, on_shutdown=stop)
-    app = build_app(ports, ports)
+    app = build_app(ports, ports, max_request_bytes=settings.max_request_bytes)
     common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off",
                               "timeout_graceful_shutdown": 2}
     server = uvicorn.Server(uvicorn.Config(app, uds=str(settings.socket_path),

@@ -189,9 +189,14 @@ class Tracking:
 
     # --- the job's environment --------------------------------------------------------
     def launch_env(self, *, job_id: int, user: str, spec: JobSpec) -> dict[str, str]:
-        """What trackers and stored secrets put in an attempt's environment. A secret the
-        job names and its user no longer has is an error (the launch fails, saying so)."""
+        """What trackers and stored secrets put in an attempt's environment, and the
+        job's ``--secret-env`` values unsealed (stored sealed: rota.server.secrets). A
+        secret the job names and its user no longer has is an error (the launch fails,
+        saying so)."""
         env: dict[str, str] = {}
+        if spec.secret_env:
+            unsealed = self.secrets.launch_env(spec, job_id)
+            env.update({var: unsealed[var] for var in spec.secret_env})
         wanted = set(spec.secrets.values())
         if spec.wandb:
             wanted.add(wandb_bridge.KEY_SECRET)

@@ -9,12 +9,14 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from rota import __version__
+from rota.config import DEFAULT_MAX_REQUEST_BYTES
 from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
 from rota.server.api import access, eval, gpus, job_outputs, jobs, pools, secrets, system
 from rota.server.api._shared import caller
 from rota.server.api.answer_schemas import document_answers
 from rota.server.auth import VIA_KEY
+from rota.server.body_limit import BodyLimit
 from rota.server.dashboard import mount_dashboard
 from rota.server.metrics import RequestTimer
 from rota.server.ports import Commands, Reads
@@ -25,9 +27,12 @@ ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, acces
            secrets.router, system.router, pools.router, eval.router)
 
 
-def build_app(commands: Commands, reads: Reads) -> FastAPI:
+def build_app(commands: Commands, reads: Reads, *,
+              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """``max_request_bytes``: the largest request body taken (the setting of that name)."""
     app = FastAPI(title="Rota", version=__version__, docs_url=None, redoc_url=None)
     app.state.commands, app.state.reads = commands, reads  # the routers' ports (_shared)
+    app.add_middleware(BodyLimit, limit=max_request_bytes)
     app.add_middleware(PointRequestsFirst)  # inside the timer: its wait is timed
     app.add_middleware(RequestTimer, histogram=reads.requests)
     document_problems(app)
