@@ -29,6 +29,20 @@ Key/value pairs in free text::
   ``-0.5``); it must end the line or be followed by whitespace or one of ``, | ] ) } ;
   ' "``, by ``:`` or ``.`` then whitespace or the end. So ``Downloading: 100%``,
   ``time: 2.5s``, ``samples: 1,234``, ``version: 1.2.3`` and ``12:30:45`` give nothing.
+  A name after ``-`` is a command-line flag (``--lr 3e-4``, ``-DVERSION=3``), not
+  a name.
+
+  Only training-shaped lines give metrics: a pair counts when its name is a
+  measurement's (one of its words, split at anything not a letter or digit, is
+  ``loss``, ``acc``, ``accuracy``, ``ppl``, ``lr``, ``learning``, ``grad``, ``reward``,
+  ``bleu``, ``rouge``, ``f1``, ``wer``, ``auc``, ``map``, ``iou``, ``precision``,
+  ``recall``, ``mse``, ``score``, ``top1``...; see ``_METRIC_WORDS``) or when the line
+  has such a name elsewhere, a progress word or a training bar. ``OMP_NUM_THREADS=4``,
+  ``batch_size: 2`` and ``int unused = 3;`` alone give nothing; ``step 10: loss=0.5
+  tokens_seen=1200`` gives both. This holds for Python dict reprs too; a JSON object
+  line is printed on purpose and counts as it is. A line that quotes a command (Ray's
+  ``Running entrypoint for job ID: python train.py loss=0.5``, a shell's ``+ cmd``
+  trace) is left to custom patterns.
   Space-separated pairs are too ambiguous in general (``epoch 3 of 10``, ``saved 12
   files``) and are read only for well-known metric names: ``loss``, ``acc``,
   ``accuracy``, ``ppl``, ``perplexity``, ``lr``, ``grad_norm``, ``reward``, ``bleu``,
@@ -215,14 +229,14 @@ _END = r"(?=$|[\s|\])};'\"]|,(?![0-9])|[:.](?:\s|$))"
 _TIME = r"(?:[0-9]{1,6}\s*days?,\s*)?[0-9]{1,9}:[0-9]{2}(?::[0-9]{2})?"
 
 _KV = re.compile(
-    r"(?<![^\s|,\[({;'\"-])"                               # start, space or a delimiter
+    r"(?<![^\s|,\[({;'\"])"                                # start, space or a delimiter
     r"(?P<name>[A-Za-z](?:[\w./-]{0,62}\w)?)"
     r"(?:\s*=\s*|\s*:\s+|:(?=[-+]?(?:[0-9]*\.[0-9]|[0-9]+[eE])))"
     r"(?P<value>" + _NUM + ")" + _END, _A)
 
 # "loss 1.23", "train loss 1.6": only names that cannot mean anything but a metric
 _KNOWN_SPACED = re.compile(
-    r"(?<![^\s|,\[({;'\"-])"
+    r"(?<![^\s|,\[({;'\"])"
     r"(?P<name>(?:(?:train|training|val|valid|validation|eval|test)[ _])?"
     r"(?:loss|acc|accuracy|ppl|perplexity|lr|learning[ _]rate|grad[ _]norm|reward|bleu|f1"
     r"|wer|mfu))"
@@ -302,16 +316,39 @@ _TOTAL_EPOCH_KEYS = frozenset({"epochs", "num_epochs", "total_epochs"})
 #: Identifiers that tools print in metric form; never metrics of the built-in rules.
 #: ``eta`` too: its own rule reads it as eta_s ("eta: 1 day, 2:03:04" is not eta=1).
 _IGNORED = frozenset({"v_num", "pid", "rank", "local_rank", "world_size", "seed", "eta"})
+#: Words that make a name a measurement of training or evaluation wherever it appears
+#: (``train/loss``, ``eval_acc``, ``rouge1``, ``learning_rate``). A pair whose name has
+#: none counts only on a line that looks like training output (see ``_Draft.put``).
+_METRIC_WORDS = frozenset({
+    "loss", "losses", "acc", "acc1", "acc5", "accuracy", "ppl", "perplexity", "lr",
+    "learning", "grad", "gnorm", "reward", "rewards", "return", "bleu", "rouge", "rouge1",
+    "rouge2", "rougel", "rougelsum", "f1", "wer", "cer", "mfu", "auc", "auroc", "map",
+    "map50", "iou", "miou", "precision", "recall", "mse", "mae", "rmse", "nll", "kl",
+    "entropy", "top1", "top5", "psnr", "ssim", "fid", "exact", "score", "throughput",
+    "tflops"})
+_NAME_WORD = re.compile(r"[a-z0-9]+", _A)
+# Lines that quote a command rather than report on a run: Ray's job supervisor before
+# the job's output (its arguments are often ``--loss 0.5`` or ``loss=0.5``) and a shell's
+# ``set -x`` trace.
+_COMMAND_ECHO = re.compile(r"Running entrypoint for job [^\s:]{1,200}: |\++ \S", _A)
+
+
+def _metric_like(name: str) -> bool:
+    return any(w in _METRIC_WORDS for w in _NAME_WORD.findall(name))
 
 
 class _Draft:
     """Accumulates one line's findings; first built-in value wins, custom overrides."""
 
-    __slots__ = ("epoch", "eta_s", "key_total", "metrics", "rank", "rate", "step",
-                 "total_epochs", "total_steps")
+    __slots__ = ("epoch", "eta_s", "key_total", "loose", "metrics", "rank", "rate",
+                 "shaped", "step", "total_epochs", "total_steps")
 
     def __init__(self) -> None:
         self.metrics: dict[str, float] = {}
+        # pairs whose name says nothing (``batch_size: 2``, ``OMP_NUM_THREADS=4``): kept
+        # only when the line is shaped like training output (progress, or a metric's name)
+        self.loose: dict[str, float] = {}
+        self.shaped = False
         self.step: int | None = None
         self.total_steps: int | None = None
         self.rank = _NONE
@@ -323,19 +360,23 @@ class _Draft:
 
     def progress(self, rank: int, step: int, total: int | None) -> None:
         # Step and total travel as a pair: a global step over a per-epoch total is wrong.
+        self.shaped = True
         if rank < self.rank:
             self.rank, self.step, self.total_steps = rank, step, total
 
     def set_epoch(self, epoch: float, total: int | None = None, *, force: bool = False) -> None:
         if epoch < 0:
             return
+        self.shaped = True
         if force or self.epoch is None:
             self.epoch = epoch
         if total is not None and total > 0 and (force or self.total_epochs is None):
             self.total_epochs = total
 
-    def put(self, name: str, value: float, *, custom: bool = False) -> None:
-        """A name and a number from text, JSON or a custom group."""
+    def put(self, name: str, value: float, *, custom: bool = False,
+            trusted: bool = False) -> None:
+        """A name and a number from text, JSON or a custom group. ``trusted``: a JSON
+        object's, which a program prints on purpose, so any name is a metric."""
         if not math.isfinite(value):
             return
         name = name.strip().lower()
@@ -358,12 +399,18 @@ class _Draft:
                 self.total_epochs = int(value)
         elif custom:
             self.metrics[name] = value
-        elif name not in _IGNORED:
-            self.metrics.setdefault(name, value)
+        elif name in _IGNORED or name in self.metrics or name in self.loose:
+            return  # the first value of a name wins
+        elif trusted or _metric_like(name):
+            self.metrics[name] = value
+            self.shaped = True
+        else:
+            self.loose[name] = value
 
     def reading(self) -> Reading | None:
         total = self.total_steps if self.total_steps is not None else self.key_total
-        r = Reading(dict(self.metrics), self.step, total, self.epoch, self.total_epochs,
+        metrics = {**self.loose, **self.metrics} if self.shaped else dict(self.metrics)
+        r = Reading(metrics, self.step, total, self.epoch, self.total_epochs,
                     self.rate, self.eta_s)
         return None if r.empty else r
 
@@ -522,7 +569,9 @@ class LineParser:
         if _DIGIT.search(text) is None:  # every rule, custom ones too, needs a number
             return None
         d = _Draft()
-        if not _structured(text, d, cut=len(line) > MAX_LINE):
+        if _COMMAND_ECHO.match(text):
+            pass  # a quoted command line: only the job's own patterns read it
+        elif not _structured(text, d, cut=len(line) > MAX_LINE):
             _free_text(text, d, nested=nested)
         for pattern in self._custom:
             m = pattern.search(text)
@@ -570,9 +619,9 @@ def _structured(text: str, d: _Draft, *, cut: bool) -> bool:
             for k2, v2 in value.items():
                 f = _value(v2, python)
                 if isinstance(k2, str) and len(k2) <= 200 and f is not None:
-                    d.put(f"{key}/{k2}", f)
+                    d.put(f"{key}/{k2}", f, trusted=not python)
         elif (f := _value(value, python)) is not None:
-            d.put(key, f)
+            d.put(key, f, trusted=not python)
     return True
 
 

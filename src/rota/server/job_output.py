@@ -4,14 +4,16 @@ checkpoints on disk."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import time
 from collections.abc import Iterable
 
 from rota.ml import checkpoints
 from rota.ml.parse import LineParser
 from rota.server.log_times import LogTimes
-from rota.server.outputs import OutputReader, Progress, events_path
+from rota.server.outputs import PARSE_BUDGET_S, OutputReader, Progress, events_path
 from rota.server.running import Running
 from rota.server.tracking import Tracking
 from rota.store.repo import Store
@@ -21,6 +23,9 @@ log = logging.getLogger("rota.daemon")
 #: The time index of every job's log (``rota logs --since/--until``): one per daemon
 #: process, like the loop that reads the output.
 LOG_TIMES = LogTimes()
+#: Which running job's output is read first: it turns with every read, so that when the
+#: parsing budget runs out no job is always the one left for later.
+_TURNS = itertools.count()
 
 
 def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
@@ -44,15 +49,22 @@ def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
 def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now: float, *,
                  final: bool = False) -> None:
     """Metrics and progress from what the jobs wrote since the last read, stored in the
-    open transaction (or in one of their own) and mirrored to their trackers."""
+    open transaction (or in one of their own) and mirrored to their trackers. Parsing
+    stops after PARSE_BUDGET_S (this runs on the daemon's loop); the rest is read next
+    time, or, after a job's final read, stays in its log unparsed."""
     rows: list[dict[str, object]] = []
     progress: dict[int, dict[str, object]] = {}
+    deadline = time.perf_counter() + PARSE_BUDGET_S
+    runs = list(runs)
+    if len(runs) > 1:
+        first = next(_TURNS) % len(runs)
+        runs = runs[first:] + runs[:first]
     for run in runs:
         _index_log(run, now, final)
         out = run.output
         if out is None:
             continue
-        out.read(now, final=final)
+        out.read(now, final=final, deadline=deadline)
         rows += out.drain()
         if out.changed:  # offsets alone change with every line: stored with progress
             out.changed = False

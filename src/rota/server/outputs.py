@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,16 @@ MAX_READ = 1 << 20
 MAX_PER_TICK = 100
 #: A line longer than this is cut (the parser looks at the start only).
 MAX_LINE = 10_000
+#: Bytes of an unfinished line kept between reads: past it the line's start is kept for
+#: parsing and the rest is skipped (the log file itself keeps everything), so a job that
+#: writes 50 MB without a newline costs the daemon no more than this.
+MAX_PARTIAL = 64 << 10
+#: Seconds of parsing per read of all running jobs' output, on the daemon's loop: past
+#: them the rest waits for the next read (at most one more line's parse runs over it).
+PARSE_BUDGET_S = 0.02
+#: Bytes of a line past MAX_PARTIAL looked through per read for its end (a search for a
+#: line break, no parsing): a 50 MB line is passed over in a few reads.
+MAX_SKIP = 16 << 20
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
@@ -129,7 +140,8 @@ class OutputReader:
     events_path: Path
     parser: LineParser
     progress: Progress
-    partial: bytes = b""  # the log's unfinished last line
+    partial: bytes = b""  # the log's unfinished last line, its first MAX_PARTIAL bytes
+    skipped: int = 0  # bytes of that line past MAX_PARTIAL, not kept
     partial_after_cr: bool = False  # it follows a \r: a progress bar's redraw
     partial_seen: bytes = b""  # that line when it was parsed as it stood
     changed: bool = False  # progress moved since it was last stored
@@ -137,10 +149,12 @@ class OutputReader:
     tensorboard_dir: str | None = None  # scalars in its event files are metrics too
     json_only: bool = False  # metrics only from lines that are a JSON object (log_metrics)
 
-    def read(self, now: float, *, final: bool = False) -> None:
-        """Take in what was written since the last call; ``final`` after the job ended."""
-        self._read_log(now, final)
-        self._read_events(now)
+    def read(self, now: float, *, final: bool = False, deadline: float | None = None) -> None:
+        """Take in what was written since the last call; ``final`` after the job ended.
+        Past ``deadline`` (``time.perf_counter()``) no more lines are parsed: the rest is
+        read next time."""
+        self._read_log(now, final, deadline)
+        self._read_events(now, deadline)
         if self.tensorboard_dir and tfevents.available():
             self._read_tensorboard(now)
 
@@ -168,23 +182,48 @@ class OutputReader:
         return rows
 
     # --- the log -----------------------------------------------------------------------
-    def _read_log(self, now: float, final: bool) -> None:
-        at = self.progress.log_offset + len(self.partial)
+    def _read_log(self, now: float, final: bool, deadline: float | None) -> None:
+        start = self.progress.log_offset  # where the unfinished line starts
+        at = start + len(self.partial) + self.skipped
         data = read_range(self.log_path, at, MAX_READ)
+        passed = 0
+        while len(self.partial) >= MAX_PARTIAL and len(data) == MAX_READ and passed < MAX_SKIP:
+            brk = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+            if brk:  # the long line ends here: what follows is read as usual
+                self.skipped += min(brk)
+                at += min(brk)
+                data = read_range(self.log_path, at, MAX_READ)
+                break
+            self.skipped += len(data)
+            at += len(data)
+            passed += len(data)
+            data = read_range(self.log_path, at, MAX_READ)
         if not data and not final:
             return
-        text = self.partial + data
-        cut = max(text.rfind(b"\n"), text.rfind(b"\r"))
-        if cut >= 0:
-            for line in _LINE_BREAK.split(text[:cut]):
-                if line and line != self.partial_seen:
-                    self._line(line, now)
-                self.partial_seen = b""
-            self.partial, self.partial_after_cr = text[cut + 1:], text[cut] == ord("\r")
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if cut < 0:  # the unfinished line goes on: keep its start only
+            room = MAX_PARTIAL - len(self.partial)
+            self.partial += data[:max(0, room)]
+            self.skipped += len(data) - len(data[:max(0, room)])
         else:
-            self.partial = text
+            # (the kept start of a long line and its end make one line to the parser,
+            # which reads the first MAX_LINE bytes only)
+            text = self.partial + data[:cut]
+            pos = 0
+            for m in _LINE_BREAK.finditer(text):
+                self._whole_line(text[pos:m.start()], now)
+                pos = m.end()
+                if deadline is not None and time.perf_counter() > deadline:
+                    # the rest waits: the next read starts at the next line
+                    self._restart_at(at + pos - len(self.partial))
+                    return
+            self._whole_line(text[pos:], now)
+            tail = data[cut + 1:]
+            self.partial, self.skipped = tail[:MAX_PARTIAL], max(0, len(tail) - MAX_PARTIAL)
+            self.partial_after_cr = data[cut] == ord("\r")
+            start = at + cut + 1
         # stored offsets point at the unfinished line, so a restarted daemon reads it again
-        self.progress.log_offset = at + len(data) - len(self.partial)
+        self.progress.log_offset = start
         # The text after the last line break is parsed only when it cannot be half a line:
         # a progress bar redrawn after a \r (written whole, flushed, no newline until it
         # finishes), or anything once the job has ended. Block-buffered output is cut at
@@ -192,6 +231,17 @@ class OutputReader:
         if self.partial and (final or self.partial_after_cr) and self.partial != self.partial_seen:
             self._line(self.partial, now)
             self.partial_seen = self.partial
+
+    def _whole_line(self, line: bytes, now: float) -> None:
+        if line and line != self.partial_seen:
+            self._line(line, now)
+        self.partial_seen = b""
+
+    def _restart_at(self, offset: int) -> None:
+        """Parsing stopped for this read: the next one starts at ``offset``, a line's start
+        (the text before it has been parsed)."""
+        self.progress.log_offset = offset
+        self.partial, self.skipped, self.partial_after_cr = b"", 0, False
 
     def _line(self, raw: bytes, now: float) -> None:
         text = raw[:MAX_LINE].decode("utf-8", "replace")
@@ -214,19 +264,22 @@ class OutputReader:
             self.samples.append((now, step, name[:100], value))
 
     # --- rota.job's events -------------------------------------------------------------
-    def _read_events(self, now: float) -> None:
+    def _read_events(self, now: float, deadline: float | None) -> None:
         data = read_range(self.events_path, self.progress.events_offset, MAX_READ)
         end = data.rfind(b"\n") + 1  # whole lines only: the helper writes one per call
-        if not end:
-            return
-        self.progress.events_offset += end
-        for line in data[:end].splitlines():
+        pos = 0
+        while pos < end:
+            stop = data.index(b"\n", pos) + 1
+            line, pos = data[pos:stop], stop
+            self.progress.events_offset += len(line)
             try:
                 ev = json.loads(line)
             except ValueError:
-                continue
+                ev = None
             if isinstance(ev, dict):
                 self._event(ev, now)
+            if deadline is not None and time.perf_counter() > deadline:
+                return  # the rest next time
 
     def _event(self, ev: dict[str, Any], now: float) -> None:
         kind = ev.get("kind")
