@@ -1,7 +1,7 @@
 """A job's output can never stall the daemon: the loop's longest block while a job
 writes hostile output.
 
-    python bench/bench_hostile_output.py [--seconds 10] [--every 2.0] [--no-budget]
+    python bench/bench_hostile_output.py [--seconds 10] [--every 2.0] [--no-budget] [--trainer]
 
 A real process writes, into a job's log: first one 50 MB line with no newline (in 1 MiB
 writes), then 1,000 lines a second of 10,000-character lines built to be slow for the
@@ -9,8 +9,9 @@ built-in parser's regexes (``x=1,`` repeated, spaces before a digit, ``step `` r
 ``1%|`` repeated, dict-shaped text, ``eta `` repeated). On an asyncio loop, the daemon's
 own reading code (``rota.server.job_output.read_outputs`` over an ``OutputReader`` with a
 ``LineParser`` holding a pattern that backtracks catastrophically in Python's ``re``:
-it runs in RE2) reads that log every ``--every`` seconds, as the daemon's outputs loop
-does. Beside it a probe task sleeps 5 ms again and again and records how late it wakes:
+it runs in RE2) reads that log every ``--every`` seconds, and every CATCH_UP_S while a
+read left output unread, as the daemon's outputs loop does. Beside it a probe task sleeps
+5 ms again and again and records how late it wakes:
 the longest lateness is the longest time the loop was blocked. The store and trackers are
 stand-ins that count rows (their writes are not the subject). ``--no-budget`` lifts the
 parsing budget (PARSE_BUDGET_S) to show what the budget is for.
@@ -53,6 +54,23 @@ while time.monotonic() - t0 < seconds:
 print(n, flush=True)
 """
 
+#: ``--trainer``: no hostile line, 1,000 lines a second as a fast trainer prints them
+TRAINER = r"""
+import sys, time
+out = open(sys.argv[1], "ab", buffering=0)
+seconds = float(sys.argv[2])
+t0, n = time.monotonic(), 0
+while time.monotonic() - t0 < seconds:
+    out.write(b"".join(
+        b"{'loss': %.4f, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': %.3f}\n"
+        % (1 / (n + i + 1), (n + i) / 1e4) if (n + i) % 2 else
+        b"step %d/100000: loss=%.4f lr=3e-4 | 812.5 samples/s\n" % (n + i, 1 / (n + i + 1))
+        for i in range(10)))
+    n += 10
+    time.sleep(max(0.0, t0 + n / 1000 - time.monotonic()))
+print(n, flush=True)
+"""
+
 
 class _Store:
     def __init__(self) -> None:
@@ -76,14 +94,17 @@ async def _probe(lateness: list[float], stop: asyncio.Event) -> None:
 
 async def _reads(run: Any, store: _Store, every: float, calls: list[float],
                  stop: asyncio.Event) -> None:
+    wait = every
     while not stop.is_set():
-        await asyncio.sleep(every)
+        await asyncio.sleep(wait)
         t = time.perf_counter()
         job_output.read_outputs(store, _Tracking(), [run], time.time())  # type: ignore[arg-type]
         calls.append(time.perf_counter() - t)
+        # as the daemon: sooner again while output is left unread
+        wait = min(every, job_output.next_read_in([run], {}))
 
 
-async def main(seconds: float, every: float) -> dict[str, float]:
+async def main(seconds: float, every: float, writer_code: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "1.log"
         log.write_bytes(b"")
@@ -95,7 +116,7 @@ async def main(seconds: float, every: float) -> dict[str, float]:
         store, lateness, calls, stop = _Store(), [], [], asyncio.Event()
         tasks = [asyncio.create_task(_probe(lateness, stop)),
                  asyncio.create_task(_reads(run, store, every, calls, stop))]
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log), str(seconds)],
+        writer = subprocess.Popen([sys.executable, "-c", writer_code, str(log), str(seconds)],
                                   stdout=subprocess.PIPE)
         biggest_partial = 0
         while writer.poll() is None:
@@ -120,10 +141,12 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=2.0, help="seconds between reads")
     ap.add_argument("--no-budget", action="store_true", help="lift PARSE_BUDGET_S")
+    ap.add_argument("--trainer", action="store_true",
+                    help="a fast trainer's lines (1,000/s) instead of hostile output")
     args = ap.parse_args()
     if args.no_budget:
         job_output.PARSE_BUDGET_S = 1e9  # type: ignore[misc]
-    got = asyncio.run(main(args.seconds, args.every))
+    got = asyncio.run(main(args.seconds, args.every, TRAINER if args.trainer else WRITER))
     print(f"budget: {'none' if args.no_budget else job_output.PARSE_BUDGET_S}, "
           f"every {args.every} s, {args.seconds} s of writing")
     for k, v in got.items():

@@ -222,3 +222,19 @@ def test_a_second_out_of_memory_is_a_failure(daemon: DaemonProcess) -> None:
         wait_until(lambda: state(c, job_id)["state"] in ("completed", "failed"), timeout=60)
         job = state(c, job_id)
         assert (job["state"], job["attempts"]) == ("failed", 2)
+
+
+def test_output_written_just_before_the_end_is_read_whole(daemon: DaemonProcess) -> None:
+    """A job that prints a burst of metrics and exits at once: its final read stops at its
+    parsing budget (the daemon's loop is never held long) and the daemon reads the rest in
+    its next reads, up to the job's end, so its last metrics are kept."""
+    script = "for i in range(1, 20001): print(f'step {i}/20000: loss={1 / i:.6f}')"
+    job_id = submit(daemon, "--", sys.executable, "-c", script)
+    with api(daemon) as c:
+        wait_until(lambda: state(c, job_id)["state"] == "completed", timeout=60)
+
+        def last_step() -> int:
+            m = c.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss"}).json()
+            return int(m["series"]["loss"][-1][0]) if m["series"].get("loss") else 0
+
+        wait_until(lambda: last_step() == 20000, timeout=60, what="the last step's loss")

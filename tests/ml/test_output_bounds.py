@@ -74,3 +74,22 @@ def test_events_past_the_deadline_wait_too(tmp_path: Path) -> None:
         r.read(1.0, deadline=PAST)
     assert values(r, "loss") == [0, 1, 2, 3, 4]
     assert r.progress.events_offset == r.events_path.stat().st_size
+
+
+def test_an_ended_jobs_output_is_read_to_its_end_and_no_further(tmp_path: Path) -> None:
+    """The final read of a job that wrote much just before it ended stops at its deadline
+    like any; the reads that go on (job_output.read_ended) stop where it ended: a retry's
+    output appended to the same log is not this attempt's."""
+    r = reader(tmp_path)
+    write(r.log_path, b"".join(b"step %d: loss: %d.5\n" % (i, i) for i in range(6)))
+    write(r.log_path, b"step 6: loss: 6.5")  # its last line, no newline
+    r.until = r.log_path.stat().st_size
+    write(r.log_path, b"\nstep 0: loss: 99.5\n")  # the next attempt's
+    reads = 0
+    while not r.caught_up():
+        r.read(1.0, final=True, deadline=PAST)
+        reads += 1
+        assert reads < 50
+    assert values(r, "loss") == [i + 0.5 for i in range(7)]
+    r.read(2.0, final=True, deadline=PAST)
+    assert values(r, "loss") == []  # nothing past its end, nothing twice

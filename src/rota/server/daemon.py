@@ -44,11 +44,11 @@ from rota.server.eval_schedules import EvalSchedules
 from rota.server.exits import Exits
 from rota.server.forwarding import forwarded
 from rota.server.job_commands import JobCommands
-from rota.server.job_output import read_outputs
+from rota.server.job_output import next_read_in, read_ended, read_outputs
 from rota.server.job_table import JobTable, LiveJobs, pending_of
 from rota.server.launcher import Launcher
 from rota.server.metrics import Metrics
-from rota.server.outputs import READ_EVERY_S
+from rota.server.outputs import PARSE_BUDGET_S, READ_EVERY_S
 from rota.server.queue import PendingQueue
 from rota.server.running import Running, preemption_view
 from rota.server.secrets import Secrets
@@ -229,12 +229,18 @@ class Daemon:
                 log.exception("reading GPUs failed")
 
     async def _outputs_loop(self) -> None:
+        wait = READ_EVERY_S
         while not self._stopping:
-            await asyncio.sleep(READ_EVERY_S)
+            await asyncio.sleep(wait)
+            wait = READ_EVERY_S
             try:
                 with self.batch():
-                    read_outputs(self.store, self.tracking, list(self.running.values()),
-                                 self.clock())
+                    now, deadline = self.clock(), time.perf_counter() + PARSE_BUDGET_S
+                    runs = list(self.running.values())
+                    read_outputs(self.store, self.tracking, runs, now, deadline=deadline)
+                    read_ended(self.store, self.tracking, self.table.ended_output,
+                               self.running, now, deadline=deadline)
+                wait = next_read_in(runs, self.table.ended_output)
             except Exception:
                 log.exception("reading jobs' output failed")
 

@@ -8,12 +8,19 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from rota.ml import checkpoints
 from rota.ml.parse import LineParser
 from rota.server.log_times import LogTimes
-from rota.server.outputs import PARSE_BUDGET_S, OutputReader, Progress, events_path
+from rota.server.outputs import (
+    CATCH_UP_S,
+    PARSE_BUDGET_S,
+    READ_EVERY_S,
+    OutputReader,
+    Progress,
+    events_path,
+)
 from rota.server.running import Running
 from rota.server.tracking import Tracking
 from rota.store.repo import Store
@@ -47,20 +54,47 @@ def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
 
 
 def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now: float, *,
-                 final: bool = False) -> None:
+                 final: bool = False, deadline: float | None = None) -> None:
     """Metrics and progress from what the jobs wrote since the last read, stored in the
     open transaction (or in one of their own) and mirrored to their trackers. Parsing
-    stops after PARSE_BUDGET_S (this runs on the daemon's loop); the rest is read next
-    time, or, after a job's final read, stays in its log unparsed."""
-    rows: list[dict[str, object]] = []
-    progress: dict[int, dict[str, object]] = {}
-    deadline = time.perf_counter() + PARSE_BUDGET_S
+    stops at ``deadline`` (by default PARSE_BUDGET_S from now: this runs on the daemon's
+    loop); the rest is read next time (after a job's final read: by ``read_ended``)."""
+    if deadline is None:
+        deadline = time.perf_counter() + PARSE_BUDGET_S
     runs = list(runs)
     if len(runs) > 1:
         first = next(_TURNS) % len(runs)
         runs = runs[first:] + runs[:first]
     for run in runs:
         _index_log(run, now, final)
+    _read(store, tracking, runs, now, final, deadline)
+
+
+def read_ended(store: Store, tracking: Tracking, ended: dict[int, Running],
+               running: Mapping[int, Running], now: float, *, deadline: float) -> None:
+    """Go on reading the output of jobs whose final read stopped at its deadline (a job
+    that wrote much just before it ended), up to where each ended; ``ended`` loses each
+    one read to its end, and any whose job runs again (its new attempt's reader takes the
+    job's stored progress over)."""
+    for job_id in [j for j, run in ended.items() if run.output is None or j in running]:
+        del ended[job_id]
+    _read(store, tracking, list(ended.values()), now, True, deadline)
+    for job_id, run in list(ended.items()):
+        if run.output is None or run.output.caught_up():
+            del ended[job_id]
+
+
+def next_read_in(runs: Iterable[Running], ended: Mapping[int, Running]) -> float:
+    """Seconds until the outputs loop reads again: soon while a read left output unread."""
+    behind = ended or any(r.output is not None and not r.output.caught_up() for r in runs)
+    return CATCH_UP_S if behind else READ_EVERY_S
+
+
+def _read(store: Store, tracking: Tracking, runs: list[Running], now: float, final: bool,
+          deadline: float) -> None:
+    rows: list[dict[str, object]] = []
+    progress: dict[int, dict[str, object]] = {}
+    for run in runs:
         out = run.output
         if out is None:
             continue

@@ -53,6 +53,8 @@ class JobTable:
         self.tracking, self.kick = tracking, kick
         self.queue = PendingQueue()
         self.running: dict[int, Running] = {}
+        # ended jobs whose output is still being read (job_output.read_ended)
+        self.ended_output: dict[int, Running] = {}
         self.states: dict[int, JobState] = {}
         self.live = LiveJobs(MappingProxyType(self.states), MappingProxyType(self.running))
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends

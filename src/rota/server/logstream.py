@@ -30,8 +30,8 @@ def read_range(path: Path, offset: int, limit: int) -> bytes:
     """Up to ``limit`` bytes from ``offset`` (nothing when the file is missing). One
     ``pread`` of what the file holds: a buffered read of ``limit`` would allocate all of it
     first, which costs more than the read when logs are small and are read per job."""
-    try:  # never through a link, nor held by a pipe: a tmux job run as another account
-        # owns its events file's folder (ROTA_HOME/users/UID), and the daemon is root
+    try:  # never through a link, nor held by a pipe: a job run as another account owns
+        # its log and events file, and the daemon reading them may be root
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return b""

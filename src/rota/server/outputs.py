@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterable
@@ -24,6 +25,9 @@ from rota.server.logstream import read_range
 
 #: How often the daemon reads running jobs' output.
 READ_EVERY_S = 2.0
+#: How soon it reads again while some output is left unread (a read stopped at its parsing
+#: budget): each read holds the loop no longer, and a job printing fast is not left behind.
+CATCH_UP_S = 0.05
 #: Bytes read per file per tick: a job that floods its log is caught up over a few ticks.
 MAX_READ = 1 << 20
 #: Samples kept per metric per tick: a loss printed at every step is thinned evenly
@@ -148,13 +152,16 @@ class OutputReader:
     samples: list[tuple[float, int | None, str, float]] = field(default_factory=list)
     tensorboard_dir: str | None = None  # scalars in its event files are metrics too
     json_only: bool = False  # metrics only from lines that are a JSON object (log_metrics)
+    # an ended attempt's log size at its end: what follows is a later attempt's, not its
+    until: int | None = None
 
     def read(self, now: float, *, final: bool = False, deadline: float | None = None) -> None:
         """Take in what was written since the last call; ``final`` after the job ended.
         Past ``deadline`` (``time.perf_counter()``) no more lines are parsed: the rest is
-        read next time."""
+        read next time. An ended job's events (its reported checkpoint, why it says it
+        failed) are read whole, as what comes next is decided on them."""
         self._read_log(now, final, deadline)
-        self._read_events(now, deadline)
+        self._read_events(now, None if final else deadline)
         if self.tensorboard_dir and tfevents.available():
             self._read_tensorboard(now)
 
@@ -165,6 +172,16 @@ class OutputReader:
             for tag, step, value in scalars:
                 self.samples.append((now, step, tag[:100], value))
                 self.changed = True
+
+    def caught_up(self) -> bool:
+        """Whether everything written to the log (up to ``until``) has been read."""
+        at = self.progress.log_offset + len(self.partial) + self.skipped
+        if self.until is not None:
+            return at >= self.until
+        try:
+            return at >= os.stat(self.log_path).st_size
+        except OSError:
+            return True
 
     def drain(self) -> list[dict[str, Any]]:
         """The samples read since the last drain, as metric rows, thinned per metric."""
@@ -185,19 +202,21 @@ class OutputReader:
     def _read_log(self, now: float, final: bool, deadline: float | None) -> None:
         start = self.progress.log_offset  # where the unfinished line starts
         at = start + len(self.partial) + self.skipped
-        data = read_range(self.log_path, at, MAX_READ)
+        data = self._chunk(at)
         passed = 0
         while len(self.partial) >= MAX_PARTIAL and len(data) == MAX_READ and passed < MAX_SKIP:
             brk = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
             if brk:  # the long line ends here: what follows is read as usual
                 self.skipped += min(brk)
                 at += min(brk)
-                data = read_range(self.log_path, at, MAX_READ)
+                data = self._chunk(at)
                 break
             self.skipped += len(data)
             at += len(data)
             passed += len(data)
-            data = read_range(self.log_path, at, MAX_READ)
+            data = self._chunk(at)
+        # the end of an ended job's log is reached: its last line is whole, newline or not
+        final = final and (self.until is None or at + len(data) >= self.until)
         if not data and not final:
             return
         cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
@@ -231,6 +250,11 @@ class OutputReader:
         if self.partial and (final or self.partial_after_cr) and self.partial != self.partial_seen:
             self._line(self.partial, now)
             self.partial_seen = self.partial
+
+    def _chunk(self, at: int) -> bytes:
+        """The next slice of the log from ``at`` (never past ``until``)."""
+        limit = MAX_READ if self.until is None else max(0, min(MAX_READ, self.until - at))
+        return read_range(self.log_path, at, limit) if limit else b""
 
     def _whole_line(self, line: bytes, now: float) -> None:
         if line and line != self.partial_seen:

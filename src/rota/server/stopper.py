@@ -43,8 +43,8 @@ class Stopper:
         """The stop signal and the stop file now, SIGKILL armed."""
         assert run.handle is not None
         with contextlib.suppress(OSError):  # the flag is a courtesy; the signal is the stop
-            # never through a link: a tmux job run as another account owns the flag's
-            # folder (ROTA_HOME/users/UID), and the daemon is root
+            # never through a link (defence in depth: a job run as another account may
+            # not write the flag's folder, and the daemon is root)
             os.close(os.open(stop_file(run.status_path), os.O_WRONLY | os.O_CREAT
                              | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644))
         run.backend.signal(run.handle, signal.Signals[run.spec.stop_signal])
