@@ -22,6 +22,7 @@ import pytest
 from rota.backends.base import Backend, ExitInfo, Handle, LaunchRequest
 from rota.backends.common import pid_alive, reap, signal_group
 from rota.backends.registry import make_backend
+from rota_testing import patience
 
 PY = sys.executable
 _ids = itertools.count(1)
@@ -29,13 +30,14 @@ _ids = itertools.count(1)
 
 def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll ``pred`` every 20 ms until it returns something truthy; fail after ``timeout``."""
+    timeout = patience(timeout)  # a loaded machine is slow: at least PATIENCE_S
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.02)
 
 

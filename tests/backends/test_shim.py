@@ -25,6 +25,7 @@ from rota.backends.common import (
     write_job_file,
 )
 from rota.errors import BackendError
+from rota_testing import patience
 
 from .conftest import PY, py, wait_for, wait_text
 
@@ -52,7 +53,7 @@ class Shim:
         return got
 
     def wait(self, timeout: float = 10.0) -> int:
-        return self.proc.wait(timeout)
+        return self.proc.wait(patience(timeout))
 
     def end_record(self) -> dict[str, Any]:
         self.wait()

@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from rota.client import RawClient as Client
 from rota.server.serve import socket_alive
+from rota_testing import patience
 
 START_TIMEOUT = 60.0
 
@@ -41,13 +42,14 @@ class Daemon:
 
 def wait_for(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
     """Poll `pred` every 20 ms until it is truthy; fail after `timeout` seconds."""
+    timeout = patience(timeout)  # a loaded machine is slow: at least PATIENCE_S
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.02)
 
 

@@ -8,6 +8,8 @@ import signal
 import pytest
 
 from rota.core.outcome import (
+    LOST,
+    LOST_LAUNCHES_MAX,
     WAIT_AGAIN_S,
     AttemptFacts,
     Cancelled,
@@ -25,6 +27,7 @@ from rota.core.outcome import (
     TimedOut,
     decide,
     ends_in_failure,
+    lost_in_a_row,
     stop_text,
     time_limit_text,
 )
@@ -154,9 +157,38 @@ def test_a_launch_lost_to_a_passing_trouble_queues_again_without_a_failure() -> 
     end = NeverStarted("the local runner went away", passing=True)
     assert not ends_in_failure(None, end)
     assert decide(facts(policy=RetryPolicy(retries=0)), end, NOW) == Requeue(
-        "not started: the local runner went away; queued again", record="not_started",
+        "not started: the local runner went away; queued again", record=LOST,
         not_before=NOW + WAIT_AGAIN_S)
     assert isinstance(decide(facts(stop=StopReason.CANCEL), end, NOW), Cancelled)
+
+
+def test_a_launch_lost_again_and_again_waits_longer_then_fails() -> None:
+    end = NeverStarted("job 3: the local runner went away", passing=True)
+    waits = []
+    for before in range(LOST_LAUNCHES_MAX - 1):
+        got = decide(facts(lost_before=before, failures=1), end, NOW)
+        assert isinstance(got, Requeue) and got.record == LOST, got
+        assert got.not_before is not None
+        waits.append(got.not_before - NOW)
+    assert waits == sorted(waits) and waits[0] == WAIT_AGAIN_S and waits[-1] > WAIT_AGAIN_S
+    assert decide(facts(lost_before=3), end, NOW).reason == (  # type: ignore[union-attr]
+        "not started: job 3: the local runner went away; queued again (lost 4 times in a "
+        "row; it fails at 5)")
+    # the last loss in a row fails the job, saying why; no retry was charged meanwhile
+    assert decide(facts(lost_before=LOST_LAUNCHES_MAX - 1, failures=1), end, NOW) == Fail(
+        f"its launch was lost {LOST_LAUNCHES_MAX} times in a row: job 3: the local runner "
+        "went away", failures=1)
+    # however many retries the job allows: its retries are for its own failures
+    assert isinstance(decide(facts(lost_before=LOST_LAUNCHES_MAX - 1,
+                                   policy=RetryPolicy(retries=9)), end, NOW), Fail)
+
+
+def test_losses_in_a_row_are_counted_from_the_last_attempt_back() -> None:
+    assert lost_in_a_row([]) == 0
+    assert lost_in_a_row([LOST, LOST]) == 2
+    assert lost_in_a_row([LOST, "completed", LOST]) == 1  # an attempt that ran ends a row
+    assert lost_in_a_row([LOST, LOST, "launch_failed"]) == 0
+    assert lost_in_a_row(["failed", LOST, None, LOST]) == 1
 
 
 def test_a_job_cancelled_while_its_launch_was_in_flight_is_cancelled() -> None:

@@ -17,7 +17,7 @@ from rota.server.admission import PointRequestsFirst
 from rota.server.api import build_app
 from rota.server.daemon_ports import DaemonPorts
 from rota.server.intake import Intake
-from rota_testing import in_process_daemon
+from rota_testing import PATIENCE_S, in_process_daemon
 
 Request = tuple[str, str]
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
@@ -112,7 +112,7 @@ def test_a_flood_of_point_requests_does_not_starve_bulk_reads(max_yields: int, r
         await asyncio.sleep(0)
         await asyncio.wait_for(asyncio.gather(gate(_scope("GET", "/v1/jobs"), None, None),
                                               gate(_scope("GET", "/v1/queue"), None, None)),
-                               timeout=5)
+                               timeout=PATIENCE_S)
         flooding.cancel()
 
     run(scenario())

@@ -30,7 +30,14 @@ def test_repeated_sigkill_loses_nothing_and_runs_nothing_twice(daemon_factory, t
         jobs = c.submit([spec for spec, _ in specs])
         expected = {job["id"]: code for job, (_, code) in zip(jobs, specs, strict=True)}
     for _ in range(KILLS):
-        time.sleep(rng.uniform(0.2, 1.2))  # let it get somewhere, then crash at a random point
+        # let it get somewhere (some job running: a loaded machine takes its time), then
+        # crash at a random point
+        with d.client() as c:
+            wait_until(lambda: any(j["state"] == "running" for j in c.jobs(limit=1000))
+                       or all(j["state"] in ("completed", "failed")
+                              for j in c.jobs(limit=1000)),
+                       what="a job to run")
+        time.sleep(rng.uniform(0.2, 1.2))
         d.kill()
         time.sleep(rng.uniform(0.0, 0.6))  # jobs keep running and ending while it is down
         d.start()

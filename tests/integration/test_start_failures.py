@@ -15,7 +15,7 @@ from rota.devices.simulated import SimulatedDevices
 from rota.errors import StoreError
 from rota.server.daemon import Daemon
 from rota.store.repo import Store
-from rota_testing import kill_job_processes
+from rota_testing import kill_job_processes, until
 
 
 def _daemon(tmp_path: Path) -> tuple[Daemon, Store]:
@@ -33,11 +33,7 @@ def _submit(d: Daemon, store: Store, n: int) -> list[int]:
 
 
 async def _launched(store: Store, job_id: int) -> None:
-    for _ in range(500):
-        if store.get_job(job_id).state == "running":
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"job {job_id} did not start: {store.get_job(job_id).state}")
+    await until(lambda: store.get_job(job_id).state == "running", f"job {job_id} to start")
 
 
 def test_one_refused_intent_leaves_that_job_queued(tmp_path: Path,

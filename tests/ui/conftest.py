@@ -20,13 +20,14 @@ from typing import Any
 import httpx
 import pytest
 
-from rota_testing import DaemonProcess, free_port, kill_job_processes
+from rota_testing import PATIENCE_S, DaemonProcess, free_port, kill_job_processes
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-# Seconds a UI expectation may take: the page polls every 1-2 s, and this machine is shared.
-WAIT_MS = 20_000
+# How long a UI expectation may take: the page polls every 1-2 s, and this machine is
+# shared (a loaded 2-core machine); Playwright polls, so a fast one is no slower.
+WAIT_MS = int(PATIENCE_S * 1000)
 
 
 def _no_browser(why: str) -> None:
@@ -107,6 +108,10 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _no_browser("the playwright package is not installed (pip install -e '.[test]')")
+    from playwright.sync_api import expect
+
+    # expect(...)'s own deadline (5 s unless set) is not the context's default timeout
+    expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

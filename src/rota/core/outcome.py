@@ -9,6 +9,7 @@ simulator replays the very same decisions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,6 +50,13 @@ def _duration(seconds: float) -> str:
 #: how long an attempt that could not start for its dependencies waits before the next
 #: (its dependency may have ended meanwhile without Rota having read that end yet)
 WAIT_AGAIN_S = 2.0
+#: launches of one job lost in a row to a passing trouble (``NeverStarted.passing``) after
+#: which the job fails: a trouble that comes back every time (a runner that dies on this
+#: job's launch, a broken executor) is no passing one, and would loop forever
+LOST_LAUNCHES_MAX = 5
+#: the longest wait before a job whose launch was lost is tried again (the wait doubles
+#: from WAIT_AGAIN_S with each loss in a row)
+LOST_WAIT_MAX_S = 60.0
 
 
 # --- facts ----------------------------------------------------------------------------------
@@ -141,9 +149,15 @@ class AttemptFacts:
     oom: OomFacts | None = None
     checkpointing: bool = False  # it has a checkpoint_dir or reported one
     checkpoint: Checkpoint | None = None  # the newest valid one this attempt left
+    lost_before: int = 0  # launches lost in a row just before this one (NeverStarted.passing)
 
 
 # --- outcomes -------------------------------------------------------------------------------
+#: the outcome recorded for an attempt whose launch was lost (``NeverStarted.passing``): how
+#: the losses in a row are counted from the store, so a daemon restart keeps the count
+LOST = "launch_lost"
+
+
 @dataclass(frozen=True, slots=True)
 class Complete:
     message: str
@@ -177,7 +191,7 @@ class RetryWithMoreMemory:
 @dataclass(frozen=True, slots=True)
 class Requeue:
     reason: str
-    record: str  # "preempted" | "requeued": the attempt's outcome
+    record: str  # "preempted" | "requeued" | "not_started" | LOST: the attempt's outcome
     resume_from: str | None = None  # the checkpoint the next attempt is expected to use
     not_before: float | None = None  # it may start again from then on
 
@@ -214,8 +228,7 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
         return Cancelled(f"cancelled (its launch failed: {end.why})",
                          end_reason="cancelled by request")
     if isinstance(end, NeverStarted) and end.passing:
-        return Requeue(f"not started: {end.why}; queued again", record="not_started",
-                       not_before=now + WAIT_AGAIN_S)
+        return after_lost_launch(facts, end, now)
     if isinstance(end, NeverStarted):  # waits: the dependency gate decides again
         return Requeue(f"not started: {end.why}; it waits again for the jobs it depends on",
                        record="not_started", not_before=now + WAIT_AGAIN_S)
@@ -231,6 +244,28 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
         why = "its GPU was lost" if facts.stop is StopReason.GPU_LOST else "requeued by request"
         return Requeue(f"{why} ({how}); queued again", record="requeued")
     return Complete(how)
+
+
+def lost_in_a_row(outcomes: Iterable[str | None]) -> int:
+    """How many of the last attempts (their recorded outcomes, oldest first) were launches
+    lost in a row."""
+    n = 0
+    for outcome in outcomes:
+        n = n + 1 if outcome == LOST else 0
+    return n
+
+
+def after_lost_launch(facts: AttemptFacts, end: NeverStarted, now: float) -> Outcome:
+    """A launch lost to a passing trouble: queued again without charging a retry, after a
+    wait that doubles with each loss in a row; the job fails once LOST_LAUNCHES_MAX
+    launches in a row were lost (the trouble is not passing)."""
+    lost = facts.lost_before + 1
+    if lost >= LOST_LAUNCHES_MAX:
+        return Fail(f"its launch was lost {lost} times in a row: {end.why}", facts.failures)
+    wait = min(WAIT_AGAIN_S * 2 ** (lost - 1), LOST_WAIT_MAX_S)
+    again = "queued again" if lost == 1 else \
+        f"queued again (lost {lost} times in a row; it fails at {LOST_LAUNCHES_MAX})"
+    return Requeue(f"not started: {end.why}; {again}", record=LOST, not_before=now + wait)
 
 
 def after_failure(facts: AttemptFacts, why: str, now: float) -> Outcome:

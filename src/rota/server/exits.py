@@ -10,6 +10,7 @@ transition and its place in the queue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from rota.backends.base import ExitInfo, NotStarted, TakenBack
 from rota.backends.common import reap
 from rota.core.lifecycle import JobState
 from rota.core.outcome import (
+    LOST,
     AttemptFacts,
     Cancelled,
     Complete,
@@ -37,6 +39,7 @@ from rota.core.outcome import (
     TimedOut,
     decide,
     ends_in_failure,
+    lost_in_a_row,
 )
 from rota.core.outcome import Checkpoint as SavedCheckpoint
 from rota.core.snapshot import MILLI
@@ -200,13 +203,18 @@ class Exits:
 
     def launch_failed(self, run: Running, why: str, passing: bool = False) -> None:
         """The attempt's launch failed: no process exists; the outcome decides what next
-        (``passing``: a trouble of the backend's, not the job's: queued again)."""
+        (``passing``: a trouble of the backend's, not the job's: queued again, up to
+        ``LOST_LAUNCHES_MAX`` times in a row)."""
         now = self.clock()
-        self.store.update_attempt(run.attempt_id, ended_at=now, outcome="launch_failed",
-                                  reason=why)
+        # the losses before this one, from the store: a daemon restart keeps the count
+        lost = lost_in_a_row(a.outcome for a in self.store.attempts(run.job_id)
+                             if a.id != run.attempt_id) if passing else 0
+        self.store.update_attempt(run.attempt_id, ended_at=now,
+                                  outcome=LOST if passing else "launch_failed", reason=why)
         del self.table.running[run.job_id]
         end = NeverStarted(why, waits=self._waits(run), passing=passing)
-        outcome = decide(self._facts(run, end), end, now)
+        facts = dataclasses.replace(self._facts(run, end), lost_before=lost)
+        outcome = decide(facts, end, now)
         self._apply(run, JobState.STARTING, outcome, end, now)
         self.kick()
 
