@@ -212,6 +212,7 @@ class Exits:
         self.store.update_attempt(run.attempt_id, ended_at=now,
                                   outcome=LOST if passing else "launch_failed", reason=why)
         del self.table.running[run.job_id]
+        self.store.on_rollback(lambda: self.table.running.setdefault(run.job_id, run))  # (finish)
         end = NeverStarted(why, waits=self._waits(run), passing=passing)
         facts = dataclasses.replace(self._facts(run, end), lost_before=lost)
         outcome = decide(facts, end, now)
