@@ -278,6 +278,9 @@ def test_a_job_in_backoff_waits_until_its_time() -> None:
     r = plan.reason(1)
     assert r is not None and r.code is R.BACKOFF and r.until == 160.0
     assert "60s" in r.message
+    # not "retry backoff": a lost launch or a dependency that moved waits the same way,
+    # with no retry charged
+    assert r.message == "waits before it is tried again: may start in 60s"
     assert placed(plan) == {2: (0,)}
 
 

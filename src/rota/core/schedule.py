@@ -246,7 +246,10 @@ def gate(job: PendingJob, dependency_states: Mapping[int, JobState],
                       blocker=dep)
     if job.not_before is not None and job.not_before > now:
         return Reason(ReasonCode.BACKOFF,
-                      f"retry backoff: may start in {job.not_before - now:.0f}s",
+                      # a retry's backoff, or the wait after a lost launch or a dependency
+                      # that moved: its last event says which
+                      f"waits before it is tried again: may start in "
+                      f"{job.not_before - now:.0f}s",
                       until=job.not_before)
     return None
 
