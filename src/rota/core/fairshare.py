@@ -1,0 +1,166 @@
+"""Fair share and multifactor priority: pure functions of usage, shares and time.
+
+The formulas follow Slurm's multifactor priority plugin (docs/policy.md cites them):
+
+- **Usage** is GPU-seconds decayed with a half-life (Slurm's PriorityDecayHalfLife): a
+  GPU-second used ``t`` seconds ago counts ``0.5 ** (t / half_life)``. An account's usage
+  is one number and the time it was last brought up to date (``Usage``), so it is stored
+  as two columns and survives restarts without keeping every attempt around.
+- **Fair-share factor** (Slurm's classic formula): ``F = 2 ** (-U / S)``, where ``U`` is
+  the account's share of everyone's decayed usage and ``S`` its share of the shares
+  (normalised). An account that used exactly its share gets 0.5; one that used nothing
+  gets 1; one that used twice its share gets 0.25.
+- **A job's priority** is the weighted sum of factors in [0, 1] (explicit priority, age,
+  size, fair share), as ``sprio`` shows them; a higher sum starts first, submission order
+  breaking ties.
+
+Nothing here reads a clock or a store: the daemon and the simulator pass ``now``, the
+usage and the shares in, so a trace replays the very decisions the daemon makes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: Slurm's default PriorityDecayHalfLife
+DEFAULT_HALF_LIFE_S = 7 * 86_400.0
+#: the age at which the age factor reaches 1 (Slurm's PriorityMaxAge)
+DEFAULT_MAX_AGE_S = 7 * 86_400.0
+#: a job's explicit priority spans this (JobSpec.priority: lower runs first)
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """An account's decayed GPU-seconds as of ``at`` (unix time)."""
+
+    gpu_seconds: float = 0.0
+    at: float = 0.0
+
+    def decayed(self, now: float, half_life: float = DEFAULT_HALF_LIFE_S) -> Usage:
+        """The same usage seen from ``now`` (never from before ``at``: time runs forward)."""
+        if now <= self.at:
+            return self
+        return Usage(self.gpu_seconds * decay(now - self.at, half_life), now)
+
+    def charged(self, gpu_seconds: float, used_at: float, now: float,
+                half_life: float = DEFAULT_HALF_LIFE_S) -> Usage:
+        """This usage plus ``gpu_seconds`` used at ``used_at`` (an attempt's middle, or a
+        sample's time), seen from ``now``."""
+        if gpu_seconds < 0 or not math.isfinite(gpu_seconds):
+            raise ValueError(f"GPU-seconds must be a finite number >= 0, not {gpu_seconds}")
+        base = self.decayed(now, half_life)
+        return Usage(base.gpu_seconds + gpu_seconds * decay(now - used_at, half_life),
+                     base.at)
+
+
+def decay(elapsed: float, half_life: float = DEFAULT_HALF_LIFE_S) -> float:
+    """What one unit of usage ``elapsed`` seconds old counts now (1 when not yet old)."""
+    if half_life <= 0:
+        raise ValueError(f"the half-life must be > 0 seconds, not {half_life}")
+    return 0.5 ** (max(0.0, elapsed) / half_life)
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """One account as ``rota share`` shows it."""
+
+    account: str
+    shares: float  # as the admin set them (default 1)
+    norm_shares: float  # its part of all accounts' shares, 0..1
+    usage: float  # decayed GPU-seconds
+    norm_usage: float  # its part of all accounts' decayed usage, 0..1
+    factor: float  # 2 ** (-norm_usage / norm_shares), 0..1
+
+    @property
+    def effective_share(self) -> float:
+        """Its usage against its share: 1 = used exactly its share (Slurm's EffectvUsage
+        over NormShares)."""
+        return self.norm_usage / self.norm_shares if self.norm_shares else math.inf
+
+
+def fair_shares(shares: Mapping[str, float], usage: Mapping[str, float],
+                default_share: float = 1.0) -> dict[str, FairShare]:
+    """Every account that has a share or a usage, with its fair-share factor. Accounts
+    with no share set get ``default_share`` (equal shares unless an admin says else)."""
+    accounts = sorted(set(shares) | set(usage))
+    given = {a: float(shares.get(a, default_share)) for a in accounts}
+    for a, s in given.items():
+        if s < 0 or not math.isfinite(s):
+            raise ValueError(f"the share of {a} must be a finite number >= 0, not {s}")
+    total_shares = sum(given.values())
+    total_usage = sum(max(0.0, usage.get(a, 0.0)) for a in accounts)
+    out = {}
+    for a in accounts:
+        used = max(0.0, usage.get(a, 0.0))
+        ns = given[a] / total_shares if total_shares else 0.0
+        nu = used / total_usage if total_usage else 0.0
+        out[a] = FairShare(a, given[a], ns, used, nu, factor(nu, ns))
+    return out
+
+
+def factor(norm_usage: float, norm_shares: float) -> float:
+    """Slurm's classic fair-share factor ``2 ** (-U / S)``; no share at all: 0."""
+    if norm_shares <= 0:
+        return 0.0
+    return 2.0 ** (-norm_usage / norm_shares)
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """How much each factor counts (``[priority]`` in rota.toml; Slurm's PriorityWeight*)."""
+
+    priority: float = 1000.0
+    age: float = 100.0
+    size: float = 0.0
+    fair_share: float = 1000.0
+    max_age_s: float = DEFAULT_MAX_AGE_S
+    favor_small: bool = False  # size factor: larger jobs first unless set (Slurm's default)
+
+    def __post_init__(self) -> None:
+        for name in ("priority", "age", "size", "fair_share", "max_age_s"):
+            v = getattr(self, name)
+            if v < 0 or not math.isfinite(v):
+                raise ValueError(f"priority weight {name} must be a finite number >= 0, "
+                                 f"not {v}")
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """A job's priority factors (each 0..1) and their weighted sum, as ``rota priority``
+    shows them."""
+
+    priority: float
+    age: float
+    size: float
+    fair_share: float
+    total: float
+
+
+def job_factors(*, priority: int, age_s: float, gpus_milli: int, largest_milli: int,
+                fair_share: float, weights: Weights) -> Factors:
+    """The factors of one waiting job. ``priority``: its explicit one (lower runs first,
+    over PRIORITY_RANGE); ``largest_milli``: the most GPUs a job can ask for here (the
+    size factor's scale); ``fair_share``: its account's factor (``fair_shares``)."""
+    low, high = PRIORITY_RANGE
+    p = (high - min(max(priority, low), high)) / (high - low)
+    age = min(1.0, max(0.0, age_s) / weights.max_age_s) if weights.max_age_s else 1.0
+    size = min(1.0, gpus_milli / largest_milli) if largest_milli > 0 else 0.0
+    if weights.favor_small:
+        size = 1.0 - size
+    fs = min(1.0, max(0.0, fair_share))
+    total = (weights.priority * p + weights.age * age + weights.size * size
+             + weights.fair_share * fs)
+    return Factors(p, age, size, fs, total)
+
+
+def combined(user: FairShare | None, project: FairShare | None) -> float:
+    """A job's fair-share factor from its user's and its project's: their geometric mean
+    (either alone when the job has no project), so a user who is under their share in a
+    project over its share, or the reverse, lands between the two."""
+    got = [f.factor for f in (user, project) if f is not None]
+    if not got:
+        return 1.0  # nobody has used anything yet
+    return math.prod(got) ** (1 / len(got))
