@@ -83,7 +83,7 @@ def test_an_ended_jobs_output_is_read_to_its_end_and_no_further(tmp_path: Path) 
     r = reader(tmp_path)
     write(r.log_path, b"".join(b"step %d: loss: %d.5\n" % (i, i) for i in range(6)))
     write(r.log_path, b"step 6: loss: 6.5")  # its last line, no newline
-    r.until = r.log_path.stat().st_size
+    r.ended()  # its end: what the log holds now
     write(r.log_path, b"\nstep 0: loss: 99.5\n")  # the next attempt's
     reads = 0
     while not r.caught_up():

@@ -56,6 +56,12 @@ class RunAs:
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def as_user(user: str | None, argv: list[str]) -> list[str]:
+    """``argv`` run as the Unix account ``user`` (None: as the daemon itself); a root
+    daemon switches through ``runuser``, which asks no password."""
+    return argv if user is None else ["runuser", "-u", user, "--", *argv]
+
+
 def login_env(user: str, home: str, shell: str) -> dict[str, str]:
     """A login's environment for an account: the base of its jobs' (docs/security.md)."""
     return {"HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell, "PATH": SAFE_PATH,

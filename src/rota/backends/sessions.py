@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 import rota
-from rota.backends.base import Capabilities, Handle, LaunchRequest, RunAs
+from rota.backends.base import Capabilities, Handle, LaunchRequest, RunAs, as_user
 from rota.backends.common import (
     append_log_header,
     check_request,
@@ -58,9 +58,8 @@ def session_name(name: str) -> str:
 
 
 def as_account(run_as: RunAs | None, argv: list[str]) -> list[str]:
-    """``argv`` run by ``run_as`` (None: by the daemon itself); from a root daemon,
-    ``runuser`` switches without a password."""
-    return argv if run_as is None else ["runuser", "-u", run_as.user, "--", *argv]
+    """``argv`` run by ``run_as`` (None: by the daemon itself)."""
+    return as_user(None if run_as is None else run_as.user, argv)
 
 
 def account_client_env(run_as: RunAs) -> dict[str, str]:

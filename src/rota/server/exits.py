@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rota.backends.base import ExitInfo, NotStarted, TakenBack
@@ -165,8 +164,8 @@ class Exits:
         ended_at = recorded_end(info, run.started_at, now)
         run.cancel_timers()
         try:
-            if run.output is not None:  # what it wrote up to now is its (a retry appends)
-                run.output.until = _size(run.log_path)
+            if run.output is not None:
+                run.output.ended()
             read_outputs(self.store, self.tracking, [run], now, final=True)
             if run.output is not None and not run.output.caught_up():  # the rest: later
                 self.table.ended_output[run.job_id] = run
@@ -310,9 +309,3 @@ class Exits:
                                     milli=run.milli, gpu_total=max(totals, default=0))
         return OomFacts(retried_before=False, bigger=bigger, peak=run.peak_gpu_mem)
 
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0

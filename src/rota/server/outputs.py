@@ -173,6 +173,14 @@ class OutputReader:
                 self.samples.append((now, step, tag[:100], value))
                 self.changed = True
 
+    def ended(self) -> None:
+        """The attempt ended: what its log holds now is all of its output (a retry's
+        follows in the same log, and is not this reader's)."""
+        try:
+            self.until = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            self.until = 0
+
     def caught_up(self) -> bool:
         """Whether everything written to the log (up to ``until``) has been read."""
         at = self.progress.log_offset + len(self.partial) + self.skipped

@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from rota.backends.base import RunAs
+from rota.backends.base import as_user as user_argv
 from rota.backends.engine import (
     EngineCapabilities,
     EngineJob,
@@ -387,7 +388,7 @@ class SlurmEngine:
         exe = os.path.join(self.pool.bin_dir, prog) if self.pool.bin_dir else prog
         if as_user and not os.path.isabs(exe):  # runuser looks it up on the job's PATH
             exe = shutil.which(exe, path=self._env.get("PATH")) or exe
-        argv = [exe, *args] if not as_user else ["runuser", "-u", as_user, "--", exe, *args]
+        argv = user_argv(as_user or None, [exe, *args])
         try:
             proc = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                                   env=dict(env or self._env), timeout=self.timeout,
