@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
+from rota.core.usage import UsageRecord
 from rota.errors import Conflict, NotFound, StoreError
 from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
@@ -503,6 +504,18 @@ class Store:
                 out[key] = {str(k) if k is not None else "": round(float(v or 0), 6)
                             for k, v in c.execute(q.group_by(col))}
         return out
+
+    def usage(self, since: float, until: float) -> list[UsageRecord]:
+        """Every attempt that ran some time inside [since, until), running ones included
+        (ended_at None), for accounting (rota.core.usage)."""
+        j, a = _jobs.c, _attempts.c
+        q = (select(a.job_id, a.number, j.user, j.project, j.pool, a.backend, j.gpus,
+                    a.started_at, a.ended_at, a.tier, a.price)
+             .join(_jobs, a.job_id == j.id)
+             .where(a.started_at < until, or_(a.ended_at.is_(None), a.ended_at > since))
+             .order_by(a.started_at, a.id))
+        with self._reading() as c:
+            return [UsageRecord._make(row) for row in c.execute(q)]
 
     def transition(self, job_id: int, src: JobState, dst: JobState, *, now: float,
                    message: str | None = None, kind: str | None = None,

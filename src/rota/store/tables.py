@@ -100,6 +100,9 @@ class AttemptRow(Base):
     outcome: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     peak_gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+    # the tier it ran on and that tier's price per GPU-hour when it started (accounting)
+    tier: Mapped[str | None] = mapped_column(String(40))
+    price: Mapped[float | None] = mapped_column(Float)
 
 
 class MetricRow(Base):

@@ -1,0 +1,62 @@
+"""What attempts used: GPU-seconds and money, as a read model over the attempts.
+
+Accounting never keeps a counter of its own that could drift from the records: every
+figure (fair-share usage, quotas, budgets, reports) is summed from the attempts' recorded
+starts and ends, each clipped to the window asked about. A running attempt counts up to
+``now``. Pure: the store reads the records, the clock comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import NamedTuple, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class UsageRecord(NamedTuple):
+    """One attempt, as accounting sees it (``Store.usage`` reads them)."""
+
+    job_id: int
+    attempt: int  # its number within the job, from 1
+    user: str
+    project: str | None
+    pool: str | None  # None: this machine
+    backend: str
+    gpus: float  # GPUs it held (0.25 = a quarter of one)
+    started_at: float
+    ended_at: float | None  # None: still running
+    tier: str | None = None
+    price: float | None = None  # per GPU-hour, fixed when the attempt started
+
+
+def overlap(record: UsageRecord, since: float, until: float, now: float) -> float:
+    """Seconds of ``record``'s run inside [since, until); a running one counts up to now."""
+    end = record.ended_at if record.ended_at is not None else now
+    return max(0.0, min(end, until) - max(record.started_at, since))
+
+
+def gpu_seconds(record: UsageRecord, since: float, until: float, now: float) -> float:
+    return record.gpus * overlap(record, since, until, now)
+
+
+def cost(record: UsageRecord, since: float, until: float, now: float) -> float:
+    """Money spent inside the window: GPU-hours x the price fixed at the attempt's start."""
+    if not record.price:
+        return 0.0
+    return gpu_seconds(record, since, until, now) / 3600.0 * record.price
+
+
+def totals(records: Iterable[UsageRecord], key: Callable[[UsageRecord], K],
+                        since: float, until: float, now: float
+                        ) -> dict[K, tuple[float, float]]:
+    """(GPU-seconds, cost) inside the window, summed by ``key``."""
+    out: dict[K, tuple[float, float]] = {}
+    for r in records:
+        seconds = gpu_seconds(r, since, until, now)
+        if not seconds:
+            continue
+        k = key(r)
+        used, spent = out.get(k, (0.0, 0.0))
+        out[k] = (used + seconds, spent + (seconds / 3600.0 * r.price if r.price else 0.0))
+    return out
