@@ -100,6 +100,8 @@ class AttemptRow(Base):
     outcome: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     peak_gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+    # GPU-seconds its GPUs stayed idle, in stretches long enough to flag it (core.idle)
+    idle_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class MetricRow(Base):
