@@ -34,7 +34,8 @@ class IdleWatch:
 
     def observe(self, readings: Mapping[int, GpuReading], now: float) -> None:
         """One reading for every running job that holds GPUs of this machine."""
-        utils = {i: r.utilization for i, r in readings.items()}
+        # an unhealthy GPU reads 0 % (NVML gives nothing): unknown, not idle
+        utils = {i: r.utilization for i, r in readings.items() if r.healthy}
         for run in list(self.running.values()):
             if not run.gpus or run.handle is None or run.stop_reason is not None \
                     or run.backend.capabilities.engine:
