@@ -110,6 +110,15 @@ class EngineJobAnswer(TypedDict):
     reason: str | None  # why it waits, or how it ended, in the engine's words
 
 
+class IdleAnswer(TypedDict):
+    """A running job holding GPUs under the [idle] threshold long enough to be flagged."""
+
+    since: float  # since when its longest-idle GPU has been under the threshold
+    gpus: list[int]  # its GPUs flagged idle
+    threshold: float  # the utilisation (0..1) they stay under
+    message: str  # 'its GPU 2 has been under 5 % for 17 min'
+
+
 class JobAnswer(TypedDict):
     """A job as lists show it (GET /v1/jobs, the queue, a submit's answer)."""
 
@@ -138,6 +147,8 @@ class JobAnswer(TypedDict):
     tracking: NotRequired[TrackingAnswer]
     reason: NotRequired[ReasonAnswer]  # a waiting or held job's; or an engine's word
     engine: NotRequired[EngineJobAnswer]  # a job handed to a cluster pool's engine
+    idle_since: float | None  # a running job flagged idle: since when its GPU has been
+    idle: NotRequired[IdleAnswer]  # the same job's idle GPUs, in words too
 
 
 class SpecAnswer(TypedDict):
@@ -206,6 +217,7 @@ class AttemptAnswer(TypedDict):
     outcome: str | None
     reason: str | None
     peak_gpu_mem: int | None
+    idle_seconds: float  # GPU-seconds it held idle GPUs (docs/policy.md, "Idle GPUs")
     pid: int | None
     session: str | None
     engine_id: str | None  # the job's id in its cluster engine (a Slurm job id, ...)
@@ -419,6 +431,7 @@ class GpuHours(TypedDict):
 
     by_user: dict[str, float]
     by_project: dict[str, float]
+    idle_by_user: dict[str, float]  # of them, wasted holding idle GPUs (docs/policy.md)
 
 
 class SummaryAnswer(TypedDict):

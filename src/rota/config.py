@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,6 +50,20 @@ def _split_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8787)")
     return host, int(port)
+
+
+class IdleSettings(BaseModel):
+    """[idle]: jobs that hold a GPU doing nothing (rota.core.idle, docs/policy.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(default=0.05, gt=0, le=1, description="a held GPU under this "
+                             "utilisation (0..1) counts as idle")
+    minutes: float = Field(default=15.0, gt=0, description="how long a held GPU stays idle "
+                           "before its job is flagged (a fraction of a minute is allowed)")
+    action: Literal["flag", "stop"] = Field(default="flag", description="flag: shown in the "
+                                            "queue, why, the dashboard and reports; stop: "
+                                            "also stopped through the handshake and held")
 
 
 class Settings(BaseSettings):
@@ -86,6 +107,8 @@ class Settings(BaseSettings):
                                    "each with its engine and settings ([pools.NAME])")
     default_pool: str = Field(default="local", description="where a job that names no pool "
                               "runs")
+    idle: IdleSettings = Field(default_factory=IdleSettings, description="[idle]: jobs "
+                               "holding a GPU that stays idle")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],

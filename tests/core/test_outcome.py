@@ -134,6 +134,19 @@ def test_a_preempted_job_queues_again_saying_what_it_saved() -> None:
                             resume_from="/ck/step-40")
 
 
+def test_a_job_stopped_for_idle_gpus_is_held_in_its_place_with_its_checkpoint() -> None:
+    stop = StopReason.IDLE
+    saved = decide(facts(stop=stop, checkpointing=True, policy=RetryPolicy(retries=0),
+                         checkpoint=Checkpoint("/ck/step-7", 7)), OK, NOW)
+    assert saved == Requeue("stopped for idle GPUs (exit code 0); last checkpoint "
+                            "/ck/step-7 (step 7); held in its place until `rota release`",
+                            record="idle_stopped", resume_from="/ck/step-7", held=True)
+    # however it ended once asked (even killed after its grace), no failure is charged
+    killed = decide(facts(stop=stop, policy=RetryPolicy(retries=0)), KILLED, NOW)
+    assert isinstance(killed, Requeue) and killed.held and killed.record == "idle_stopped"
+    assert stop.runs_again
+
+
 @pytest.mark.parametrize(("stop", "why"), [(StopReason.GPU_LOST, "its GPU was lost"),
                                            (StopReason.REQUEUE, "requeued by request")])
 def test_lost_gpus_and_requeues_queue_again_without_counting_a_failure(

@@ -247,6 +247,25 @@ def test_external_use_shows_in_memory_util_and_processes() -> None:
     assert r1.utilization == pytest.approx(0.5 * 0.95)
 
 
+def test_a_set_utilisation_is_reported_whatever_runs_until_restored() -> None:
+    """What idle-GPU tests drive: a job placed, its GPU reporting 0 % all the same."""
+    sim = SimulatedDevices("2x24G")
+    sim.place("a", [0, 1], 1.0, GIB)
+    sim.set_utilization(1, 0.0)
+    r0, r1 = sim.read()
+    assert r0.utilization == pytest.approx(0.95) and r1.utilization == 0.0
+    assert r1.memory_used == int(0.9 * GIB)  # only the utilisation is pinned
+    sim.set_utilization(1, None)
+    assert sim.read()[1].utilization == pytest.approx(0.95)
+    sim.set_utilization(0, 0.02)
+    sim.restore(0)
+    assert sim.read()[0].utilization == pytest.approx(0.95)
+    with pytest.raises(DeviceError, match=r"utilisation must be in \[0, 1\], got 1.5"):
+        sim.set_utilization(0, 1.5)
+    with pytest.raises(DeviceError, match="does not exist"):
+        sim.set_utilization(7, 0.0)
+
+
 @pytest.mark.parametrize(("index", "mem", "util"), [(9, 0, 0.0), (0, -1, 0.0), (0, 0, 1.5)])
 def test_bad_external(index: int, mem: int, util: float) -> None:
     with pytest.raises(DeviceError):

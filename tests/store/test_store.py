@@ -68,6 +68,22 @@ def _attempt(number: int, gpu: int) -> dict[str, object]:
             "status_path": f"/{gpu}.json", "started_at": 2.0}
 
 
+def test_idle_gpu_hours_sum_attempts_idle_seconds_by_user(store: Store):
+    """Wasted GPU-hours (docs/policy.md, Idle GPUs) come from the attempts' idle seconds,
+    by user; since/until pick attempts by their start; a new attempt holds 0."""
+    ann1, ann2, bob = store.add_jobs([spec(), spec()], user="ann", source="cli", now=1.0) + \
+        store.add_jobs([spec()], user="bob", source="cli", now=1.0)
+    ids = store.start_attempts([(j.id, {**_attempt(1, i), "started_at": 10.0 * (i + 1)}, "go")
+                                for i, j in enumerate((ann1, ann2, bob))], now=2.0)
+    assert [a.idle_seconds for a in store.attempts(ann1.id)] == [0.0]
+    assert store.idle_gpu_hours() == {}
+    for att_id, secs in zip(ids, (3600.0, 1800.0, 720.0), strict=True):
+        store.update_attempt(att_id, idle_seconds=secs)
+    assert store.idle_gpu_hours() == {"ann": 1.5, "bob": 0.2}
+    assert store.idle_gpu_hours(since=15.0) == {"ann": 0.5, "bob": 0.2}
+    assert store.idle_gpu_hours(until=25.0) == {"ann": 1.5}
+
+
 def test_a_batch_of_starts_is_all_or_none_and_gives_each_job_its_attempt(store: Store):
     a, held, b = store.add_jobs([spec(), spec(hold=True), spec()], user="u", source="cli",
                                 now=1.0)

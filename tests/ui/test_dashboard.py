@@ -346,6 +346,24 @@ def test_a_pending_job_shows_why_it_waits(open_page: Open, dashboard: Dashboard)
                 c.post(f"/v1/jobs/{j['id']}/cancel")
 
 
+def test_a_job_holding_an_idle_gpu_is_flagged_in_its_row_and_on_its_page(
+        open_page: Open, new_dashboard: Callable[..., Any], tmp_path: Any) -> None:
+    home = tmp_path / "idle-home"
+    home.mkdir()
+    (home / "rota.toml").write_text("[idle]\nminutes = 0.02\n")  # flagged after 1.2 s
+    with new_dashboard(home) as dash:
+        job = dash.submit(command=["sleep", "600"], name="ui-idle", gpus=1, allowed_gpus=[3])
+        with dash.api() as c:
+            c.post("/v1/gpus/3/simulate", json={"utilization": 0.0}).raise_for_status()
+        page = open_page(on=dash)
+        row = page.locator(f"tr[data-job='{job['id']}']")
+        expect(row.locator(".idle-flag")).to_contain_text("its GPU 3 has been under 5 % for")
+        row.locator("a.job-link").click()
+        expect(page.locator("dd .idle-flag")).to_contain_text("its GPU 3 has been under 5 %")
+        with dash.api() as c:
+            c.post(f"/v1/jobs/{job['id']}/cancel")
+
+
 def test_a_jobs_wandb_run_is_linked(open_page: Open, dashboard: Dashboard) -> None:
     job = dashboard.submit(command=["true"], name="ui-wandb", gpus=0, wandb=True,
                            wandb_project="tiny", wandb_entity="lab")

@@ -43,8 +43,18 @@ def queue_order(jobs: list[JobAnswer]) -> list[JobAnswer]:
     return sorted(jobs, key=key)
 
 
-def short_reason(job: JobAnswer) -> str:
-    """Why it waits, how it ended, or how far it has come."""
+def idle_mark(job: JobAnswer, now: float) -> str:
+    """'idle 17m' for a running job flagged as holding idle GPUs (docs/policy.md), or ""."""
+    since = job.get("idle_since")
+    if since is None:
+        return ""
+    span = max(0.0, now - since)
+    return f"idle {span / 60:.0f}m" if span >= 60 else f"idle {span:.0f}s"
+
+
+def short_reason(job: JobAnswer, now: float | None = None) -> str:
+    """Why it waits, how it ended, or how far it has come (first: 'idle 17m' when its
+    GPUs stay idle, given ``now``)."""
     state = job["state"]
     if state in ("pending", "held"):
         reason = job.get("reason")
@@ -54,7 +64,9 @@ def short_reason(job: JobAnswer) -> str:
     if state == "running":
         from rota.cli.ml_text import progress_text
 
-        return progress_text(job["progress"])
+        progress = progress_text(job["progress"])
+        idle = idle_mark(job, now) if now is not None else ""
+        return "; ".join(t for t in (idle, progress) if t)
     return ""
 
 
@@ -84,7 +96,7 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
 
     now = time.time()
     rows = [_cells(j, now, wide) for j in jobs]
-    reasons = [short_reason(j) for j in jobs]
+    reasons = [short_reason(j, now) for j in jobs]
     heads = list(rows[0]) if rows else ["id", "name", "user", "state", "prio", "gpus", "time"]
     widths = {h: max([len(h)] + [len(r[h]) for r in rows]) for h in heads}
     limit = width if width is not None and not wide else None

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         SimulateAnswer,
         StatsAnswer,
         SubmitAnswer,
+        SummaryAnswer,
         TokenAnswer,
         TokensAnswer,
         UserAnswer,
@@ -234,6 +235,10 @@ class RawClient:
 
     def stats(self) -> StatsAnswer:
         return self.request("GET", "/v1/stats")
+
+    def summary(self) -> SummaryAnswer:
+        """Jobs by state; GPU-hours by user and project, and wasted on idle GPUs by user."""
+        return self.request("GET", "/v1/summary")
 
     def pools(self) -> PoolsAnswer:
         return self.request("GET", "/v1/pools")

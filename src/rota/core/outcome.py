@@ -25,11 +25,13 @@ class StopReason(StrEnum):
     PREEMPT = "preempt"
     REQUEUE = "requeue"
     GPU_LOST = "gpu_lost"
+    IDLE = "idle"  # its GPUs stayed idle ([idle] action = "stop"): queued again, held
 
     @property
     def runs_again(self) -> bool:
         """Whether the job waits in the queue again once it has stopped."""
-        return self in (StopReason.PREEMPT, StopReason.REQUEUE, StopReason.GPU_LOST)
+        return self in (StopReason.PREEMPT, StopReason.REQUEUE, StopReason.GPU_LOST,
+                        StopReason.IDLE)
 
 
 def stop_text(why: str, stop_signal: str, kill_after: float) -> str:
@@ -194,6 +196,7 @@ class Requeue:
     record: str  # "preempted" | "requeued" | "not_started" | LOST: the attempt's outcome
     resume_from: str | None = None  # the checkpoint the next attempt is expected to use
     not_before: float | None = None  # it may start again from then on
+    held: bool = False  # queued again held: it waits for `rota release`
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,11 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
         return Requeue(f"preempted ({how}){_saved_text(facts)}; queued again in its place",
                        record="preempted",
                        resume_from=facts.checkpoint.path if facts.checkpoint else None)
+    if facts.stop is StopReason.IDLE:
+        return Requeue(f"stopped for idle GPUs ({how}){_saved_text(facts)}; held in its "
+                       "place until `rota release`", record="idle_stopped",
+                       resume_from=facts.checkpoint.path if facts.checkpoint else None,
+                       held=True)
     if facts.stop in (StopReason.GPU_LOST, StopReason.REQUEUE):
         why = "its GPU was lost" if facts.stop is StopReason.GPU_LOST else "requeued by request"
         return Requeue(f"{why} ({how}); queued again", record="requeued")

@@ -28,6 +28,7 @@ class UsageRecord(NamedTuple):
     ended_at: float | None  # None: still running
     tier: str | None = None
     price: float | None = None  # per GPU-hour, fixed when the attempt started
+    idle_seconds: float = 0.0  # GPU-seconds it held idle GPUs (rota.core.idle), as stored
 
 
 def overlap(record: UsageRecord, since: float, until: float, now: float) -> float:

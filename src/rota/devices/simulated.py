@@ -102,6 +102,7 @@ class _Gpu:
     present: bool = True
     external_mem: int = 0
     external_util: float = 0.0
+    utilization: float | None = None  # set by hand: reported as is, whatever runs there
 
 
 class SimulatedDevices:
@@ -199,6 +200,16 @@ class SimulatedDevices:
             gpu.external_mem = int(mem_bytes)
             gpu.external_util = float(util)
 
+    def set_utilization(self, index: int, util: float | None) -> None:
+        """Report this utilisation (0..1) for the GPU whatever runs on it, as a job that
+        holds a GPU and does nothing (or busy work Rota does not see); None: it follows
+        its jobs again. Tests and demos of idle GPUs (rota.core.idle) drive it."""
+        if util is not None and not 0.0 <= util <= 1.0:
+            raise DeviceError(
+                f"simulated GPU {index}: utilisation must be in [0, 1], got {util}")
+        with self._lock:
+            self._gpu(index).utilization = None if util is None else float(util)
+
     def set_health(self, index: int, healthy: bool) -> None:
         """Mark a GPU (un)healthy, like a GPU reporting Xid errors."""
         with self._lock:
@@ -210,11 +221,13 @@ class SimulatedDevices:
             self._gpu(index).present = False
 
     def restore(self, index: int) -> None:
-        """Undo :meth:`remove` and :meth:`set_health`: the GPU is back and healthy."""
+        """Undo :meth:`remove`, :meth:`set_health` and :meth:`set_utilization`: the GPU is
+        back, healthy, its utilisation following its jobs."""
         with self._lock:
             gpu = self._gpu(index)
             gpu.present = True
             gpu.healthy = True
+            gpu.utilization = None
 
     # -- DeviceSource ------------------------------------------------------------------
 
@@ -239,7 +252,8 @@ class SimulatedDevices:
                     continue
                 if g.external_mem > 0:
                     procs[i][EXTERNAL_PID_BASE + i] = g.external_mem
-                util = min(1.0, frac_sum[i] * 0.95 + g.external_util)
+                util = min(1.0, frac_sum[i] * 0.95 + g.external_util) \
+                    if g.utilization is None else g.utilization
                 out.append(GpuReading(
                     index=i,
                     uuid=sim_uuid(i),

@@ -15,7 +15,8 @@ The loop itself is short; the work is done by its collaborators:
 - ``Exits`` (exits.py): watching processes end and applying ``core.outcome``'s decision;
 - ``Stopper`` (stopper.py): the stop handshake and time limits;
 - ``JobCommands`` (job_commands.py): cancel, hold, release, preempt, requeue;
-- ``BackendSet`` (backend_set.py): the backends, and whether one can run a job at all.
+- ``BackendSet`` (backend_set.py): the backends, and whether one can run a job at all;
+- ``IdleWatch`` (idle_watch.py): jobs holding GPUs that stay idle (flag, stop, waste).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rota.server.device_monitor import DeviceMonitor
 from rota.server.eval_schedules import EvalSchedules
 from rota.server.exits import Exits
 from rota.server.forwarding import forwarded
+from rota.server.idle_watch import IdleWatch
 from rota.server.job_commands import JobCommands
 from rota.server.job_output import next_read_in, read_ended, read_outputs
 from rota.server.job_table import JobTable, LiveJobs, pending_of
@@ -90,6 +92,7 @@ class Daemon:
         self.stopper = Stopper(store, clock, self.table.running)
         self.monitor = DeviceMonitor(devices, store, clock, self.table.running,
                                      on_lost=self._gpu_lost)
+        self.idle = IdleWatch(settings.idle, store, clock, self.table.running, self.stopper)
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
         self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
@@ -224,7 +227,9 @@ class Daemon:
             try:
                 if self.read_devices():
                     self.kick()
-                self.monitor.sample_history(self.clock())
+                now = self.clock()
+                self.idle.observe(self.readings, now)
+                self.monitor.sample_history(now)
             except Exception:
                 log.exception("reading GPUs failed")
 
@@ -240,6 +245,7 @@ class Daemon:
                     read_outputs(self.store, self.tracking, runs, now, deadline=deadline)
                     read_ended(self.store, self.tracking, self.table.ended_output,
                                self.running, now, deadline=deadline)
+                    self.idle.write(now)
                 wait = next_read_in(runs, self.table.ended_output)
             except Exception:
                 log.exception("reading jobs' output failed")

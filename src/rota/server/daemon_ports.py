@@ -57,6 +57,8 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["tracking"] = tracking
     if run is not None and run.backend.capabilities.engine:
         out.update(engine_facts(run))
+    if run is not None and (idle := d.idle.facts(run, d.clock())) is not None:
+        out["idle"] = idle
     if state == "held":
         out["reason"] = dict(HELD)
     elif state == "pending" and job_id in d.tracking.parked:
@@ -314,6 +316,8 @@ class DaemonPorts:
             dev.set_health(index, fault.healthy)
         if fault.external_mem is not None or fault.external_util is not None:
             dev.set_external(index, fault.external_mem or 0, fault.external_util or 0.0)
+        if fault.utilization is not None:
+            dev.set_utilization(index, fault.utilization)
         d.read_devices()
         d.kick()
 

@@ -193,7 +193,8 @@ class Exits:
             else end.how
         self.store.update_attempt(run.attempt_id, ended_at=ended_at, exit_code=info.exit_code,
                                   signal=info.signal, outcome=outcome.record, reason=reason,
-                                  peak_gpu_mem=run.peak_gpu_mem or None)
+                                  peak_gpu_mem=run.peak_gpu_mem or None,
+                                  idle_seconds=run.idle_seconds)
         self.metrics.ends.labels(outcome.record).inc()
         self.metrics.run_time.labels(outcome.record).observe(max(0.0, ended_at - run.started_at))
         if self.table.state(run.job_id).terminal:
@@ -233,7 +234,7 @@ class Exits:
         # a preempted job's record names what it saved, wherever it was found (its
         # checkpoint_dir, what it reported, or the usual layouts under its cwd); "saved no
         # checkpoint" only for a job that checkpoints and left none
-        preempted = stop is StopReason.PREEMPT
+        preempted = stop in (StopReason.PREEMPT, StopReason.IDLE)  # both resume from it
         saved = self._saved(run) if preempted else None
         checkpointing = preempted and (
             saved is not None or spec.checkpoint_dir is not None
@@ -265,6 +266,10 @@ class Exits:
             case Requeue():
                 table.requeue(job_id, src, outcome.reason, run.pending,
                               not_before=outcome.not_before)
+                if outcome.held:  # in its place, for `rota release` to let it run again
+                    table.queue.remove(job_id)
+                    table.transition(job_id, JobState.PENDING, JobState.HELD,
+                                     message="held: `rota release` lets it run again")
             case RetryWithMoreMemory():
                 self.store.update_job(job_id, gpus=outcome.gpus_milli / MILLI,
                                       gpu_mem=outcome.gpu_mem)

@@ -119,4 +119,5 @@ def _run_of(backends: BackendSet, row: JobRecord, attempt: AttemptRecord) -> Run
                    backend=backends.get(attempt.backend), started_at=attempt.started_at,
                    pending=pending_of(row), failures=row.failures,
                    log_path=Path(attempt.log_path), status_path=Path(attempt.status_path),
-                   submitted_at=row.created_at, user=row.user)
+                   submitted_at=row.created_at, user=row.user,
+                   idle_before=attempt.idle_seconds or 0.0)

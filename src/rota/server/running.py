@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rota.backends.base import Backend, Handle
+from rota.core.idle import JobIdle
 from rota.core.outcome import StopReason
 from rota.core.preempt import RunningJob
 from rota.core.snapshot import PendingJob
@@ -42,6 +43,14 @@ class Running:
     user: str = ""  # who submitted it: whose stored secrets it gets
     peak_gpu_mem: int = 0  # the most GPU memory its processes held on one GPU, so far
     engine_started: bool = False  # a cluster engine's job: the engine has started it
+    idle: JobIdle = field(default_factory=JobIdle)  # its GPUs' idle record (core.idle)
+    idle_before: float = 0.0  # idle GPU-seconds stored before the daemon (re)took it up
+    idle_flagged: bool = False  # its flag event is written (once per idle stretch)
+
+    @property
+    def idle_seconds(self) -> float:
+        """Its attempt's idle GPU-seconds so far (what attempts.idle_seconds holds)."""
+        return self.idle_before + self.idle.idle_seconds
 
     def cancel_timers(self) -> None:
         for t in self.timers:

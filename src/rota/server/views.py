@@ -42,6 +42,10 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
     for key in ("tracking", "reason", "engine"):
         if key in facts:
             out[key] = facts[key]
+    idle = facts.get("idle")  # a running job holding a GPU that stays idle (core.idle)
+    out["idle_since"] = idle["since"] if idle else None
+    if idle:
+        out["idle"] = idle
     if detail:
         out["spec"] = JobSpec.stored(spec).redacted()
     return out
@@ -98,6 +102,7 @@ def attempt_view(a: AttemptRecord) -> dict[str, Any]:
             "gpu_mem": a.gpu_mem, "backend": a.backend, "started_at": a.started_at,
             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal,
             "outcome": a.outcome, "reason": a.reason, "peak_gpu_mem": a.peak_gpu_mem,
+            "idle_seconds": a.idle_seconds,
             "pid": (a.handle or {}).get("pid") or None,
             "session": (a.handle or {}).get("session_name"),
             "engine_id": ((a.handle or {}).get("extra") or {}).get("engine_id")}
@@ -149,6 +154,8 @@ def why_view(view: dict[str, Any], now: float) -> dict[str, Any]:
                "starting": f"is starting {where}",
                "preempted": f"was preempted: it is being stopped {where}, then waits "
                             "again in its place"}[state]
+        if view.get("idle"):
+            msg += f"; idle: {view['idle']['message']}"
     else:
         msg = f"it is {state}"
         if ended is not None:

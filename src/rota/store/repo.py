@@ -510,12 +510,27 @@ class Store:
         (ended_at None), for accounting (rota.core.usage)."""
         j, a = _jobs.c, _attempts.c
         q = (select(a.job_id, a.number, j.user, j.project, j.pool, a.backend, j.gpus,
-                    a.started_at, a.ended_at, a.tier, a.price)
+                    a.started_at, a.ended_at, a.tier, a.price, a.idle_seconds)
              .join(_jobs, a.job_id == j.id)
              .where(a.started_at < until, or_(a.ended_at.is_(None), a.ended_at > since))
              .order_by(a.started_at, a.id))
         with self._reading() as c:
             return [UsageRecord._make(row) for row in c.execute(q)]
+
+    def idle_gpu_hours(self, *, since: float | None = None,
+                       until: float | None = None) -> dict[str, float]:
+        """Wasted GPU-hours by user: what attempts spent holding idle GPUs (rota.core.idle;
+        a running attempt's figure as of the daemon's last write of it). ``since`` and
+        ``until`` pick attempts by their start."""
+        j, a = _jobs.c, _attempts.c
+        q = (select(j.user, func.sum(a.idle_seconds) / 3600.0)
+             .join(_attempts, a.job_id == j.id).where(a.idle_seconds > 0))
+        if since is not None:
+            q = q.where(a.started_at >= since)
+        if until is not None:
+            q = q.where(a.started_at < until)
+        with self._reading() as c:
+            return {str(u): round(float(h or 0), 6) for u, h in c.execute(q.group_by(j.user))}
 
     def transition(self, job_id: int, src: JobState, dst: JobState, *, now: float,
                    message: str | None = None, kind: str | None = None,

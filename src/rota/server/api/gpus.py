@@ -20,8 +20,11 @@ class SimulateBody(BaseModel):
                                       description="bytes used by processes Rota did not start")
     external_util: float | None = Field(default=None, ge=0, le=1,
                                         description="their share of the GPU's compute")
+    utilization: float | None = Field(default=None, ge=0, le=1,
+                                      description="report this utilisation whatever runs "
+                                                  "there (present=true: follow jobs again)")
 
-    @field_validator("external_mem", "external_util", mode="before")
+    @field_validator("external_mem", "external_util", "utilization", mode="before")
     @classmethod
     def _not_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):  # JSON's true is not a number (pydantic would take it as 1)
@@ -62,6 +65,7 @@ async def simulate(index: GpuIndex, body: SimulateBody,
     p.require_admin("injecting GPU faults")
     commands.simulate(index, Fault(healthy=body.healthy, present=body.present,
                                    external_mem=body.external_mem,
-                                   external_util=body.external_util))
+                                   external_util=body.external_util,
+                                   utilization=body.utilization))
     return {"index": index, "ok": True}
 

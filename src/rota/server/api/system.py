@@ -95,9 +95,11 @@ async def queue(reads: ReadsPort,
 
 @router.get("/summary", responses=errors(401, 503))
 async def summary(reads: ReadsPort) -> Annotated[Json, SummaryAnswer]:
-    """Counts by state, and GPU-hours used by user and by project."""
+    """Counts by state, and GPU-hours used by user and by project, and wasted holding
+    idle GPUs by user."""
     return {"counts": reads.store.count_by_state(),
-            "gpu_hours": reads.store.gpu_hours(now=reads.now())}
+            "gpu_hours": {**reads.store.gpu_hours(now=reads.now()),
+                          "idle_by_user": reads.store.idle_gpu_hours()}}
 
 
 @router.get("/stats", responses=errors(401))

@@ -125,6 +125,7 @@ export function renderJob(root, id) {
       ["On GPUs", j.gpu_indices.length ? j.gpu_indices.join(", ") : "–"],
       ["Pool", fmt.pool(j) ? h("a", { href: "#/pools", class: "job-pool" }, fmt.pool(j)) : "–"],
       ...engineRows(j.engine),
+      ...(j.idle ? [["Idle GPUs", h("span", { class: "warn idle-flag" }, j.idle.message)]] : []),
       ["Created", h("span", { title: fmt.ago(j.created_at) }, fmt.stamp(j.created_at))],
       ["Started", j.started_at ? fmt.stamp(j.started_at) : "–"],
       ["Ended", j.ended_at ? fmt.stamp(j.ended_at) : "–"],

@@ -156,12 +156,15 @@ export function renderQueue(root, q) {
     // why it waits, or where a cluster's engine has it ("handed to slurm:hpc as job 12; ...")
     const reason = j.reason && (j.state === "pending" || j.state === "held" || j.reason.code === "engine")
       ? h("div", { class: "reason" }, j.reason.message) : null;
+    // a running job whose GPUs stay idle ([idle] in rota.toml): "idle: its GPU 2 has been ..."
+    const idle = j.idle ? h("div", { class: "reason idle-flag", title: "GPU utilisation under "
+      + `${j.idle.threshold * 100}% since ${fmt.stamp(j.idle.since)}` }, `idle: ${j.idle.message}`) : null;
     const gpuBits = [fmt.gpus(j.gpus)];
     if (j.gpu_mem) gpuBits.push(fmt.bytes(j.gpu_mem));
     const on = j.gpu_indices && j.gpu_indices.length ? `on ${j.gpu_indices.join(",")}` : null;
     return {
       id: [String(j.id)],
-      name: [h("a", { href: `#/jobs/${j.id}`, class: "job-link" }, j.name || `job ${j.id}`), reason],
+      name: [h("a", { href: `#/jobs/${j.id}`, class: "job-link" }, j.name || `job ${j.id}`), reason, idle],
       user: [j.user || "–"],
       state: [stateBadge(j.state)],
       priority: [String(j.priority)],
