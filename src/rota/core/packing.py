@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rota.core.snapshot import MILLI
 
@@ -35,6 +35,7 @@ class Shape(NamedTuple):
     weight: float
     cpu: int = 0  # what a node must also have free for it (0: not counted)
     memory: int = 0
+    models: frozenset[str] | None = None  # GPU types it runs on (rota.core.cluster); None: any
 
 
 Workload = tuple[Shape, ...]
@@ -54,14 +55,14 @@ def check_packing(name: str) -> str:
     return name
 
 
-def workload_of(shapes: Iterable[tuple[int, int, int]]) -> Workload:
-    """The workload of some tasks, given as (gpus_milli, cpu, memory): each distinct GPU
-    shape with its share of the GPU tasks. Tasks without GPUs are left out: they leave
+def workload_of(shapes: Iterable[tuple[Any, ...]]) -> Workload:
+    """The workload of some tasks, given as (gpus_milli, cpu, memory[, models]): each
+    distinct shape with its share of the GPU tasks. Tasks without GPUs are left out: they leave
     every GPU usable. Only the MAX_SHAPES commonest shapes are kept (then renormalised)."""
     counts = Counter(s for s in shapes if s[0] > 0)
     top = counts.most_common(MAX_SHAPES)
     total = sum(n for _, n in top)
-    return tuple(Shape(m, n / total, cpu, mem) for (m, cpu, mem), n in top)
+    return tuple(Shape(key[0], n / total, *key[1:]) for key, n in top)
 
 
 def fragmentation(free: Mapping[int, int], workload: Workload,
