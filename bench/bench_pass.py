@@ -1,6 +1,6 @@
 """One scheduling pass over a long pending queue on a large simulated machine.
 
-    python bench/bench_pass.py [--runs 5] [--json bench/out/pass.json]
+    python bench/bench_pass.py [--runs 5] [--packing best-fit] [--json bench/out/pass.json]
 
 Builds a seeded, realistic workload (1,024 GPUs, partly allocated; 100,000 pending jobs with
 a mix of 0.25/0.5 shares and 1/2/4/8 whole GPUs, some with gpu_mem, ~5% limited to a set of
@@ -17,7 +17,9 @@ machine disturbs less than wall time), next to the n log n ratio.
 A second workload, "stranded", is a stress case: every GPU keeps a share free but too little
 memory for any pending job, so the pass cannot stop early and has to look at every job.
 
-Only the pure scheduler is timed: building the snapshot is the caller's work and is left out.
+``--packing`` times the pass under another packing policy (rota.core.packing; default the
+daemon's default, best-fit). Only the pure scheduler is timed: building the snapshot is the
+caller's work and is left out.
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ def make_stranded(rng: random.Random, n: int) -> tuple[list[GpuView], list[Pendi
     return gpus, jobs
 
 
+POLICY = Policy()  # main() sets it from --packing
+
+
 # --- measuring -----------------------------------------------------------------------------
 def _snapshot(gpus: list[GpuView], jobs: list[PendingJob], presorted: bool) -> Snapshot:
     pending = sorted(jobs, key=queue_order) if presorted else list(jobs)
@@ -137,7 +142,7 @@ def time_pass(snap: Snapshot, runs: int) -> tuple[list[float], list[float], Plan
     """Wall-clock and CPU (process_time) milliseconds of each run; the last run's plan."""
     times, cpu = [], []
     plan = Plan()
-    policy = Policy()
+    policy = POLICY
     for _ in range(runs):
         gc.collect()
         c0, t0 = time.process_time(), time.perf_counter()
@@ -153,7 +158,7 @@ def peak_memory_mb(snap: Snapshot) -> float:
     try:
         tracemalloc.reset_peak()
         base, _ = tracemalloc.get_traced_memory()
-        plan = schedule(snap, Policy(), 1_000_000.0)
+        plan = schedule(snap, POLICY, 1_000_000.0)
         _, peak = tracemalloc.get_traced_memory()
         del plan
     finally:
@@ -182,7 +187,7 @@ def measure(gpus: list[GpuView], jobs: list[PendingJob], presorted: bool, runs: 
 def time_reasons(gpus: list[GpuView], jobs: list[PendingJob], sample: int = 2000) -> float:
     """The pass leaves the reasons of the jobs behind its cut-off to be worked out on demand
     (Plan.reason: the API's job views, `rota why`); microseconds of CPU per job asked."""
-    plan = schedule(_snapshot(gpus, jobs, True), Policy(), 1_000_000.0)
+    plan = schedule(_snapshot(gpus, jobs, True), POLICY, 1_000_000.0)
     tail = list(plan.tail[:: max(1, len(plan.tail) // sample)])[:sample]
     gc.collect()
     c0 = time.process_time()
@@ -257,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--packing", default="best-fit", help="rota.core.packing policy")
     args = parser.parse_args(argv)
+    global POLICY
+    POLICY = Policy(packing=args.packing)
     result = run(args.runs, args.seed)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

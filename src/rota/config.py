@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     mem_threshold: float = Field(default=0.8, gt=0, le=1)
     util_threshold: float = Field(default=0.8, gt=0, le=1)
     backfill: bool = True
+    packing: str = Field(default="best-fit", description="which GPU a share of a GPU goes "
+                         "on: best-fit, first-fit, random or fgd (docs/policy.md)")
+    packing_seed: int = Field(default=0, description="seed of the random packing")
     safety_tick: float = Field(default=5.0, gt=0, description="seconds between safety passes")
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
     jobs_file_poll: float = Field(default=1.0, gt=0)
@@ -145,6 +148,13 @@ class Settings(BaseSettings):
             except InvalidSpec as e:
                 raise ValueError(str(e).removeprefix("max_request_bytes: ")) from None
         return v
+
+    @field_validator("packing")
+    @classmethod
+    def _packing(cls, v: str) -> str:
+        from rota.core.packing import check_packing
+
+        return check_packing(v)
 
     @field_validator("listen")
     @classmethod

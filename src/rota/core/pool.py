@@ -9,16 +9,24 @@ over a handful of classes rather than over every GPU.
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from rota.core import packing
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 
 ClassKey = tuple[int, int]  # (free_milli, memory_total)
 
 
 class GpuPool:
-    def __init__(self, gpus: Sequence[GpuView], policy: Policy) -> None:
+    def __init__(self, gpus: Sequence[GpuView], policy: Policy,
+                 workload: packing.Workload | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.packing = packing.check_packing(policy.packing)
+        # FGD's idea of the jobs to come: the caller's, the policy's, else a default
+        self.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
+        self.rng = rng if rng is not None else random.Random(policy.packing_seed)
         self.views = {g.index: g for g in gpus}
         self.free_milli: dict[int, int] = {}
         self.free_mem: dict[int, int] = {}
@@ -131,6 +139,8 @@ class GpuPool:
 
     def _find_share(self, job: PendingJob) -> tuple[int, ...] | None:
         m, mem = job.gpus_milli, job.gpu_mem
+        if self.packing != "best-fit":
+            return self._find_share_by_policy(job)
         if job.allowed is not None:
             best = min((i for i in job.allowed if self.usable(i, m, mem)),
                        key=lambda i: (self.free_milli[i], i), default=None)
@@ -144,6 +154,20 @@ class GpuPool:
             if i is not None:
                 return (i,)
         return None
+
+    def _find_share_by_policy(self, job: PendingJob) -> tuple[int, ...] | None:
+        m, mem = job.gpus_milli, job.gpu_mem
+        cands = (i for i in (job.allowed if job.allowed is not None else self.views)
+                 if self.usable(i, m, mem))
+        picked: int | None
+        if self.packing == "first-fit":
+            picked = min(cands, default=None)
+        elif self.packing == "random":
+            picked = packing.random_pick(cands, self.rng)
+        else:
+            free = {i: f for i, f in self.free_milli.items() if self._key_of.get(i) is not None}
+            picked = packing.fgd_pick(free, cands, m, self.workload)
+        return None if picked is None else (picked,)
 
     def _find_whole(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
         mem = job.gpu_mem

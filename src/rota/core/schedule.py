@@ -12,8 +12,10 @@ pending jobs near linear.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import islice
 from operator import attrgetter
 
+from rota.core import packing
 from rota.core.feasibility import need_text, never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
@@ -27,6 +29,7 @@ _FAILED_DEPS = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
 
 queue_order = attrgetter("priority", "seq")
 _milli_of = attrgetter("gpus_milli")
+WORKLOAD_SAMPLE = 10_000  # queued jobs FGD learns the workload from
 
 
 def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -49,7 +52,7 @@ class _Pass:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
         self.snapshot, self.policy, self.now = snapshot, policy, now
         self.plan = Plan()
-        self.pool = GpuPool(snapshot.gpus, policy)
+        self.pool = GpuPool(snapshot.gpus, policy, workload=_workload(snapshot, policy))
         self.all_gpus = frozenset(self.pool.views)
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
         self.never_by_shape: dict[tuple[int, int | None, frozenset[int] | None],
@@ -187,6 +190,15 @@ class _Pass:
             kept = self.pool.reserve(job)
             if kept:
                 self.plan.reservations.append(Reservation(job.id, kept))
+
+
+def _workload(snapshot: Snapshot, policy: Policy) -> packing.Workload | None:
+    """FGD's expected shapes, when the policy names none: those of the head of the queue
+    (the jobs placed next; a sample keeps a million-job queue cheap)."""
+    if policy.packing != "fgd" or policy.workload:
+        return None
+    head = islice(snapshot.pending, WORKLOAD_SAMPLE)
+    return packing.workload_of((j.gpus_milli, 0, 0) for j in head) or None
 
 
 def _restricted_quick_check(job: PendingJob, pool: GpuPool) -> Reason | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from rota.core.lifecycle import JobState
 
 if TYPE_CHECKING:
+    from rota.core.packing import Shape
     from rota.core.preempt import RunningJob
 
 MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
@@ -77,6 +78,11 @@ class Policy:
     draining: bool = False  # start nothing new
     # stop preemptible lower-priority jobs (through the stop handshake) for a blocked one
     preemption: bool = True
+    # which GPU a share of a GPU goes on (rota.core.packing.PACKINGS)
+    packing: str = "best-fit"
+    packing_seed: int = 0  # the random packing's generator is seeded with this
+    # the shapes FGD expects (rota.core.packing.Shape); empty: those of the pending queue
+    workload: tuple[Shape, ...] = ()
 
 
 @dataclass(frozen=True)

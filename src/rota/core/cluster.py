@@ -1,0 +1,162 @@
+"""Placing tasks on a cluster of GPU nodes with a packing policy (pure).
+
+Each node's GPUs are a `GpuPool`, so the GPUs a task gets on a node are chosen by the very
+code the daemon uses on its machine (`GpuPool.find` with the `Policy`'s packing); this
+module adds what one machine does not have: the choice of node, and the node's CPUs and
+memory. A multi-GPU task takes all its GPUs on one node. Used by bench/bench_packing.py to
+compare the policies on the Alibaba openb trace as Weng et al. (ATC'23) do.
+
+Nodes in the same state (model, free CPUs and memory, multiset of free GPU shares) form a
+class and are scored once per task, as Nomad's equivalence classes: a 1,213-node cluster
+has a few hundred classes even when full.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from rota.core import packing
+from rota.core.pool import GpuPool
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
+
+
+class Node(NamedTuple):
+    name: str
+    model: str  # GPU type
+    gpus: int
+    cpu: int  # capacity, any unit the demands use (openb: thousandths of a core)
+    memory: int
+
+
+class Demand(NamedTuple):
+    """What one task asks of a node."""
+
+    gpus_milli: int  # 0: no GPU; < 1000: a share of one GPU; k * 1000: k whole GPUs
+    cpu: int = 0
+    memory: int = 0
+    models: frozenset[str] | None = None  # GPU types it may run on; None: any
+
+
+# (model, free cpu, free memory, free GPU shares sorted): what a node's score depends on
+StateKey = tuple[str, int, int, tuple[int, ...]]
+
+
+class Cluster:
+    def __init__(self, nodes: Sequence[Node], policy: Policy,
+                 workload: packing.Workload | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.nodes = list(nodes)
+        self.policy = policy
+        self.packing = packing.check_packing(policy.packing)
+        self.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
+        self.rng = rng if rng is not None else random.Random(policy.packing_seed)
+        self.pools = [GpuPool([GpuView(index=i, memory_total=0) for i in range(n.gpus)],
+                              policy, self.workload, self.rng) for n in self.nodes]
+        self.cpu_free = [n.cpu for n in self.nodes]
+        self.mem_free = [n.memory for n in self.nodes]
+        self.capacity_milli = sum(n.gpus for n in self.nodes) * MILLI
+        self.allocated_milli = 0
+        self._key: list[StateKey] = []
+        self._members: dict[StateKey, dict[int, None]] = {}  # insertion-ordered sets
+        self._frag: dict[StateKey, float] = {}
+        self._score: dict[tuple[StateKey, Demand], float | None] = {}
+        for i in range(len(self.nodes)):
+            self._key.append(self._state(i))
+            self._members.setdefault(self._key[i], {})[i] = None
+
+    # --- state ---------------------------------------------------------------------------
+    def _state(self, i: int) -> StateKey:
+        free = self.pools[i].free_milli
+        return (self.nodes[i].model, self.cpu_free[i], self.mem_free[i],
+                tuple(sorted(free.values())))
+
+    def _refile(self, i: int) -> None:
+        old = self._key[i]
+        del self._members[old][i]
+        if not self._members[old]:
+            del self._members[old]
+        self._key[i] = key = self._state(i)
+        self._members.setdefault(key, {})[i] = None
+
+    def fragmentation(self, key: StateKey) -> float:
+        """The node's expected GPU capacity lost to the workload (packing.fragmentation)."""
+        got = self._frag.get(key)
+        if got is None:
+            model, cpu, mem, free = key
+            fits = [s for s in self.workload if s.models is None or model in s.models]
+            lost = sum(s.weight for s in self.workload) - sum(s.weight for s in fits)
+            got = packing.fragmentation(Counter(free), tuple(fits), cpu, mem) \
+                + lost * sum(free)
+            self._frag[key] = got
+        return got
+
+    # --- placement -----------------------------------------------------------------------
+    def _job(self, d: Demand) -> PendingJob:
+        return PendingJob(id=0, priority=0, seq=0, gpus_milli=d.gpus_milli)
+
+    def _fits(self, key: StateKey, d: Demand) -> bool:
+        model, cpu, mem, free = key
+        if d.cpu > cpu or d.memory > mem or (d.models is not None and model not in d.models):
+            return False
+        if d.gpus_milli >= MILLI:
+            return free.count(MILLI) >= d.gpus_milli // MILLI
+        return d.gpus_milli == 0 or (bool(free) and free[-1] >= d.gpus_milli)
+
+    def _after(self, i: int, d: Demand) -> tuple[StateKey, tuple[int, ...]]:
+        """The node's state once `d` is placed on it (GPUs by its pool's packing)."""
+        gpus: tuple[int, ...] = ()
+        free = dict(self.pools[i].free_milli)
+        if d.gpus_milli:
+            found = self.pools[i].find(self._job(d))
+            assert found is not None  # _fits said so
+            gpus = found
+            for g in gpus:
+                free[g] -= min(d.gpus_milli, MILLI)
+        model = self.nodes[i].model
+        return (model, self.cpu_free[i] - d.cpu, self.mem_free[i] - d.memory,
+                tuple(sorted(free.values()))), gpus
+
+    def _scored(self, key: StateKey, d: Demand) -> float:
+        """Lower is better: best-fit, what the node has left; fgd, fragmentation growth."""
+        got = self._score.get((key, d))
+        if got is None:
+            i = next(iter(self._members[key]))
+            after, _ = self._after(i, d)
+            if self.packing == "fgd":
+                got = self.fragmentation(after) - self.fragmentation(key)
+            else:  # best-fit over the node's dimensions, each as a share of the node's
+                n = self.nodes[i]
+                got = (sum(after[3]) / (n.gpus * MILLI) if n.gpus else 0.0) \
+                    + after[1] / max(n.cpu, 1) + after[2] / max(n.memory, 1)
+            self._score[(key, d)] = got
+        return got
+
+    def pick_node(self, d: Demand) -> int | None:
+        """The node the policy puts `d` on, or None when no node can take it."""
+        feasible = [k for k in self._members if self._fits(k, d)]
+        if not feasible:
+            return None
+        if self.packing == "first-fit":
+            return min(min(self._members[k]) for k in feasible)
+        if self.packing == "random":
+            sizes = [len(self._members[k]) for k in feasible]
+            k = self.rng.choices(feasible, weights=sizes)[0]
+            return list(self._members[k])[self.rng.randrange(len(self._members[k]))]
+        best = min(self._scored(k, d) for k in feasible)
+        return min(min(self._members[k]) for k in feasible if self._scored(k, d) == best)
+
+    def place(self, d: Demand) -> tuple[int, tuple[int, ...]] | None:
+        """Put `d` on the node its policy picks: (node, GPU indices there), or None."""
+        i = self.pick_node(d)
+        if i is None:
+            return None
+        _, gpus = self._after(i, d)
+        self.pools[i].take(gpus, min(d.gpus_milli, MILLI), None)
+        self.cpu_free[i] -= d.cpu
+        self.mem_free[i] -= d.memory
+        self.allocated_milli += d.gpus_milli
+        self._refile(i)
+        return i, gpus

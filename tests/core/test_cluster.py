@@ -1,0 +1,104 @@
+"""Placing tasks on a cluster of GPU nodes (rota.core.cluster) and the openb benchmark."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from bench.bench_packing import Sampler, load, run_once, workload_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rota.core.cluster import Cluster, Demand, Node
+from rota.core.packing import PACKINGS, Shape
+from rota.core.snapshot import MILLI, Policy
+
+OPENB = Path(__file__).parent / "data" / "openb"
+BIG = 1 << 20
+
+
+def node(name: str, gpus: int, cpu: int = BIG, memory: int = BIG, model: str = "G") -> Node:
+    return Node(name, model, gpus, cpu, memory)
+
+
+def frees(c: Cluster) -> list[list[int]]:
+    return [[p.free_milli[i] for i in sorted(p.free_milli)] for p in c.pools]
+
+
+def test_fgd_keeps_a_whole_node_free_for_the_whole_gpu_tasks_to_come() -> None:
+    # node a has 0.5 of one GPU free; node b two idle GPUs; the workload is half 0.5-GPU
+    # tasks, half 2-GPU tasks. A 0.5 task on b would leave b unable to take a 2-GPU task
+    # (fragmentation grows by 0.5 * 1500); on a it grows by nothing.
+    nodes = [node("a", 1), node("b", 2)]
+    workload = (Shape(500, 0.5), Shape(2000, 0.5))
+    c = Cluster(nodes, Policy(packing="fgd"), workload)
+    c.place(Demand(500))  # the first goes on a (a is empty: 1.0 free; b would lose 2.0)
+    assert frees(c) == [[500], [1000, 1000]]
+    assert c.place(Demand(500)) == (0, (0,))
+    assert frees(c) == [[0], [1000, 1000]]
+    assert c.place(Demand(2000)) == (1, (0, 1))
+
+
+def test_best_fit_takes_the_fullest_node_and_first_fit_the_first() -> None:
+    nodes = [node("a", 2), node("b", 2)]
+    c = Cluster(nodes, Policy(packing="best-fit"))
+    c.place(Demand(1000))
+    assert c.place(Demand(300)) == (0, (1,))  # a has less left than b
+    f = Cluster(nodes, Policy(packing="first-fit"))
+    f.pools[0].take([0, 1], 900, None)
+    f._refile(0)
+    assert f.place(Demand(300)) == (1, (0,))  # a cannot hold it: the next one
+
+
+def test_cpus_memory_and_gpu_types_are_honoured() -> None:
+    nodes = [node("small", 2, cpu=4000, memory=8000, model="T4"), node("big", 2, model="V100")]
+    c = Cluster(nodes, Policy(packing="best-fit"))
+    assert c.place(Demand(500, cpu=8000))[0] == 1  # type: ignore[index]
+    assert c.place(Demand(500, memory=9000))[0] == 1  # type: ignore[index]
+    assert c.place(Demand(1000, models=frozenset({"T4"})))[0] == 0  # type: ignore[index]
+    assert c.place(Demand(3000)) is None  # no node has 3 GPUs
+
+
+def test_a_multi_gpu_task_takes_all_its_gpus_on_one_node() -> None:
+    c = Cluster([node("a", 2, model="X"), node("b", 2, model="Y")], Policy(packing="fgd"))
+    assert c.place(Demand(1000, models=frozenset({"X"})))[0] == 0  # type: ignore[index]
+    assert c.place(Demand(1000, models=frozenset({"Y"})))[0] == 1  # type: ignore[index]
+    assert c.place(Demand(2000)) is None  # two GPUs free, on two nodes
+    assert c.allocated_milli == 2000
+    c = Cluster([node("a", 2), node("b", 2)], Policy(packing="fgd"))
+    c.place(Demand(1000))
+    assert c.place(Demand(1000)) == (0, (1,))  # FGD fills a: b keeps its 2 GPUs together
+    assert c.place(Demand(2000)) == (1, (0, 1))
+
+
+tasks = st.lists(st.tuples(st.sampled_from([0, 110, 320, 470, 810, 1000, 2000, 4000, 8000]),
+                           st.integers(0, 16_000)), min_size=1, max_size=60)
+
+
+@settings(max_examples=40, deadline=None)
+@given(packing=st.sampled_from(PACKINGS), seed=st.integers(0, 99), ts=tasks)
+def test_no_policy_over_commits_a_node(packing: str, seed: int,
+                                       ts: list[tuple[int, int]]) -> None:
+    nodes = [node("a", 8, cpu=32_000), node("b", 2, cpu=16_000), node("c", 1, cpu=8_000)]
+    c = Cluster(nodes, Policy(packing=packing, packing_seed=seed), rng=random.Random(seed))
+    placed = 0
+    for milli, cpu in ts:
+        got = c.place(Demand(milli, cpu=cpu))
+        if got is not None:
+            placed += milli
+            assert len(got[1]) == (milli // MILLI if milli >= MILLI else 1 if milli else 0)
+    assert all(0 <= f <= MILLI for fs in frees(c) for f in fs)
+    assert all(free >= 0 for free in c.cpu_free)
+    used = sum(MILLI - f for fs in frees(c) for f in fs)
+    assert used == placed == c.allocated_milli
+
+
+def test_the_openb_experiment_runs_on_an_excerpt() -> None:
+    nodes, tasks = load(OPENB)
+    assert (len(nodes), len(tasks)) == (21, 204)
+    for variant in ("default", "multi-gpu-50", "sharing-100", "gpuspec-33", "non-gpu-25"):
+        sampler = Sampler(tasks, nodes, variant)
+        workload = workload_for(sampler, 500)
+        for packing in PACKINGS:
+            share = run_once(nodes, sampler, workload, packing, seed=1)
+            assert 0.5 < share <= 1.0, (variant, packing, share)
