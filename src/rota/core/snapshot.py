@@ -57,6 +57,9 @@ class PendingJob(NamedTuple):
     after: tuple[int, ...] = ()
     not_before: float | None = None  # retry backoff: not before this time
     pool: str | None = None  # a cluster engine's pool (rota.core.forward); None: this machine
+    # seconds it is expected to run (its time limit, else a run time predicted from the
+    # history of its name); None: unknown, and then it never backfills onto kept GPUs
+    expected: float | None = None
 
     @property
     def shape(self) -> tuple[int, int | None, frozenset[int] | None]:
@@ -77,6 +80,9 @@ class Policy:
     draining: bool = False  # start nothing new
     # stop preemptible lower-priority jobs (through the stop handshake) for a blocked one
     preemption: bool = True
+    # start estimates (Plan.start_estimates) for at most this many waiting jobs, in queue
+    # order; 0: none
+    estimate_jobs: int = 1000
 
 
 @dataclass(frozen=True)
