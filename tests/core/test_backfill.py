@@ -5,13 +5,13 @@ Time is a number handed in (``NOW``): no clock is read.
 
 from __future__ import annotations
 
+from builders import a_gpu, a_job, job_of, machine, placed
+
 from rota.core.backfill import shadow_time
 from rota.core.plan import Plan, ReasonCode
 from rota.core.preempt import RunningJob
 from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
-
-from builders import a_gpu, a_job, job_of, machine, placed
 
 NOW = 10_000.0
 
