@@ -73,7 +73,10 @@ def start_estimates(gpus: Sequence[GpuView], pending: Sequence[PendingJob], plan
             break
         if job.id in started or not job.gpus_milli or job.pool is not None:
             continue
-        reason = plan.reason(job.id)
+        reason = plan.reasons.get(job.id)
+        if reason is None:  # the lazy tail: its own gate, else the tail's reason (not
+            # plan.reason, whose look-up in the tail may build an index of all of it)
+            reason = (plan.gate(job) if plan.gate else None) or plan.tail_reason
         if reason is not None and reason.code in _WAITS_FOR_GPUS:
             queue.append(job)
     if not queue:
