@@ -138,6 +138,9 @@ class JobAnswer(TypedDict):
     tracking: NotRequired[TrackingAnswer]
     reason: NotRequired[ReasonAnswer]  # a waiting or held job's; or an engine's word
     engine: NotRequired[EngineJobAnswer]  # a job handed to a cluster pool's engine
+    # a pending job's: when it may start (absolute time; None: unknown). An estimate from
+    # time limits and predicted run times (docs/policy.md, "Backfill and start estimates")
+    estimated_start: NotRequired[float | None]
 
 
 class SpecAnswer(TypedDict):
@@ -241,6 +244,7 @@ class WhyAnswer(TypedDict):
     message: str
     until: NotRequired[float | None]
     blocker: NotRequired[int | None]
+    estimated_start: NotRequired[float | None]  # a pending job's, as JobAnswer's
 
 
 #: a line of a job's history ("from" is a keyword, hence this form)

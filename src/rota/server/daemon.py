@@ -273,7 +273,8 @@ class Daemon:
         return Snapshot(gpus=gpus, pending=self.queue.ordered(),
                         dependency_states=deps, presorted=True, by_id=self.queue.index(),
                         smallest_milli=self.queue.smallest_milli(),
-                        running=preemption_view(self.running.values(), self.clock()))
+                        running=preemption_view(self.running.values(), self.clock(),
+                                                self.table.run_times))
 
     def schedule_pass(self) -> Plan:
         """Plan, then carry the plan out: starts (see Launcher.start), preemptions, and
@@ -409,9 +410,8 @@ class Daemon:
         return self.table.state(job_id)
 
     # --- jobs joining the queue (intake, recovery.load_queue) ------------------------------
-    @staticmethod
-    def pending_of(row: JobRecord) -> PendingJob:
-        return pending_of(row)
+    def pending_of(self, row: JobRecord) -> PendingJob:
+        return pending_of(row, self.table.run_times)
 
     def accept(self, rows: list[JobRecord]) -> None:
         """Newly stored jobs join the queue and a pass runs."""
