@@ -263,7 +263,8 @@ class Daemon:
     def policy(self) -> Policy:
         s = self.settings
         return Policy(mem_threshold=s.mem_threshold, util_threshold=s.util_threshold,
-                      backfill=s.backfill, draining=self.draining)
+                      backfill=s.backfill, draining=self.draining,
+                      estimate_jobs=s.start_estimates)
 
     def snapshot(self) -> Snapshot:
         gpus = self.gpu_views()
