@@ -17,7 +17,9 @@ machine disturbs less than wall time), next to the n log n ratio.
 A third workload, "backfill", is the realistic one with expected run times (EASY backfill and
 start estimates, rota.core.backfill): a running job on every allocated GPU with an expected end
 (10% unknown), and 70% of the pending jobs with an expected run time; it is timed with the
-start estimates of the first 1,000 waiting jobs (the default) and without any.
+start estimates of the first 1,000 waiting jobs (the default) and without any. "kept room" is
+backfill's hard case: every GPU busy for an hour but 8, a 16-GPU job first (it keeps the 8
+free ones), then 100,000 jobs of whom only those expected to end within the hour may use them.
 
 A second workload, "stranded", is a stress case: every GPU keeps a share free but too little
 memory for any pending job, so the pass cannot stop early and has to look at every job.
@@ -149,11 +151,26 @@ def with_expected(rng: random.Random, jobs: list[PendingJob]) -> list[PendingJob
             for j in jobs]
 
 
+def make_kept_room(rng: random.Random, n: int, now: float
+                   ) -> tuple[list[GpuView], list[PendingJob], list[RunningJob]]:
+    gpus = [GpuView(index=i, memory_total=80 * GIB, allocated_milli=0 if i < 8 else MILLI)
+            for i in range(N_GPUS)]
+    running = [RunningJob(id=10_000_000 + i, priority=0, gpu_indices=(i,), milli=MILLI,
+                          gpu_mem=None, expected_end=now + 3600) for i in range(8, N_GPUS)]
+    jobs = [PendingJob(1, 0, 1, 16 * MILLI)] + [
+        PendingJob(k, 1, k, rng.choice((500, 1000, 2000)), expected=rng.uniform(60, 86_400))
+        for k in range(2, n + 1)]
+    return gpus, jobs, running
+
+
 def measure_backfill(gpus: list[GpuView], jobs: list[PendingJob], runs: int,
-                     estimate_jobs: int) -> dict[str, Any]:
+                     estimate_jobs: int, running: list[RunningJob] | None = None
+                     ) -> dict[str, Any]:
     now = 1_000_000.0
+    if running is None:
+        running = make_running(random.Random(3), gpus, now)
     snap = Snapshot(gpus=gpus, pending=sorted(jobs, key=queue_order), presorted=True,
-                    running=make_running(random.Random(3), gpus, now))
+                    running=running)
     policy = Policy(estimate_jobs=estimate_jobs)
     times, cpu = [], []
     plan = Plan()
@@ -281,6 +298,12 @@ def run(runs: int, seed: int, log: Callable[[str], None] = print) -> dict[str, A
             f"{r['median_ms']:7.2f} ms  max {r['max_ms']:7.2f} ms  cpu "
             f"{r['cpu_median_ms']:7.2f} ms  (starts {r['starts']}, estimates "
             f"{r['estimates']}, eager reasons {r['reasons_eager']}, lazy tail {r['tail']})")
+    kgpus, kjobs, krun = make_kept_room(random.Random(seed + 3), SIZES[-1], 1_000_000.0)
+    r = measure_backfill(kgpus, kjobs, runs, 1000, krun)
+    result["backfill"]["kept_room"] = r
+    log(f"kept room n={r['jobs']:>7,} presorted=True  estimates for  1000: median "
+        f"{r['median_ms']:7.2f} ms  max {r['max_ms']:7.2f} ms  cpu {r['cpu_median_ms']:7.2f} "
+        f"ms  (starts {r['starts']}, estimates {r['estimates']}, lazy tail {r['tail']})")
     sgpus, sjobs = make_stranded(random.Random(seed + 1), SIZES[-1])
     for presorted in (True, False):
         r = measure(sgpus, sjobs, presorted, runs)

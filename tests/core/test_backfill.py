@@ -58,7 +58,8 @@ def test_a_job_that_would_end_after_the_shadow_time_does_not_backfill() -> None:
                    [running(9, (0, 1), 3600)])
     assert placed(plan) == {}
     r = plan.reason(2)
-    assert r is not None and r.code is ReasonCode.PRIORITY and r.blocker == 1
+    assert r is not None and r.code in (ReasonCode.PRIORITY, ReasonCode.RESOURCES)
+    assert "kept for job 1" in r.message
 
 
 def test_a_job_with_no_expected_run_time_never_backfills_onto_kept_gpus() -> None:
@@ -140,3 +141,18 @@ def test_no_estimates_when_asked_for_none() -> None:
     gs = machine(a_gpu(0).allocated(1.0))
     plan = plan_of(gs, [a_job(1)], [running(7, (0,), 100)], Policy(estimate_jobs=0))
     assert plan.start_estimates == {}
+
+
+def test_once_only_kept_gpus_have_room_the_short_jobs_behind_still_backfill() -> None:
+    # the free GPUs are all kept for job 1: the pass stops walking the queue, yet the short
+    # jobs far behind start there and the long ones wait in the lazy tail
+    gs = machine(a_gpu(0).allocated(1.0), a_gpu(1).allocated(1.0), a_gpu(2), a_gpu(3))
+    jobs = [a_job(1).gpus(4), *(a_job(i).expected(9000) for i in range(2, 50)),
+            a_job(50).expected(60).after(99), a_job(51).expected(60), a_job(52).gpus(0.5),
+            a_job(53).expected(60)]
+    plan = plan_of(gs, jobs, [running(9, (0, 1), 3600)])
+    assert sorted(placed(plan)) == [51, 53]
+    assert plan.tail and 51 not in {j.id for j in plan.tail}
+    r = plan.reason(30)
+    assert r is not None and r.code is ReasonCode.RESOURCES and "job 1" in r.message
+    assert plan.reason(50) is not None and plan.reason(50).code is ReasonCode.DEPENDENCY

@@ -95,8 +95,11 @@ class _Pass:
                 break
             if smallest and checked_at != self.pool.version:
                 checked_at = self.pool.version
-                if self.pool.max_free_share() < smallest and not self._kept_room(smallest):
-                    self._cut(pending[n + 1:], waiting)
+                if self.pool.max_free_share() < smallest:
+                    rest = pending[n + 1:]
+                    if self._kept_room(smallest):
+                        rest = self._backfill_tail(rest, smallest)
+                    self._cut(rest, waiting)
                     break
         if self.policy.preemption and any(r.preemptible or r.stopping
                                           for r in self.snapshot.running):
@@ -116,6 +119,31 @@ class _Pass:
         """Could a short job still backfill onto the GPUs kept for the reservation?"""
         return self.shadow is not None and any(self.pool.free_milli[i] >= smallest
                                                for i in self.pool.reserved_for)
+
+    def _backfill_tail(self, rest: list[PendingJob], smallest: int) -> list[PendingJob]:
+        """Only kept GPUs have room left: start the jobs of ``rest`` that end by the shadow
+        time there, looking at those alone (a filter, not a pass over each job: the rest
+        may be 100k long); the others wait in the lazy tail. The rest less those started."""
+        assert self.shadow is not None
+        horizon = self.shadow - self.now
+        failed: set[tuple[int, int | None, frozenset[int] | None]] = set()
+        started: set[int] = set()
+        checked_at = self.pool.version
+        for job in [j for j in rest if j.expected is not None and j.expected <= horizon]:
+            if checked_at != self.pool.version:
+                checked_at = self.pool.version
+                if not self._kept_room(smallest):
+                    break
+            if job.shape in failed:
+                continue
+            gated = job.after or job.not_before is not None
+            if gated and gate(job, self.snapshot.dependency_states, self.now) is not None:
+                continue
+            if self._never(job) is None and self._backfill(job):
+                started.add(job.id)
+            else:
+                failed.add(job.shape)  # capacity only shrinks: the shape fails from now on
+        return [j for j in rest if j.id not in started] if started else rest
 
     def _may_backfill(self, job: PendingJob) -> bool:
         """A job may use kept GPUs when it is expected to end by the shadow time."""
