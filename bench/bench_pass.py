@@ -14,6 +14,13 @@ as the median and max of ``--runs`` runs, plus the peak memory the pass allocate
 over 10k / 30k / 100k jobs shows how the time grows with the queue (CPU time, which a busy
 machine disturbs less than wall time), next to the n log n ratio.
 
+A third workload, "backfill", is the realistic one with expected run times (EASY backfill and
+start estimates, rota.core.backfill): a running job on every allocated GPU with an expected end
+(10% unknown), and 70% of the pending jobs with an expected run time; it is timed with the
+start estimates of the first 1,000 waiting jobs (the default) and without any. "kept room" is
+backfill's hard case: every GPU busy for an hour but 8, a 16-GPU job first (it keeps the 8
+free ones), then 100,000 jobs of whom only those expected to end within the hour may use them.
+
 A second workload, "stranded", is a stress case: every GPU keeps a share free but too little
 memory for any pending job, so the pass cannot stop early and has to look at every job.
 
@@ -43,6 +50,7 @@ if str(ROOT / "src") not in sys.path:  # runnable from a checkout without instal
     sys.path.insert(0, str(ROOT / "src"))
 
 from rota.core.plan import Plan  # noqa: E402
+from rota.core.preempt import RunningJob  # noqa: E402
 from rota.core.schedule import queue_order, schedule  # noqa: E402
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot  # noqa: E402
 
@@ -130,6 +138,57 @@ def make_stranded(rng: random.Random, n: int) -> tuple[list[GpuView], list[Pendi
 
 
 POLICY = Policy()  # main() sets it from --packing
+
+
+def make_running(rng: random.Random, gpus: list[GpuView], now: float) -> list[RunningJob]:
+    """A running job on every allocated GPU, holding its allocation, with an expected end
+    10 minutes to 10 hours away (10% unknown)."""
+    return [RunningJob(id=10_000_000 + g.index, priority=0, gpu_indices=(g.index,),
+                       milli=g.allocated_milli, gpu_mem=g.reserved_memory or None,
+                       expected_end=None if rng.random() < 0.1
+                       else now + rng.uniform(600, 36_000))
+            for g in gpus if g.allocated_milli]
+
+
+def with_expected(rng: random.Random, jobs: list[PendingJob]) -> list[PendingJob]:
+    """70% of the jobs with an expected run time of 1 minute to 24 hours."""
+    return [j._replace(expected=rng.uniform(60, 86_400)) if rng.random() < 0.7 else j
+            for j in jobs]
+
+
+def make_kept_room(rng: random.Random, n: int, now: float
+                   ) -> tuple[list[GpuView], list[PendingJob], list[RunningJob]]:
+    gpus = [GpuView(index=i, memory_total=80 * GIB, allocated_milli=0 if i < 8 else MILLI)
+            for i in range(N_GPUS)]
+    running = [RunningJob(id=10_000_000 + i, priority=0, gpu_indices=(i,), milli=MILLI,
+                          gpu_mem=None, expected_end=now + 3600) for i in range(8, N_GPUS)]
+    jobs = [PendingJob(1, 0, 1, 16 * MILLI)] + [
+        PendingJob(k, 1, k, rng.choice((500, 1000, 2000)), expected=rng.uniform(60, 86_400))
+        for k in range(2, n + 1)]
+    return gpus, jobs, running
+
+
+def measure_backfill(gpus: list[GpuView], jobs: list[PendingJob], runs: int,
+                     estimate_jobs: int, running: list[RunningJob] | None = None
+                     ) -> dict[str, Any]:
+    now = 1_000_000.0
+    if running is None:
+        running = make_running(random.Random(3), gpus, now)
+    snap = Snapshot(gpus=gpus, pending=sorted(jobs, key=queue_order), presorted=True,
+                    running=running)
+    policy = Policy(estimate_jobs=estimate_jobs)
+    times, cpu = [], []
+    plan = Plan()
+    for _ in range(runs):
+        gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        plan = schedule(snap, policy, now)
+        times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return {"jobs": len(jobs), "estimate_jobs": estimate_jobs,
+            "median_ms": statistics.median(times), "max_ms": max(times),
+            "cpu_median_ms": statistics.median(cpu), "estimates": len(plan.start_estimates),
+            **plan_summary(plan)}
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -235,6 +294,21 @@ def run(runs: int, seed: int, log: Callable[[str], None] = print) -> dict[str, A
     log(f"after the 100k pass, working out one lazy tail job's reason (rota why, job lists): "
         f"{result['reason_on_demand_us']:.1f} us per job, i.e. "
         f"{result['reason_on_demand_us'] * SIZES[-1] / 1000:.0f} ms for all of them")
+    bjobs = with_expected(random.Random(seed + 2), big)
+    result["backfill"] = {}
+    for limit in (1000, 0):
+        r = measure_backfill(gpus, bjobs, runs, limit)
+        result["backfill"][f"estimates_{limit}"] = r
+        log(f"backfill  n={r['jobs']:>7,} presorted=True  estimates for {limit:>5}: median "
+            f"{r['median_ms']:7.2f} ms  max {r['max_ms']:7.2f} ms  cpu "
+            f"{r['cpu_median_ms']:7.2f} ms  (starts {r['starts']}, estimates "
+            f"{r['estimates']}, eager reasons {r['reasons_eager']}, lazy tail {r['tail']})")
+    kgpus, kjobs, krun = make_kept_room(random.Random(seed + 3), SIZES[-1], 1_000_000.0)
+    r = measure_backfill(kgpus, kjobs, runs, 1000, krun)
+    result["backfill"]["kept_room"] = r
+    log(f"kept room n={r['jobs']:>7,} presorted=True  estimates for  1000: median "
+        f"{r['median_ms']:7.2f} ms  max {r['max_ms']:7.2f} ms  cpu {r['cpu_median_ms']:7.2f} "
+        f"ms  (starts {r['starts']}, estimates {r['estimates']}, lazy tail {r['tail']})")
     sgpus, sjobs = make_stranded(random.Random(seed + 1), SIZES[-1])
     for presorted in (True, False):
         r = measure(sgpus, sjobs, presorted, runs)

@@ -149,6 +149,9 @@ class JobAnswer(TypedDict):
     engine: NotRequired[EngineJobAnswer]  # a job handed to a cluster pool's engine
     idle_since: float | None  # a running job flagged idle: since when its GPU has been
     idle: NotRequired[IdleAnswer]  # the same job's idle GPUs, in words too
+    # a pending job's: when it may start (absolute time; None: unknown). An estimate from
+    # time limits and predicted run times (docs/policy.md, "Backfill and start estimates")
+    estimated_start: NotRequired[float | None]
 
 
 class SpecAnswer(TypedDict):
@@ -253,6 +256,7 @@ class WhyAnswer(TypedDict):
     message: str
     until: NotRequired[float | None]
     blocker: NotRequired[int | None]
+    estimated_start: NotRequired[float | None]  # a pending job's, as JobAnswer's
 
 
 #: a line of a job's history ("from" is a keyword, hence this form)

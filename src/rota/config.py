@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     packing: str = Field(default="best-fit", description="which GPU a share of a GPU goes "
                          "on: best-fit, first-fit, random or fgd (docs/policy.md)")
     packing_seed: int = Field(default=0, description="seed of the random packing")
+    start_estimates: int = Field(default=1000, ge=0, le=100_000, description="how many waiting "
+                                 "jobs, in queue order, each pass estimates a start time for "
+                                 "(0: none)")
     safety_tick: float = Field(default=5.0, gt=0, description="seconds between safety passes")
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
     jobs_file_poll: float = Field(default=1.0, gt=0)

@@ -40,6 +40,7 @@ class JobBuilder:
         self._allowed: frozenset[int] | None = None
         self._after: tuple[int, ...] = ()
         self._not_before: float | None = None
+        self._expected: float | None = None
 
     def gpus(self, n: float) -> JobBuilder:
         self._milli = to_milli(n)
@@ -77,11 +78,17 @@ class JobBuilder:
         self._not_before = t
         return self
 
+    def expected(self, seconds: float | None) -> JobBuilder:
+        """Seconds it is expected to run (its time limit or a predicted run time)."""
+        self._expected = seconds
+        return self
+
     def build(self) -> PendingJob:
         return PendingJob(id=self._id, priority=self._priority,
                           seq=self._id if self._seq is None else self._seq,
                           gpus_milli=self._milli, gpu_mem=self._mem, allowed=self._allowed,
-                          after=self._after, not_before=self._not_before)
+                          after=self._after, not_before=self._not_before,
+                          expected=self._expected)
 
 
 def a_job(job_id: int) -> JobBuilder:

@@ -56,3 +56,19 @@ def test_a_waiting_job_gives_its_reason() -> None:
 def test_spans() -> None:
     assert [span_text(s) for s in (0, 59.6, 130, 3 * 3600 + 300, 2 * 86400 + 4 * 3600)] == \
         ["0s", "1m 00s", "2m 10s", "3h 05m", "2d 4h"]
+
+
+def test_a_waiting_job_with_a_start_estimate_says_when_it_may_start() -> None:
+    from datetime import UTC
+
+    at = datetime(2024, 5, 1, 14, 5, tzinfo=UTC).timestamp()
+    waiting = _view(state="pending", started_at=None,
+                    reason={"code": "resources", "message": "waits for 1 whole GPU"},
+                    estimated_start=at)
+    w = why_view(waiting, at - 600)
+    assert w["estimated_start"] == at
+    assert w["message"] == ("waits for 1 whole GPU; may start around 14:05 UTC (estimate "
+                            "from time limits / predicted run times)")
+    unknown = {**waiting, "estimated_start": None}
+    w = why_view(unknown, at)
+    assert w["estimated_start"] is None and w["message"] == "waits for 1 whole GPU"

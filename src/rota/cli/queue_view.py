@@ -70,7 +70,24 @@ def short_reason(job: JobAnswer, now: float | None = None) -> str:
     return ""
 
 
-def _cells(job: JobAnswer, now: float, wide: bool) -> dict[str, str]:
+def starts_text(job: JobAnswer, now: float) -> str:
+    """A waiting job's start estimate, relative: '~in 12m', 'unknown'; '-' for others."""
+    if job["state"] != "pending":
+        return "-"
+    est = job.get("estimated_start")
+    if est is None:
+        return "unknown"
+    left = est - now
+    if left < 60:
+        return "~now"
+    if left < 3600:
+        return f"~in {round(left / 60)}m"
+    if left < 86400:
+        return f"~in {left / 3600:.1f}h"
+    return f"~in {left / 86400:.1f}d"
+
+
+def _cells(job: JobAnswer, now: float, wide: bool, starts: bool = False) -> dict[str, str]:
     on = ",".join(map(str, job["gpu_indices"]))
     gpus = fmt_gpus(job["gpus"])
     cells = {"id": str(job["id"]), "name": str(job["name"]), "user": str(job["user"]),
@@ -80,6 +97,8 @@ def _cells(job: JobAnswer, now: float, wide: bool) -> dict[str, str]:
                   "project": job["project"] or "-", "tags": ",".join(job["tags"]) or "-"}
     else:  # "1 on 0,1": one column for how many and where
         cells |= {"gpus": f"{gpus} on {on}" if on else gpus, "time": job_clock(job, now)}
+    if starts:
+        cells["starts"] = starts_text(job, now)
     return cells
 
 
@@ -88,14 +107,14 @@ def _shorten(text: str, width: int) -> str:
 
 
 def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool = False,
-                title: str | None = None) -> Group:
+                title: str | None = None, starts: bool = False) -> Group:
     """The `rota queue` table (also used by `rota demo`) as lines that fit ``width``
     (no limit with ``wide``)."""
     from rich.console import Group
     from rich.text import Text
 
     now = time.time()
-    rows = [_cells(j, now, wide) for j in jobs]
+    rows = [_cells(j, now, wide, starts) for j in jobs]
     reasons = [short_reason(j, now) for j in jobs]
     heads = list(rows[0]) if rows else ["id", "name", "user", "state", "prio", "gpus", "time"]
     widths = {h: max([len(h)] + [len(r[h]) for r in rows]) for h in heads}
@@ -159,6 +178,9 @@ def queue(
     watch: float = typer.Option(None, "--watch", metavar="SECONDS", min=0.1,
                                 help="draw it again every SECONDS; Ctrl-C leaves"),
     json_out: bool = typer.Option(False, "--json", help="print JSON (every field)"),
+    start: bool = typer.Option(False, "--start", help="a column 'starts': when each waiting "
+                               "job may start, estimated from time limits and predicted "
+                               "run times"),
 ) -> None:
     """The queue: running jobs, then waiting ones in start order, then held ones.
 
@@ -176,12 +198,13 @@ def queue(
             if all_ or state or user or name:  # the job list, newest first
                 jobs = queue_order(c.jobs(states=states, user=user, name=name, limit=limit))
                 emit(list_json(jobs, limit), json_out, lambda _: queue_lines(
-                    jobs, width=console_width(), wide=wide) if jobs else empty)
+                    jobs, width=console_width(), wide=wide, starts=start) if jobs else empty)
                 return
             # the scheduler's own order, from the daemon; no counts of ended jobs (they
             # read every row: 0.1-0.5 s at a million jobs)
             answer = c.queue(limit=limit, counts=False)
-        emit(page_json(answer), json_out, lambda _: _page_lines(answer, wide) or empty)
+        emit(page_json(answer), json_out,
+             lambda _: _page_lines(answer, wide, start) or empty)
 
     with run_cli(json_out=json_out):
         if watch is None:
@@ -221,14 +244,14 @@ def more_lines(answer: QueueAnswer) -> list[str]:
     return out
 
 
-def _page_lines(answer: QueueAnswer, wide: bool) -> Group | None:
+def _page_lines(answer: QueueAnswer, wide: bool, starts: bool = False) -> Group | None:
     from rich.console import Group
     from rich.text import Text
 
     jobs = page_jobs(answer)
     if not jobs:
         return None
-    table = queue_lines(jobs, width=console_width(), wide=wide)
+    table = queue_lines(jobs, width=console_width(), wide=wide, starts=starts)
     return Group(table, *(Text(line, style="dim") for line in more_lines(answer)))
 
 

@@ -81,6 +81,9 @@ class Job(Model):
     pool: str | None = None  # a cluster pool it runs in (None: the default pool)
     #: a job handed to a cluster's engine: {"backend", "id", "state", "reason"}
     engine: dict[str, Any] | None = None
+    #: a waiting job's start estimate (from time limits and predicted run times); None:
+    #: unknown, or it does not wait
+    estimated_start: datetime | None = None
 
     @property
     def done(self) -> bool:
@@ -128,6 +131,7 @@ class Why(Model):
     message: str
     until: datetime | None = None
     blocker: int | None = None
+    estimated_start: datetime | None = None  # a waiting job's; None: unknown
 
 
 class Event(Model):

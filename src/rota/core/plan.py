@@ -59,6 +59,9 @@ class Preemption:
 class Reservation:
     job_id: int
     gpu_indices: tuple[int, ...]
+    # when the kept GPUs are expected to have room for it (rota.core.backfill.shadow_time);
+    # None: unknown, and no job backfills onto them
+    shadow: float | None = None
 
 
 @dataclass
@@ -81,6 +84,9 @@ class Plan:
     tail_reason: Reason | None = None
     tail_position: int = 0
     gate: Callable[[PendingJob], Reason | None] | None = None
+    # job id -> the absolute time a waiting job may start (rota.core.backfill); absent:
+    # unknown (no expected run times to go by, or beyond Policy.estimate_jobs)
+    start_estimates: dict[int, float] = field(default_factory=dict)
     # the snapshot's index of pending jobs by id, if it had one (Snapshot.by_id)
     by_id: Mapping[int, PendingJob] | None = field(default=None, repr=False)
     _tail_index: dict[int, int] | None = field(default=None, repr=False)

@@ -198,6 +198,14 @@ class GpuPool:
                 self.free_mem[i] -= gpu_mem
             self._file(i)
 
+    def give_back(self, indices: Iterable[int], milli: int, gpu_mem: int | None) -> None:
+        """The inverse of take: a job projected to end frees its share (start estimates)."""
+        for i in indices:
+            self.free_milli[i] += milli
+            if gpu_mem:
+                self.free_mem[i] += gpu_mem
+            self._file(i)
+
     def reserve(self, job: PendingJob) -> tuple[int, ...]:
         """Keep GPUs for a blocked job: those closest to holding it. Later jobs skip them."""
         need = max(1, job.gpus_milli // MILLI)

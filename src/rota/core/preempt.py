@@ -31,6 +31,9 @@ class RunningJob:
     preemptible: bool = False
     since_checkpoint_s: float = 0.0  # work lost if it stopped now
     stopping: bool = False  # already asked to stop: its GPUs are as good as free
+    # when it is expected to end: started_at + its time limit or predicted run time;
+    # None: unknown (backfill and start estimates then never count on its GPUs)
+    expected_end: float | None = None
 
     @property
     def cost(self) -> float:

@@ -4,7 +4,9 @@ One pass walks the pending queue in priority order (lower number first, FIFO amo
 and places each job on the proposed state of the GPUs. A job that cannot start gets a reason.
 The first job blocked on resources gets a reservation: the GPUs closest to holding it are kept
 from later jobs, so big jobs are not starved by a stream of small ones; later jobs may still
-use the other GPUs (backfill). Jobs of a shape that already failed in this pass fail again
+use the other GPUs, and the kept ones too when they are expected to end by the reservation's
+shadow time, the time the kept GPUs are expected to have room for it (EASY backfill, see
+rota.core.backfill). Jobs of a shape that already failed in this pass fail again
 without a search, since capacity only shrinks during a pass: that keeps a pass over 100k
 pending jobs near linear.
 """
@@ -16,6 +18,7 @@ from itertools import islice
 from operator import attrgetter
 
 from rota.core import packing
+from rota.core.backfill import Occupant, shadow_time, start_estimates
 from rota.core.feasibility import need_text, never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
@@ -61,6 +64,8 @@ class _Pass:
         # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
         self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
         self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
+        self.shadow: float | None = None  # the reservation's, once there is one
+        self.started: list[Occupant] = []  # this pass's starts, with their expected ends
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full
@@ -94,12 +99,59 @@ class _Pass:
             if smallest and checked_at != self.pool.version:
                 checked_at = self.pool.version
                 if self.pool.max_free_share() < smallest:
-                    self._cut(pending[n + 1:], waiting)
+                    rest = pending[n + 1:]
+                    if self._kept_room(smallest):
+                        rest = self._backfill_tail(rest, smallest)
+                    self._cut(rest, waiting)
                     break
         if self.policy.preemption and any(r.preemptible or r.stopping
                                           for r in self.snapshot.running):
             self._preempt_for_first_blocked(pending)
+        if self.policy.estimate_jobs:
+            plan.start_estimates = start_estimates(
+                self.snapshot.gpus, pending, plan, self._occupants(), self.policy, self.now,
+                self.policy.estimate_jobs)
         return plan
+
+    def _occupants(self) -> list[Occupant]:
+        """What holds GPUs, and until when: running jobs and this pass's starts."""
+        return [*((r.expected_end, r.gpu_indices, r.milli, r.gpu_mem)
+                  for r in self.snapshot.running), *self.started]
+
+    def _kept_room(self, smallest: int) -> bool:
+        """Could a short job still backfill onto the GPUs kept for the reservation?"""
+        return self.shadow is not None and any(self.pool.free_milli[i] >= smallest
+                                               for i in self.pool.reserved_for)
+
+    def _backfill_tail(self, rest: list[PendingJob], smallest: int) -> list[PendingJob]:
+        """Only kept GPUs have room left: start the jobs of ``rest`` that end by the shadow
+        time there, looking at those alone (a filter, not a pass over each job: the rest
+        may be 100k long); the others wait in the lazy tail. The rest less those started."""
+        assert self.shadow is not None
+        horizon = self.shadow - self.now
+        failed: set[tuple[int, int | None, frozenset[int] | None]] = set()
+        started: set[int] = set()
+        checked_at = self.pool.version
+        for job in [j for j in rest if j.expected is not None and j.expected <= horizon]:
+            if checked_at != self.pool.version:
+                checked_at = self.pool.version
+                if not self._kept_room(smallest):
+                    break
+            if job.shape in failed:
+                continue
+            gated = job.after or job.not_before is not None
+            if gated and gate(job, self.snapshot.dependency_states, self.now) is not None:
+                continue
+            if self._never(job) is None and self._backfill(job):
+                started.add(job.id)
+            else:
+                failed.add(job.shape)  # capacity only shrinks: the shape fails from now on
+        return [j for j in rest if j.id not in started] if started else rest
+
+    def _may_backfill(self, job: PendingJob) -> bool:
+        """A job may use kept GPUs when it is expected to end by the shadow time."""
+        return (self.shadow is not None and job.expected is not None
+                and self.now + job.expected <= self.shadow)
 
     def _preempt_for_first_blocked(self, pending: list[PendingJob]) -> None:
         """Make room for the first job that waits for GPUs, if stopping preemptible jobs of
@@ -151,6 +203,8 @@ class _Pass:
         shape = job.shape
         reason = self.failed_shapes.get(shape)
         if reason is not None:
+            if reason.code is ReasonCode.PRIORITY and self._may_backfill(job):
+                return None if self._backfill(job) else reason
             return reason
         never = self._never(job)
         if never is not None:
@@ -165,15 +219,31 @@ class _Pass:
         if reason is None:
             found = pool.find(job)
             if found is not None:
-                milli = min(job.gpus_milli, MILLI)
-                pool.take(found, milli, job.gpu_mem)
-                self.plan.starts.append(Start(job.id, found, milli, job.gpu_mem))
+                self._start(job, found)
                 return None
             reason = _explain(job, pool)
+            if reason.code is ReasonCode.PRIORITY and self._may_backfill(job):
+                self.failed_shapes[shape] = reason
+                return None if self._backfill(job) else reason
             if reason.code is ReasonCode.RESOURCES:
                 self._reserve_for(job)
         self.failed_shapes[shape] = reason
         return reason
+
+    def _start(self, job: PendingJob, found: tuple[int, ...]) -> None:
+        milli = min(job.gpus_milli, MILLI)
+        self.pool.take(found, milli, job.gpu_mem)
+        self.plan.starts.append(Start(job.id, found, milli, job.gpu_mem))
+        end = None if job.expected is None else self.now + job.expected
+        self.started.append((end, found, milli, job.gpu_mem))
+
+    def _backfill(self, job: PendingJob) -> bool:
+        """Start a job that ends by the shadow time on GPUs kept for the reservation (it
+        cannot delay the reserved job); whether it started."""
+        found = self.pool.find_ignoring_reservations(job)
+        if found is not None:
+            self._start(job, found)
+        return found is not None
 
     def _never(self, job: PendingJob) -> Reason | None:
         """UNSATISFIABLE, checked in O(1) for jobs that may use any GPU; once per shape."""
@@ -187,9 +257,12 @@ class _Pass:
     def _reserve_for(self, job: PendingJob) -> None:
         """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
         if self.policy.reserve_for_blocked and not self.plan.reservations:
-            kept = self.pool.reserve(job)
+            pool = self.pool
+            kept = pool.reserve(job)
             if kept:
-                self.plan.reservations.append(Reservation(job.id, kept))
+                self.shadow = shadow_time(job, kept, pool.free_milli, pool.free_mem,
+                                          self._occupants(), self.now)
+                self.plan.reservations.append(Reservation(job.id, kept, self.shadow))
 
 
 def _workload(snapshot: Snapshot, policy: Policy) -> packing.Workload | None:

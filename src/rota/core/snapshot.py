@@ -58,6 +58,9 @@ class PendingJob(NamedTuple):
     after: tuple[int, ...] = ()
     not_before: float | None = None  # retry backoff: not before this time
     pool: str | None = None  # a cluster engine's pool (rota.core.forward); None: this machine
+    # seconds it is expected to run (its time limit, else a run time predicted from the
+    # history of its name); None: unknown, and then it never backfills onto kept GPUs
+    expected: float | None = None
 
     @property
     def shape(self) -> tuple[int, int | None, frozenset[int] | None]:
@@ -83,6 +86,9 @@ class Policy:
     packing_seed: int = 0  # the random packing's generator is seeded with this
     # the shapes FGD expects (rota.core.packing.Shape); empty: those of the pending queue
     workload: tuple[Shape, ...] = ()
+    # start estimates (Plan.start_estimates) for at most this many waiting jobs, in queue
+    # order; 0: none
+    estimate_jobs: int = 1000
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,8 @@ class Daemon:
         s = self.settings
         return Policy(mem_threshold=s.mem_threshold, util_threshold=s.util_threshold,
                       backfill=s.backfill, draining=self.draining,
-                      packing=s.packing, packing_seed=s.packing_seed)
+                      packing=s.packing, packing_seed=s.packing_seed,
+                      estimate_jobs=s.start_estimates)
 
     def snapshot(self) -> Snapshot:
         gpus = self.gpu_views()
@@ -280,7 +281,8 @@ class Daemon:
         return Snapshot(gpus=gpus, pending=self.queue.ordered(),
                         dependency_states=deps, presorted=True, by_id=self.queue.index(),
                         smallest_milli=self.queue.smallest_milli(),
-                        running=preemption_view(self.running.values(), self.clock()))
+                        running=preemption_view(self.running.values(), self.clock(),
+                                                self.table.run_times))
 
     def schedule_pass(self) -> Plan:
         """Plan, then carry the plan out: starts (see Launcher.start), preemptions, and
@@ -416,9 +418,8 @@ class Daemon:
         return self.table.state(job_id)
 
     # --- jobs joining the queue (intake, recovery.load_queue) ------------------------------
-    @staticmethod
-    def pending_of(row: JobRecord) -> PendingJob:
-        return pending_of(row)
+    def pending_of(self, row: JobRecord) -> PendingJob:
+        return pending_of(row, self.table.run_times)
 
     def accept(self, rows: list[JobRecord]) -> None:
         """Newly stored jobs join the queue and a pass runs."""

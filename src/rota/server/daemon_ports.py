@@ -74,6 +74,8 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["reason"] = {"code": str(reason.code),
                              "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
+            # absolute time, or None: unknown (rota.core.backfill.start_estimates)
+            out["estimated_start"] = d.last_plan.start_estimates.get(job_id)
     if state == "pending" and spec.get("gpu_type"):
         out["reason"] = with_gpu_type(out["reason"], spec)
     return out

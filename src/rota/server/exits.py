@@ -196,6 +196,8 @@ class Exits:
                                   peak_gpu_mem=run.peak_gpu_mem or None,
                                   idle_seconds=run.idle_seconds)
         self.metrics.ends.labels(outcome.record).inc()
+        if outcome.record == "completed":  # a new run time for its name's prediction
+            self.table.run_times.forget(run.spec.name)
         self.metrics.run_time.labels(outcome.record).observe(max(0.0, ended_at - run.started_at))
         if self.table.state(run.job_id).terminal:
             self.store.after_commit(lambda: self.table.notify_end(run.job_id))

@@ -73,5 +73,5 @@ class JobCommands:
             raise Conflict(f"job {job_id} is {state.value}; only held jobs can be released")
         row = self.store.get_job(job_id)
         self.table.transition(job_id, state, JobState.PENDING, message="released")
-        self.table.add_pending(pending_of(row))
+        self.table.add_pending(pending_of(row, self.table.run_times))
         self.kick()

@@ -22,20 +22,25 @@ from rota.core.snapshot import PendingJob, to_milli
 from rota.core.spec import JobSpec
 from rota.errors import NotFound
 from rota.server.queue import PendingQueue
+from rota.server.run_times import RunTimes
 from rota.server.running import Running
 from rota.server.tracking import Tracking
 from rota.store.repo import JobRecord, Store
 
 
-def pending_of(row: JobRecord) -> PendingJob:
-    """A stored job as the queue holds it (its id is its place among equal priorities)."""
+def pending_of(row: JobRecord, run_times: RunTimes | None = None) -> PendingJob:
+    """A stored job as the queue holds it (its id is its place among equal priorities),
+    with its expected run time: its time limit, else one predicted from ``run_times``."""
     spec = row.spec
+    limit = spec.get("time_limit")
+    expected = (float(limit) if limit is not None else None) if run_times is None \
+        else run_times.expected(limit, row.name)
     allowed = spec.get("allowed_gpus")
     return PendingJob(id=row.id, priority=row.priority, seq=row.id,
                       gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
                       allowed=frozenset(allowed) if allowed else None,
                       after=tuple(spec.get("after") or ()), not_before=row.not_before,
-                      pool=row.pool)
+                      pool=row.pool, expected=expected)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class JobTable:
         self.settings, self.store, self.clock = settings, store, clock
         self.tracking, self.kick = tracking, kick
         self.queue = PendingQueue()
+        self.run_times = RunTimes(store, clock)  # predicted run times, cached per name
         self.running: dict[int, Running] = {}
         # ended jobs whose output is still being read (job_output.read_ended)
         self.ended_output: dict[int, Running] = {}
@@ -159,7 +165,7 @@ class JobTable:
                                        submitted_at=row.created_at, log_path=log_path,
                                        done=self._run_opened)
         if queue:
-            self.add_pending(pending_of(row))
+            self.add_pending(pending_of(row, self.run_times))
 
     def add_pending(self, pending: PendingJob) -> None:
         if pending.id in self.tracking.creating:

@@ -63,7 +63,7 @@ def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
     table = daemon.table
     if attempt is None or attempt.ended_at is not None:
         # STARTING with no live attempt: the intent was never carried out
-        table.requeue(row.id, state, NOT_LAUNCHED, pending_of(row))
+        table.requeue(row.id, state, NOT_LAUNCHED, pending_of(row, daemon.table.run_times))
         return
     run = _run_of(daemon.backends, row, attempt)
     daemon.tracking.adopt(row.id, run.spec, row.tracking, row.created_at, run.log_path,

@@ -14,6 +14,7 @@ from rota.core.preempt import RunningJob
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 from rota.server.outputs import OutputReader
+from rota.server.run_times import RunTimes
 
 
 @dataclass
@@ -58,18 +59,20 @@ class Running:
         self.timers.clear()
 
 
-def preemption_view(runs: Iterable[Running], now: float) -> list[RunningJob]:
-    """Running jobs as preemption weighs them (only worth building when one may be
-    preempted or is being stopped)."""
-    runs = list(runs)
-    if not any(r.spec.preemptible or r.stop_reason for r in runs):
-        return []
+def preemption_view(runs: Iterable[Running], now: float,
+                    run_times: RunTimes | None = None) -> list[RunningJob]:
+    """Running jobs as preemption weighs them, and as backfill and start estimates see
+    them: each with its expected end (its start plus its time limit, else its predicted
+    run time from ``run_times``; None when neither is known)."""
     out = []
     for r in runs:
+        expected = r.spec.time_limit if run_times is None \
+            else run_times.expected(r.spec.time_limit, r.spec.name)
         saved = ((r.output.progress.checkpoint or {}).get("ts") if r.output else None) or 0.0
         out.append(RunningJob(
             id=r.job_id, priority=r.pending.priority, gpu_indices=r.gpus, milli=r.milli,
             gpu_mem=r.gpu_mem, preemptible=r.spec.preemptible and r.handle is not None,
             since_checkpoint_s=max(0.0, now - max(r.started_at, float(saved))),
-            stopping=r.stop_reason is not None))
+            stopping=r.stop_reason is not None,
+            expected_end=None if expected is None else r.started_at + expected))
     return out

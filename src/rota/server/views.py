@@ -4,7 +4,7 @@ as a dict (rota.server.daemon_ports builds them)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rota.core.lifecycle import TERMINAL
@@ -39,7 +39,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
         "gpu_indices": facts["gpu_indices"],
         "progress": progress_view(r["progress"]),
     }
-    for key in ("tracking", "reason", "engine"):
+    for key in ("tracking", "reason", "engine", "estimated_start"):
         if key in facts:
             out[key] = facts[key]
     idle = facts.get("idle")  # a running job holding a GPU that stays idle (core.idle)
@@ -120,6 +120,12 @@ def clock_text(ts: float, now: float) -> str:
     return when.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
 
 
+def estimate_text(ts: float) -> str:
+    """A start estimate as `rota why` says it."""
+    when = datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M UTC")
+    return f"may start around {when} (estimate from time limits / predicted run times)"
+
+
 def span_text(seconds: float) -> str:
     """A length of time as a person says it: 45s, 2m 10s, 3h 05m, 2d 4h."""
     s = max(0, round(seconds))
@@ -144,7 +150,12 @@ def why_view(view: dict[str, Any], now: float) -> dict[str, Any]:
     state = view["state"]
     out: dict[str, Any] = {"id": view["id"], "state": state}
     if "reason" in view:
-        return {**out, **view["reason"]}
+        out = {**out, **view["reason"]}
+        if "estimated_start" in view:
+            out["estimated_start"] = est = view["estimated_start"]
+            if est is not None:
+                out["message"] = f"{out['message']}; {estimate_text(est)}"
+        return out
     started, ended = view["started_at"], view["ended_at"]
     gpus = view["gpu_indices"]
     if state in ("running", "starting", "preempted"):

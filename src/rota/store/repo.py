@@ -650,6 +650,16 @@ class Store:
         with self._reading() as c:
             return {str(name): (int(jid), int(peak)) for name, jid, peak in c.execute(q)}
 
+    def completed_run_times(self, name: str, *, last: int) -> list[float]:
+        """Run times in seconds of the newest ``last`` completed attempts of jobs named
+        ``name``, newest first (through ix_jobs_name; what run-time predictions read)."""
+        j, a = _jobs.c, _attempts.c
+        q = (select(a.ended_at - a.started_at).join(_jobs, a.job_id == j.id)
+             .where(j.name == name, a.outcome == "completed", a.ended_at.is_not(None))
+             .order_by(a.id.desc()).limit(last))
+        with self._reading() as c:
+            return [max(0.0, float(t)) for (t,) in c.execute(q)]
+
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float,
                  unix_account: str | None = None, exist_ok: bool = False) -> UserRow:

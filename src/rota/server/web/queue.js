@@ -195,7 +195,12 @@ export function renderQueue(root, q) {
       return out;
     }
     const w = fmt.waiting(j);
-    return [w !== null ? h("span", { class: "muted" }, `waiting ${fmt.duration(w)}`) : "–"];
+    // the scheduler's start estimate (time limits / predicted run times); none: unknown
+    const est = j.state === "pending" && j.estimated_start
+      ? h("div", { class: "muted small start-estimate", title: `may start around ${fmt.stamp(j.estimated_start)} (estimate)` },
+        `starts ~${fmt.ago(j.estimated_start)}`)
+      : null;
+    return [w !== null ? h("span", { class: "muted" }, `waiting ${fmt.duration(w)}`) : "–", est];
   }
 
   function rowFor(j) {
