@@ -57,8 +57,10 @@ class IdleWatch:
             self.stopper.stop(run, StopReason.IDLE, f"{text} ([idle] action = stop)")
 
     def facts(self, run: Running, now: float) -> dict[str, object] | None:
-        """A flagged job's idle facts for API answers, or None."""
-        since = idle_since(run.idle, now, self.rule)
+        """A flagged job's idle facts for API answers, or None. Only once the device loop
+        has flagged it (and stored its event): a read between two readings must not show
+        a flag whose event is not there yet."""
+        since = idle_since(run.idle, now, self.rule) if run.idle_flagged else None
         if since is None:
             return None
         gpus = idle_gpus(run.idle, now, self.rule)
