@@ -13,6 +13,7 @@ has a few hundred classes even when full.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -43,11 +44,24 @@ class Demand(NamedTuple):
 # (model, free cpu, free memory, free GPU shares sorted): what a node's score depends on
 StateKey = tuple[str, int, int, tuple[int, ...]]
 
+#: the paper's best-fit normalises free CPU (thousandths of a core) and GPU (thousandths)
+#: by the largest node it knows of, and weighs them half and half (memory is not scored)
+MAX_SPEC_CPU = 128_000
+MAX_SPEC_GPU = 8 * MILLI
+#: scores are whole numbers in 0-100 as in the Kubernetes scheduler framework the paper runs
+#: in; nodes whose scores round to the same number tie, and the first node wins the tie
+MAX_SCORE = 100
+
 
 class Cluster:
     def __init__(self, nodes: Sequence[Node], policy: Policy,
                  workload: packing.Workload | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, integer_scores: bool = True) -> None:
+        """`integer_scores`: score nodes as the paper's scheduler does, in whole points of
+        0-100 (FGD: 100 * sigmoid(fragmentation drop / one GPU); best-fit: 100 * (1 - what
+        is left, CPU and GPU half each)), the first node winning a tie; False compares the
+        exact figures (FGD: growth; best-fit: sum of the shares left of GPU, CPU, memory)."""
+        self.integer_scores = integer_scores
         self.nodes = list(nodes)
         self.policy = policy
         self.packing = packing.check_packing(policy.packing)
@@ -86,7 +100,10 @@ class Cluster:
         got = self._frag.get(key)
         if got is None:
             model, cpu, mem, free = key
-            fits = [s for s in self.workload if s.models is None or model in s.models]
+            # shapes that cannot use this GPU type, and tasks asking no GPU (the paper
+            # counts every free GPU as unused by them), lose all the node's free GPUs
+            fits = [s for s in self.workload
+                    if s.gpus_milli and (s.models is None or model in s.models)]
             lost = sum(s.weight for s in self.workload) - sum(s.weight for s in fits)
             got = packing.fragmentation(Counter(free), tuple(fits), cpu, mem) \
                 + lost * sum(free)
@@ -126,7 +143,11 @@ class Cluster:
             i = next(iter(self._members[key]))
             after, _ = self._after(i, d)
             if self.packing == "fgd":
-                got = self.fragmentation(after) - self.fragmentation(key)
+                growth = self.fragmentation(after) - self.fragmentation(key)
+                got = -_points(_sigmoid(-growth / MILLI)) if self.integer_scores else growth
+            elif self.integer_scores:  # the paper's best-fit
+                left = 0.5 * after[1] / MAX_SPEC_CPU + 0.5 * sum(after[3]) / MAX_SPEC_GPU
+                got = -_points(1.0 - left)
             else:  # best-fit over the node's dimensions, each as a share of the node's
                 n = self.nodes[i]
                 got = (sum(after[3]) / (n.gpus * MILLI) if n.gpus else 0.0) \
@@ -160,3 +181,12 @@ class Cluster:
         self.allocated_milli += d.gpus_milli
         self._refile(i)
         return i, gpus
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+def _points(x: float) -> int:
+    """A 0-1 figure as whole points of MAX_SCORE, truncated as Go's int64() does."""
+    return int(x * MAX_SCORE)
