@@ -126,7 +126,10 @@ class Cluster:
         """The node's state once `d` is placed on it (GPUs by its pool's packing)."""
         gpus: tuple[int, ...] = ()
         free = dict(self.pools[i].free_milli)
-        if d.gpus_milli:
+        if self.packing == "fgd" and self.integer_scores and 0 < d.gpus_milli < MILLI:
+            gpus = (self._fgd_gpu(i, d, free),)
+            free[gpus[0]] -= d.gpus_milli
+        elif d.gpus_milli:
             found = self.pools[i].find(self._job(d))
             assert found is not None  # _fits said so
             gpus = found
@@ -135,6 +138,25 @@ class Cluster:
         model = self.nodes[i].model
         return (model, self.cpu_free[i] - d.cpu, self.mem_free[i] - d.memory,
                 tuple(sorted(free.values()))), gpus
+
+    def _fgd_gpu(self, i: int, d: Demand, free: dict[int, int]) -> int:
+        """The paper's choice of GPU for a share: the best score in whole points, the
+        lowest index among GPUs that score alike."""
+        model, cpu, mem = self.nodes[i].model, self.cpu_free[i] - d.cpu, self.mem_free[i] - d.memory
+        before = self.fragmentation(self._key[i])
+        best: tuple[int, int] | None = None
+        for g in sorted(free):
+            f = free[g]
+            if f < d.gpus_milli:
+                continue
+            after = sorted(free.values())
+            after[after.index(f)] = f - d.gpus_milli
+            growth = self.fragmentation((model, cpu, mem, tuple(sorted(after)))) - before
+            points = _points(_sigmoid(-growth / MILLI))
+            if best is None or points > best[0]:
+                best = (points, g)
+        assert best is not None  # _fits said so
+        return best[1]
 
     def _scored(self, key: StateKey, d: Demand) -> float:
         """Lower is better: best-fit, what the node has left; fgd, fragmentation growth."""
