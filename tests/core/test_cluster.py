@@ -102,3 +102,14 @@ def test_the_openb_experiment_runs_on_an_excerpt() -> None:
         for packing in PACKINGS:
             share = run_once(nodes, sampler, workload, packing, seed=1)
             assert 0.5 < share <= 1.0, (variant, packing, share)
+
+
+def test_best_fit_is_the_papers_cpu_and_gpu_left_over_the_largest_node() -> None:
+    # a: 64 cores, b: 16 cores, both 2 GPUs; a 1-GPU task leaves 0.5*64/128 + 0.5*1/8 on a
+    # (68 points) and 0.5*16/128 + 0.5*1/8 on b (87 points): b. Each node's own shares
+    # (GPU 1/2 + CPU 1 + memory 1 on both) tie, and a wins.
+    nodes = [node("a", 2, cpu=64_000), node("b", 2, cpu=16_000)]
+    assert Cluster(nodes, Policy(packing="best-fit")).place(Demand(1000))[0] == 1  # type: ignore[index]
+    exact = Cluster(nodes, Policy(packing="best-fit"), integer_scores=False)
+    assert exact.place(Demand(1000))[0] == 0  # type: ignore[index]
+

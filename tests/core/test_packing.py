@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -11,9 +12,9 @@ from hypothesis import strategies as st
 from tests.core.builders import a_gpu, a_job, apply, machine, placed, plan_for
 
 from rota.config import Settings
-from rota.core.packing import PACKINGS, Shape, fgd_pick, fragmentation, workload_of
+from rota.core.packing import PACKINGS, FragCache, Shape, fgd_pick, fragmentation, workload_of
 from rota.core.pool import GpuPool
-from rota.core.snapshot import MILLI, Policy
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 from rota.server.daemon import Daemon
 
 HALVES = (Shape(500, 1.0),)
@@ -137,3 +138,70 @@ def test_no_policy_over_commits_a_gpu(packing: str, seed: int, taken: list[int],
             assert len(set(start.gpu_indices)) == len(start.gpu_indices)
         gs = apply(gs, plan)
         assert all(0 <= g.allocated_milli <= MILLI for g in gs), gs
+
+
+# --- the cached fragmentation equals the full computation --------------------------------
+
+free_shares = st.sampled_from([0, 50, 100, 190, 300, 470, 500, 650, 810, 1000])
+workloads = st.lists(st.tuples(st.sampled_from([50, 230, 470, 500, 810, 1000, 2000, 4000, 8000]),
+                               st.integers(1, 20)), min_size=1, max_size=6).map(
+    lambda ws: tuple(Shape(m, n / sum(k for _, k in ws)) for m, n in ws))
+
+
+@settings(max_examples=150, deadline=None)
+@given(workload=workloads,
+       steps=st.lists(st.tuples(st.booleans(), free_shares), max_size=40),
+       move=st.tuples(free_shares, st.sampled_from([50, 100, 230, 500, 1000])))
+def test_frag_cache_equals_the_full_computation(workload: tuple[Shape, ...],
+                                                steps: list[tuple[bool, int]],
+                                                move: tuple[int, int]) -> None:
+    cache, gpus = FragCache(workload), []
+    for join, f in steps:  # GPUs join, or one of those there leaves
+        if join or not gpus:
+            gpus.append(f)
+            cache.add(f)
+        else:
+            cache.add(gpus.pop(len(gpus) // 2), -1)
+        assert cache.value() == pytest.approx(fragmentation(Counter(gpus), workload))
+    f, milli = move
+    if f in gpus and milli <= f:
+        after = list(gpus)
+        after[after.index(f)] = f - milli
+        want = fragmentation(Counter(after), workload) - fragmentation(Counter(gpus), workload)
+        assert cache.growth(f, milli) == pytest.approx(want)
+        assert cache.value() == pytest.approx(fragmentation(Counter(gpus), workload))
+
+
+@settings(max_examples=100, deadline=None)
+@given(workload=workloads,
+       free=st.lists(free_shares, min_size=1, max_size=16),
+       size=st.lists(st.sampled_from([40, 80]), min_size=16, max_size=16),
+       jobs=st.lists(st.tuples(st.sampled_from([50, 100, 230, 470, 500, 810]),
+                               st.sampled_from([None, 30]), st.booleans()),
+                     min_size=1, max_size=12),
+       allowed_seed=st.integers(0, 100))
+def test_the_pools_fgd_picks_what_the_full_computation_picks(
+        workload: tuple[Shape, ...], free: list[int], size: list[int],
+        jobs: list[tuple[int, int | None, bool]], allowed_seed: int) -> None:
+    """GpuPool keeps the fragmentation cached and scores classes of GPUs; one job after
+    another it must pick the GPU packing.fgd_pick finds from scratch over every GPU."""
+    gib = 1 << 30
+    gpus = [GpuView(index=i, memory_total=size[i] * gib, allocated_milli=MILLI - f,
+                    reserved_memory=(MILLI - f) * size[i] * gib // MILLI)
+            for i, f in enumerate(free)]
+    pool = GpuPool(gpus, Policy(packing="fgd"), workload)
+    rng = random.Random(allowed_seed)
+    for k, (milli, mem_gib, pinned) in enumerate(jobs):
+        mem = mem_gib * gib if mem_gib else None
+        allowed = frozenset(rng.sample(range(len(free)), max(1, len(free) // 2))) \
+            if pinned else None
+        job = PendingJob(id=k, priority=0, seq=k, gpus_milli=milli, gpu_mem=mem,
+                         allowed=allowed)
+        usable = {i: f for i, f in pool.free_milli.items() if pool._key_of.get(i) is not None}
+        cands = [i for i in (allowed if allowed is not None else usable)
+                 if pool.usable(i, milli, mem)]
+        want = fgd_pick(usable, cands, milli, workload)
+        got = pool.find(job)
+        assert got == (None if want is None else (want,))
+        if got is not None:
+            pool.take(got, milli, mem)

@@ -13,6 +13,7 @@ has a few hundred classes even when full.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -43,11 +44,24 @@ class Demand(NamedTuple):
 # (model, free cpu, free memory, free GPU shares sorted): what a node's score depends on
 StateKey = tuple[str, int, int, tuple[int, ...]]
 
+#: the paper's best-fit normalises free CPU (thousandths of a core) and GPU (thousandths)
+#: by the largest node it knows of, and weighs them half and half (memory is not scored)
+MAX_SPEC_CPU = 128_000
+MAX_SPEC_GPU = 8 * MILLI
+#: scores are whole numbers in 0-100 as in the Kubernetes scheduler framework the paper runs
+#: in; nodes whose scores round to the same number tie, and the first node wins the tie
+MAX_SCORE = 100
+
 
 class Cluster:
     def __init__(self, nodes: Sequence[Node], policy: Policy,
                  workload: packing.Workload | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, integer_scores: bool = True) -> None:
+        """`integer_scores`: score nodes as the paper's scheduler does, in whole points of
+        0-100 (FGD: 100 * sigmoid(fragmentation drop / one GPU); best-fit: 100 * (1 - what
+        is left, CPU and GPU half each)), the first node winning a tie; False compares the
+        exact figures (FGD: growth; best-fit: sum of the shares left of GPU, CPU, memory)."""
+        self.integer_scores = integer_scores
         self.nodes = list(nodes)
         self.policy = policy
         self.packing = packing.check_packing(policy.packing)
@@ -86,7 +100,10 @@ class Cluster:
         got = self._frag.get(key)
         if got is None:
             model, cpu, mem, free = key
-            fits = [s for s in self.workload if s.models is None or model in s.models]
+            # shapes that cannot use this GPU type, and tasks asking no GPU (the paper
+            # counts every free GPU as unused by them), lose all the node's free GPUs
+            fits = [s for s in self.workload
+                    if s.gpus_milli and (s.models is None or model in s.models)]
             lost = sum(s.weight for s in self.workload) - sum(s.weight for s in fits)
             got = packing.fragmentation(Counter(free), tuple(fits), cpu, mem) \
                 + lost * sum(free)
@@ -109,7 +126,10 @@ class Cluster:
         """The node's state once `d` is placed on it (GPUs by its pool's packing)."""
         gpus: tuple[int, ...] = ()
         free = dict(self.pools[i].free_milli)
-        if d.gpus_milli:
+        if self.packing == "fgd" and self.integer_scores and 0 < d.gpus_milli < MILLI:
+            gpus = (self._fgd_gpu(i, d, free),)
+            free[gpus[0]] -= d.gpus_milli
+        elif d.gpus_milli:
             found = self.pools[i].find(self._job(d))
             assert found is not None  # _fits said so
             gpus = found
@@ -119,6 +139,25 @@ class Cluster:
         return (model, self.cpu_free[i] - d.cpu, self.mem_free[i] - d.memory,
                 tuple(sorted(free.values()))), gpus
 
+    def _fgd_gpu(self, i: int, d: Demand, free: dict[int, int]) -> int:
+        """The paper's choice of GPU for a share: the best score in whole points, the
+        lowest index among GPUs that score alike."""
+        model, cpu, mem = self.nodes[i].model, self.cpu_free[i] - d.cpu, self.mem_free[i] - d.memory
+        before = self.fragmentation(self._key[i])
+        best: tuple[int, int] | None = None
+        for g in sorted(free):
+            f = free[g]
+            if f < d.gpus_milli:
+                continue
+            after = sorted(free.values())
+            after[after.index(f)] = f - d.gpus_milli
+            growth = self.fragmentation((model, cpu, mem, tuple(sorted(after)))) - before
+            points = _points(_sigmoid(-growth / MILLI))
+            if best is None or points > best[0]:
+                best = (points, g)
+        assert best is not None  # _fits said so
+        return best[1]
+
     def _scored(self, key: StateKey, d: Demand) -> float:
         """Lower is better: best-fit, what the node has left; fgd, fragmentation growth."""
         got = self._score.get((key, d))
@@ -126,7 +165,11 @@ class Cluster:
             i = next(iter(self._members[key]))
             after, _ = self._after(i, d)
             if self.packing == "fgd":
-                got = self.fragmentation(after) - self.fragmentation(key)
+                growth = self.fragmentation(after) - self.fragmentation(key)
+                got = -_points(_sigmoid(-growth / MILLI)) if self.integer_scores else growth
+            elif self.integer_scores:  # the paper's best-fit
+                left = 0.5 * after[1] / MAX_SPEC_CPU + 0.5 * sum(after[3]) / MAX_SPEC_GPU
+                got = -_points(1.0 - left)
             else:  # best-fit over the node's dimensions, each as a share of the node's
                 n = self.nodes[i]
                 got = (sum(after[3]) / (n.gpus * MILLI) if n.gpus else 0.0) \
@@ -160,3 +203,12 @@ class Cluster:
         self.allocated_milli += d.gpus_milli
         self._refile(i)
         return i, gpus
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+def _points(x: float) -> int:
+    """A 0-1 figure as whole points of MAX_SCORE, truncated as Go's int64() does."""
+    return int(x * MAX_SCORE)

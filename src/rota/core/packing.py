@@ -118,6 +118,67 @@ def fgd_pick(free_by_gpu: Mapping[int, int], candidates: Iterable[int], milli: i
     return None if best is None else best[2]
 
 
+class FragCache:
+    """The fragmentation of a changing set of GPUs, kept up to date as GPUs change share.
+
+    `fragmentation` walks every distinct free share for every shape; a pass that places
+    thousands of shares on a large machine would redo that for each one. This keeps, per
+    shape, the two sums the figure is made of (the free capacity of GPUs too small for the
+    shape, and how many GPUs hold it), so adding or removing a GPU costs one step per shape
+    and the growth of moving one GPU from one share to another is worked out without
+    touching the other GPUs. Equal to `fragmentation(counts, workload)` at all times
+    (tests/core/test_packing.py checks it against the full computation).
+    """
+
+    def __init__(self, workload: Workload) -> None:
+        self.shapes = tuple(s for s in workload if s.gpus_milli > 0)
+        self.counts: Counter[int] = Counter()  # GPUs by free share (> 0)
+        self.total = 0  # free capacity, thousandths
+        self.whole = 0  # idle GPUs
+        self._need = [min(s.gpus_milli, MILLI) for s in self.shapes]
+        self._small = [0] * len(self.shapes)  # free capacity on GPUs below the shape's need
+        self._fit = [0] * len(self.shapes)  # GPUs holding the shape's need
+
+    def add(self, free: int, n: int = 1) -> None:
+        """`n` GPUs with `free` thousandths join the set (n < 0: leave it)."""
+        if free <= 0 or n == 0:
+            return
+        self.counts[free] += n
+        if not self.counts[free]:
+            del self.counts[free]
+        self.total += free * n
+        if free == MILLI:
+            self.whole += n
+        for k, need in enumerate(self._need):
+            if free < need:
+                self._small[k] += free * n
+            else:
+                self._fit[k] += n
+
+    def value(self) -> float:
+        total, frag = self.total, 0.0
+        if total == 0:
+            return 0.0
+        for k, shape in enumerate(self.shapes):
+            if shape.gpus_milli >= MILLI:
+                lost = total if self.whole < shape.gpus_milli // MILLI \
+                    else total - self.whole * MILLI
+            else:
+                lost = total if self._fit[k] == 0 else self._small[k]
+            frag += shape.weight * lost
+        return frag
+
+    def growth(self, free: int, milli: int) -> float:
+        """How much the fragmentation grows if one GPU with `free` gives `milli` away."""
+        before = self.value()
+        self.add(free, -1)
+        self.add(free - milli)
+        after = self.value()
+        self.add(free - milli, -1)
+        self.add(free)
+        return after - before
+
+
 def random_pick(candidates: Iterable[int], rng: random.Random) -> int | None:
     pool = sorted(candidates)  # sorted: the draw depends on the seed only, not set order
     return rng.choice(pool) if pool else None

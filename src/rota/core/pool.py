@@ -38,6 +38,8 @@ class GpuPool:
         self.version = 0  # bumped whenever capacity changes
         self._cands: dict[tuple[int, int | None], tuple[int, frozenset[int]]] = {}
         self._sorted_keys: list[ClassKey] | None = None
+        # FGD's figure over the filed GPUs, kept up to date by _file/_unfile
+        self._frag = packing.FragCache(self.workload) if self.packing == "fgd" else None
         for g in gpus:
             self.free_milli[g.index] = g.free_milli
             self.free_mem[g.index] = g.free_memory
@@ -53,6 +55,8 @@ class GpuPool:
         old = self._key_of.get(i)
         if old is not None:
             self._count[old] -= 1
+            if self._frag is not None:
+                self._frag.add(old[0], -1)
         self._key_of[i] = None
 
     def _file(self, i: int) -> None:
@@ -63,6 +67,8 @@ class GpuPool:
         key = (self.free_milli[i], self.views[i].memory_total)
         self._key_of[i] = key
         self._count[key] = self._count.get(key, 0) + 1
+        if self._frag is not None:
+            self._frag.add(key[0])
         heap = self._classes.get(key)
         if heap is None:
             self._classes[key] = heap = []
@@ -157,17 +163,47 @@ class GpuPool:
 
     def _find_share_by_policy(self, job: PendingJob) -> tuple[int, ...] | None:
         m, mem = job.gpus_milli, job.gpu_mem
+        if self._frag is not None:
+            return self._find_share_fgd(job, self._frag)
         cands = (i for i in (job.allowed if job.allowed is not None else self.views)
                  if self.usable(i, m, mem))
         picked: int | None
         if self.packing == "first-fit":
             picked = min(cands, default=None)
-        elif self.packing == "random":
+        else:  # random
             picked = packing.random_pick(cands, self.rng)
-        else:
-            free = {i: f for i, f in self.free_milli.items() if self._key_of.get(i) is not None}
-            picked = packing.fgd_pick(free, cands, m, self.workload)
         return None if picked is None else (picked,)
+
+    def _find_share_fgd(self, job: PendingJob, frag: packing.FragCache) -> tuple[int, ...] | None:
+        """The GPU whose use grows the fragmentation least (ties: least free, lowest index),
+        as packing.fgd_pick, but from the cached figure and by class: GPUs with the same
+        free share grow it the same, so each share is scored once."""
+        m, mem = job.gpus_milli, job.gpu_mem
+        growth: dict[int, float] = {}
+
+        def grows(f: int) -> float:
+            g = growth.get(f)
+            if g is None:
+                g = growth[f] = frag.growth(f, m)
+            return g
+
+        if job.allowed is not None:
+            best = min(((grows(self.free_milli[i]), self.free_milli[i], i)
+                        for i in job.allowed if self.usable(i, m, mem)), default=None)
+            return None if best is None else (best[2],)
+        ranked = sorted((grows(k[0]), k[0], k) for k in self._keys()
+                        if k[0] >= m and self._count.get(k))
+        at = 0
+        while at < len(ranked):  # classes scoring alike (same share, other GPU sizes) together
+            end = at
+            while end < len(ranked) and ranked[end][:2] == ranked[at][:2]:
+                end += 1
+            found = [i for _, _, k in ranked[at:end]
+                     if (i := self._first_in_class(k, mem)) is not None]
+            if found:
+                return (min(found),)
+            at = end
+        return None
 
     def _find_whole(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
         mem = job.gpu_mem
