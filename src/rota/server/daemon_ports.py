@@ -33,6 +33,7 @@ from rota.server.pool_reads import (
 )
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
+from rota.server.shares_view import WEEK_S, priority_answer, shares_answer
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, ScheduleRecord, Store
@@ -191,6 +192,24 @@ class DaemonPorts:
     def job_state(self, job_id: int) -> JobState:
         return self._d.job_state(job_id)
 
+    def shares(self) -> dict[str, Any]:
+        d, p = self._d, self._d.settings.priority
+        now = d.clock()
+        return shares_answer(d.fair.standing(d.running.keys()),
+                             d.store.usage(now - WEEK_S, now), now=now,
+                             fair_share=p.fair_share, half_life=p.half_life)
+
+    def priority(self, job_id: int) -> dict[str, Any]:
+        d = self._d
+        job = d.queue.get(job_id)
+        if job is None:
+            state = d.job_state(job_id)  # NotFound for no such job
+            raise Conflict(f"job {job_id} is {state.value}: only a waiting job has a "
+                           "priority")
+        factors = d.fair.factors(job, len(d.readings), d.running.keys())
+        return priority_answer(job.id, job.user, job.project, factors, d.fair.weights,
+                               fair_share=d.fair.on)
+
     def health(self) -> dict[str, Any]:
         d = self._d
         return {"devices": d.devices.kind, "gpus": len(d.readings), "pending": len(d.queue),
@@ -322,6 +341,13 @@ class DaemonPorts:
 
     def reload_jobs_file(self, again: Sequence[int] = ()) -> dict[str, Any]:
         return vars(self._intake.poll_jobs_file(force=True, again=again))
+
+    def set_share(self, kind: str, name: str, shares: float) -> None:
+        if kind == "user":
+            check_user_name(name)
+        self._d.store.set_share(kind, name, shares, now=self._d.clock())
+        self._d.fair.changed()
+        self._d.kick()  # the queue's order may change
 
     def add_user(self, name: str, *, admin: bool, unix_account: str | None = None) -> UserRow:
         if unix_account is not None:
