@@ -118,6 +118,7 @@ from rota.core.fairshare import (  # noqa: E402
     account_usage,
     decayed_gpu_seconds,
     order_queue,
+    passed_by,
     priority_of,
 )
 from rota.core.snapshot import PendingJob  # noqa: E402
@@ -190,3 +191,12 @@ def test_account_usage_sums_users_and_projects_and_counts_running_ones_to_now() 
     acc = account_usage(recs, now=10.0, half_life=1e9)
     assert acc.users == pytest.approx({"ann": 10.0, "bob": 20.0})
     assert acc.projects == pytest.approx({"vision": 10.0})
+
+
+def test_passed_by_names_the_first_later_job_of_an_owner_under_their_share() -> None:
+    standing = _standing({"ann": 100.0, "bob": 1.0}, {})
+    mine = _job(1, "ann")
+    ahead = [_job(5, "bob"), _job(3, "bob"), _job(0, "bob"), _job(2, "ann")]
+    got = passed_by(mine, ahead, standing)
+    assert got is not None and got.id == 3
+    assert passed_by(_job(9, "bob"), [_job(10, "ann")], standing) is None  # ann is over

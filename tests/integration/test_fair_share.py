@@ -6,6 +6,7 @@ ROTA_TEST_PG_URL names a server."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,8 +69,20 @@ def test_two_users_flooding_the_queue_get_their_shares(daemon_factory, tmp_path:
         job = {"command": ["sleep", "0.3"], "gpus": 1}
         with RawClient(url=f"http://127.0.0.1:{port}", token=token) as bob:
             # bob floods first: submission order alone would give him everything
-            bob.submit([job] * 150)
+            bob_jobs = bob.submit([job] * 150)
             owner.submit([job] * 150)
+            # `rota why` names fair share when a later job of ann's goes ahead of bob's
+            last = bob_jobs[-1]["id"]
+            said: list[str] = []
+
+            def names_fair_share() -> bool:
+                said.append(owner.why(last)["message"])
+                return "fair-share factor" in said[-1]
+
+            wait_until(names_fair_share, timeout=20, what="why naming fair share")
+            assert re.match(rf"waits behind job \d+ of {ann}: bob's fair-share factor "
+                            rf"[01]\.\d\d < {ann}'s [01]\.\d\d \(bob used \d+\.\d GPU-h of "
+                            r"a 33% share this week\); ", said[-1]), said[-1]
             # both keep jobs waiting throughout; stop before either runs out
             wait_until(lambda: sum(_gpu_seconds(url, (ann, "bob"))) >= 30, timeout=90,
                        what="30 GPU-seconds used")

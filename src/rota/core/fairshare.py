@@ -286,3 +286,18 @@ def order_queue(pending: Iterable[PendingJob], standing: Standing, weights: Weig
 
     jobs.sort(key=key)
     return jobs
+
+
+def passed_by(job: PendingJob, ahead: Iterable[PendingJob],
+              standing: Standing) -> PendingJob | None:
+    """The earliest-submitted job of another owner, submitted after ``job`` yet ahead of it
+    (waiting before it in the order, or running), because its owner's fair-share factor is
+    higher: what ``rota why`` names. None when fair share is not why ``job`` waits."""
+    mine = standing.factor(job.user, job.project)
+    best: PendingJob | None = None
+    for other in ahead:
+        if (other.seq > job.seq and other.user != job.user
+                and (best is None or other.seq < best.seq)
+                and standing.factor(other.user, other.project) > mine):
+            best = other
+    return best

@@ -15,7 +15,9 @@ from typing import Any
 from prometheus_client import Histogram
 
 from rota.backends.engine import PoolHealth
+from rota.core.fairshare import passed_by
 from rota.core.lifecycle import JobState
+from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
 from rota.pools import LOCAL
@@ -33,7 +35,12 @@ from rota.server.pool_reads import (
 )
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
-from rota.server.shares_view import WEEK_S, priority_answer, shares_answer
+from rota.server.shares_view import (
+    WEEK_S,
+    fair_share_wait,
+    priority_answer,
+    shares_answer,
+)
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, ScheduleRecord, Store
@@ -73,9 +80,38 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["reason"] = {"code": str(reason.code),
                              "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
+            if d.fair.on and reason.until is None:  # not a gate: it waits for GPUs
+                _name_fair_share(d, job_id, out["reason"])
     if state == "pending" and spec.get("gpu_type"):
         out["reason"] = with_gpu_type(out["reason"], spec)
     return out
+
+
+def _name_fair_share(d: Daemon, job_id: int, reason: dict[str, Any]) -> None:
+    """Put fair share first in a waiting job's reason when it is why a job submitted later
+    by someone else goes ahead of it."""
+    job = d.queue.get(job_id)
+    if job is None:
+        return
+    order = d.fair.ordered(d.queue.ordered(), d.queue.version, len(d.readings),
+                           d.running.keys())
+    ahead = [*islice(iter(order), _place(order, job_id)),
+             *(r.pending for r in d.running.values())]
+    standing = d.fair.standing(d.running.keys())
+    other = passed_by(job, ahead, standing)
+    if other is None:
+        return
+    now = d.clock()
+    week = sum(r.gpus * (min(r.ended_at or now, now) - max(r.started_at, now - WEEK_S))
+               for r in d.store.usage(now - WEEK_S, now) if r.user == job.user) / 3600.0
+    reason["message"] = f"{fair_share_wait(job, other, standing, week)}; {reason['message']}"
+
+
+def _place(order: list[PendingJob], job_id: int) -> int:
+    for n, j in enumerate(order):
+        if j.id == job_id:
+            return n
+    return len(order)
 
 
 def engine_facts(run: Running) -> dict[str, Any]:

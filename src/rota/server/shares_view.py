@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rota.core.fairshare import Factors, FairShare, Standing, Weights
+from rota.core.snapshot import PendingJob
 from rota.core.usage import UsageRecord, totals
 
 DAY_S = 86_400.0
@@ -49,3 +50,17 @@ def priority_answer(job_id: int, user: str, project: str | None, factors: Factor
             "factors": [{"name": n, "factor": round(f, 6), "weight": w,
                          "weighted": round(f * w, 6)} for n, f, w in rows],
             "total": round(factors.total, 6)}
+
+
+def fair_share_wait(job: PendingJob, other: PendingJob, standing: Standing,
+                    week_gpu_hours: float) -> str:
+    """`rota why`'s words when fair share put a later job ahead of ``job``."""
+    mine = standing.factor(job.user, job.project)
+    theirs = standing.factor(other.user, other.project)
+    text = (f"waits behind job {other.id} of {other.user}: {job.user}'s fair-share factor "
+            f"{mine:.2f} < {other.user}'s {theirs:.2f}")
+    account = standing.users.get(job.user)
+    if account is not None:
+        text += (f" ({job.user} used {week_gpu_hours:.1f} GPU-h of a "
+                 f"{account.norm_shares:.0%} share this week)")
+    return text
