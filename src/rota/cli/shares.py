@@ -31,11 +31,12 @@ def shares_view(d: SharesAnswer) -> Group:
                   f"{a['usage_gpu_hours']:.2f}", f"{a['norm_usage']:.0%}",
                   f"{a['factor']:.2f}", f"{a['gpu_hours_day']:.2f}",
                   f"{a['gpu_hours_week']:.2f}")
-    days = d["half_life"] / 86_400.0
+    hl = d["half_life"]
     how = ("the queue is ordered by fair share" if d["fair_share"] else
            "fair share is off ([priority] fair_share = true in rota.toml orders the queue "
            "by it)")
-    half = f"{days:g} days" if days >= 1 else f"{d['half_life']:g} s"
+    half = (f"{hl / 86_400:g} days" if hl >= 86_400 else f"{hl / 3600:g} h" if hl >= 3600
+            else f"{hl:g} s")
     return Group(t if d["accounts"] else Plain("no usage and no shares set yet"),
                  Plain(f"{how}; usage halves every {half}"))
 

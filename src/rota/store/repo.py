@@ -465,16 +465,20 @@ class Store:
         more per row than the database's read of it (4.8 s for a million, against 1.6 s)."""
         j = _jobs.c
         out = Queued([], [], [])
+        # one string per owner and project, not one per row (the driver makes a new one for
+        # each: 20 MB more per 200,000 jobs)
+        names: dict[Any, Any] = {}
+        one = names.setdefault
         with self._reading() as c, _collector_paused():
             cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False))
                 while rows := cursor.fetchmany(chunk):
                     out.pending.extend([
-                        PendingJob(i, p, i, g, m, None, (), nb, pl, u, pr, t)
+                        PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t)
                         if a is None and f is None
-                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl, u,
-                                        pr, t)
+                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl,
+                                        one(u, u), one(pr, pr), t)
                         for i, p, g, m, a, f, nb, pl, u, pr, t in rows])
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=True))
                 out.tracked.extend(row[0] for row in cursor.fetchall())
