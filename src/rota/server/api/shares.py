@@ -21,7 +21,7 @@ AccountName = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,
 
 
 class ShareBody(BaseModel):
-    shares: float = Field(gt=0, le=1e6, allow_inf_nan=False,
+    shares: float = Field(gt=0, le=1e6, allow_inf_nan=False, strict=True,
                           description="its shares (relative: 2 is twice one with 1)")
 
 
