@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import rota
 from rota.client.raw import RawClient
 from rota.errors import Conflict
 from rota.store.repo import Store
@@ -142,5 +143,12 @@ def test_rota_priority_shows_each_factor_and_the_sum(daemon_factory, tmp_path: P
     assert r.returncode == 0, r.stderr
     for words in ("priority", "fair share", "total", f"job {waiting['id']}"):
         assert words in r.stdout
+    with rota.Client(d.socket) as typed:  # the SDK's typed answers
+        p = typed.priority(waiting["id"])
+        assert p.total == pytest.approx(answer["total"], rel=0.01)
+        assert [f.name for f in p.factors] == ["priority", "age", "size", "fair_share"]
+        s = typed.set_share("vision", 3, project=True)
+        assert s.fair_share and ("project", "vision", 3.0) in [
+            (a.kind, a.name, a.shares) for a in s.accounts]
     bad = d.cli("priority", str(long["id"]))
     assert bad.returncode != 0 and "only a waiting job has a priority" in bad.stderr
