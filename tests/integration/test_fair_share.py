@@ -94,6 +94,7 @@ def test_two_users_flooding_the_queue_get_their_shares(daemon_factory, tmp_path:
         for i in ids:
             with contextlib.suppress(Conflict):  # it may have started and ended since
                 owner.cancel(i)
+    print(f"GPU-seconds: {ann} {ann_s:.1f}, bob {bob_s:.1f}, ratio {ann_s / bob_s:.3f}")
     assert ann_s / bob_s == pytest.approx(2.0, rel=0.10), (ann_s, bob_s)
 
     # `rota share` shows both with their shares; the factors survive a restart (decay
