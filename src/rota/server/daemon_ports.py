@@ -17,6 +17,7 @@ from prometheus_client import Histogram
 from rota.backends.engine import PoolHealth
 from rota.core.fairshare import passed_by
 from rota.core.lifecycle import JobState
+from rota.core.plan import ReasonCode
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
@@ -80,11 +81,15 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
             out["reason"] = {"code": str(reason.code),
                              "message": d.last_plan.reason_text(job_id),
                              "until": reason.until, "blocker": reason.blocker}
-            if d.fair.on and reason.until is None:  # not a gate: it waits for GPUs
+            if d.fair.on and reason.code in _ORDER_WAITS:
                 _name_fair_share(d, job_id, out["reason"])
     if state == "pending" and spec.get("gpu_type"):
         out["reason"] = with_gpu_type(out["reason"], spec)
     return out
+
+
+#: the waits the queue's order can explain (not a dependency, a backoff or a drain)
+_ORDER_WAITS = frozenset({ReasonCode.RESOURCES, ReasonCode.PRIORITY})
 
 
 def _name_fair_share(d: Daemon, job_id: int, reason: dict[str, Any]) -> None:
