@@ -647,3 +647,45 @@ class EvalSchedulesAnswer(TypedDict):
 class EvalUnscheduledAnswer(TypedDict):
     id: int
     removed: bool
+
+
+# --- fair share and the order of the queue -------------------------------------------------
+class ShareAnswer(TypedDict):
+    """One user or project as ``rota share`` shows it (rota.core.fairshare.FairShare)."""
+
+    kind: Literal["user", "project"]
+    name: str
+    shares: float  # as an admin set them (1 when none did)
+    norm_shares: float  # its part of all shares, 0..1
+    usage_gpu_hours: float  # decayed with the half-life
+    norm_usage: float  # its part of everyone's decayed usage, 0..1
+    effective: float  # norm_usage / norm_shares: 1 = used exactly its share
+    factor: float  # 2 ** (-effective), 0..1
+    gpu_hours_day: float  # GPU-hours used in the last 24 h (not decayed)
+    gpu_hours_week: float  # in the last 7 days
+
+
+class SharesAnswer(TypedDict):
+    """GET /v1/shares: every user and project with a share set or some usage."""
+
+    fair_share: bool  # whether the queue is ordered by it ([priority] fair_share)
+    half_life: float  # seconds
+    accounts: list[ShareAnswer]
+
+
+class FactorAnswer(TypedDict):
+    name: Literal["priority", "age", "size", "fair_share"]
+    factor: float  # 0..1
+    weight: float
+    weighted: float  # factor x weight
+
+
+class PriorityAnswer(TypedDict):
+    """GET /v1/jobs/{id}/priority: a waiting job's factors and their sum, as sprio shows."""
+
+    id: int
+    user: str
+    project: str | None
+    fair_share: bool  # whether the queue is ordered by the sum ([priority] fair_share)
+    factors: list[FactorAnswer]
+    total: float

@@ -24,7 +24,7 @@ from pydantic_settings import (
 from rota.errors import InvalidSpec
 from rota.home import default_home
 from rota.pools import ENGINES, Pool, Pools, local_engine_implied
-from rota.units import parse_memory
+from rota.units import parse_duration, parse_memory
 
 __all__ = ["Settings", "default_home", "load_settings"]
 
@@ -64,6 +64,36 @@ class IdleSettings(BaseModel):
     action: Literal["flag", "stop"] = Field(default="flag", description="flag: shown in the "
                                             "queue, why, the dashboard and reports; stop: "
                                             "also stopped through the handshake and held")
+
+
+class PrioritySettings(BaseModel):
+    """``[priority]``: the order of the queue (rota.core.fairshare; docs/policy.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fair_share: bool = Field(default=False, description="order the queue by the weighted "
+                             "factors below; false: priority, then submission order")
+    weight_priority: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
+    weight_age: float = Field(default=100.0, ge=0, allow_inf_nan=False)
+    weight_size: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    weight_fair_share: float = Field(default=1000.0, ge=0, allow_inf_nan=False)
+    favor_small: bool = False
+    half_life: float = Field(default=7 * 86_400.0, gt=0, description="seconds (or 7d, "
+                             "12h): usage counts half after this long")
+    max_age: float = Field(default=7 * 86_400.0, gt=0, description="seconds (or 7d): the "
+                           "wait at which the age factor reaches 1")
+    refresh: float = Field(default=2.0, gt=0, description="seconds: usage is summed from "
+                           "the attempts at most this often (and when a job starts or ends)")
+
+    @field_validator("half_life", "max_age", "refresh", mode="before")
+    @classmethod
+    def _duration(cls, v: object, info: Any) -> object:
+        if not isinstance(v, str):
+            return v
+        try:
+            return parse_duration(v, field=info.field_name)
+        except InvalidSpec as e:  # pydantic names the setting when it is a ValueError
+            raise ValueError(str(e)) from None
 
 
 class Settings(BaseSettings):
@@ -115,6 +145,8 @@ class Settings(BaseSettings):
                               "runs")
     idle: IdleSettings = Field(default_factory=IdleSettings, description="[idle]: jobs "
                                "holding a GPU that stays idle")
+    priority: PrioritySettings = Field(default_factory=PrioritySettings,
+                                       description="the order of the queue ([priority])")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],

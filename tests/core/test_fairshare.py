@@ -109,3 +109,94 @@ def test_a_jobs_factor_combines_its_users_and_its_projects() -> None:
     both = combined(fs["alice"], fs["vision"])
     assert both == pytest.approx(math.sqrt(fs["alice"].factor * fs["vision"].factor))
     assert fs["vision"].factor < both < fs["alice"].factor
+
+
+# --- the queue in fair-share order (order_queue) ------------------------------------------
+from rota.core.fairshare import (  # noqa: E402
+    Accounts,
+    Standing,
+    account_usage,
+    decayed_gpu_seconds,
+    order_queue,
+    passed_by,
+    priority_of,
+)
+from rota.core.snapshot import PendingJob  # noqa: E402
+from rota.core.usage import UsageRecord  # noqa: E402
+
+
+def _job(i: int, user: str, project: str | None = None, priority: int = 0,
+         submitted: float = 0.0, milli: int = 1000) -> PendingJob:
+    return PendingJob(i, priority, i, milli, user=user, project=project, submitted=submitted)
+
+
+def _standing(used: dict[str, float], shares: dict[str, float]) -> Standing:
+    return Standing.of(Accounts(used, {}), shares, {})
+
+
+def test_a_later_job_of_a_user_under_their_share_goes_first() -> None:
+    standing = _standing({"ann": 100.0, "bob": 0.0}, {"ann": 1, "bob": 1})
+    queue = [_job(1, "ann"), _job(2, "ann"), _job(3, "bob")]
+    assert [j.id for j in order_queue(queue, standing, Weights(), now=0.0)] == [3, 1, 2]
+
+
+def test_without_usage_the_order_is_priority_then_submission() -> None:
+    standing = _standing({}, {})
+    queue = [_job(1, "ann", priority=5), _job(2, "bob"), _job(3, "ann")]
+    assert [j.id for j in order_queue(queue, standing, Weights(), now=0.0)] == [2, 3, 1]
+
+
+def test_order_matches_the_factors_rota_priority_shows() -> None:
+    standing = _standing({"ann": 30.0, "bob": 10.0}, {"ann": 2, "bob": 1})
+    queue = [_job(1, "ann", submitted=0.0), _job(2, "bob", submitted=3 * DAY, milli=500)]
+    w = Weights(size=10.0)
+    got = order_queue(queue, standing, w, now=4 * DAY, largest_milli=2000)
+    totals = [priority_of(j, standing, w, 4 * DAY, 2000).total for j in got]
+    assert totals == sorted(totals, reverse=True)
+
+
+@given(st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0.1, 10), st.floats(0.1, 10))
+def test_an_owner_over_their_share_sorts_behind_one_under(
+        used_a: float, used_b: float, share_a: float, share_b: float) -> None:
+    """Same priority and age: whoever used less of their share runs first."""
+    standing = _standing({"a": used_a, "b": used_b}, {"a": share_a, "b": share_b})
+    over_a = standing.users["a"].effective_share
+    over_b = standing.users["b"].effective_share
+    first = order_queue([_job(1, "a"), _job(2, "b")], standing, Weights(), now=0.0)[0]
+    if over_a < over_b - 1e-9:
+        assert first.id == 1
+    elif over_b < over_a - 1e-9:
+        assert first.id == 2
+
+
+def test_a_project_over_its_share_pulls_its_members_back() -> None:
+    standing = Standing.of(Accounts({"ann": 5.0, "bob": 5.0}, {"vision": 10.0}),
+                           {}, {"vision": 1, "nlp": 1})
+    queue = [_job(1, "ann", "vision"), _job(2, "bob", "nlp")]
+    assert [j.id for j in order_queue(queue, standing, Weights(), now=0.0)] == [2, 1]
+
+
+def test_decayed_gpu_seconds_is_the_integral_of_the_decay() -> None:
+    h = 3600.0
+    # one GPU for one half-life that ended now: H/ln2 * (1 - 1/2)
+    assert decayed_gpu_seconds(1.0, 0.0, h, h, h) == pytest.approx(h / math.log(2) / 2)
+    # short runs barely decay
+    assert decayed_gpu_seconds(2.0, 100.0, 101.0, 101.0, h) == pytest.approx(2.0, rel=1e-3)
+    assert decayed_gpu_seconds(1.0, 5.0, 4.0, 10.0, h) == 0.0
+
+
+def test_account_usage_sums_users_and_projects_and_counts_running_ones_to_now() -> None:
+    recs = [UsageRecord(1, 1, "ann", "vision", None, "local", 1.0, 0.0, 10.0),
+            UsageRecord(2, 1, "bob", None, None, "local", 2.0, 0.0, None)]
+    acc = account_usage(recs, now=10.0, half_life=1e9)
+    assert acc.users == pytest.approx({"ann": 10.0, "bob": 20.0})
+    assert acc.projects == pytest.approx({"vision": 10.0})
+
+
+def test_passed_by_names_the_first_later_job_of_an_owner_under_their_share() -> None:
+    standing = _standing({"ann": 100.0, "bob": 1.0}, {})
+    mine = _job(1, "ann")
+    ahead = [_job(5, "bob"), _job(3, "bob"), _job(0, "bob"), _job(2, "ann")]
+    got = passed_by(mine, ahead, standing)
+    assert got is not None and got.id == 3
+    assert passed_by(_job(9, "bob"), [_job(10, "ann")], standing) is None  # ann is over

@@ -54,6 +54,9 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("post", "/v1/gpus/{index}/simulate"): a.SimulateAnswer,
     ("get", "/v1/health"): a.HealthAnswer,
     ("get", "/v1/whoami"): a.WhoAmIAnswer,
+    ("get", "/v1/shares"): a.SharesAnswer,
+    ("put", "/v1/shares/{kind}/{name}"): a.SharesAnswer,
+    ("get", "/v1/jobs/{job_id}/priority"): a.PriorityAnswer,
     ("get", "/v1/summary"): a.SummaryAnswer,
     ("post", "/v1/drain"): a.DrainAnswer,
     ("get", "/v1/queue"): a.QueueAnswer,
@@ -246,6 +249,8 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())
     out["whoami"] = (a.WhoAmIAnswer, c.request("GET", "/v1/whoami"))
+    out["set share"] = (a.SharesAnswer, c.set_share("typed", 2))
+    out["shares"] = (a.SharesAnswer, c.shares())
     out["summary"] = (a.SummaryAnswer, c.request("GET", "/v1/summary"))
     out["stats"] = (a.StatsAnswer, c.stats())
     out["sessions"] = (a.SessionsAnswer, c.request("GET", "/v1/sessions"))

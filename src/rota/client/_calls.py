@@ -31,7 +31,9 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
+    Priority,
     QueuePage,
+    Shares,
     Why,
 )
 from rota.errors import DaemonUnavailable, InvalidSpec, NotFound
@@ -302,6 +304,22 @@ def health() -> Call[Health]:
 
 def whoami() -> Call[Identity]:
     return Call("GET", "/v1/whoami", Identity.model_validate)
+
+
+# --- fair share ----------------------------------------------------------------------------
+
+def shares() -> Call[Shares]:
+    return Call("GET", "/v1/shares", Shares.model_validate)
+
+
+def set_share(name: str, shares: float, *, project: bool) -> Call[Shares]:
+    kind = "project" if project else "user"
+    return Call("PUT", f"/v1/shares/{kind}/{name}", Shares.model_validate,
+                json={"shares": shares})
+
+
+def priority(ref: JobRef) -> Call[Priority]:
+    return Call("GET", _jobs_path(ref, "/priority"), Priority.model_validate)
 
 
 # --- evaluations ---------------------------------------------------------------------------

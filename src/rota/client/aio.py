@@ -31,7 +31,9 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
+    Priority,
     QueuePage,
+    Shares,
     Why,
 )
 from rota.errors import DaemonUnavailable, WaitTimeout
@@ -248,6 +250,18 @@ class AsyncClient:
 
     async def health(self) -> Health:
         return await self._send(calls.health())
+
+    async def shares(self) -> Shares:
+        """Every user's and project's fair share, usage and factor (``rota share``)."""
+        return await self._send(calls.shares())
+
+    async def set_share(self, name: str, shares: float, *, project: bool = False) -> Shares:
+        """Give a user (or, ``project=True``, a project) a fair share; admins only."""
+        return await self._send(calls.set_share(name, shares, project=project))
+
+    async def priority(self, job: JobRef) -> Priority:
+        """A waiting job's priority factors and their sum (``rota priority``)."""
+        return await self._send(calls.priority(job))
 
     async def whoami(self) -> Identity:
         """The user the daemon takes this client for (the token's, or the local user)."""

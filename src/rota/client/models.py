@@ -232,6 +232,45 @@ class Identity(Model):
     via: str | None = None  #: "socket" (the daemon's owner) or "tcp" (a token)
 
 
+class ShareAccount(Model):
+    """A user or project with its fair share (``rota share``; docs/policy.md)."""
+
+    kind: str  #: "user" or "project"
+    name: str
+    shares: float
+    norm_shares: float
+    usage_gpu_hours: float  #: decayed with the half-life
+    norm_usage: float
+    effective: float  #: usage against share: 1 = exactly its share
+    factor: float  #: the fair-share factor, 2 ** -effective
+    gpu_hours_day: float = 0.0
+    gpu_hours_week: float = 0.0
+
+
+class Shares(Model):
+    fair_share: bool  #: whether the queue is ordered by it
+    half_life: float
+    accounts: list[ShareAccount] = []
+
+
+class PriorityFactor(Model):
+    name: str  #: priority, age, size or fair_share
+    factor: float
+    weight: float
+    weighted: float
+
+
+class Priority(Model):
+    """A waiting job's priority factors and their sum (``rota priority``)."""
+
+    id: int
+    user: str
+    project: str | None = None
+    fair_share: bool
+    factors: list[PriorityFactor] = []
+    total: float
+
+
 class Metrics(Model):
     """A job's metric samples: per metric, [step, value, time, attempt] points."""
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         MetricsPageAnswer,
         NewTokenAnswer,
         PoolsAnswer,
+        PriorityAnswer,
         QueueAnswer,
         RenderAnswer,
         RequeueAnswer,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         SecretsAnswer,
         SecretSetAnswer,
         SessionAnswer,
+        SharesAnswer,
         ShutdownAnswer,
         SimulateAnswer,
         StatsAnswer,
@@ -239,6 +241,16 @@ class RawClient:
     def summary(self) -> SummaryAnswer:
         """Jobs by state; GPU-hours by user and project, and wasted on idle GPUs by user."""
         return self.request("GET", "/v1/summary")
+
+    def shares(self) -> SharesAnswer:
+        return self.request("GET", "/v1/shares")
+
+    def set_share(self, name: str, shares: float, *, project: bool = False) -> SharesAnswer:
+        kind = "project" if project else "user"
+        return self.request("PUT", f"/v1/shares/{kind}/{name}", json={"shares": shares})
+
+    def priority(self, job_id: int) -> PriorityAnswer:
+        return self.request("GET", f"/v1/jobs/{int(job_id)}/priority")
 
     def pools(self) -> PoolsAnswer:
         return self.request("GET", "/v1/pools")

@@ -28,7 +28,9 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
+    Priority,
     QueuePage,
+    Shares,
     Why,
 )
 from rota.errors import DaemonUnavailable, WaitTimeout
@@ -245,6 +247,18 @@ class Client:
 
     def health(self) -> Health:
         return self._send(calls.health())
+
+    def shares(self) -> Shares:
+        """Every user's and project's fair share, usage and factor (``rota share``)."""
+        return self._send(calls.shares())
+
+    def set_share(self, name: str, shares: float, *, project: bool = False) -> Shares:
+        """Give a user (or, ``project=True``, a project) a fair share; admins only."""
+        return self._send(calls.set_share(name, shares, project=project))
+
+    def priority(self, job: JobRef) -> Priority:
+        """A waiting job's priority factors and their sum (``rota priority``)."""
+        return self._send(calls.priority(job))
 
     def whoami(self) -> Identity:
         """The user the daemon takes this client for (the token's, or the local user)."""

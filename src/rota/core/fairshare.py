@@ -21,8 +21,12 @@ usage and the shares in, so a trace replays the very decisions the daemon makes.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Protocol
+
+from rota.core.snapshot import PendingJob
 
 #: Slurm's default PriorityDecayHalfLife
 DEFAULT_HALF_LIFE_S = 7 * 86_400.0
@@ -164,3 +168,136 @@ def combined(user: FairShare | None, project: FairShare | None) -> float:
     if not got:
         return 1.0  # nobody has used anything yet
     return math.prod(got) ** (1 / len(got))
+
+
+# --- usage from the attempts, and the queue in fair-share order ----------------------------
+#: attempts older than this many half-lives are not read: they count < 0.1 % of new ones
+HORIZON_HALF_LIVES = 10
+
+
+def decayed_gpu_seconds(gpus: float, started: float, ended: float, now: float,
+                        half_life: float = DEFAULT_HALF_LIFE_S) -> float:
+    """GPU-seconds of a run over [started, ended], each second decayed by its own age at
+    ``now``: the integral of ``gpus * 0.5 ** ((now - t) / half_life)``, so a long running
+    job is charged as it goes, not all at its end."""
+    if half_life <= 0:
+        raise ValueError(f"the half-life must be > 0 seconds, not {half_life}")
+    end = min(ended, now)
+    if end <= started or gpus <= 0:
+        return 0.0
+    k = math.log(2) / half_life
+    return gpus * (math.exp(-k * (now - end)) - math.exp(-k * (now - started))) / k
+
+
+_ORDER_FIELDS = attrgetter("priority", "submitted", "user", "project", "gpus_milli", "seq")
+
+
+class Run(Protocol):
+    """What decayed usage reads of an attempt (rota.core.usage.UsageRecord has it)."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def gpus(self) -> float: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def ended_at(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """Every user's and project's decayed GPU-seconds: what ``Standing`` is built from."""
+
+    users: dict[str, float]
+    projects: dict[str, float]
+
+
+def account_usage(runs: Iterable[Run], now: float,
+                  half_life: float = DEFAULT_HALF_LIFE_S) -> Accounts:
+    """Decayed GPU-seconds by user and by project; a running attempt counts up to now."""
+    users: dict[str, float] = {}
+    projects: dict[str, float] = {}
+    for r in runs:
+        end = r.ended_at if r.ended_at is not None else now
+        used = decayed_gpu_seconds(r.gpus, r.started_at, end, now, half_life)
+        if not used:
+            continue
+        users[r.user] = users.get(r.user, 0.0) + used
+        if r.project:
+            projects[r.project] = projects.get(r.project, 0.0) + used
+    return Accounts(users, projects)
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Every user's and project's fair share (``fair_shares``), as the queue is ordered by
+    it. A user or project with no usage and no share set is not in them: factor 1."""
+
+    users: Mapping[str, FairShare]
+    projects: Mapping[str, FairShare]
+
+    @classmethod
+    def of(cls, accounts: Accounts, user_shares: Mapping[str, float],
+           project_shares: Mapping[str, float]) -> Standing:
+        return cls(fair_shares(user_shares, accounts.users),
+                   fair_shares(project_shares, accounts.projects))
+
+    def factor(self, user: str, project: str | None) -> float:
+        """A job's fair-share factor: its user's and project's combined (``combined``)."""
+        return combined(self.users.get(user),
+                        self.projects.get(project) if project else None)
+
+
+def priority_of(job: PendingJob, standing: Standing, weights: Weights, now: float,
+                largest_milli: int) -> Factors:
+    """One waiting job's factors and their weighted sum, as ``rota priority`` shows them."""
+    return job_factors(priority=job.priority, age_s=now - job.submitted if job.submitted
+                       else 0.0, gpus_milli=job.gpus_milli, largest_milli=largest_milli,
+                       fair_share=standing.factor(job.user, job.project), weights=weights)
+
+
+def order_queue(pending: Iterable[PendingJob], standing: Standing, weights: Weights,
+                now: float, largest_milli: int | None = None) -> list[PendingJob]:
+    """The queue in multifactor order: the highest weighted total first, then submission
+    order (seq). ``largest_milli``: the size factor's scale (default: the largest job's).
+    The daemon and the simulator both order by exactly this."""
+    jobs = list(pending)
+    scale = largest_milli if largest_milli is not None else \
+        max((j.gpus_milli for j in jobs), default=0)
+    w = weights
+    low, high = PRIORITY_RANGE
+    wp, wa, wf = w.priority / (high - low), w.age, w.fair_share
+    max_age = w.max_age_s
+    rows = list(map(_ORDER_FIELDS, jobs))  # one C call per job, then plain tuples
+    fs = {o: wf * min(1.0, max(0.0, standing.factor(*o)))
+          for o in {(r[2], r[3]) for r in rows}}  # a few owners: their factor once each
+    # job_factors inlined as one comprehension: a call per job was most of the time
+    totals = [wp * (high - (low if p < low else high if p > high else p))
+              + (wa * min(1.0, max(0.0, now - t) / max_age) if t and max_age else
+                 (wa if not max_age else 0.0))
+              + fs[(u, pr)] for p, t, u, pr, _, _ in rows]
+    if w.size > 0 and scale > 0:
+        ws = w.size
+        for n, r in enumerate(rows):
+            size = min(1.0, r[4] / scale)
+            totals[n] += ws * ((1.0 - size) if w.favor_small else size)
+    order = sorted(range(len(jobs)), key=lambda n: (-totals[n], rows[n][5]))
+    return [jobs[n] for n in order]
+
+
+def passed_by(job: PendingJob, ahead: Iterable[PendingJob],
+              standing: Standing) -> PendingJob | None:
+    """The earliest-submitted job of another owner, submitted after ``job`` yet ahead of it
+    (waiting before it in the order, or running), because its owner's fair-share factor is
+    higher: what ``rota why`` names. None when fair share is not why ``job`` waits."""
+    mine = standing.factor(job.user, job.project)
+    best: PendingJob | None = None
+    for other in ahead:
+        if (other.seq > job.seq and other.user != job.user
+                and (best is None or other.seq < best.seq)
+                and standing.factor(other.user, other.project) > mine):
+            best = other
+    return best

@@ -58,6 +58,10 @@ class PendingJob(NamedTuple):
     after: tuple[int, ...] = ()
     not_before: float | None = None  # retry backoff: not before this time
     pool: str | None = None  # a cluster engine's pool (rota.core.forward); None: this machine
+    # whose it is and when it came (fair share and age: rota.core.fairshare.order_queue)
+    user: str = ""
+    project: str | None = None
+    submitted: float = 0.0
     # seconds it is expected to run (its time limit, else a run time predicted from the
     # history of its name); None: unknown, and then it never backfills onto kept GPUs
     expected: float | None = None

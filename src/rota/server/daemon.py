@@ -43,6 +43,7 @@ from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.eval_schedules import EvalSchedules
 from rota.server.exits import Exits
+from rota.server.fair_order import FairOrder
 from rota.server.forwarding import forwarded
 from rota.server.idle_watch import IdleWatch
 from rota.server.job_commands import JobCommands
@@ -104,6 +105,7 @@ class Daemon:
                                  tracking=self.tracking, metrics=self.metrics,
                                  stopper=self.stopper, exits=self.exits, batch=self.batch,
                                  record_after=LAUNCH_RECORD_S)
+        self.fair = FairOrder(settings.priority, store, clock)  # [priority] fair_share
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
@@ -278,6 +280,12 @@ class Daemon:
         self.queue.fit_to({g.index: g.memory_total for g in gpus})  # never-runnable aside
         deps = {d: self.job_state(d) for job in self.queue.with_dependencies()
                 for d in job.after}
+        if self.fair.on:  # the multifactor order; no index by (priority, seq) then
+            pending = self.fair.ordered(self.queue.ordered(), self.queue.version, len(gpus),
+                                        self.running.keys())
+            return Snapshot(gpus=gpus, pending=pending, dependency_states=deps,
+                            presorted=True, smallest_milli=self.queue.smallest_milli(),
+                            running=preemption_view(self.running.values(), self.clock()))
         return Snapshot(gpus=gpus, pending=self.queue.ordered(),
                         dependency_states=deps, presorted=True, by_id=self.queue.index(),
                         smallest_milli=self.queue.smallest_milli(),

@@ -15,7 +15,10 @@ from typing import Any
 from prometheus_client import Histogram
 
 from rota.backends.engine import PoolHealth
+from rota.core.fairshare import passed_by
 from rota.core.lifecycle import JobState
+from rota.core.plan import ReasonCode
+from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
 from rota.errors import Conflict, NotFound
 from rota.pools import LOCAL
@@ -33,6 +36,12 @@ from rota.server.pool_reads import (
 )
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
+from rota.server.shares_view import (
+    WEEK_S,
+    fair_share_wait,
+    priority_answer,
+    shares_answer,
+)
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, ScheduleRecord, Store
@@ -76,9 +85,42 @@ def live_facts(d: Daemon, row: JobRecord) -> dict[str, Any]:
                              "until": reason.until, "blocker": reason.blocker}
             # absolute time, or None: unknown (rota.core.backfill.start_estimates)
             out["estimated_start"] = d.last_plan.start_estimates.get(job_id)
+            if d.fair.on and reason.code in _ORDER_WAITS:
+                _name_fair_share(d, job_id, out["reason"])
     if state == "pending" and spec.get("gpu_type"):
         out["reason"] = with_gpu_type(out["reason"], spec)
     return out
+
+
+#: the waits the queue's order can explain (not a dependency, a backoff or a drain)
+_ORDER_WAITS = frozenset({ReasonCode.RESOURCES, ReasonCode.PRIORITY})
+
+
+def _name_fair_share(d: Daemon, job_id: int, reason: dict[str, Any]) -> None:
+    """Put fair share first in a waiting job's reason when it is why a job submitted later
+    by someone else goes ahead of it."""
+    job = d.queue.get(job_id)
+    if job is None:
+        return
+    order = d.fair.ordered(d.queue.ordered(), d.queue.version, len(d.readings),
+                           d.running.keys())
+    ahead = [*islice(iter(order), _place(order, job_id)),
+             *(r.pending for r in d.running.values())]
+    standing = d.fair.standing(d.running.keys())
+    other = passed_by(job, ahead, standing)
+    if other is None:
+        return
+    now = d.clock()
+    week = sum(r.gpus * (min(r.ended_at or now, now) - max(r.started_at, now - WEEK_S))
+               for r in d.store.usage(now - WEEK_S, now) if r.user == job.user) / 3600.0
+    reason["message"] = f"{fair_share_wait(job, other, standing, week)}; {reason['message']}"
+
+
+def _place(order: list[PendingJob], job_id: int) -> int:
+    for n, j in enumerate(order):
+        if j.id == job_id:
+            return n
+    return len(order)
 
 
 def engine_facts(run: Running) -> dict[str, Any]:
@@ -194,6 +236,24 @@ class DaemonPorts:
 
     def job_state(self, job_id: int) -> JobState:
         return self._d.job_state(job_id)
+
+    def shares(self) -> dict[str, Any]:
+        d, p = self._d, self._d.settings.priority
+        now = d.clock()
+        return shares_answer(d.fair.standing(d.running.keys()),
+                             d.store.usage(now - WEEK_S, now), now=now,
+                             fair_share=p.fair_share, half_life=p.half_life)
+
+    def priority(self, job_id: int) -> dict[str, Any]:
+        d = self._d
+        job = d.queue.get(job_id)
+        if job is None:
+            state = d.job_state(job_id)  # NotFound for no such job
+            raise Conflict(f"job {job_id} is {state.value}: only a waiting job has a "
+                           "priority")
+        factors = d.fair.factors(job, len(d.readings), d.running.keys())
+        return priority_answer(job.id, job.user, job.project, factors, d.fair.weights,
+                               fair_share=d.fair.on)
 
     def health(self) -> dict[str, Any]:
         d = self._d
@@ -328,6 +388,12 @@ class DaemonPorts:
 
     def reload_jobs_file(self, again: Sequence[int] = ()) -> dict[str, Any]:
         return vars(self._intake.poll_jobs_file(force=True, again=again))
+
+    def set_share(self, kind: str, name: str, shares: float) -> None:
+        # a name no one has yet is taken: a share may be set before the user's first job
+        self._d.store.set_share(kind, name, shares, now=self._d.clock())
+        self._d.fair.changed()
+        self._d.kick()  # the queue's order may change
 
     def add_user(self, name: str, *, admin: bool, unix_account: str | None = None) -> UserRow:
         if unix_account is not None:

@@ -40,7 +40,8 @@ def pending_of(row: JobRecord, run_times: RunTimes | None = None) -> PendingJob:
                       gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
                       allowed=frozenset(allowed) if allowed else None,
                       after=tuple(spec.get("after") or ()), not_before=row.not_before,
-                      pool=row.pool, expected=expected)
+                      pool=row.pool, user=row.user or "", project=row.project,
+                      submitted=row.created_at or 0.0, expected=expected)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class PendingQueue:
         self._engines: dict[str, list[PendingJob]] = {}  # cluster pool -> its jobs, in order
         self._machine: dict[int, int] | None = None  # GPU index -> total memory
         self._never: dict[Shape, str | None] = {}  # per shape, on self._machine
+        # bumped at every change of the jobs a pass looks at (an order kept of them is stale)
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -42,6 +44,7 @@ class PendingQueue:
         return job_id in self._by_id
 
     def add(self, job: PendingJob) -> None:
+        self.version += 1
         if job.id in self._by_id:
             self.remove(job.id)
         self._by_id[job.id] = job
@@ -61,6 +64,7 @@ class PendingQueue:
     def load(self, jobs: list[PendingJob]) -> None:
         """Take up jobs already in queue order, as Store.queued reads them (an insort each
         moved the list's tail every time: minutes for a million). The list is kept."""
+        self.version += 1
         if self._by_id:
             for job in jobs:
                 self.add(job)
@@ -81,6 +85,7 @@ class PendingQueue:
         job = self._by_id.pop(job_id, None)
         if job is None:
             return None
+        self.version += 1
         self._with_deps.pop(job_id, None)
         if job.pool is not None:
             queue = self._engines[job.pool]
@@ -154,6 +159,7 @@ class PendingQueue:
         """Set aside the jobs that cannot start, take back those that now can: once per
         change of the machine, a few distinct shapes, list comprehensions over the queue
         (a method call per job took 0.8 s for a million)."""
+        self.version += 1
         merged = bool(self._aside_jobs)
         jobs = self._jobs + self._aside_jobs if merged else self._jobs
         never = {shape for shape in set(map(_shape_of, jobs)) if self._shape_never(shape)}

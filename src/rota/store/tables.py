@@ -31,8 +31,8 @@ class JobRow(Base):
         # a million pending jobs are read in about a second, where reading their rows (each
         # with its spec) took minutes. Partial: it holds the waiting jobs only.
         Index("ix_jobs_queue", "priority", "id", "gpus", "gpu_mem", "not_before",
-              "allowed_gpus", "after_ids", "mlflow", "state", "pool",
-              sqlite_where=text("state = 'pending'"),
+              "allowed_gpus", "after_ids", "mlflow", "state", "pool", "user", "project",
+              "created_at", sqlite_where=text("state = 'pending'"),
               postgresql_where=text("state = 'pending'")),
     )
 
@@ -183,6 +183,18 @@ class SecretRow(Base):
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ShareRow(Base):
+    """The fair share an admin gave a user or a project (rota.core.fairshare); one not
+    here has 1."""
+
+    __tablename__ = "shares"
+
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)  # "user" | "project"
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    shares: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 
 

@@ -1,0 +1,92 @@
+"""Fair share and the order of the queue: `rota share` (list, set) and `rota priority`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from rota.cli.common import Plain, client, emit, run_cli
+from rota.cli.job_refs import resolve
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from rota.answers import PriorityAnswer, SharesAnswer
+
+share_app = typer.Typer(help="Fair shares: each user's and project's share, usage and "
+                             "fair-share factor; `rota share set` gives one (admins).",
+                        invoke_without_command=True)
+JSON = typer.Option(False, "--json", help="print JSON")
+
+
+def shares_view(d: SharesAnswer) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+
+    t = Table("kind", "name", "shares", "share", "usage (GPU-h, decayed)", "used",
+              "factor", "GPU-h day", "GPU-h week", header_style="bold")
+    for a in d["accounts"]:
+        t.add_row(a["kind"], a["name"], f"{a['shares']:g}", f"{a['norm_shares']:.0%}",
+                  f"{a['usage_gpu_hours']:.2f}", f"{a['norm_usage']:.0%}",
+                  f"{a['factor']:.2f}", f"{a['gpu_hours_day']:.2f}",
+                  f"{a['gpu_hours_week']:.2f}")
+    hl = d["half_life"]
+    how = ("the queue is ordered by fair share" if d["fair_share"] else
+           "fair share is off ([priority] fair_share = true in rota.toml orders the queue "
+           "by it)")
+    half = (f"{hl / 86_400:g} days" if hl >= 86_400 else f"{hl / 3600:g} h" if hl >= 3600
+            else f"{hl:g} s")
+    return Group(t if d["accounts"] else Plain("no usage and no shares set yet"),
+                 Plain(f"{how}; usage halves every {half}"))
+
+
+def priority_view(d: PriorityAnswer) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+
+    owner = d["user"] + (f" ({d['project']})" if d["project"] else "")
+    t = Table("factor", "value", "weight", "weighted", header_style="bold",
+              title=f"job {d['id']} of {owner}")
+    for f in d["factors"]:
+        t.add_row(f["name"].replace("_", " "), f"{f['factor']:.4f}", f"{f['weight']:g}",
+                  f"{f['weighted']:.2f}")
+    t.add_row("total", "", "", f"{d['total']:.2f}")
+    note = [] if d["fair_share"] else [Plain("fair share is off: the queue runs by "
+                                             "priority, then submission order")]
+    return Group(t, *note)
+
+
+@share_app.callback()
+def share(ctx: typer.Context, json_out: bool = JSON) -> None:
+    """List users and projects with their share, decayed usage and fair-share factor."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.shares(), json_out, shares_view)
+
+
+@share_app.command("set")
+def share_set(name: str = typer.Argument(..., help="a user's name (or, --project, a "
+                                                    "project's)"),
+              shares: float = typer.Argument(..., help="its shares, > 0 (relative: 2 is "
+                                                       "twice one with the default 1)"),
+              project: bool = typer.Option(False, "--project", help="NAME is a project"),
+              json_out: bool = JSON) -> None:
+    """Give a user or a project a fair share (admins only)."""
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.set_share(name, shares, project=project), json_out,
+             lambda _: Plain(f"{'project' if project else 'user'} {name}: {shares:g} "
+                             "shares"))
+
+
+def priority(job: str = typer.Argument(..., metavar="JOB", help="a job's id or name"),
+             json_out: bool = JSON) -> None:
+    """Show a waiting job's priority factors, their weights and the sum (like sprio)."""
+    with run_cli(json_out=json_out), client() as c:
+        emit(c.priority(resolve(c, job)), json_out, priority_view)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(share_app, name="share")
+    app.command()(priority)
