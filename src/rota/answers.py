@@ -220,6 +220,7 @@ class SpecAnswer(TypedDict):
     hold: bool
     session: Literal["none", "tmux", "screen"]
     pool: str | None
+    tier: str | None  # the tier it asked for; None: the cheapest it fits
     nodes: int
     procs_per_node: int | None
     image: str | None
