@@ -76,3 +76,11 @@ def test_ties_go_to_the_shorter_tier_then_the_name():
     assert tier_of(tiers, job(time_limit=50)) == "a"
     assert tier_of(tiers, job(time_limit=500)) == "long"
     assert tier_of(tiers, job()) == "dear"
+
+
+def test_a_yaml_jobs_file_names_a_tier():
+    from rota.jobsfile import fmt_for_path, parse_jobs_text
+
+    text = "jobs:\n  - command: [train]\n    tier: gpu-large\n    time_limit: 1h\n"
+    [entry] = parse_jobs_text(text, fmt=fmt_for_path("j.yaml"), source="j.yaml").entries
+    assert charge(CRUCIBLE, entry.spec) == ("gpu-large", 1.212)
