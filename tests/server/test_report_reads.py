@@ -39,7 +39,7 @@ def test_a_user_sees_their_own_usage_and_an_admin_everyones():
                              until=None, now=20 * DAY)
     assert [t["group"] for t in everyone["totals"]] == ["ann", "bob"]
     # no since: 30 days back from now, from that day's midnight
-    assert store.asked == (-10 * DAY, 20 * DAY)
+    assert store.asked == (0.0, 20 * DAY)  # never before 1970
 
 
 def test_times_are_dates_iso_times_or_epoch_seconds():
@@ -47,8 +47,8 @@ def test_times_are_dates_iso_times_or_epoch_seconds():
     assert parse_time("1970-01-01T01:00", "until") == 3600.0
     assert parse_time("1970-01-01T02:00+01:00", "until") == 3600.0
     assert parse_time("7200", "since") == 7200.0
-    for bad in ("yesterday", "nan", "inf", "1e20"):
-        with pytest.raises(InvalidSpec, match="since: cannot read") as e:
+    for bad in ("yesterday", "nan", "inf", "1e20", "0001-01-01", "9999-12-31"):
+        with pytest.raises(InvalidSpec, match="since: ") as e:
             parse_time(bad, "since")
         assert e.value.field == "since"
     with pytest.raises(InvalidSpec, match=r"since \(1970-01-03T00:00:00\+00:00\) is not "

@@ -41,7 +41,10 @@ def parse_time(text: str, what: str) -> float:
     except ValueError:
         raise InvalidSpec(f"{what}: cannot read {text!r} as a date (2026-11-28), a time "
                           "(2026-11-28T12:00) or epoch seconds", field=what) from None
-    return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
+    t = (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= t < 1e11:  # buckets and the default span stay inside datetime's years
+        raise InvalidSpec(f"{what}: {text!r} is before 1970 or too far ahead", field=what)
+    return t
 
 
 def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period,
@@ -50,7 +53,7 @@ def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period
     from the start of the bucket DEFAULT_SPAN back), of ``user``'s jobs (None: everyone's)."""
     end = parse_time(until, "until") if until else now
     begin = (parse_time(since, "since") if since else
-             bucket_start(end - DEFAULT_SPAN[period].total_seconds(), period))
+             bucket_start(max(0.0, end - DEFAULT_SPAN[period].total_seconds()), period))
     if begin >= end:
         raise InvalidSpec(f"since ({_iso(begin)}) is not before until ({_iso(end)})",
                           field="since")
