@@ -19,23 +19,77 @@ until they follow.
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
-    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
-    "ContainersAnswer", "DrainAnswer", "EngineCapabilitiesAnswer", "EngineJobAnswer",
+    "AttachAnswer",
+    "AttemptAnswer",
+    "CheckpointAnswer",
+    "CheckpointsAnswer",
+    "ContainersAnswer",
+    "DrainAnswer",
+    "EngineCapabilitiesAnswer",
+    "EngineJobAnswer",
     "EvalResultsAnswer",
-    "EvalRunAnswer", "EvalScheduleAnswer", "EvalSchedulesAnswer", "EvalUnscheduledAnswer",
-    "EventAnswer", "EventsAnswer", "GpuAnswer", "GpuHours",
-    "GpuPausedAnswer", "GpusAnswer", "HealthAnswer", "JobAnswer", "JobDetailAnswer",
-    "JobListAnswer", "JobStateAnswer", "JobStateName", "JobsFileAnswer",
-    "JobsFileError", "JobsFileRan", "LogAnswer", "MetricPoint", "MetricsAnswer",
-    "MetricsPageAnswer", "MlflowRun", "NewTokenAnswer", "PoolAnswer", "PoolHealthAnswer",
+    "EvalRunAnswer",
+    "EvalScheduleAnswer",
+    "EvalSchedulesAnswer",
+    "EvalUnscheduledAnswer",
+    "EventAnswer",
+    "EventsAnswer",
+    "GpuAnswer",
+    "GpuHours",
+    "GpuPausedAnswer",
+    "GpusAnswer",
+    "HealthAnswer",
+    "JobAnswer",
+    "JobDetailAnswer",
+    "JobListAnswer",
+    "JobStateAnswer",
+    "JobStateName",
+    "JobsFileAnswer",
+    "JobsFileError",
+    "JobsFileRan",
+    "LogAnswer",
+    "MetricPoint",
+    "MetricsAnswer",
+    "MetricsPageAnswer",
+    "MlflowRun",
+    "NewTokenAnswer",
+    "PoolAnswer",
+    "PoolHealthAnswer",
     "PoolsAnswer",
-    "ProgressAnswer", "QueueAnswer", "ReasonAnswer", "RenderAnswer",
-    "ReportedCheckpoint", "RequeueAnswer", "Reservation", "SecretAnswer",
-    "SecretDeletedAnswer", "SecretSetAnswer", "SecretsAnswer", "SessionAnswer",
-    "SessionsAnswer", "ShutdownAnswer", "SimulateAnswer", "SpecAnswer", "StatsAnswer",
-    "SubmitAnswer", "SummaryAnswer", "TokenAnswer", "TokensAnswer", "TrackingAnswer",
-    "UserAnswer", "UserRemovedAnswer", "UsersAnswer", "WaitAnswer", "WandbRun",
-    "WhoAmIAnswer", "WhyAnswer",
+    "ProgressAnswer",
+    "QueueAnswer",
+    "ReasonAnswer",
+    "RenderAnswer",
+    "ReportAnswer",
+    "ReportRowAnswer",
+    "ReportTotalAnswer",
+    "ReportedCheckpoint",
+    "RequeueAnswer",
+    "Reservation",
+    "SecretAnswer",
+    "SecretDeletedAnswer",
+    "SecretSetAnswer",
+    "SecretsAnswer",
+    "SessionAnswer",
+    "SessionsAnswer",
+    "ShutdownAnswer",
+    "SimulateAnswer",
+    "SpecAnswer",
+    "StatsAnswer",
+    "SubmitAnswer",
+    "SummaryAnswer",
+    "TierAnswer",
+    "TiersAnswer",
+    "TokenAnswer",
+    "TokensAnswer",
+    "TrackingAnswer",
+    "UserAnswer",
+    "UserRemovedAnswer",
+    "UsersAnswer",
+    "WaitAnswer",
+    "WandbRun",
+    "WhoAmIAnswer",
+    "WhyAnswer",
 ]
 
 #: a job's state (rota.core.lifecycle.JobState's values)
@@ -180,6 +234,7 @@ class SpecAnswer(TypedDict):
     hold: bool
     session: Literal["none", "tmux", "screen"]
     pool: str | None
+    tier: str | None  # the tier it asked for; None: the cheapest it fits
     nodes: int
     procs_per_node: int | None
     image: str | None
@@ -689,3 +744,49 @@ class PriorityAnswer(TypedDict):
     fair_share: bool  # whether the queue is ordered by the sum ([priority] fair_share)
     factors: list[FactorAnswer]
     total: float
+
+class TierAnswer(TypedDict):
+    """A tier (rota.core.tiers.Tier): None where it sets no limit."""
+
+    name: str
+    price: float  # per GPU-hour
+    gpu_type: str | None
+    gpu_mem: int | None  # bytes on each GPU
+    gpus: float | None  # most GPUs a job may use
+    cpus: float | None
+    memory: int | None  # bytes
+    time_limit: float | None  # seconds: the longest a job on it may give
+    description: str
+
+
+class TiersAnswer(TypedDict):
+    """GET /v1/tiers: every tier, cheapest first."""
+
+    tiers: list[TierAnswer]
+
+
+class ReportRowAnswer(TypedDict):
+    group: str  # the user, project, pool or tier; "-": none
+    bucket: str  # 2026-11-28, 2026-W48 (ISO week), 2026-11
+    start: float  # the bucket's first second, epoch (UTC)
+    gpu_hours: float
+    cost: float
+
+
+class ReportTotalAnswer(TypedDict):
+    group: str
+    gpu_hours: float
+    cost: float
+
+
+class ReportAnswer(TypedDict):
+    """GET /v1/report: GPU-hours and cost per group and period bucket."""
+
+    by: Literal["user", "project", "pool", "tier"]
+    period: Literal["day", "week", "month"]
+    since: float
+    until: float
+    now: float
+    user: str | None  # the caller's own usage only; None: everyone's (an admin)
+    rows: list[ReportRowAnswer]
+    totals: list[ReportTotalAnswer]

@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rota.core.tiers import CRUCIBLE, Tier
+from rota.core.tiers import NAME as TIER_NAME
 from rota.errors import InvalidSpec
 from rota.home import default_home
 from rota.pools import ENGINES, Pool, Pools, local_engine_implied
@@ -148,6 +150,12 @@ class Settings(BaseSettings):
     priority: PrioritySettings = Field(default_factory=PrioritySettings,
                                        description="the order of the queue ([priority])")
 
+    # tiers and their prices (rota.core.tiers): [tiers.NAME]; none: the Crucible tiers
+    tiers: dict[str, Tier] = Field(default_factory=dict, description="tiers by name, each "
+                                   "with its limits and price per GPU-hour ([tiers.NAME])")
+    tier_required: bool = Field(default=False, description="refuse at submit a job that "
+                                "fits no tier; false: it runs untiered at price 0")
+
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
                                    init_settings: PydanticBaseSettingsSource,
@@ -167,6 +175,20 @@ class Settings(BaseSettings):
     def _pools_hold_together(self) -> Settings:
         self.pool_set  # noqa: B018 - a bad name or default is an error at start-up
         return self
+
+    @field_validator("tiers")
+    @classmethod
+    def _tier_names(cls, v: dict[str, Tier]) -> dict[str, Tier]:
+        for name in v:
+            if not TIER_NAME.fullmatch(name):
+                raise ValueError(f"tier name {name!r}: lower-case letters, digits and -, "
+                                 "starting with a letter, at most 40")
+        return v
+
+    @property
+    def tier_set(self) -> dict[str, Tier]:
+        """The tiers rota.toml declares, or the Crucible tiers when it declares none."""
+        return self.tiers or CRUCIBLE
 
     @property
     def pool_set(self) -> Pools:

@@ -58,6 +58,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("put", "/v1/shares/{kind}/{name}"): a.SharesAnswer,
     ("get", "/v1/jobs/{job_id}/priority"): a.PriorityAnswer,
     ("get", "/v1/summary"): a.SummaryAnswer,
+    ("get", "/v1/tiers"): a.TiersAnswer,
+    ("get", "/v1/report"): a.ReportAnswer,
     ("post", "/v1/drain"): a.DrainAnswer,
     ("get", "/v1/queue"): a.QueueAnswer,
     ("get", "/v1/stats"): a.StatsAnswer,
@@ -253,6 +255,8 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
     out["shares"] = (a.SharesAnswer, c.shares())
     out["summary"] = (a.SummaryAnswer, c.request("GET", "/v1/summary"))
     out["stats"] = (a.StatsAnswer, c.stats())
+    out["tiers"] = (a.TiersAnswer, c.tiers())
+    out["report"] = (a.ReportAnswer, c.report(by="tier", period="week"))
     out["sessions"] = (a.SessionsAnswer, c.request("GET", "/v1/sessions"))
     out["jobs file"] = (a.JobsFileAnswer, c.jobs_file())
     out["hold"] = (a.JobStateAnswer, c.hold(after))

@@ -63,7 +63,7 @@ def job_ids(jobs: Iterable[JobAnswer]) -> str:
 #: options that go into the spec as they are given (None: not given)
 _AS_GIVEN = ("name", "gpus", "gpu_type", "llm", "priority", "allowed_gpus", "conda", "retries",
              "session", "checkpoint_dir", "stop_signal", "tensorboard_dir", "project", "pool",
-             "image", "cpus", "nodes", "procs_per_node", "model", "model_dir")
+             "tier", "image", "cpus", "nodes", "procs_per_node", "model", "model_dir")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
 _LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
@@ -263,6 +263,9 @@ def submit(
     pool: str = typer.Option(None, "--pool",
                              help="where it runs: local, or a cluster rota.toml declares "
                                   "(`rota pools`; default: default_pool)"),
+    tier: str = typer.Option(None, "--tier",
+                             help="the tier it runs and is charged on (`rota tiers`; "
+                                  "default: the cheapest it fits)"),
     wandb_project: str = typer.Option(None, "--wandb-project",
                                       help="W&B project (default: --project, else rota)"),
     wandb_entity: str = typer.Option(None, "--wandb-entity", help="W&B entity (team or user)"),
@@ -365,7 +368,7 @@ def _submit_template(opts: dict[str, Any]) -> None:
     time_limit = opts["time_limit"]
     overrides = {"name": opts["name"], "priority": opts["priority"], "gpus": opts["gpus"],
                  "gpu_type": opts["gpu_type"],
-                 "project": opts["project"], "pool": opts["pool"],
+                 "project": opts["project"], "pool": opts["pool"], "tier": opts["tier"],
                  "hold": opts["hold"] or None,
                  "tags": opts["tag"] or None,
                  "time_limit": parse_duration(time_limit) if time_limit else None,

@@ -11,6 +11,7 @@ import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
@@ -34,6 +35,8 @@ from rota.client.models import (
     Priority,
     QueuePage,
     Shares,
+    Report,
+    Tier,
     Why,
 )
 from rota.errors import DaemonUnavailable, InvalidSpec, NotFound
@@ -53,6 +56,7 @@ WAIT_SLACK = 30.0
 _JOBS = TypeAdapter(list[Job])
 _EVENTS = TypeAdapter(list[Event])
 _GPUS = TypeAdapter(list[Gpu])
+_TIERS = TypeAdapter(list[Tier])
 _EVAL_RUNS = TypeAdapter(list[EvalRun])
 _EVAL_SCHEDULES = TypeAdapter(list[EvalSchedule])
 
@@ -296,6 +300,25 @@ def queue(limit: int, offset: int, counts: bool) -> Call[QueuePage]:
     if not counts:
         params["counts"] = False
     return Call("GET", "/v1/queue", QueuePage.model_validate, params=params or None)
+
+
+def tiers() -> Call[list[Tier]]:
+    return Call("GET", "/v1/tiers", lambda d: _TIERS.validate_python(d["tiers"]))
+
+
+def report(by: str, period: str, since: object, until: object) -> Call[Report]:
+    params = {"by": by, "period": period, "since": _when(since), "until": _when(until)}
+    return Call("GET", "/v1/report", Report.model_validate,
+                params={k: v for k, v in params.items() if v is not None})
+
+
+def _when(t: object) -> str | None:
+    """A datetime or date as ISO text, epoch seconds as a number's text."""
+    if t is None:
+        return None
+    if isinstance(t, datetime | date):
+        return t.isoformat()
+    return str(t)
 
 
 def health() -> Call[Health]:

@@ -8,6 +8,7 @@ import builtins
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import date, datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -34,6 +35,8 @@ from rota.client.models import (
     Priority,
     QueuePage,
     Shares,
+    Report,
+    Tier,
     Why,
 )
 from rota.errors import DaemonUnavailable, WaitTimeout
@@ -247,6 +250,17 @@ class AsyncClient:
         order they will start, and the oldest held ones. ``counts=False`` leaves out the
         counts per state (they read every job's row)."""
         return await self._send(calls.queue(limit, offset, counts))
+
+    async def tiers(self) -> builtins.list[Tier]:
+        """Every tier with its limits and price per GPU-hour, cheapest first."""
+        return await self._send(calls.tiers())
+
+    async def report(self, *, by: str = "user", period: str = "day",
+               since: datetime | date | float | str | None = None,
+               until: datetime | date | float | str | None = None) -> Report:
+        """GPU-hours and cost per ``by`` (user, project, pool, tier) and ``period`` (day,
+        week, month: UTC, weeks from Monday); the caller's own usage unless an admin asks."""
+        return await self._send(calls.report(by, period, since, until))
 
     async def health(self) -> Health:
         return await self._send(calls.health())

@@ -16,7 +16,7 @@ from rota.core.lifecycle import TERMINAL, JobState
 __all__ = [
     "Attempt", "EvalRun", "EvalSchedule", "Event", "Gpu", "Health", "Identity", "Job",
     "JobDetail", "JobState", "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason",
-    "Reservation", "Why",
+    "Report", "ReportRow", "Reservation", "Tier", "Why",
 ]
 
 T = TypeVar("T")
@@ -337,3 +337,44 @@ class EvalSchedule(Model):
     enabled: bool = True
     disabled_reason: str | None = None
     created_at: datetime | None = None
+
+
+class Tier(Model):
+    """A tier: its limits (None: none on that) and price per GPU-hour."""
+
+    name: str
+    price: float
+    gpu_type: str | None = None
+    gpu_mem: int | None = None
+    gpus: float | None = None
+    cpus: float | None = None
+    memory: int | None = None
+    time_limit: float | None = None
+    description: str = ""
+
+
+class ReportRow(Model):
+    group: str
+    bucket: str
+    start: datetime
+    gpu_hours: float
+    cost: float
+
+
+class ReportTotal(Model):
+    group: str
+    gpu_hours: float
+    cost: float
+
+
+class Report(Model):
+    """GPU-hours and cost per group (``by``) and period bucket, inside [since, until)."""
+
+    by: str
+    period: str
+    since: datetime
+    until: datetime
+    now: datetime
+    user: str | None = None  # whose usage: the caller's; None: everyone's (an admin)
+    rows: list[ReportRow] = []
+    totals: list[ReportTotal] = []

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         PriorityAnswer,
         QueueAnswer,
         RenderAnswer,
+        ReportAnswer,
         RequeueAnswer,
         SecretDeletedAnswer,
         SecretsAnswer,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         StatsAnswer,
         SubmitAnswer,
         SummaryAnswer,
+        TiersAnswer,
         TokenAnswer,
         TokensAnswer,
         UserAnswer,
@@ -251,6 +253,17 @@ class RawClient:
 
     def priority(self, job_id: int) -> PriorityAnswer:
         return self.request("GET", f"/v1/jobs/{int(job_id)}/priority")
+
+    def tiers(self) -> TiersAnswer:
+        return self.request("GET", "/v1/tiers")
+
+    def report(self, *, by: str = "user", period: str = "day", since: str | None = None,
+               until: str | None = None) -> ReportAnswer:
+        """GPU-hours and cost per ``by`` group and ``period`` bucket (the caller's own
+        usage unless an admin asks); since/until: dates, ISO times or epoch seconds."""
+        params = {"by": by, "period": period, "since": since, "until": until}
+        return self.request("GET", "/v1/report",
+                            params={k: v for k, v in params.items() if v is not None})
 
     def pools(self) -> PoolsAnswer:
         return self.request("GET", "/v1/pools")

@@ -6,6 +6,7 @@ import builtins
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import date, datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -31,6 +32,8 @@ from rota.client.models import (
     Priority,
     QueuePage,
     Shares,
+    Report,
+    Tier,
     Why,
 )
 from rota.errors import DaemonUnavailable, WaitTimeout
@@ -244,6 +247,17 @@ class Client:
         order they will start, and the oldest held ones. ``counts=False`` leaves out the
         counts per state (they read every job's row)."""
         return self._send(calls.queue(limit, offset, counts))
+
+    def tiers(self) -> builtins.list[Tier]:
+        """Every tier with its limits and price per GPU-hour, cheapest first."""
+        return self._send(calls.tiers())
+
+    def report(self, *, by: str = "user", period: str = "day",
+               since: datetime | date | float | str | None = None,
+               until: datetime | date | float | str | None = None) -> Report:
+        """GPU-hours and cost per ``by`` (user, project, pool, tier) and ``period`` (day,
+        week, month: UTC, weeks from Monday); the caller's own usage unless an admin asks."""
+        return self._send(calls.report(by, period, since, until))
 
     def health(self) -> Health:
         return self._send(calls.health())

@@ -197,6 +197,9 @@ class JobSpec(BaseModel):
                                          "rota.toml declares; None: the default pool")
     project: str | None = Field(default=None, max_length=100, pattern=f"^{_LABEL}$",
                                 description="what the job counts towards (reports, filters)")
+    tier: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9-]{0,39}$",
+                             description="the tier it runs and is charged on (rota tiers); "
+                                         "None: the cheapest tier it fits")
     preemptible: StrictBool = Field(
         default=False, description="may be stopped (stop handshake) and queued again so a "
                                    "higher-priority job can start")

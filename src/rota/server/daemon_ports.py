@@ -7,7 +7,7 @@ Every method runs on the daemon's loop thread (the API's handlers are coroutines
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import ReasonCode
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
+from rota.core.tiers import Tier
 from rota.errors import Conflict, NotFound
 from rota.pools import LOCAL
 from rota.server.accounts import check_unix_account
@@ -297,6 +298,9 @@ class DaemonPorts:
 
     def metrics_text(self) -> bytes:
         return self._d.metrics.render()
+
+    def tiers(self) -> Mapping[str, Tier]:
+        return self._d.settings.tier_set
 
     async def pools(self) -> dict[str, Any]:
         d = self._d

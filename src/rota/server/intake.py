@@ -16,6 +16,7 @@ from rota.core.feasibility import never_runnable, never_typed, type_scope
 from rota.core.lifecycle import JobState
 from rota.core.snapshot import to_milli
 from rota.core.spec import JobSpec, parse_spec
+from rota.core.tiers import choose, no_fit
 from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileEntry, JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
@@ -73,6 +74,7 @@ class Intake:
         if spec.llm and "gpus" not in asked:
             spec = self._resolve_llm(spec, prefix)
         pool_name, pool = self.settings.pool_set.get(spec.pool)  # InvalidSpec names them
+        self._check_tier(spec, prefix)
         if isinstance(account, Unknown):
             account = self.accounts.account_in(self.daemon.store, user)  # Forbidden: never
         if account is not None:
@@ -103,6 +105,17 @@ class Intake:
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         self._check_dependencies(spec, prefix)
         return spec
+
+    def _check_tier(self, spec: JobSpec, prefix: str) -> None:
+        """The tier it names fits it; with tier_required, some tier fits it."""
+        tiers = self.settings.tier_set
+        try:
+            chosen = choose(tiers, spec)
+        except InvalidSpec as e:
+            raise InvalidSpec(f"{prefix}{e}", field="tier") from None
+        if chosen is None and self.settings.tier_required:
+            raise InvalidSpec(f"{prefix}tier: the job fits no tier ({no_fit(tiers, spec)}), "
+                              "and tier_required is set", field="tier")
 
     def _check_run_as(self, spec: JobSpec, account: str, pool_name: str, pool: Pool,
                       prefix: str) -> None:

@@ -32,6 +32,7 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import Start
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
+from rota.core.tiers import charge
 from rota.errors import BackendError, RotaError, TrackerError
 from rota.ml import checkpoints
 from rota.server.accounts import AccountRules
@@ -108,7 +109,8 @@ class Launcher:
                 self.table.queue.add(pending)
                 continue
             run = self._run_of(start, row, pending, now)
-            intents.append((run, {
+            tier, price = charge(self.settings.tier_set, run.spec)  # fixed from now on
+            intents.append((run, {"tier": tier, "price": price,
                 "number": run.attempt_no, "gpu_indices": list(start.gpu_indices),
                 "gpu_uuids": [self.monitor.readings[i].uuid for i in start.gpu_indices
                               if i in self.monitor.readings],

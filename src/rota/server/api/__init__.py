@@ -22,6 +22,7 @@ from rota.server.api import (
     secrets,
     shares,
     system,
+    usage,
 )
 from rota.server.api._shared import caller
 from rota.server.api.answer_schemas import document_answers
@@ -34,7 +35,8 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
-           secrets.router, system.router, pools.router, eval.router, shares.router)
+           secrets.router, system.router, pools.router, eval.router, shares.router,
+           usage.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,

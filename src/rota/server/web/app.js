@@ -6,6 +6,7 @@ import { renderEvals } from "./evals.js";
 import { renderGpus } from "./gpus.js";
 import { renderJob } from "./job.js";
 import { renderPools } from "./pools.js";
+import { renderUsage } from "./usage.js";
 import { renderQueue } from "./queue.js";
 import { renderSubmit } from "./submit.js";
 
@@ -30,6 +31,7 @@ function route() {
   if (first === "jobs") return ["jobs", (el) => renderQueue(el, query)];
   if (first === "gpus") return ["gpus", (el) => renderGpus(el)];
   if (first === "pools") return ["pools", (el) => renderPools(el)];
+  if (first === "usage") return ["usage", (el) => renderUsage(el, query)];
   if (first === "evals") return ["evals", (el) => renderEvals(el, query)];
   if (first === "submit") return ["submit", (el) => renderSubmit(el, session)];
   return [null, (el) => replace(el, h("section", { class: "page" },

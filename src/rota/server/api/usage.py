@@ -1,0 +1,40 @@
+"""Tiers and usage reports: what a GPU-hour costs where, and what was used and spent."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from rota.answers import ReportAnswer, TiersAnswer
+from rota.server.api._shared import Caller, Json, ReadsPort
+from rota.server.problems import errors
+from rota.server.report_reads import report_answer, tiers_answer
+
+router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
+
+_TIME = "a date (2026-11-28, UTC midnight), an ISO time (UTC unless it says) or epoch seconds"
+
+
+@router.get("/tiers", responses=errors(401))
+async def tiers(reads: ReadsPort) -> Annotated[Json, TiersAnswer]:
+    """Every tier with its limits and price per GPU-hour, cheapest first: a job gets the
+    cheapest it fits unless it names one."""
+    return tiers_answer(reads.tiers())
+
+
+@router.get("/report", responses=errors(401, 422))
+async def usage_report(
+        p: Caller, reads: ReadsPort,
+        by: Literal["user", "project", "pool", "tier"] = Query("user"),
+        period: Literal["day", "week", "month"] = Query(
+            "day", description="UTC calendar days, ISO weeks (from Monday) or months"),
+        since: str | None = Query(None, max_length=40, description=(
+            f"{_TIME}; default: 30 days, 12 weeks or a year back, from its bucket's start")),
+        until: str | None = Query(None, max_length=40, description=f"{_TIME}; default: now"),
+        ) -> Annotated[Json, ReportAnswer]:
+    """GPU-hours and cost (GPUs x run time x the price each attempt recorded at its start)
+    per group and period bucket; running attempts count up to now, and one spanning a
+    bucket's boundary is split. A user sees their own jobs' usage; an admin everyone's."""
+    return report_answer(reads.store, user=None if p.admin else p.user, by=by,
+                         period=period, since=since, until=until, now=reads.now())

@@ -1,0 +1,75 @@
+"""The answers of GET /v1/tiers and GET /v1/report: the tiers as settings declare them, and
+usage per group and period summed from the attempts' records (rota.core.report)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rota.core.report import By, Period, bucket_start, report
+from rota.core.tiers import Tier
+from rota.errors import InvalidSpec
+from rota.server.ports import StoreReads
+
+#: how far back a report reaches when no ``since`` is given, per period
+DEFAULT_SPAN = {"day": timedelta(days=30), "week": timedelta(weeks=12),
+                "month": timedelta(days=365)}
+
+
+def tiers_answer(tiers: Mapping[str, Tier]) -> dict[str, Any]:
+    """Every tier, cheapest first (the order a job's tier is chosen in)."""
+    rows = [{"name": name, **tier.model_dump()} for name, tier in tiers.items()]
+    rows.sort(key=lambda t: (t["price"], t["time_limit"] or float("inf"), t["name"]))
+    return {"tiers": rows}
+
+
+def parse_time(text: str, what: str) -> float:
+    """A date (2026-11-28: its UTC midnight), an ISO time (UTC unless it says) or epoch
+    seconds; InvalidSpec naming ``what`` otherwise."""
+    s = text.strip()
+    try:
+        t = float(s)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(t) and 0 <= t < 1e11:
+            return t
+    try:
+        d = datetime.fromisoformat(s)
+    except ValueError:
+        raise InvalidSpec(f"{what}: cannot read {text!r} as a date (2026-11-28), a time "
+                          "(2026-11-28T12:00) or epoch seconds", field=what) from None
+    t = (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= t < 1e11:  # buckets and the default span stay inside datetime's years
+        raise InvalidSpec(f"{what}: {text!r} is before 1970 or too far ahead", field=what)
+    return t
+
+
+def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period,
+                  since: str | None, until: str | None, now: float) -> dict[str, Any]:
+    """GPU-hours and cost per group and bucket inside [since, until) (default: up to now,
+    from the start of the bucket DEFAULT_SPAN back), of ``user``'s jobs (None: everyone's)."""
+    end = parse_time(until, "until") if until else now
+    begin = (parse_time(since, "since") if since else
+             bucket_start(max(0.0, end - DEFAULT_SPAN[period].total_seconds()), period))
+    if begin >= end:
+        raise InvalidSpec(f"since ({_iso(begin)}) is not before until ({_iso(end)})",
+                          field="since")
+    records = [r for r in store.usage(begin, end) if user is None or r.user == user]
+    rows = report(records, by=by, period=period, since=begin, until=end, now=now)
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        t = totals.setdefault(row.group, [0.0, 0.0])
+        t[0] += row.gpu_hours
+        t[1] += row.cost
+    return {"by": by, "period": period, "since": begin, "until": end, "now": now,
+            "user": user,
+            "rows": [row._asdict() for row in rows],
+            "totals": [{"group": g, "gpu_hours": h, "cost": c}
+                       for g, (h, c) in sorted(totals.items())]}
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")

@@ -1,0 +1,71 @@
+// The usage page: GPU-hours per period as a stacked bar chart (plain inline SVG, drawn
+// here: nothing is downloaded) by the chosen grouping, and the report's table. A user sees
+// their own jobs' usage, an admin everyone's (the API decides).
+
+import { api, query } from "./api.js";
+import { h, replace, s } from "./dom.js";
+import { poll } from "./ui.js";
+
+const EVERY_MS = 30000;
+const COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"];
+
+/** Per bucket (in order) the GPU-hours of each group: [[bucket, Map(group -> hours)], ...]. */
+export function stacks(rows) {
+  const out = new Map();
+  for (const r of rows) {
+    if (!out.has(r.bucket)) out.set(r.bucket, new Map());
+    out.get(r.bucket).set(r.group, r.gpu_hours);
+  }
+  return [...out];
+}
+
+function chart(rows, groups) {
+  const bars = stacks(rows);
+  const W = 640, H = 220, pad = 28;
+  const top = Math.max(1e-9, ...bars.map(([, m]) => [...m.values()].reduce((a, b) => a + b, 0)));
+  const bw = (W - pad) / Math.max(1, bars.length);
+  const svg = s("svg", { class: "usage-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": "GPU-hours per period, stacked by group" });
+  bars.forEach(([bucket, m], i) => {
+    let y = H - pad;
+    groups.forEach((g, j) => {
+      const hgt = ((m.get(g) || 0) / top) * (H - 2 * pad);
+      if (hgt <= 0) return;
+      y -= hgt;
+      svg.append(s("rect", { x: pad + i * bw + 2, y, width: Math.max(1, bw - 4), height: hgt,
+        fill: COLOURS[j % COLOURS.length], "data-group": g, "data-bucket": bucket },
+      s("title", null, `${bucket} · ${g}: ${(m.get(g) || 0).toFixed(2)} GPU-h`)));
+    });
+    svg.append(s("text", { x: pad + i * bw + 2, y: H - 8, class: "small" }, bucket));
+  });
+  svg.append(s("text", { x: 2, y: pad, class: "small" }, `${top.toFixed(1)} GPU-h`));
+  const legend = h("p", { class: "small" }, groups.map((g, j) => h("span", { class: "usage-key" },
+    s("svg", { width: 10, height: 10 }, s("rect", { width: 10, height: 10, fill: COLOURS[j % COLOURS.length] })), ` ${g} `)));
+  return [svg, legend];
+}
+
+export function renderUsage(root, params) {
+  const by = ["user", "project", "pool", "tier"].includes(params.get("by")) ? params.get("by") : "user";
+  const period = ["day", "week", "month"].includes(params.get("period")) ? params.get("period") : "day";
+  const body = h("div", { id: "usage-body" });
+  const pick = (name, value, options) => h("select", { "aria-label": name, onchange: (e) => {
+    const next = new URLSearchParams({ by, period, [name]: e.target.value });
+    location.hash = `#/usage?${next}`;
+  } }, options.map((o) => h("option", { value: o, selected: o === value }, o)));
+  replace(root, h("section", { class: "page" },
+    h("div", { class: "page-head" }, h("h1", null, "Usage")),
+    h("p", null, "Group by ", pick("by", by, ["user", "project", "pool", "tier"]),
+      " per ", pick("period", period, ["day", "week", "month"])), body));
+  return poll(async () => {
+    const r = await api(`/v1/report${query({ by, period })}`);
+    const groups = r.totals.map((t) => t.group);
+    const table = h("table", { class: "usage" },
+      h("thead", null, h("tr", null, [period, by, "GPU-hours", "Cost"].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", null, r.rows.map((x) => h("tr", null, h("td", null, x.bucket), h("td", null, x.group),
+        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)))),
+      r.totals.map((x) => h("tr", { class: "total" }, h("td", null, "total"), h("td", null, x.group),
+        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2))))));
+    replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table)]
+      : h("p", { class: "muted" }, "No GPU use in this window."));
+  }, EVERY_MS);
+}

@@ -1,0 +1,93 @@
+"""Tiers and reports through a real daemon on simulated GPUs: each attempt records its tier
+and price when it starts, the report adds up to the attempts' own GPU-seconds, and a later
+change of prices (a restart with a new rota.toml) leaves what was spent as it was."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from rota.store.repo import Store
+from rota_testing import DaemonProcess, kill_job_processes, wait_until
+
+TOML = """
+[tiers.small]
+price = {small}
+time_limit = "1h"
+
+[tiers.big]
+price = 5.0
+gpu_mem = "40G"
+"""
+
+
+def _ended(d: DaemonProcess, ids: list[int]) -> bool:
+    with d.client() as c:
+        return all(c.job(i)["state"] == "completed" for i in ids)
+
+
+def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "rota.toml").write_text(TOML.format(small=2.0))
+    d = DaemonProcess(home).start()
+    try:
+        small = d.submit("--gpus", "1", "--time-limit", "10m", "--", "sleep", "0.2")
+        big = d.submit("--gpus", "2", "--", "sleep", "0.1")  # no time limit: only big fits
+        named = d.submit("--gpus", "0.5", "--time-limit", "1m", "--tier", "big", "--", "true")
+        refused = d.cli("submit", "--tier", "small", "--time-limit", "2h", "--", "true")
+        assert refused.returncode != 0
+        assert "does not fit tier small: time limit at most 1h00m, the job gives 2h00m" in (
+            refused.stderr)
+        wait_until(lambda: _ended(d, [small, big, named]), timeout=60, what="the jobs end")
+        tiers = json.loads(d.cli("tiers", "--json").stdout)["tiers"]
+        assert [(t["name"], t["price"]) for t in tiers] == [("small", 2.0), ("big", 5.0)]
+
+        store = Store.open(f"sqlite:///{home / 'rota.db'}")
+        records = {r.job_id: r for r in store.usage(0.0, 1e12)}
+        store.close()
+        assert {j: (r.tier, r.price) for j, r in records.items()} == {
+            small: ("small", 2.0), big: ("big", 5.0), named: ("big", 5.0)}
+        seconds = {j: r.gpus * (r.ended_at - r.started_at)  # type: ignore[operator]
+                   for j, r in records.items()}
+
+        out = d.cli("report", "--by", "tier", "--period", "day", "--since", "0", "--json")
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        totals = {t["group"]: t for t in report["totals"]}
+        assert totals["small"]["gpu_hours"] * 3600 == pytest.approx(seconds[small], rel=1e-9)
+        assert totals["big"]["gpu_hours"] * 3600 == pytest.approx(
+            seconds[big] + seconds[named], rel=1e-9)
+        assert totals["small"]["cost"] == pytest.approx(totals["small"]["gpu_hours"] * 2.0)
+        assert totals["big"]["cost"] == pytest.approx(totals["big"]["gpu_hours"] * 5.0)
+
+        out = d.cli("report", "--by", "user", "--period", "week", "--since", "0", "--csv")
+        assert out.returncode == 0, out.stderr
+        rows = list(csv.DictReader(io.StringIO(out.stdout)))
+        assert sum(float(r["gpu_hours"]) for r in rows) * 3600 == pytest.approx(
+            sum(seconds.values()), rel=1e-6)
+        assert all(r["week"].startswith("20") and "-W" in r["week"] for r in rows)
+        spent = sum(float(r["cost"]) for r in rows)
+        assert spent == pytest.approx(totals["small"]["cost"] + totals["big"]["cost"],
+                                      rel=1e-6)
+        d.stop()
+
+        # the price of small goes up: what was spent stays, a new attempt pays the new price
+        (home / "rota.toml").write_text(TOML.format(small=3.0))
+        d = DaemonProcess(home).start()
+        again = json.loads(d.cli("report", "--by", "tier", "--since", "0", "--json").stdout)
+        assert {t["group"]: t["cost"] for t in again["totals"]} == pytest.approx(
+            {t["group"]: t["cost"] for t in report["totals"]})
+        later = d.submit("--gpus", "1", "--time-limit", "10m", "--", "true")
+        wait_until(lambda: _ended(d, [later]), timeout=60, what="the new job ends")
+        store = Store.open(f"sqlite:///{home / 'rota.db'}")
+        prices = {r.job_id: r.price for r in store.usage(0.0, 1e12)}
+        store.close()
+        assert (prices[small], prices[later]) == (2.0, 3.0)
+    finally:
+        d.stop()
+        kill_job_processes(home)
