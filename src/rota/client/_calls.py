@@ -34,8 +34,8 @@ from rota.client.models import (
     Page,
     Priority,
     QueuePage,
-    Shares,
     Report,
+    Shares,
     Tier,
     Why,
 )

@@ -31,8 +31,8 @@ from rota.client.models import (
     Page,
     Priority,
     QueuePage,
-    Shares,
     Report,
+    Shares,
     Tier,
     Why,
 )
