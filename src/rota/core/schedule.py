@@ -19,6 +19,7 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
 from rota.core.preempt import victims_for
+from rota.core.quota import QuotaGate
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
 from rota.units import format_gpu_set, format_memory
 
@@ -58,6 +59,8 @@ class _Pass:
         # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
         self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
         self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
+        self.quota = None if snapshot.over_quota is None and snapshot.gpu_allowance is None \
+            else QuotaGate(snapshot.over_quota or {}, snapshot.gpu_allowance or {})
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full
@@ -69,9 +72,15 @@ class _Pass:
         smallest = min(min(map(_milli_of, pending), default=0) if least is None else least,
                        MILLI)
         checked_at = -1  # pool version at the last saturation check
+        quota = self.quota  # None unless some owner has a quota
         for n, job in enumerate(pending):
             if job.after or job.not_before is not None:
                 blocked = gate(job, self.snapshot.dependency_states, self.now)
+                if blocked is not None:
+                    reasons[job.id] = blocked
+                    continue
+            if quota is not None and job.gpus_milli:
+                blocked = quota.check(job)
                 if blocked is not None:
                     reasons[job.id] = blocked
                     continue
@@ -81,6 +90,8 @@ class _Pass:
             else:
                 reason = self._try(job)
                 if reason is None:
+                    if quota is not None:
+                        quota.spend(job)
                     continue
             reasons[job.id] = reason
             positions[job.id] = waiting
@@ -128,10 +139,13 @@ class _Pass:
         # what the lazy reasons need, and not the whole pass (the plan may outlive it)
         views, all_gpus, mem_desc, smallest = (self.pool.views, self.all_gpus, self.mem_desc,
                                                self.smallest)
+        quota = self.quota
 
         def own_reason(job: PendingJob) -> Reason | None:
             blocked = (gate(job, snapshot.dependency_states, now)
                        if job.after or job.not_before else None)
+            if blocked is None and quota is not None and job.gpus_milli:
+                blocked = quota.check(job)
             return blocked or _never(job, views, all_gpus, mem_desc, smallest)
 
         plan.gate = own_reason
