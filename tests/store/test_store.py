@@ -225,9 +225,9 @@ def test_the_queue_is_read_in_queue_order_with_the_schedulers_facts(store: Store
     store.update_job(a.id, not_before=9.5)
     got = store.queued(mlflow_default=False, chunk=2)  # pages of 2: each page is read
     assert got.pending == [
-        PendingJob(c.id, -1, c.id, 1000, None, None, (1, 2), None),
-        PendingJob(b.id, 0, b.id, 250, 5 << 30, frozenset({1, 3}), (), None),
-        PendingJob(a.id, 2, a.id, 1000, None, None, (), 9.5)]
+        PendingJob(c.id, -1, c.id, 1000, None, None, (1, 2), None, user="u"),
+        PendingJob(b.id, 0, b.id, 250, 5 << 30, frozenset({1, 3}), (), None, user="u"),
+        PendingJob(a.id, 2, a.id, 1000, None, None, (), 9.5, user="u")]
     assert got.held == [held.id, d.id] and got.tracked == []
 
 

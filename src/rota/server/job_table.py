@@ -35,7 +35,7 @@ def pending_of(row: JobRecord) -> PendingJob:
                       gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
                       allowed=frozenset(allowed) if allowed else None,
                       after=tuple(spec.get("after") or ()), not_before=row.not_before,
-                      pool=row.pool)
+                      pool=row.pool, user=row.user, project=row.project)
 
 
 @dataclass(frozen=True)
