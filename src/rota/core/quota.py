@@ -107,7 +107,8 @@ def describe(s: Standing) -> str:
     if q.what == "money":
         text = f"{who} spent {s.used:.2f} of its {q.limit:g} budget {_SPAN[q.period]}"
     else:
-        text = f"{who} used {s.used:.1f} of its {q.limit:g} GPU-hours {_SPAN[q.period]}"
+        used = f"{s.used:.1f}" if s.used >= 1 else f"{s.used:.2g}"
+        text = f"{who} used {used} of its {q.limit:g} GPU-hours {_SPAN[q.period]}"
     if s.resets_at is not None:
         text += f"; {reset_words(q.period, s.resets_at)}"
     return text

@@ -91,7 +91,8 @@ class Daemon:
         self.stopper = Stopper(store, clock, self.table.running)
         self.monitor = DeviceMonitor(devices, store, clock, self.table.running,
                                      on_lost=self._gpu_lost)
-        self.quotas = Quotas(store, clock, self.table.running, self.stopper,
+        self.quotas = Quotas(store, clock, self.table.running,
+                             lambda job_id, why: self.preempt(job_id, why),
                              settings.quota_check)
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
         self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
@@ -146,8 +147,9 @@ class Daemon:
         from rota.server.recovery import recover
 
         self.loop = asyncio.get_running_loop()
-        for part in (self.stopper, self.exits, self.launcher):
+        for part in (self.stopper, self.exits, self.launcher, self.quotas):
             part.loop = self.loop
+        self.quotas.kick = self.kick
         self.tracking.instance = self.backends.install = self._instance_id()
         self.backends.on_engine_start = self._engine_started
         self.monitor.read()

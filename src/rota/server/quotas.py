@@ -8,10 +8,10 @@ once are counted from the running jobs at every pass. The decisions are rota.cor
 
 from __future__ import annotations
 
-import logging
+import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 
-from rota.core.outcome import StopReason
 from rota.core.plan import Reason
 from rota.core.quota import (
     Owner,
@@ -28,24 +28,26 @@ from rota.core.quota import (
     standings,
 )
 from rota.core.snapshot import MILLI
+from rota.errors import Conflict
 from rota.server.ports import StoreReads
 from rota.server.quota_alerts import alert
 from rota.server.running import Running
-from rota.server.stopper import Stopper
 from rota.store.repo import Store
-
-log = logging.getLogger("rota.quotas")
 
 
 class Quotas:
     def __init__(self, store: Store, clock: Callable[[], float],
-                 running: Mapping[int, Running], stopper: Stopper, every: float) -> None:
-        self.store, self.clock, self.running, self.stopper = store, clock, running, stopper
+                 running: Mapping[int, Running], preempt: Callable[[int, str], None],
+                 every: float) -> None:
+        self.store, self.clock, self.running, self.preempt = store, clock, running, preempt
         self.every = every
         self.quotas: list[Quota] = []
         self.over: dict[Owner, Reason] = {}
         self._usage: list[Standing] = []  # GPU-hours and money quotas, as last read
         self._next_read = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when the daemon starts
+        self.kick: Callable[[], None] = lambda: None  # runs a pass (which reads usage)
 
     def load(self) -> None:
         """(Re)read the quotas; the next pass reads usage again."""
@@ -82,8 +84,17 @@ class Quotas:
         lifts = [q.lifted_until for q in self.quotas
                  if q.lifted_until is not None and q.lifted_until > now]
         self._next_read = min([now + self.every, *resets, *lifts])
+        self._arm(now)
         self._alerts(now)
         self._stop_over_hard_budgets(hard_over(self._usage))
+
+    def _arm(self, now: float) -> None:
+        """A pass at the next read, so a running job's use is seen without other events."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.loop is not None:
+            self._timer = self.loop.call_later(max(0.0, self._next_read - now) + 0.005,
+                                               self.kick)
 
     def _alerts(self, now: float) -> None:
         for s in self._usage:
@@ -93,18 +104,21 @@ class Quotas:
                           now=now)
 
     def _stop_over_hard_budgets(self, over: Mapping[Owner, str]) -> None:
-        """Every running job of an owner at 100 % of a hard budget is stopped through the
-        handshake and queued again; the quota gate keeps it waiting, with the reason, until
-        the budget is raised, lifted or resets (then it resumes from its checkpoint)."""
+        """Every running job of an owner at 100 % of a hard budget is stopped as a
+        preemption is: the stop handshake (its grace to save a checkpoint), then queued again
+        in its place; the quota gate keeps it waiting, with the reason, until the budget is
+        raised, lifted or resets, and then it resumes from its checkpoint."""
         if not over:
             return
         for run in list(self.running.values()):
-            if run.stop_reason is not None:
-                continue
+            if run.stop_reason is not None or run.handle is None:
+                continue  # being stopped already; or not started yet (the next read)
             for owner in owners_of(run.pending.user, run.pending.project):
                 why = over.get(owner)
                 if why is not None:
-                    self.stopper.stop(run, StopReason.REQUEUE, f"stopped: {why} (hard budget)")
+                    # not running (yet): the next read sees it again
+                    with contextlib.suppress(Conflict):
+                        self.preempt(run.job_id, f"stopped over a hard budget: {why}")
                     break
 
 
