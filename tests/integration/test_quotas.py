@@ -6,6 +6,7 @@ clock: the daemon's clock is the real one.)"""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -88,3 +89,25 @@ def test_a_hard_budget_stops_a_running_job_which_resumes_when_raised(
     assert f"resumed at step {stopped_at + 1}" in text
     steps = [int(line.split()[1]) for line in text.splitlines() if line.startswith("step ")]
     assert steps == list(range(40))  # nothing done twice, nothing skipped
+
+
+def test_rota_quota_set_list_lift_rm(daemon: DaemonProcess) -> None:
+    r = daemon.cli("quota", "set", "--project", "vision", "--gpu-hours", "96", "--per", "week")
+    assert r.returncode == 0, r.stderr
+    assert "project vision used 0 of its 96 GPU-hours this week; resets Monday 00:00 UTC" \
+        in r.stdout
+    assert daemon.cli("quota", "set", "--user", "alice", "--gpus", "4").returncode == 0
+    listed = daemon.cli("quota", "list", "--json")
+    rows = {(q["kind"], q["name"], q["what"]) for q in json.loads(listed.stdout)["quotas"]}
+    assert rows == {("project", "vision", "gpu_hours"), ("user", "alice", "gpus")}
+    bad = daemon.cli("quota", "set", "--user", "alice", "--gpus", "4", "--per", "week")
+    assert bad.returncode != 0 and "GPUs-at-once quota has no period" in bad.stderr
+    both = daemon.cli("quota", "set", "--user", "a", "--project", "b", "--gpus", "1")
+    assert both.returncode != 0 and "name one owner" in both.stderr
+    assert daemon.cli("quota", "lift", "--user", "alice", "--for", "2h").returncode == 0
+    with daemon.client() as c:
+        [alice] = [q for q in c.quotas()["quotas"] if q["name"] == "alice"]
+        assert alice["lifted_until"] is not None
+    assert daemon.cli("quota", "rm", "--user", "alice").returncode == 0
+    gone = daemon.cli("quota", "rm", "--user", "alice")
+    assert gone.returncode != 0 and "user alice has no quota" in gone.stderr
