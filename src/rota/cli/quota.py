@@ -57,6 +57,9 @@ def quota_set(user: str = USER, project: str = PROJECT,
     with run_cli(json_out=json_out), client() as c:
         kind, name = _owner(user, project)
         what, limit = _measure(gpus, gpu_hours, money)
+        if what == "gpus" and (per != "none" or hard):
+            raise InvalidSpec("a GPUs-at-once quota has no period and cannot be --hard "
+                              "(--per and --hard are for --gpu-hours and --money)")
         emit(c.set_quota(kind, name, what, limit, period=per, hard=hard), json_out, _line)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field, StrictBool, model_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from rota.answers import QuotaAnswer, QuotaChangedAnswer, QuotasAnswer
 from rota.core.quota import Quota
@@ -22,22 +22,36 @@ OwnerName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$",
 MAX_LIMIT = 1e12
 
 
-class QuotaBody(BaseModel):
+class _QuotaFields(BaseModel):
     kind: Kind
     name: OwnerName
-    what: What
-    period: Literal["none", "day", "week", "month"] = "none"
     limit: float = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+
+
+class GpusQuotaBody(_QuotaFields):
+    """GPUs held at once: no period, never a hard budget (the schema says so, so that a
+    request the schema allows is never refused)."""
+
+    what: Literal["gpus"]
+    period: Literal["none"] = Field("none", description="a GPUs-at-once quota has no period")
+    hard: StrictBool = Field(False, description="only GPU-hours and money can be hard",
+                             json_schema_extra={"const": False})
+
+    @field_validator("hard")
+    @classmethod
+    def _never_hard(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("only a GPU-hours or money quota can be a hard budget")
+        return v
+
+
+class UsageQuotaBody(_QuotaFields):
+    what: Literal["gpu_hours", "money"]
+    period: Literal["none", "day", "week", "month"] = "none"
     hard: StrictBool = False
 
-    @model_validator(mode="after")
-    def _consistent(self) -> QuotaBody:
-        if self.what == "gpus" and self.period != "none":
-            raise ValueError("a GPUs-at-once quota has no period (--per is for GPU-hours "
-                             "and money)")
-        if self.what == "gpus" and self.hard:
-            raise ValueError("only a GPU-hours or money quota can be a hard budget")
-        return self
+
+QuotaBody = Annotated[GpusQuotaBody | UsageQuotaBody, Field(discriminator="what")]
 
 
 class LiftBody(BaseModel):
@@ -59,7 +73,7 @@ async def list_quotas(p: Caller, reads: ReadsPort) -> Annotated[Json, QuotasAnsw
     return {"quotas": quota_views(reads.store, quotas, reads.now())}
 
 
-@router.put("/quotas", responses=errors(401, 403, 422, 503))
+@router.put("/quotas", responses=errors(400, 401, 403, 422, 503))
 async def set_quota(body: QuotaBody, p: Caller, reads: ReadsPort,
                     commands: CommandsPort) -> Annotated[Json, QuotaAnswer]:
     """Set (or replace) the owner's quota on that measure."""
@@ -69,7 +83,7 @@ async def set_quota(body: QuotaBody, p: Caller, reads: ReadsPort,
     return quota_views(reads.store, [quota], reads.now())[0]
 
 
-@router.post("/quotas/lift", responses=errors(401, 403, 404, 422, 503))
+@router.post("/quotas/lift", responses=errors(400, 401, 403, 404, 422, 503))
 async def lift_quota(body: LiftBody, p: Caller, reads: ReadsPort,
                      commands: CommandsPort) -> Annotated[Json, QuotaChangedAnswer]:
     """Stop enforcing the owner's quota (or all of them) for a while."""
