@@ -111,3 +111,19 @@ def test_rota_quota_set_list_lift_rm(daemon: DaemonProcess) -> None:
     assert daemon.cli("quota", "rm", "--user", "alice").returncode == 0
     gone = daemon.cli("quota", "rm", "--user", "alice")
     assert gone.returncode != 0 and "user alice has no quota" in gone.stderr
+
+
+def test_a_gpus_at_once_quota_starts_the_next_job_when_one_ends(daemon: DaemonProcess) -> None:
+    with daemon.client() as c:
+        c.set_quota("project", "vision", "gpus", 1)
+    first = daemon.submit("--gpus", "1", "--project", "vision", "--", "sleep", "2")
+    second = daemon.submit("--gpus", "1", "--project", "vision", "--", "true")
+    wait_until(lambda: job(daemon, first)["state"] == "running", timeout=30)
+    wait_until(lambda: why(daemon, second)["code"] == "quota", timeout=10)
+    assert why(daemon, second)["message"] == (
+        "waits: project vision may hold 1 GPUs at once and 0 of them are free; it needs 1")
+    shown = daemon.cli("why", str(second))
+    assert "project vision may hold 1 GPUs at once" in shown.stdout, shown.stdout
+    wait_until(lambda: job(daemon, second)["state"] == "completed", timeout=30,
+               what="the second job to start once the first ended")
+    assert job(daemon, second)["started_at"] >= job(daemon, first)["ended_at"]
