@@ -434,6 +434,30 @@ class GpuPausedAnswer(TypedDict):
     paused: bool
 
 
+class QuotaAnswer(TypedDict):
+    """One quota or budget (rota.core.quota) and what its owner used of it now."""
+
+    kind: str  # user | project
+    name: str
+    what: str  # gpus | gpu_hours | money
+    period: str  # none | day | week | month
+    limit: float
+    hard: bool
+    lifted_until: float | None
+    used: float  # GPUs held now, GPU-hours or money spent in the current period
+    percent: float
+    resets_at: float | None
+    text: str  # in words
+
+
+class QuotasAnswer(TypedDict):
+    quotas: list[QuotaAnswer]
+
+
+class QuotaChangedAnswer(TypedDict):
+    changed: int  # how many quotas were lifted or removed
+
+
 class SimulateAnswer(TypedDict):
     index: int
     ok: bool

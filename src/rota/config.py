@@ -117,6 +117,8 @@ class Settings(BaseSettings):
                                  "(0: none)")
     safety_tick: float = Field(default=5.0, gt=0, description="seconds between safety passes")
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
+    quota_check: float = Field(default=30.0, gt=0, description="seconds between readings of "
+                               "usage for GPU-hours and money quotas (rota.server.quotas)")
     jobs_file_poll: float = Field(default=1.0, gt=0)
     tmux_socket: str = "rota"
     listen: str | None = Field(default=None, description="HOST:PORT for the API over TCP "

@@ -28,6 +28,10 @@ from rota_testing import DaemonProcess, kill_job_processes, wait_until
 ROUTES: dict[tuple[str, str], Any] = {
     ("post", "/v1/jobs"): a.SubmitAnswer,
     ("get", "/v1/jobs"): a.JobListAnswer,
+    ("get", "/v1/quotas"): a.QuotasAnswer,
+    ("put", "/v1/quotas"): a.QuotaAnswer,
+    ("post", "/v1/quotas/lift"): a.QuotaChangedAnswer,
+    ("delete", "/v1/quotas"): a.QuotaChangedAnswer,
     ("get", "/v1/jobs/{job_id}"): a.JobDetailAnswer,
     ("get", "/v1/jobs/{job_id}/events"): a.EventsAnswer,
     ("get", "/v1/jobs/{job_id}/why"): a.WhyAnswer,

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 
+from rota.answers import QuotaAnswer
 from rota.client import _times as log_times
 from rota.client._times import When
 from rota.client.models import (
@@ -381,3 +382,25 @@ def eval_schedules() -> Call[list[EvalSchedule]]:
 
 def unschedule_eval(schedule_id: int) -> Call[None]:
     return Call("DELETE", f"/v1/eval/schedules/{operator.index(schedule_id)}", lambda _: None)
+
+
+# --- quotas and budgets (answers as rota.answers.QuotaAnswer) ---------------------------
+def quotas() -> Call[list[QuotaAnswer]]:
+    return Call("GET", "/v1/quotas", lambda d: list(d["quotas"]))
+
+
+def set_quota(kind: str, name: str, what: str, limit: float, period: str,
+              hard: bool) -> Call[QuotaAnswer]:
+    return Call("PUT", "/v1/quotas", lambda d: d, json={
+        "kind": kind, "name": name, "what": what, "limit": limit, "period": period,
+        "hard": hard})
+
+
+def lift_quota(kind: str, name: str, seconds: float, what: str | None) -> Call[int]:
+    return Call("POST", "/v1/quotas/lift", lambda d: int(d["changed"]), json={
+        "kind": kind, "name": name, "what": what, "seconds": seconds})
+
+
+def remove_quota(kind: str, name: str, what: str | None) -> Call[int]:
+    return Call("DELETE", "/v1/quotas", lambda d: int(d["changed"]),
+                params={"kind": kind, "name": name, **({"what": what} if what else {})})

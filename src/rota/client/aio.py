@@ -14,6 +14,7 @@ from typing import Any, TypeVar, overload
 
 from httpx_sse import EventSource
 
+from rota.answers import QuotaAnswer
 from rota.client import _calls as calls
 from rota.client import _submits
 from rota.client._calls import JobRef, States
@@ -299,6 +300,27 @@ class AsyncClient:
         return await self._send(calls.schedule_eval(calls.schedule_body(
             config, path=path, every=every, after_job=after_job, on_checkpoint=on_checkpoint,
             pool=pool)))
+
+    # --- quotas and budgets ---------------------------------------------------------------
+    async def quotas(self) -> builtins.list[QuotaAnswer]:
+        """Quotas with what their owners use now: yours and the projects' (an admin's:
+        all)."""
+        return await self._send(calls.quotas())
+
+    async def set_quota(self, kind: str, name: str, what: str, limit: float, *,
+                  period: str = "none", hard: bool = False) -> QuotaAnswer:
+        """Set an owner's quota (admin): ``kind`` user|project, ``what``
+        gpus|gpu_hours|money, ``period`` none|day|week|month (UTC calendar)."""
+        return await self._send(calls.set_quota(kind, name, what, limit, period, hard))
+
+    async def lift_quota(self, kind: str, name: str, seconds: float,
+                   what: str | None = None) -> int:
+        """Do not enforce the owner's quota (or all of them) for ``seconds`` (admin)."""
+        return await self._send(calls.lift_quota(kind, name, seconds, what))
+
+    async def remove_quota(self, kind: str, name: str, what: str | None = None) -> int:
+        """Remove the owner's quota (or all of them) (admin)."""
+        return await self._send(calls.remove_quota(kind, name, what))
 
     async def eval_schedules(self) -> builtins.list[EvalSchedule]:
         """Your evaluation schedules (an admin's: everyone's), oldest first."""

@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         PoolsAnswer,
         PriorityAnswer,
         QueueAnswer,
+        QuotaAnswer,
+        QuotaChangedAnswer,
+        QuotasAnswer,
         RenderAnswer,
         ReportAnswer,
         RequeueAnswer,
@@ -209,6 +212,26 @@ class RawClient:
 
     def simulate(self, index: int, **fault: Any) -> SimulateAnswer:
         return self.request("POST", f"/v1/gpus/{index}/simulate", json=fault)
+
+    # --- quotas and budgets ---------------------------------------------------------------
+    def quotas(self) -> QuotasAnswer:
+        return self.request("GET", "/v1/quotas")
+
+    def set_quota(self, kind: str, name: str, what: str, limit: float, *,
+                  period: str = "none", hard: bool = False) -> QuotaAnswer:
+        return self.request("PUT", "/v1/quotas", json={
+            "kind": kind, "name": name, "what": what, "limit": limit, "period": period,
+            "hard": hard})
+
+    def lift_quota(self, kind: str, name: str, seconds: float,
+                   what: str | None = None) -> QuotaChangedAnswer:
+        return self.request("POST", "/v1/quotas/lift", json={
+            "kind": kind, "name": name, "what": what, "seconds": seconds})
+
+    def remove_quota(self, kind: str, name: str,
+                     what: str | None = None) -> QuotaChangedAnswer:
+        params = {"kind": kind, "name": name, **({"what": what} if what else {})}
+        return self.request("DELETE", "/v1/quotas", params=params)
 
     def drain(self, on: bool = True) -> DrainAnswer:
         return self.request("POST", "/v1/drain", params={"on": on})

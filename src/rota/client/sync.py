@@ -10,6 +10,7 @@ from datetime import date, datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from rota.answers import QuotaAnswer
 from rota.client import _calls as calls
 from rota.client import _submits
 from rota.client._calls import JobRef, States
@@ -296,6 +297,27 @@ class Client:
         return self._send(calls.schedule_eval(calls.schedule_body(
             config, path=path, every=every, after_job=after_job, on_checkpoint=on_checkpoint,
             pool=pool)))
+
+    # --- quotas and budgets ---------------------------------------------------------------
+    def quotas(self) -> builtins.list[QuotaAnswer]:
+        """Quotas with what their owners use now: yours and the projects' (an admin's:
+        all)."""
+        return self._send(calls.quotas())
+
+    def set_quota(self, kind: str, name: str, what: str, limit: float, *,
+                  period: str = "none", hard: bool = False) -> QuotaAnswer:
+        """Set an owner's quota (admin): ``kind`` user|project, ``what``
+        gpus|gpu_hours|money, ``period`` none|day|week|month (UTC calendar)."""
+        return self._send(calls.set_quota(kind, name, what, limit, period, hard))
+
+    def lift_quota(self, kind: str, name: str, seconds: float,
+                   what: str | None = None) -> int:
+        """Do not enforce the owner's quota (or all of them) for ``seconds`` (admin)."""
+        return self._send(calls.lift_quota(kind, name, seconds, what))
+
+    def remove_quota(self, kind: str, name: str, what: str | None = None) -> int:
+        """Remove the owner's quota (or all of them) (admin)."""
+        return self._send(calls.remove_quota(kind, name, what))
 
     def eval_schedules(self) -> builtins.list[EvalSchedule]:
         """Your evaluation schedules (an admin's: everyone's), oldest first."""

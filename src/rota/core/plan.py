@@ -27,13 +27,14 @@ class ReasonCode(StrEnum):
     DRAINING = "draining"
     NOT_SCHEDULED = "not_scheduled"  # no pass has looked at it yet
     POOL_FULL = "pool_full"  # an engine's pool has as many of Rota's jobs as it may hold
+    QUOTA = "quota"  # its user or project is at a quota (rota.core.quota)
 
 
 @dataclass(frozen=True, slots=True)
 class Reason:
     code: ReasonCode
     message: str
-    until: float | None = None  # for BACKOFF: the time it may start
+    until: float | None = None  # for BACKOFF / QUOTA: the time it may start
     blocker: int | None = None  # for DEPENDENCY / PRIORITY: the job it waits for
 
 

@@ -24,6 +24,7 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
 from rota.core.preempt import victims_for
+from rota.core.quota import QuotaGate
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
 from rota.units import format_gpu_set, format_memory
 
@@ -66,6 +67,8 @@ class _Pass:
         self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
         self.shadow: float | None = None  # the reservation's, once there is one
         self.started: list[Occupant] = []  # this pass's starts, with their expected ends
+        self.quota = None if snapshot.over_quota is None and snapshot.gpu_allowance is None \
+            else QuotaGate(snapshot.over_quota or {}, snapshot.gpu_allowance or {})
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full
@@ -77,9 +80,15 @@ class _Pass:
         smallest = min(min(map(_milli_of, pending), default=0) if least is None else least,
                        MILLI)
         checked_at = -1  # pool version at the last saturation check
+        quota = self.quota  # None unless some owner has a quota
         for n, job in enumerate(pending):
             if job.after or job.not_before is not None:
                 blocked = gate(job, self.snapshot.dependency_states, self.now)
+                if blocked is not None:
+                    reasons[job.id] = blocked
+                    continue
+            if quota is not None and job.gpus_milli:
+                blocked = quota.check(job)
                 if blocked is not None:
                     reasons[job.id] = blocked
                     continue
@@ -89,6 +98,8 @@ class _Pass:
             else:
                 reason = self._try(job)
                 if reason is None:
+                    if quota is not None:
+                        quota.spend(job)
                     continue
             reasons[job.id] = reason
             positions[job.id] = waiting
@@ -183,10 +194,13 @@ class _Pass:
         # what the lazy reasons need, and not the whole pass (the plan may outlive it)
         views, all_gpus, mem_desc, smallest = (self.pool.views, self.all_gpus, self.mem_desc,
                                                self.smallest)
+        quota = self.quota
 
         def own_reason(job: PendingJob) -> Reason | None:
             blocked = (gate(job, snapshot.dependency_states, now)
                        if job.after or job.not_before else None)
+            if blocked is None and quota is not None and job.gpus_milli:
+                blocked = quota.check(job)
             return blocked or _never(job, views, all_gpus, mem_desc, smallest)
 
         plan.gate = own_reason

@@ -10,6 +10,7 @@ from rota.core.lifecycle import JobState
 
 if TYPE_CHECKING:
     from rota.core.packing import Shape
+    from rota.core.plan import Reason
     from rota.core.preempt import RunningJob
 
 MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
@@ -111,3 +112,8 @@ class Snapshot:
     # the least gpus_milli among `pending`, if the caller keeps it: the pass then need not
     # look at every job for it (44 ms of an 80 ms pass over a million)
     smallest_milli: int | None = None
+    # quotas (rota.core.quota), None when there are none: owners over a GPU-hours or money
+    # quota, with the reason; and GPUs (thousandths) owners with a GPUs-at-once quota may
+    # still start, with that limit
+    over_quota: Mapping[tuple[str, str], Reason] | None = None
+    gpu_allowance: Mapping[tuple[str, str], tuple[int, float]] | None = None

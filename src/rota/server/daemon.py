@@ -53,6 +53,7 @@ from rota.server.launcher import Launcher
 from rota.server.metrics import Metrics
 from rota.server.outputs import PARSE_BUDGET_S, READ_EVERY_S
 from rota.server.queue import PendingQueue
+from rota.server.quotas import Quotas
 from rota.server.running import Running, preemption_view
 from rota.server.secrets import Secrets
 from rota.server.stopper import Stopper
@@ -94,6 +95,9 @@ class Daemon:
         self.monitor = DeviceMonitor(devices, store, clock, self.table.running,
                                      on_lost=self._gpu_lost)
         self.idle = IdleWatch(settings.idle, store, clock, self.table.running, self.stopper)
+        self.quotas = Quotas(store, clock, self.table.running,
+                             lambda job_id, why: self.preempt(job_id, why),
+                             settings.quota_check)
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
         self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
@@ -148,12 +152,14 @@ class Daemon:
         from rota.server.recovery import recover
 
         self.loop = asyncio.get_running_loop()
-        for part in (self.stopper, self.exits, self.launcher):
+        for part in (self.stopper, self.exits, self.launcher, self.quotas):
             part.loop = self.loop
+        self.quotas.kick = self.kick
         self.tracking.instance = self.backends.install = self._instance_id()
         self.backends.on_engine_start = self._engine_started
         self.monitor.read()
         self.monitor.load_paused()
+        self.quotas.load()
         self.draining = self.store.get_setting("draining") == "1"
         with self.store.transaction():
             recover(self)
@@ -280,17 +286,18 @@ class Daemon:
         self.queue.fit_to({g.index: g.memory_total for g in gpus})  # never-runnable aside
         deps = {d: self.job_state(d) for job in self.queue.with_dependencies()
                 for d in job.after}
+        over_quota, allowance = self.quotas.for_pass(self.clock())
+        running = preemption_view(self.running.values(), self.clock(), self.table.run_times)
         if self.fair.on:  # the multifactor order; no index by (priority, seq) then
             pending = self.fair.ordered(self.queue.ordered(), self.queue.version, len(gpus),
                                         self.running.keys())
-            return Snapshot(gpus=gpus, pending=pending, dependency_states=deps,
-                            presorted=True, smallest_milli=self.queue.smallest_milli(),
-                            running=preemption_view(self.running.values(), self.clock()))
-        return Snapshot(gpus=gpus, pending=self.queue.ordered(),
-                        dependency_states=deps, presorted=True, by_id=self.queue.index(),
-                        smallest_milli=self.queue.smallest_milli(),
-                        running=preemption_view(self.running.values(), self.clock(),
-                                                self.table.run_times))
+            by_id = None
+        else:
+            pending, by_id = self.queue.ordered(), self.queue.index()
+        return Snapshot(gpus=gpus, pending=pending, over_quota=over_quota,
+                        gpu_allowance=allowance, dependency_states=deps, presorted=True,
+                        by_id=by_id, smallest_milli=self.queue.smallest_milli(),
+                        running=running)
 
     def schedule_pass(self) -> Plan:
         """Plan, then carry the plan out: starts (see Launcher.start), preemptions, and
@@ -417,6 +424,12 @@ class Daemon:
         self.draining = on
         self.store.set_setting("draining", "1" if on else "0")
         self.store.add_event(job_id=None, kind="drain" if on else "undrain", now=self.clock())
+        self.kick()
+
+    def quotas_changed(self) -> None:
+        """A quota was set, lifted or removed: read them again and run a pass (jobs it held
+        may start now)."""
+        self.quotas.load()
         self.kick()
 
     async def wait_for_end(self, job_id: int, timeout: float | None) -> JobState:

@@ -18,6 +18,7 @@ from rota.backends.engine import PoolHealth
 from rota.core.fairshare import passed_by
 from rota.core.lifecycle import JobState
 from rota.core.plan import ReasonCode
+from rota.core.quota import Quota
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
 from rota.core.tiers import Tier
@@ -389,6 +390,20 @@ class DaemonPorts:
 
     def set_draining(self, on: bool) -> None:
         self._d.set_draining(on)
+
+    def set_quota(self, quota: Quota, *, by: str) -> None:
+        self._d.store.set_quota(quota, by=by, now=self._d.clock())
+        self._d.quotas_changed()
+
+    def lift_quota(self, kind: str, name: str, what: str | None, *, until: float) -> int:
+        n = self._d.store.lift_quota(kind, name, what, until=until, now=self._d.clock())
+        self._d.quotas_changed()
+        return n
+
+    def remove_quota(self, kind: str, name: str, what: str | None) -> int:
+        n = self._d.store.remove_quota(kind, name, what)
+        self._d.quotas_changed()
+        return n
 
     def reload_jobs_file(self, again: Sequence[int] = ()) -> dict[str, Any]:
         return vars(self._intake.poll_jobs_file(force=True, again=again))

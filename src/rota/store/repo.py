@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
+    delete,
     func,
     insert,
     or_,
@@ -30,6 +31,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
+from rota.core.quota import Quota
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
 from rota.core.usage import UsageRecord
@@ -45,6 +47,8 @@ from rota.store.tables import (
     GpuSettingRow,
     JobRow,
     MetricRow,
+    QuotaAlertRow,
+    QuotaRow,
     SecretRow,
     ShareRow,
     TokenRow,
@@ -61,6 +65,8 @@ _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
 _metrics = cast(Table, MetricRow.__table__)
 _schedules = cast(Table, EvalScheduleRow.__table__)
+_quotas = cast(Table, QuotaRow.__table__)
+_quota_alerts = cast(Table, QuotaAlertRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -959,3 +965,45 @@ class Store:
         with self.transaction() as c:
             if not c.execute(delete(_schedules).where(_schedules.c.id == schedule_id)).rowcount:
                 raise NotFound(f"no evaluation schedule {schedule_id}")
+
+    # --- quotas and budgets (rota.core.quota) ---------------------------------------------
+    def quotas(self) -> list[Quota]:
+        q = _quotas.c
+        with self._reading() as c:
+            return [Quota(*row) for row in c.execute(
+                select(q.kind, q.name, q.what, q.period, q.limit, q.hard, q.lifted_until)
+                .order_by(q.kind, q.name, q.what))]
+
+    def set_quota(self, quota: Quota, *, by: str, now: float) -> None:
+        """Add or replace the owner's quota on that measure (one per user/project and
+        measure)."""
+        q = _quotas.c
+        with self.transaction() as c:
+            c.execute(delete(_quotas).where(q.kind == quota.kind, q.name == quota.name,
+                                            q.what == quota.what))
+            c.execute(insert(_quotas).values(**quota._asdict(), set_by=by, updated_at=now))
+
+    def lift_quota(self, kind: str, name: str, what: str | None, *, until: float,
+                   now: float) -> int:
+        """Not enforced before ``until``; how many quotas this touched."""
+        q = _quotas.c
+        where = [q.kind == kind, q.name == name] + ([q.what == what] if what else [])
+        with self.transaction() as c:
+            return int(c.execute(update(_quotas).where(*where)
+                                 .values(lifted_until=until, updated_at=now)).rowcount)
+
+    def remove_quota(self, kind: str, name: str, what: str | None) -> int:
+        q = _quotas.c
+        where = [q.kind == kind, q.name == name] + ([q.what == what] if what else [])
+        with self.transaction() as c:
+            return int(c.execute(delete(_quotas).where(*where)).rowcount)
+
+    def quota_alert_sent(self, key: str, *, now: float) -> bool:
+        """Mark the alert ``key`` sent; False when it was already (the caller sends it only
+        on True, in the same transaction)."""
+        with self.transaction() as c:
+            if c.execute(select(_quota_alerts.c.key)
+                         .where(_quota_alerts.c.key == key)).first() is not None:
+                return False
+            c.execute(insert(_quota_alerts).values(key=key, sent_at=now))
+            return True

@@ -198,6 +198,34 @@ class ShareRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class QuotaRow(Base):
+    """A quota or budget an admin set on a user or a project (rota.core.quota)."""
+
+    __tablename__ = "quotas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(10))  # user | project
+    name: Mapped[str] = mapped_column(String(100))
+    what: Mapped[str] = mapped_column(String(10))  # gpus | gpu_hours | money
+    period: Mapped[str] = mapped_column(String(10))  # none | day | week | month
+    limit: Mapped[float] = mapped_column(Float)
+    hard: Mapped[bool] = mapped_column(Boolean, default=False)
+    lifted_until: Mapped[float | None] = mapped_column(Float)  # not enforced before then
+    set_by: Mapped[str] = mapped_column(String(100))
+    updated_at: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ux_quotas_owner_what", "kind", "name", "what", unique=True),)
+
+
+class QuotaAlertRow(Base):
+    """An alert sent once per quota, period and threshold (rota.core.quota.alert_key): a
+    restarted daemon does not send it again."""
+
+    __tablename__ = "quota_alerts"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    sent_at: Mapped[float] = mapped_column(Float)
+
+
 class DaemonSettingRow(Base):
     __tablename__ = "daemon_settings"
 

@@ -1,0 +1,129 @@
+"""Quotas and budgets through the real daemon on simulated GPUs: a GPU-hours quota holds
+new jobs with its reason and they start when it is raised; a hard budget stops a running
+job through the stop handshake, and it resumes from its checkpoint when the budget is
+raised. (The reset at a period's end is tested in tests/core/test_quota.py with a fake
+clock: the daemon's clock is the real one.)"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_preemption import TRAIN, log_of
+
+from rota_testing import DaemonProcess, wait_until
+
+FAST = {"ROTA_QUOTA_CHECK": "0.1"}  # usage read every 0.1 s rather than 30
+
+
+def job(d: DaemonProcess, job_id: int) -> dict[str, Any]:
+    with d.client() as c:
+        return c.job(job_id)
+
+
+def why(d: DaemonProcess, job_id: int) -> dict[str, Any]:
+    with d.client() as c:
+        return c.why(job_id)
+
+
+def test_a_gpu_hours_quota_holds_new_jobs_and_they_start_when_raised(
+        daemon_factory: type[DaemonProcess]) -> None:
+    d = daemon_factory(extra_env=FAST).start()
+    with d.client() as c:
+        # 0.0002 GPU-hours = 0.72 GPU-seconds a day: one 1-GPU job of 1.5 s uses it up
+        c.set_quota("project", "vision", "gpu_hours", 0.0002, period="day")
+    first = d.submit("--gpus", "1", "--project", "vision", "--", "sleep", "1.5")
+    wait_until(lambda: job(d, first)["state"] == "completed", timeout=30)
+    second = d.submit("--gpus", "1", "--project", "vision", "--", "true")
+    other = d.submit("--gpus", "1", "--project", "speech", "--", "true")
+    wait_until(lambda: job(d, other)["state"] == "completed", timeout=30,
+               what="a job of another project to run")
+    wait_until(lambda: why(d, second)["code"] == "quota", timeout=10)
+    w = why(d, second)
+    assert job(d, second)["state"] == "pending"
+    assert w["message"].startswith("waits: project vision used 0.0004"), w["message"]
+    assert w["message"].endswith(" of its 0.0002 GPU-hours today; resets tomorrow 00:00 UTC")
+    with d.client() as c:
+        [listed] = c.quotas()["quotas"]
+        assert listed["used"] >= 0.0002 and listed["percent"] >= 100
+        c.set_quota("project", "vision", "gpu_hours", 10, period="day")  # raised
+    wait_until(lambda: job(d, second)["state"] == "completed", timeout=30,
+               what="the held job to start once the quota was raised")
+    # 50, 80 and 100 % were each alerted once (events, for the webhook outbox to send)
+    with sqlite3.connect(d.home / "rota.db") as db:
+        alerts = [m for (m,) in db.execute(
+            "SELECT message FROM events WHERE kind = 'quota_alert' ORDER BY id")]
+    assert [a.split(" reached ")[1].split(" %")[0] for a in alerts] == ["50", "80", "100"]
+    assert alerts[0].startswith("project vision reached 50 % of a quota: project vision used")
+
+
+def test_a_hard_budget_stops_a_running_job_which_resumes_when_raised(
+        daemon_factory: type[DaemonProcess], tmp_path: Path) -> None:
+    d = daemon_factory(extra_env=FAST).start()
+    (tmp_path / "train.py").write_text(TRAIN)
+    with d.client() as c:
+        # 0.0005 GPU-hours = 1.8 GPU-seconds: reached some 2 s into the run (40 steps of 0.1s)
+        c.set_quota("project", "vision", "gpu_hours", 0.0005, period="month", hard=True)
+    run = d.submit("--gpus", "1", "--project", "vision", "--grace", "20s",
+                   "--cwd", str(tmp_path), "--", sys.executable, "-u", "train.py")
+    wait_until(lambda: "stopping after step" in log_of(d, run), timeout=60,
+               what="the job to be asked to stop and save")
+    wait_until(lambda: job(d, run)["state"] == "pending", timeout=30)
+    wait_until(lambda: why(d, run)["code"] == "quota", timeout=10)
+    assert "GPU-hours this month" in why(d, run)["message"]
+    with d.client() as c:
+        events = c.events(run)
+    stopping = [e for e in events if e["kind"] == "stopping:preempt"]
+    assert stopping and "hard budget" in stopping[0]["message"], events
+    assert "project vision used" in stopping[0]["message"]
+    assert job(d, run)["attempts_detail"][0]["outcome"] == "preempted"
+    with d.client() as c:
+        c.set_quota("project", "vision", "gpu_hours", 10, period="month", hard=True)
+    wait_until(lambda: job(d, run)["state"] == "completed", timeout=90,
+               what="the stopped job to resume and finish once the budget was raised")
+    text = log_of(d, run)
+    stopped_at = int(text.split("stopping after step ")[1].split()[0])
+    assert f"resumed at step {stopped_at + 1}" in text
+    steps = [int(line.split()[1]) for line in text.splitlines() if line.startswith("step ")]
+    assert steps == list(range(40))  # nothing done twice, nothing skipped
+
+
+def test_rota_quota_set_list_lift_rm(daemon: DaemonProcess) -> None:
+    r = daemon.cli("quota", "set", "--project", "vision", "--gpu-hours", "96", "--per", "week")
+    assert r.returncode == 0, r.stderr
+    assert "project vision used 0 of its 96 GPU-hours this week; resets Monday 00:00 UTC" \
+        in r.stdout
+    assert daemon.cli("quota", "set", "--user", "alice", "--gpus", "4").returncode == 0
+    listed = daemon.cli("quota", "list", "--json")
+    rows = {(q["kind"], q["name"], q["what"]) for q in json.loads(listed.stdout)["quotas"]}
+    assert rows == {("project", "vision", "gpu_hours"), ("user", "alice", "gpus")}
+    bad = daemon.cli("quota", "set", "--user", "alice", "--gpus", "4", "--per", "week")
+    assert bad.returncode != 0 and "GPUs-at-once quota has no period" in bad.stderr
+    both = daemon.cli("quota", "set", "--user", "a", "--project", "b", "--gpus", "1")
+    assert both.returncode != 0 and "name one owner" in both.stderr
+    assert daemon.cli("quota", "lift", "--user", "alice", "--for", "2h").returncode == 0
+    with daemon.client() as c:
+        [alice] = [q for q in c.quotas()["quotas"] if q["name"] == "alice"]
+        assert alice["lifted_until"] is not None
+    assert daemon.cli("quota", "rm", "--user", "alice").returncode == 0
+    gone = daemon.cli("quota", "rm", "--user", "alice")
+    assert gone.returncode != 0 and "user alice has no quota" in gone.stderr
+
+
+def test_a_gpus_at_once_quota_starts_the_next_job_when_one_ends(daemon: DaemonProcess) -> None:
+    with daemon.client() as c:
+        c.set_quota("project", "vision", "gpus", 1)
+    first = daemon.submit("--gpus", "1", "--project", "vision", "--", "sleep", "2")
+    second = daemon.submit("--gpus", "1", "--project", "vision", "--", "true")
+    wait_until(lambda: job(daemon, first)["state"] == "running", timeout=30)
+    wait_until(lambda: why(daemon, second)["code"] == "quota", timeout=10)
+    assert why(daemon, second)["message"] == (
+        "waits: project vision may hold 1 GPUs at once and 0 of them are free; it needs 1")
+    shown = daemon.cli("why", str(second))
+    assert "project vision may hold 1 GPUs at once" in shown.stdout, shown.stdout
+    wait_until(lambda: job(daemon, second)["state"] == "completed", timeout=30,
+               what="the second job to start once the first ended")
+    assert job(daemon, second)["started_at"] >= job(daemon, first)["ended_at"]
