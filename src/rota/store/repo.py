@@ -38,6 +38,7 @@ from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
 from rota.store.failures import store_error
 from rota.store.tables import (
+    AlertRow,
     AttemptRow,
     DaemonSettingRow,
     EvalScheduleRow,
@@ -59,6 +60,7 @@ _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
 _metrics = cast(Table, MetricRow.__table__)
 _schedules = cast(Table, EvalScheduleRow.__table__)
+_alerts = cast(Table, AlertRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -164,6 +166,7 @@ class Queued(NamedTuple):
 
 #: An evaluation schedule as read (EvalScheduleRow's columns)
 ScheduleRecord = Row[Any]
+AlertRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -904,3 +907,44 @@ class Store:
         with self.transaction() as c:
             if not c.execute(delete(_schedules).where(_schedules.c.id == schedule_id)).rowcount:
                 raise NotFound(f"no evaluation schedule {schedule_id}")
+
+    # --- the alerts' outbox (rota.server.alert_sender) ------------------------------------
+    def add_alert(self, key: str, payload: dict[str, Any], *, now: float,
+                  user: str | None = None) -> bool:
+        """Store an alert, due at once; False, storing nothing, when one with ``key`` is
+        stored already (sent, failed or still pending): each key goes out once. The daemon
+        is the only writer, so a read before the insert cannot race another insert."""
+        with self.transaction() as c:
+            if c.execute(select(_alerts.c.id).where(_alerts.c.key == key)).first():
+                return False
+            c.execute(insert(_alerts), {"key": key, "user": user, "created_at": now,
+                                        "payload": payload, "state": "pending",
+                                        "attempts": 0, "next_try_at": now})
+        return True
+
+    def due_alerts(self, now: float, *, limit: int = 100) -> list[AlertRecord]:
+        """Pending alerts due by ``now``, oldest first."""
+        a = _alerts.c
+        q = (select(_alerts).where(a.state == "pending", a.next_try_at <= now)
+             .order_by(a.next_try_at, a.id).limit(limit))
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def next_alert_at(self) -> float | None:
+        """When the soonest pending alert is due (None: none pending)."""
+        a = _alerts.c
+        with self._reading() as c:
+            found = c.execute(select(func.min(a.next_try_at)).where(a.state == "pending"))
+            return cast(float | None, found.scalar())
+
+    def update_alert(self, alert_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_alerts).where(_alerts.c.id == alert_id).values(**fields))
+
+    def alerts(self, *, user: str | None = None, limit: int = 100) -> list[AlertRecord]:
+        """The newest alerts first; ``user`` None: everyone's."""
+        q = select(_alerts).order_by(_alerts.c.id.desc()).limit(limit)
+        if user is not None:
+            q = q.where(_alerts.c.user == user)
+        with self._reading() as c:
+            return list(c.execute(q).all())
