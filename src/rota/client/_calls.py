@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 from rota.client import _times as log_times
 from rota.client._times import When
 from rota.client.models import (
+    Alert,
     Checkpoints,
     EvalRun,
     EvalSchedule,
@@ -53,6 +54,7 @@ _EVENTS = TypeAdapter(list[Event])
 _GPUS = TypeAdapter(list[Gpu])
 _EVAL_RUNS = TypeAdapter(list[EvalRun])
 _EVAL_SCHEDULES = TypeAdapter(list[EvalSchedule])
+_ALERTS = TypeAdapter(list[Alert])
 
 
 @dataclass(frozen=True)
@@ -340,3 +342,17 @@ def eval_schedules() -> Call[list[EvalSchedule]]:
 
 def unschedule_eval(schedule_id: int) -> Call[None]:
     return Call("DELETE", f"/v1/eval/schedules/{operator.index(schedule_id)}", lambda _: None)
+
+
+# --- alerts --------------------------------------------------------------------------------
+
+def alerts(user: str | None, limit: int) -> Call[list[Alert]]:
+    params: dict[str, Any] = {"limit": limit}
+    if user is not None:
+        params["user"] = user
+    return Call("GET", "/v1/alerts", lambda d: _ALERTS.validate_python(d["alerts"]),
+                params=params)
+
+
+def test_alert(text: str | None) -> Call[Alert]:
+    return Call("POST", "/v1/alerts/test", Alert.model_validate, json={"text": text})

@@ -66,7 +66,7 @@ class AlertSender:
                  clock: Callable[[], float], batch: Batch, rng: random.Random,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings, self.store, self.clock, self.rng = settings, store, clock, rng
-        self._url, self._batch, self._transport = url, batch, transport
+        self.url, self._batch, self._transport = url, batch, transport
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -121,12 +121,13 @@ class AlertSender:
         now = self.clock()
         due = self.store.due_alerts(now, limit=ROUND)
         if due:
-            url = self._url()
+            url = self.url()
             if url is None:
                 if not self._warned_no_url:
-                    log.warning("%d alert(s) wait: the webhook secret %r is not stored "
-                                "(rota secret set %s)", len(due), self.settings.webhook_secret,
-                                self.settings.webhook_secret)
+                    name = self.settings.webhook_secret
+                    why = (f"its secret {name!r} is not stored (rota secret set {name})"
+                           if name else "none is set ([alerts] webhook_secret in rota.toml)")
+                    log.warning("%d alert(s) wait for a webhook: %s", len(due), why)
                     self._warned_no_url = True
                 return NO_URL_WAIT_S
             self._warned_no_url = False

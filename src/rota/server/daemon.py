@@ -15,7 +15,9 @@ The loop itself is short; the work is done by its collaborators:
 - ``Exits`` (exits.py): watching processes end and applying ``core.outcome``'s decision;
 - ``Stopper`` (stopper.py): the stop handshake and time limits;
 - ``JobCommands`` (job_commands.py): cancel, hold, release, preempt, requeue;
-- ``BackendSet`` (backend_set.py): the backends, and whether one can run a job at all.
+- ``BackendSet`` (backend_set.py): the backends, and whether one can run a job at all;
+- ``AlertSender`` (alert_sender.py): alerts (``alerts.alert(key, text, ...)``) out to the
+  webhook, each once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import time
 from collections import deque
@@ -37,6 +40,7 @@ from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import StoreError
+from rota.server.alert_sender import AlertSender, webhook_url
 from rota.server.backend_set import BackendSet
 from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
@@ -102,6 +106,9 @@ class Daemon:
                                  stopper=self.stopper, exits=self.exits, batch=self.batch,
                                  record_after=LAUNCH_RECORD_S)
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
+        self.alerts = AlertSender(
+            settings.alerts, store, clock=clock, batch=self.batch, rng=random.Random(),
+            url=lambda: webhook_url(settings.alerts, self.secrets, settings.user))
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -159,6 +166,7 @@ class Daemon:
                        asyncio.create_task(self._device_loop(), name="devices"),
                        asyncio.create_task(self._outputs_loop(), name="outputs")]
         self.eval_schedules.start()
+        self.alerts.start()
         self.kick()
 
     async def stop(self) -> None:
@@ -173,6 +181,7 @@ class Daemon:
         for r in self.running.values():
             r.cancel_timers()
             self.exits.unwatch(r)
+        await self.alerts.stop()
         self.devices.close()
         self.tracking.close()
         self.backends.on_engine_start = None

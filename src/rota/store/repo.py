@@ -941,6 +941,10 @@ class Store:
         with self.transaction() as c:
             c.execute(update(_alerts).where(_alerts.c.id == alert_id).values(**fields))
 
+    def alerts_by_key(self, keys: Iterable[str]) -> list[AlertRecord]:
+        with self._reading() as c:
+            return list(c.execute(select(_alerts).where(_alerts.c.key.in_(list(keys)))).all())
+
     def alerts(self, *, user: str | None = None, limit: int = 100) -> list[AlertRecord]:
         """The newest alerts first; ``user`` None: everyone's."""
         q = select(_alerts).order_by(_alerts.c.id.desc()).limit(limit)

@@ -12,7 +12,7 @@ from rota import __version__
 from rota.config import DEFAULT_MAX_REQUEST_BYTES
 from rota.server import job_reads
 from rota.server.admission import PointRequestsFirst
-from rota.server.api import access, eval, gpus, job_outputs, jobs, pools, secrets, system
+from rota.server.api import access, alerts, eval, gpus, job_outputs, jobs, pools, secrets, system
 from rota.server.api._shared import caller
 from rota.server.api.answer_schemas import document_answers
 from rota.server.auth import VIA_KEY
@@ -24,7 +24,7 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
-           secrets.router, system.router, pools.router, eval.router)
+           secrets.router, system.router, pools.router, eval.router, alerts.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,

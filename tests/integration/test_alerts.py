@@ -1,0 +1,85 @@
+"""Webhook alerts through the real daemon: `rota alerts test` reaches a local receiver
+once; an alert the daemon could not send before a SIGKILL is sent once after its restart;
+the webhook's URL never shows in the daemon's log or the API's answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from receiver import receiving
+from rota_testing import DaemonProcess, free_port, wait_until
+
+TOML = """
+[alerts]
+webhook_secret = "SLACK_WEBHOOK"
+first_backoff = 0.2
+max_backoff = 0.5
+"""
+
+
+def _home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "rota.toml").write_text(TOML)
+    return home
+
+
+def _set_url(d: DaemonProcess, url: str) -> None:
+    r = d.cli("secret", "set", "SLACK_WEBHOOK", stdin=url + "\n")
+    assert r.returncode == 0, r.stderr
+
+
+def _alerts(d: DaemonProcess) -> list[dict[str, object]]:
+    r = d.cli("alerts", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "s3cretPath" not in r.stdout
+    return list(json.loads(r.stdout)["alerts"])
+
+
+def test_rota_alerts_test_reaches_the_receiver_once(
+        tmp_path: Path, daemon_factory: type[DaemonProcess]) -> None:
+    d = daemon_factory(home=_home(tmp_path)).start()
+    with receiving() as rec:
+        _set_url(d, rec.url)
+        r = d.cli("alerts", "test", "--text", "hello from the test", "--json")
+        assert r.returncode == 0, r.stderr
+        assert "s3cretPath" not in r.stdout
+        alert_id = json.loads(r.stdout)["id"]
+        (sent,) = wait_until(lambda: [a for a in _alerts(d) if a["state"] == "sent"],
+                             what="the alert marked sent")
+        assert sent["id"] == alert_id and sent["attempts"] == 1
+        assert [b["text"] for b in rec.bodies] == ["hello from the test"]
+        assert rec.bodies[0]["rota"]["kind"] == "test"
+        assert rec.paths == ["/services/T000/B000/s3cretPath"]
+        listed = d.cli("alerts")
+        assert listed.returncode == 0 and "sent" in listed.stdout, listed.stderr
+    assert "s3cretPath" not in d.log_text()
+
+
+def test_an_alert_unsent_at_a_sigkill_is_sent_once_after_the_restart(
+        tmp_path: Path, daemon_factory: type[DaemonProcess]) -> None:
+    port = free_port()  # nothing listens on it yet: the receiver is down
+    d = daemon_factory(home=_home(tmp_path)).start()
+    url = f"http://127.0.0.1:{port}/services/T000/B000/s3cretPath"
+    _set_url(d, url)
+    r = d.cli("alerts", "test", "--json")
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: [a for a in _alerts(d) if a["attempts"] and a["state"] == "pending"
+                        and "ConnectError" in str(a["last_error"])],
+               what="a failed try, the alert still pending")
+    d.kill()
+    with receiving(port=port) as rec:
+        d.start()
+        (sent,) = wait_until(lambda: [a for a in _alerts(d) if a["state"] == "sent"],
+                             what="the alert sent after the restart")
+        assert int(str(sent["attempts"])) >= 2
+        assert len(rec.bodies) == 1
+        assert rec.bodies[0]["text"].startswith("Test alert from Rota")
+    assert "s3cretPath" not in d.log_text()
+
+
+def test_without_a_webhook_a_test_alert_says_what_to_set(daemon: DaemonProcess) -> None:
+    r = daemon.cli("alerts", "test")
+    assert r.returncode != 0
+    assert "webhook_secret" in r.stderr + r.stdout
