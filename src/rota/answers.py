@@ -19,7 +19,8 @@ until they follow.
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
-    "AttachAnswer", "AttemptAnswer", "CheckpointAnswer", "CheckpointsAnswer",
+    "AlertAnswer", "AlertsAnswer", "AttachAnswer", "AttemptAnswer", "CheckpointAnswer",
+    "CheckpointsAnswer",
     "ContainersAnswer", "DrainAnswer", "EngineCapabilitiesAnswer", "EngineJobAnswer",
     "EvalResultsAnswer",
     "EvalRunAnswer", "EvalScheduleAnswer", "EvalSchedulesAnswer", "EvalUnscheduledAnswer",

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from receiver import receiving
+from rota.answers import AlertAnswer
 from rota_testing import DaemonProcess, free_port, wait_until
 
 TOML = """
@@ -49,6 +50,7 @@ def test_rota_alerts_test_reaches_the_receiver_once(
         (sent,) = wait_until(lambda: [a for a in _alerts(d) if a["state"] == "sent"],
                              what="the alert marked sent")
         assert sent["id"] == alert_id and sent["attempts"] == 1
+        assert set(sent) == set(AlertAnswer.__annotations__)  # the typed answer, no more
         assert [b["text"] for b in rec.bodies] == ["hello from the test"]
         assert rec.bodies[0]["rota"]["kind"] == "test"
         assert rec.paths == ["/services/T000/B000/s3cretPath"]
