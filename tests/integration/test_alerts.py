@@ -85,3 +85,39 @@ def test_without_a_webhook_a_test_alert_says_what_to_set(daemon: DaemonProcess) 
     r = daemon.cli("alerts", "test")
     assert r.returncode != 0
     assert "webhook_secret" in r.stderr + r.stdout
+
+
+def test_sdk_sync_and_async_and_who_sees_what(
+        tmp_path: Path, daemon_factory: type[DaemonProcess]) -> None:
+    import asyncio
+
+    import pytest
+
+    import rota
+    from rota.errors import Forbidden
+
+    port = free_port()
+    d = daemon_factory(home=_home(tmp_path), args=["--listen", f"127.0.0.1:{port}"]).start()
+    with receiving() as rec:
+        _set_url(d, rec.url)
+        with rota.Client(d.socket) as c:
+            me = c.whoami().user
+            made = c.test_alert("from the SDK")
+            assert (made.kind, made.user, made.text) == ("test", me, "from the SDK")
+            wait_until(lambda: c.alerts()[0].state == "sent", what="the alert sent")
+
+        async def listed() -> list[rota.Alert]:
+            async with rota.AsyncClient(d.socket) as a:
+                return await a.alerts()
+        (got,) = asyncio.run(listed())
+        assert got.id == made.id and got.sent_at is not None and got.next_try_at is None
+        assert len(rec.bodies) == 1
+    assert d.cli("user", "add", "bob").returncode == 0
+    r = d.cli("token", "create", "--user", "bob", "--json")
+    assert r.returncode == 0, r.stderr
+    with rota.Client(url=f"http://127.0.0.1:{port}", token=json.loads(r.stdout)["token"]) as bob:
+        assert bob.alerts() == []  # the admin's test alert is not his
+        with pytest.raises(Forbidden):
+            bob.alerts(user=me)
+        with pytest.raises(Forbidden):
+            bob.test_alert()

@@ -47,7 +47,8 @@ async def alerts_list(
     return {"alerts": [alert_view(r) for r in reads.store.alerts(user=whose, limit=limit)]}
 
 
-@router.post("/alerts/test", status_code=201, responses=errors(401, 403, 409, 422, 503))
+@router.post("/alerts/test", status_code=201,
+             responses=errors(400, 401, 403, 409, 422, 503))
 async def alert_test(p: Caller, commands: CommandsPort,
                      body: TestAlertBody | None = None) -> Annotated[Json, AlertAnswer]:
     """Send a test alert to the webhook, like any other (admin: the webhook is the
