@@ -165,3 +165,21 @@ def test_a_bad_key_is_refused(store: Store) -> None:
     s = sender(store, None, Clock())
     with pytest.raises(ValueError, match="key"):
         s.alert("", "hello")
+
+
+@pytest.mark.parametrize("url", ["http://[bad/services/s3cretPath", "ftp://h/s3cretPath",
+                                 "s3cretPath"])
+def test_a_url_httpx_refuses_is_tried_again_and_never_shown(
+        store: Store, url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    clock = Clock()
+    s = sender(store, url, clock)
+    s.alert("k", "hello")
+
+    async def main() -> None:
+        await s.send_due()
+        await s.stop()
+    asyncio.run(main())
+    state, tries, error = one(store)
+    assert (state, tries) == ("pending", 1)
+    assert error and "s3cretPath" not in error and "s3cretPath" not in caplog.text

@@ -48,8 +48,22 @@ NO_URL_WAIT_S = 60.0
 def redact(url: str) -> str:
     """The part of a webhook's URL that may be shown: scheme and host (Slack's secret is
     its path)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or '?'}/…"
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname or '?'}/…"
+    except ValueError:
+        return "(a URL that cannot be read)"
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` without the URL, or its path and query (the secret part), anywhere in it."""
+    text = text.replace(url, redact(url))
+    try:
+        parts = urlsplit(url)
+        secret = parts.path + (f"?{parts.query}" if parts.query else "")
+    except ValueError:
+        return text
+    return text.replace(secret, "/…") if len(secret) > 1 else text
 
 
 def webhook_url(settings: AlertSettings, secrets: Secrets, owner: str) -> str | None:
@@ -145,9 +159,11 @@ class AlertSender:
             resp = await self._http().post(url, json=row.payload)
             status, header = resp.status_code, resp.headers.get("retry-after")
             if status >= 300:
-                error = resp.text[:300]
-        except httpx.HTTPError as e:
-            error = f"{type(e).__name__}: {e}".replace(url, redact(url))
+                error = _scrubbed(resp.text[:300], url)
+        except httpx.HTTPError as e:  # no answer: tried again
+            error = _scrubbed(f"{type(e).__name__}: {e}", url)
+        except Exception as e:  # a URL httpx cannot use (InvalidURL...): its words may quote
+            error = f"{type(e).__name__} (the webhook's URL may be wrong)"  # it: left out
         # recorded at once, with no wait in between: a restart resends only an alert whose
         # 2xx came in the instant before the daemon died
         self._record(row, status, error, header)
