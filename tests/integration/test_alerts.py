@@ -121,3 +121,25 @@ def test_sdk_sync_and_async_and_who_sees_what(
             bob.alerts(user=me)
         with pytest.raises(Forbidden):
             bob.test_alert()
+
+
+def test_a_producer_in_the_daemon_alerts_once_per_key(tmp_path: Path) -> None:
+    """Daemon.alert, as the quota code calls it inside a batch: stored with the batch,
+    sent after its commit, a second call with the key a no-op."""
+    import asyncio
+
+    from rota_testing import in_process_daemon, until
+
+    async def main() -> None:
+        async with in_process_daemon(tmp_path) as (d, store):
+            with receiving() as rec:
+                d.alerts.url = lambda: rec.url
+                with d.batch():
+                    assert d.alert("quota:7:2026-W48:80", "ann: 80 % of her quota",
+                                   kind="quota", user="ann", percent=80)
+                    assert not d.alert("quota:7:2026-W48:80", "again", kind="quota")
+                await until(lambda: store.alerts()[0].state == "sent", "the alert sent")
+                assert not d.alert("quota:7:2026-W48:80", "after it was sent")
+                await asyncio.sleep(0)
+                assert [b["rota"]["percent"] for b in rec.bodies] == [80]
+    asyncio.run(main())

@@ -417,6 +417,14 @@ class Daemon:
     def job_state(self, job_id: int) -> JobState:
         return self.table.state(job_id)
 
+    # --- alerts (rota.server.alert_sender) -------------------------------------------------
+    def alert(self, key: str, text: str, *, kind: str = "alert", user: str | None = None,
+              **facts: object) -> bool:
+        """Send ``text`` to the webhook once per ``key`` (e.g. "quota:7:2026-W48:80"); False
+        when that key was alerted already. Stored now (in the caller's batch, if any), sent
+        by the alerts task: never waits on the receiver."""
+        return self.alerts.alert(key, text, kind=kind, user=user, **facts)
+
     # --- jobs joining the queue (intake, recovery.load_queue) ------------------------------
     @staticmethod
     def pending_of(row: JobRecord) -> PendingJob:
