@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
+    "Alert", "AsyncClient", "Attempt", "Checkpoint", "Checkpoints", "Client", "Conflict",
     "DaemonUnavailable", "Event", "Forbidden", "Gpu", "Health", "Identity", "InvalidSpec",
     "Job", "JobDetail", "JobState", "LogChunk", "Metrics", "NotFound", "Page", "Progress",
     "QueuePage", "QueueSummary", "Reason", "RequestTooLarge", "RotaError", "StoreError",
@@ -34,6 +34,7 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from rota.client.aio import AsyncClient
     from rota.client.models import (
+        Alert,
         Attempt,
         Checkpoint,
         Checkpoints,

@@ -19,6 +19,8 @@ until they follow.
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
+    "AlertAnswer",
+    "AlertsAnswer",
     "AttachAnswer",
     "AttemptAnswer",
     "CheckpointAnswer",
@@ -619,6 +621,27 @@ class SecretDeletedAnswer(TypedDict):
     user: str
     name: str
     deleted: bool
+
+
+# --- alerts (rota.server.alert_sender) -----------------------------------------------------
+class AlertAnswer(TypedDict):
+    """An alert as stored: never the webhook's URL."""
+
+    id: int
+    key: str  # the producer's once-only key
+    user: str | None  # whom it concerns (None: everyone's admins)
+    kind: str
+    text: str
+    state: str  # pending | sent | failed
+    attempts: int
+    created_at: float
+    next_try_at: float | None  # None once sent or failed
+    sent_at: float | None
+    last_error: str | None
+
+
+class AlertsAnswer(TypedDict):
+    alerts: list[AlertAnswer]
 
 
 # --- pools ---------------------------------------------------------------------------------

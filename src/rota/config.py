@@ -28,7 +28,7 @@ from rota.home import default_home
 from rota.pools import ENGINES, Pool, Pools, local_engine_implied
 from rota.units import parse_duration, parse_memory
 
-__all__ = ["Settings", "default_home", "load_settings"]
+__all__ = ["AlertSettings", "Settings", "default_home", "load_settings"]
 
 
 #: the largest request body the API takes by default: a submit of 10,000 jobs (the most
@@ -98,6 +98,27 @@ class PrioritySettings(BaseModel):
             raise ValueError(str(e)) from None
 
 
+class AlertSettings(BaseModel):
+    """``[alerts]``: where alerts go (rota.server.alert_sender). The webhook's URL is a
+    stored secret, never a setting: a Slack-style URL is itself the credential."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhook_secret: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$",
+                                       description="the name of the stored secret that "
+                                       "holds the webhook's URL; none: alerts stay pending")
+    webhook_user: str | None = Field(default=None, description="whose secret it is "
+                                     "(default: the daemon's user)")
+    max_tries: int = Field(default=8, ge=1, le=100, description="POSTs before an alert is "
+                           "given up as failed")
+    first_backoff: float = Field(default=2.0, gt=0, le=3600, description="seconds before "
+                                 "the first retry; doubled each try")
+    max_backoff: float = Field(default=600.0, gt=0, le=86400, description="the longest "
+                               "wait between two tries")
+    timeout: float = Field(default=5.0, gt=0, le=60, description="seconds one POST may "
+                           "take")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
 
@@ -157,6 +178,7 @@ class Settings(BaseSettings):
                                    "with its limits and price per GPU-hour ([tiers.NAME])")
     tier_required: bool = Field(default=False, description="refuse at submit a job that "
                                 "fits no tier; false: it runs untiered at price 0")
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],

@@ -14,6 +14,7 @@ from typing import Any
 
 from test_preemption import TRAIN, log_of
 
+from receiver import receiving
 from rota_testing import DaemonProcess, wait_until
 
 FAST = {"ROTA_QUOTA_CHECK": "0.1"}  # usage read every 0.1 s rather than 30
@@ -30,8 +31,22 @@ def why(d: DaemonProcess, job_id: int) -> dict[str, Any]:
 
 
 def test_a_gpu_hours_quota_holds_new_jobs_and_they_start_when_raised(
-        daemon_factory: type[DaemonProcess]) -> None:
-    d = daemon_factory(extra_env=FAST).start()
+        daemon_factory: type[DaemonProcess], tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "rota.toml").write_text('[alerts]\nwebhook_secret = "HOOK"\n')
+    with receiving() as hook:
+        d = daemon_factory(extra_env=FAST, home=home).start()  # type: ignore[call-arg]
+        set_url = d.cli("secret", "set", "HOOK", stdin=hook.url + "\n")
+        assert set_url.returncode == 0, set_url.stderr
+        _held_until_raised(d)
+        # 50, 80 and 100 % reached the webhook once each, as they were recorded
+        wait_until(lambda: len(hook.bodies) >= 3, timeout=30, what="three webhook alerts")
+        assert sorted(b["rota"]["percent"] for b in hook.bodies) == [50, 80, 100]
+        assert hook.bodies[0]["text"].startswith("project vision reached 50 % of a quota")
+
+
+def _held_until_raised(d: DaemonProcess) -> None:
     with d.client() as c:
         # 0.0002 GPU-hours = 0.72 GPU-seconds a day: one 1-GPU job of 1.5 s uses it up
         c.set_quota("project", "vision", "gpu_hours", 0.0002, period="day")

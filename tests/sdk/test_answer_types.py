@@ -80,6 +80,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("get", "/v1/secrets"): a.SecretsAnswer,
     ("put", "/v1/secrets/{name}"): a.SecretSetAnswer,
     ("delete", "/v1/secrets/{name}"): a.SecretDeletedAnswer,
+    ("get", "/v1/alerts"): a.AlertsAnswer,
+    ("post", "/v1/alerts/test"): a.AlertAnswer,
 }
 #: made by the client, not sent as such (RawClient.metrics merges the pages)
 CLIENT_MADE = {a.MetricsAnswer}
@@ -286,6 +288,7 @@ def _access_answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
         "secrets": (a.SecretsAnswer, c.secrets()),
         "delete secret": (a.SecretDeletedAnswer, c.delete_secret("TYPED")),
         "remove user": (a.UserRemovedAnswer, c.remove_user("typed")),
+        "alerts": (a.AlertsAnswer, c.alerts()),  # a sent one: tests/integration/test_alerts
     }
 
 

@@ -1,4 +1,4 @@
-"""Quotas persist (set, replace, lift, remove), alerts are marked sent once, and the queue
+"""Quotas persist (set, replace, lift, remove), and the queue
 read at start-up carries each pending job's owner for the pass's quota check."""
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ def test_quotas_persist_and_one_per_owner_and_measure(store: Store, db_url: str)
         assert [q.name for q in again.quotas()] == ["vision"]
     finally:
         again.close()
-
-
-def test_an_alert_is_marked_sent_once(store: Store) -> None:
-    assert store.quota_alert_sent("user:alice:money:month:0:50", now=1.0)
-    assert not store.quota_alert_sent("user:alice:money:month:0:50", now=2.0)
-    assert store.quota_alert_sent("user:alice:money:month:0:80", now=2.0)
 
 
 def test_the_queue_carries_owner_and_project(store: Store) -> None:

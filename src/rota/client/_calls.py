@@ -20,6 +20,7 @@ from rota.answers import QuotaAnswer
 from rota.client import _times as log_times
 from rota.client._times import When
 from rota.client.models import (
+    Alert,
     Checkpoints,
     EvalRun,
     EvalSchedule,
@@ -60,6 +61,7 @@ _GPUS = TypeAdapter(list[Gpu])
 _TIERS = TypeAdapter(list[Tier])
 _EVAL_RUNS = TypeAdapter(list[EvalRun])
 _EVAL_SCHEDULES = TypeAdapter(list[EvalSchedule])
+_ALERTS = TypeAdapter(list[Alert])
 
 
 @dataclass(frozen=True)
@@ -404,3 +406,16 @@ def lift_quota(kind: str, name: str, seconds: float, what: str | None) -> Call[i
 def remove_quota(kind: str, name: str, what: str | None) -> Call[int]:
     return Call("DELETE", "/v1/quotas", lambda d: int(d["changed"]),
                 params={"kind": kind, "name": name, **({"what": what} if what else {})})
+
+# --- alerts --------------------------------------------------------------------------------
+
+def alerts(user: str | None, limit: int) -> Call[list[Alert]]:
+    params: dict[str, Any] = {"limit": limit}
+    if user is not None:
+        params["user"] = user
+    return Call("GET", "/v1/alerts", lambda d: _ALERTS.validate_python(d["alerts"]),
+                params=params)
+
+
+def test_alert(text: str | None) -> Call[Alert]:
+    return Call("POST", "/v1/alerts/test", Alert.model_validate, json={"text": text})

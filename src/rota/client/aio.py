@@ -21,6 +21,7 @@ from rota.client._calls import JobRef, States
 from rota.client._times import When
 from rota.client._transport import DEFAULT_TIMEOUT, AsyncTransport, Endpoint, TimeoutTypes
 from rota.client.models import (
+    Alert,
     Checkpoints,
     EvalRun,
     EvalSchedule,
@@ -329,3 +330,12 @@ class AsyncClient:
     async def unschedule_eval(self, schedule_id: int) -> None:
         """Remove a schedule of yours: no run of it is submitted from now on."""
         await self._send(calls.unschedule_eval(schedule_id))
+
+    async def alerts(self, *, user: str | None = None, limit: int = 100) -> builtins.list[Alert]:
+        """Alerts sent to the webhook, newest first: yours (an admin's: everyone's, or
+        ``user``'s)."""
+        return await self._send(calls.alerts(user, limit))
+
+    async def test_alert(self, text: str | None = None) -> Alert:
+        """Send a test alert to the daemon's webhook (admin); it goes out like any alert."""
+        return await self._send(calls.test_alert(text))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rota.core.lifecycle import TERMINAL, JobState
 
 __all__ = [
-    "Attempt", "EvalRun", "EvalSchedule", "Event", "Gpu", "Health", "Identity", "Job",
+    "Alert", "Attempt", "EvalRun", "EvalSchedule", "Event", "Gpu", "Health", "Identity", "Job",
     "JobDetail", "JobState", "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason",
     "Report", "ReportRow", "Reservation", "Tier", "Why",
 ]
@@ -378,3 +378,18 @@ class Report(Model):
     user: str | None = None  # whose usage: the caller's; None: everyone's (an admin)
     rows: list[ReportRow] = []
     totals: list[ReportTotal] = []
+
+class Alert(Model):
+    """An alert sent (or to be sent) to the webhook once: never its URL."""
+
+    id: int
+    key: str  # the producer's once-only key
+    user: str | None = None
+    kind: str = "alert"
+    text: str = ""
+    state: str  # pending | sent | failed
+    attempts: int = 0
+    created_at: datetime | None = None
+    next_try_at: datetime | None = None
+    sent_at: datetime | None = None
+    last_error: str | None = None

@@ -16,6 +16,8 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from pathlib import Path
 
     from rota.answers import (
+        AlertAnswer,
+        AlertsAnswer,
         CheckpointsAnswer,
         DrainAnswer,
         EvalResultsAnswer,
@@ -356,6 +358,13 @@ class RawClient:
 
     def delete_secret(self, name: str, *, user: str | None = None) -> SecretDeletedAnswer:
         return self.request("DELETE", f"/v1/secrets/{name}", params=_user(user))
+
+    # --- alerts --------------------------------------------------------------------------
+    def alerts(self, *, user: str | None = None, limit: int = 100) -> AlertsAnswer:
+        return self.request("GET", "/v1/alerts", params={"limit": limit, **(_user(user) or {})})
+
+    def test_alert(self, text: str | None = None) -> AlertAnswer:
+        return self.request("POST", "/v1/alerts/test", json={"text": text})
 
 
 def _user(user: str | None) -> dict[str, Any] | None:

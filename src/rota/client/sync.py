@@ -18,6 +18,7 @@ from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._times import When
 from rota.client._wire import Timeout, WireTransport, sse_events
 from rota.client.models import (
+    Alert,
     Checkpoints,
     EvalRun,
     EvalSchedule,
@@ -326,3 +327,12 @@ class Client:
     def unschedule_eval(self, schedule_id: int) -> None:
         """Remove a schedule of yours: no run of it is submitted from now on."""
         self._send(calls.unschedule_eval(schedule_id))
+
+    def alerts(self, *, user: str | None = None, limit: int = 100) -> builtins.list[Alert]:
+        """Alerts sent to the webhook, newest first: yours (an admin's: everyone's, or
+        ``user``'s)."""
+        return self._send(calls.alerts(user, limit))
+
+    def test_alert(self, text: str | None = None) -> Alert:
+        """Send a test alert to the daemon's webhook (admin); it goes out like any alert."""
+        return self._send(calls.test_alert(text))

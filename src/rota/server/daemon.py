@@ -17,6 +17,8 @@ The loop itself is short; the work is done by its collaborators:
 - ``JobCommands`` (job_commands.py): cancel, hold, release, preempt, requeue;
 - ``BackendSet`` (backend_set.py): the backends, and whether one can run a job at all;
 - ``IdleWatch`` (idle_watch.py): jobs holding GPUs that stay idle (flag, stop, waste).
+- ``AlertSender`` (alert_sender.py): alerts (``alerts.alert(key, text, ...)``) out to the
+  webhook, each once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import time
 from collections import deque
@@ -38,6 +41,7 @@ from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import StoreError
+from rota.server.alert_sender import AlertSender, webhook_url
 from rota.server.backend_set import BackendSet
 from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
@@ -97,7 +101,8 @@ class Daemon:
         self.idle = IdleWatch(settings.idle, store, clock, self.table.running, self.stopper)
         self.quotas = Quotas(store, clock, self.table.running,
                              lambda job_id, why: self.preempt(job_id, why),
-                             settings.quota_check)
+                             settings.quota_check,
+                             alert=lambda key, text, **facts: self.alert(key, text, **facts))
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
         self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
@@ -111,6 +116,9 @@ class Daemon:
                                  record_after=LAUNCH_RECORD_S)
         self.fair = FairOrder(settings.priority, store, clock)  # [priority] fair_share
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
+        self.alerts = AlertSender(
+            settings.alerts, store, clock=clock, batch=self.batch, rng=random.Random(),
+            url=lambda: webhook_url(settings.alerts, self.secrets, settings.user))
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -170,6 +178,7 @@ class Daemon:
                        asyncio.create_task(self._device_loop(), name="devices"),
                        asyncio.create_task(self._outputs_loop(), name="outputs")]
         self.eval_schedules.start()
+        self.alerts.start()
         self.kick()
 
     async def stop(self) -> None:
@@ -184,6 +193,7 @@ class Daemon:
         for r in self.running.values():
             r.cancel_timers()
             self.exits.unwatch(r)
+        await self.alerts.stop()
         self.devices.close()
         self.tracking.close()
         self.backends.on_engine_start = None
@@ -437,6 +447,14 @@ class Daemon:
 
     def job_state(self, job_id: int) -> JobState:
         return self.table.state(job_id)
+
+    # --- alerts (rota.server.alert_sender) -------------------------------------------------
+    def alert(self, key: str, text: str, *, kind: str = "alert", user: str | None = None,
+              **facts: object) -> bool:
+        """Send ``text`` to the webhook once per ``key`` (e.g. "quota:7:2026-W48:80"); False
+        when that key was alerted already. Stored now (in the caller's batch, if any), sent
+        by the alerts task: never waits on the receiver."""
+        return self.alerts.alert(key, text, kind=kind, user=user, **facts)
 
     # --- jobs joining the queue (intake, recovery.load_queue) ------------------------------
     def pending_of(self, row: JobRecord) -> PendingJob:

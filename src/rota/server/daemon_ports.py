@@ -7,6 +7,7 @@ Every method runs on the daemon's loop thread (the API's handlers are coroutines
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, islice
 from pathlib import Path
@@ -46,7 +47,7 @@ from rota.server.shares_view import (
 )
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
-from rota.store.repo import JobRecord, ScheduleRecord, Store
+from rota.store.repo import AlertRecord, JobRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
 
 #: the states of a job that has not ended: a removed user's jobs in them are cancelled first
@@ -465,6 +466,23 @@ class DaemonPorts:
 
     def remove_eval_schedule(self, schedule_id: int) -> None:
         self._d.store.remove_eval_schedule(schedule_id)
+
+    def test_alert(self, by: str, text: str | None) -> AlertRecord:
+        d = self._d
+        name = d.settings.alerts.webhook_secret
+        if name is None:
+            raise Conflict("no webhook is set: name the stored secret that holds its URL as "
+                           "webhook_secret under [alerts] in rota.toml")
+        if d.alerts.url() is None:
+            owner = d.settings.alerts.webhook_user or d.settings.user
+            raise Conflict(f"the webhook secret {name} of {owner} is not stored; store the "
+                           f"URL with `rota secret set {name}`")
+        now = d.clock()
+        key = f"test:{now:.6f}:{secrets.token_hex(4)}"
+        d.alerts.alert(key, text or f"Test alert from Rota, sent by {by}", kind="test",
+                       user=by)
+        (row,) = d.store.alerts_by_key([key])
+        return row
 
     def report_worker_requests(self, slot: int, pid: int, totals: Totals) -> None:
         self._d.metrics.worker_requests.report(slot, pid, totals)

@@ -30,7 +30,6 @@ from rota.core.quota import (
 from rota.core.snapshot import MILLI
 from rota.errors import Conflict
 from rota.server.ports import StoreReads
-from rota.server.quota_alerts import alert
 from rota.server.running import Running
 from rota.store.repo import Store
 
@@ -38,8 +37,9 @@ from rota.store.repo import Store
 class Quotas:
     def __init__(self, store: Store, clock: Callable[[], float],
                  running: Mapping[int, Running], preempt: Callable[[int, str], None],
-                 every: float) -> None:
+                 every: float, alert: Callable[..., bool]) -> None:
         self.store, self.clock, self.running, self.preempt = store, clock, running, preempt
+        self.alert = alert  # Daemon.alert: the webhook outbox, once per key
         self.every = every
         self.quotas: list[Quota] = []
         self.over: dict[Owner, Reason] = {}
@@ -98,10 +98,15 @@ class Quotas:
 
     def _alerts(self, now: float) -> None:
         for s in self._usage:
+            q = s.quota
             for threshold in crossed(s):
-                if self.store.quota_alert_sent(alert_key(s, threshold), now=now):
-                    alert(self.store, s.quota.kind, s.quota.name, threshold, describe(s),
-                          now=now)
+                text = f"{q.kind} {q.name} reached {threshold} % of a quota: {describe(s)}"
+                # the outbox keeps each key once: a restart or the next read sends nothing
+                if self.alert(alert_key(s, threshold), text, kind="quota",
+                              user=q.name if q.kind == "user" else None, owner_kind=q.kind,
+                              owner=q.name, measure=q.what, percent=threshold):
+                    self.store.add_event(job_id=None, kind="quota_alert", now=now,
+                                         message=text)
 
     def _stop_over_hard_budgets(self, over: Mapping[Owner, str]) -> None:
         """Every running job of an owner at 100 % of a hard budget is stopped as a

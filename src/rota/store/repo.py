@@ -40,6 +40,7 @@ from rota.pools import LOCAL as LOCAL_POOL
 from rota.store.db import make_engine, migrate
 from rota.store.failures import store_error
 from rota.store.tables import (
+    AlertRow,
     AttemptRow,
     DaemonSettingRow,
     EvalScheduleRow,
@@ -47,7 +48,6 @@ from rota.store.tables import (
     GpuSettingRow,
     JobRow,
     MetricRow,
-    QuotaAlertRow,
     QuotaRow,
     SecretRow,
     ShareRow,
@@ -66,7 +66,8 @@ _events = cast(Table, EventRow.__table__)
 _metrics = cast(Table, MetricRow.__table__)
 _schedules = cast(Table, EvalScheduleRow.__table__)
 _quotas = cast(Table, QuotaRow.__table__)
-_quota_alerts = cast(Table, QuotaAlertRow.__table__)
+
+_alerts = cast(Table, AlertRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -174,6 +175,7 @@ class Queued(NamedTuple):
 
 #: An evaluation schedule as read (EvalScheduleRow's columns)
 ScheduleRecord = Row[Any]
+AlertRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -998,12 +1000,48 @@ class Store:
         with self.transaction() as c:
             return int(c.execute(delete(_quotas).where(*where)).rowcount)
 
-    def quota_alert_sent(self, key: str, *, now: float) -> bool:
-        """Mark the alert ``key`` sent; False when it was already (the caller sends it only
-        on True, in the same transaction)."""
+
+    # --- the alerts' outbox (rota.server.alert_sender) ------------------------------------
+    def add_alert(self, key: str, payload: dict[str, Any], *, now: float,
+                  user: str | None = None) -> bool:
+        """Store an alert, due at once; False, storing nothing, when one with ``key`` is
+        stored already (sent, failed or still pending): each key goes out once. The daemon
+        is the only writer, so a read before the insert cannot race another insert."""
         with self.transaction() as c:
-            if c.execute(select(_quota_alerts.c.key)
-                         .where(_quota_alerts.c.key == key)).first() is not None:
+            if c.execute(select(_alerts.c.id).where(_alerts.c.key == key)).first():
                 return False
-            c.execute(insert(_quota_alerts).values(key=key, sent_at=now))
-            return True
+            c.execute(insert(_alerts), {"key": key, "user": user, "created_at": now,
+                                        "payload": payload, "state": "pending",
+                                        "attempts": 0, "next_try_at": now})
+        return True
+
+    def due_alerts(self, now: float, *, limit: int = 100) -> list[AlertRecord]:
+        """Pending alerts due by ``now``, oldest first."""
+        a = _alerts.c
+        q = (select(_alerts).where(a.state == "pending", a.next_try_at <= now)
+             .order_by(a.next_try_at, a.id).limit(limit))
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def next_alert_at(self) -> float | None:
+        """When the soonest pending alert is due (None: none pending)."""
+        a = _alerts.c
+        with self._reading() as c:
+            found = c.execute(select(func.min(a.next_try_at)).where(a.state == "pending"))
+            return cast(float | None, found.scalar())
+
+    def update_alert(self, alert_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_alerts).where(_alerts.c.id == alert_id).values(**fields))
+
+    def alerts_by_key(self, keys: Iterable[str]) -> list[AlertRecord]:
+        with self._reading() as c:
+            return list(c.execute(select(_alerts).where(_alerts.c.key.in_(list(keys)))).all())
+
+    def alerts(self, *, user: str | None = None, limit: int = 100) -> list[AlertRecord]:
+        """The newest alerts first; ``user`` None: everyone's."""
+        q = select(_alerts).order_by(_alerts.c.id.desc()).limit(limit)
+        if user is not None:
+            q = q.where(_alerts.c.user == user)
+        with self._reading() as c:
+            return list(c.execute(q).all())

@@ -216,15 +216,6 @@ class QuotaRow(Base):
     __table_args__ = (Index("ux_quotas_owner_what", "kind", "name", "what", unique=True),)
 
 
-class QuotaAlertRow(Base):
-    """An alert sent once per quota, period and threshold (rota.core.quota.alert_key): a
-    restarted daemon does not send it again."""
-
-    __tablename__ = "quota_alerts"
-
-    key: Mapped[str] = mapped_column(String(300), primary_key=True)
-    sent_at: Mapped[float] = mapped_column(Float)
-
 
 class DaemonSettingRow(Base):
     __tablename__ = "daemon_settings"
@@ -261,3 +252,23 @@ class EvalScheduleRow(Base):
     enabled: Mapped[bool] = mapped_column(Boolean, index=True)
     disabled_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class AlertRow(Base):
+    """An alert waiting to be, or once, POSTed to the webhook (rota.server.alert_sender):
+    a durable outbox. ``key`` is the producer's once-only key: a second alert with the
+    same key is not stored, which is what makes each alert go out once."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    user: Mapped[str | None] = mapped_column(String(100), index=True)  # whom it concerns
+    created_at: Mapped[float] = mapped_column(Float)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  # Slack-compatible
+    # pending | sent | failed; the sender reads the pending ones (ix_alerts_state)
+    state: Mapped[str] = mapped_column(String(10), index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[float] = mapped_column(Float)
+    sent_at: Mapped[float | None] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text)

@@ -1,6 +1,5 @@
-"""quotas and quota_alerts (issue 22): per user and per project limits on GPUs at once,
-GPU-hours or money per UTC calendar period, and the alerts already sent (the queue index
-holds jobs.user and jobs.project since 0012)
+"""quotas (issue 22): per user and per project limits on GPUs at once, GPU-hours or money
+per UTC calendar period (the queue index holds jobs.user and jobs.project since 0012)
 
 Revision ID: 0013
 Revises: 0012
@@ -32,14 +31,8 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float, nullable=False),
     )
     op.create_index("ux_quotas_owner_what", "quotas", ["kind", "name", "what"], unique=True)
-    op.create_table(
-        "quota_alerts",
-        sa.Column("key", sa.String(300), primary_key=True),
-        sa.Column("sent_at", sa.Float, nullable=False),
-    )
 
 
 def downgrade() -> None:
-    op.drop_table("quota_alerts")
     op.drop_index("ux_quotas_owner_what", table_name="quotas")
     op.drop_table("quotas")
