@@ -4,6 +4,12 @@ Nothing in a Snapshot is mutated; a pass copies capacity into a GpuPool and ever
 the GPUs as they would be after the starts decided so far. GPUs with the same free share and
 size form an equivalence class (a heap of indices), so finding the best-fit GPU costs a walk
 over a handful of classes rather than over every GPU.
+
+The GPUs may be on several nodes (GpuView.node: the simulator passes a whole cluster in one
+list): a job of k whole GPUs then gets all k on one node, the node with the fewest whole
+free GPUs that holds it (best fit, so whole nodes stay free for wide jobs), and a blocked
+one keeps GPUs on one node. A share of a GPU goes on any GPU. On one node (the daemon's
+machine) none of this bookkeeping exists.
 """
 
 from __future__ import annotations
@@ -38,6 +44,16 @@ class GpuPool:
         self.version = 0  # bumped whenever capacity changes
         self._cands: dict[tuple[int, int | None], tuple[int, frozenset[int]]] = {}
         self._sorted_keys: list[ClassKey] | None = None
+        # nodes: only kept when the GPUs are on more than one
+        self.multi = len({g.node for g in gpus}) > 1
+        self.node_of: dict[int, int] = {}
+        self.members: dict[int, list[int]] = {}  # node -> its GPUs, by index
+        self._whole_on: dict[int, int] = {}  # node -> filed GPUs with all of it free
+        if self.multi:
+            for g in sorted(gpus, key=lambda g: g.index):
+                self.node_of[g.index] = g.node
+                self.members.setdefault(g.node, []).append(g.index)
+                self._whole_on.setdefault(g.node, 0)
         for g in gpus:
             self.free_milli[g.index] = g.free_milli
             self.free_mem[g.index] = g.free_memory
@@ -53,6 +69,8 @@ class GpuPool:
         old = self._key_of.get(i)
         if old is not None:
             self._count[old] -= 1
+            if self.multi and old[0] == MILLI:
+                self._whole_on[self.node_of[i]] -= 1
         self._key_of[i] = None
 
     def _file(self, i: int) -> None:
@@ -63,6 +81,8 @@ class GpuPool:
         key = (self.free_milli[i], self.views[i].memory_total)
         self._key_of[i] = key
         self._count[key] = self._count.get(key, 0) + 1
+        if self.multi and key[0] == MILLI:
+            self._whole_on[self.node_of[i]] += 1
         heap = self._classes.get(key)
         if heap is None:
             self._classes[key] = heap = []
@@ -105,6 +125,12 @@ class GpuPool:
             if any(self.free_milli[i] >= job.gpus_milli for i in reserved):
                 return False
             return not any(k[0] >= job.gpus_milli and n > 0 for k, n in self._count.items())
+        if self.multi:  # the most whole free GPUs on one node
+            on = dict(self._whole_on)
+            for i in reserved:
+                if self.free_milli[i] == MILLI:
+                    on[self.node_of[i]] += 1
+            return max(on.values(), default=0) < job.gpus_milli // MILLI
         whole = sum(n for k, n in self._count.items() if k[0] == MILLI)
         whole += sum(1 for i in reserved if self.free_milli[i] == MILLI)
         return whole < job.gpus_milli // MILLI
@@ -122,6 +148,9 @@ class GpuPool:
 
     def whole_free(self) -> int:
         return sum(n for k, n in self._count.items() if k[0] == MILLI)
+
+    def most_whole_on_a_node(self) -> int:
+        return max(self._whole_on.values(), default=0)
 
     def max_free_share(self) -> int:
         return max((k[0] for k, n in self._count.items() if n > 0), default=0)
@@ -171,6 +200,8 @@ class GpuPool:
 
     def _find_whole(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
         mem = job.gpu_mem
+        if self.multi and count > 1:
+            return self._find_whole_on_a_node(job, count)
         if job.allowed is not None:
             picked = sorted(i for i in job.allowed if self.usable(i, MILLI, mem))[:count]
             return tuple(picked) if len(picked) == count else None
@@ -184,6 +215,23 @@ class GpuPool:
                     break
                 chosen.add(i)
         return tuple(sorted(chosen)) if len(chosen) == count else None
+
+    def _find_whole_on_a_node(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
+        """k whole GPUs on one node: the node with the fewest such GPUs that holds the job
+        (ties: the lowest node), its lowest-numbered ones."""
+        mem = job.gpu_mem
+        if job.allowed is not None:
+            by_node: dict[int, list[int]] = {}
+            for i in sorted(job.allowed):
+                if self.usable(i, MILLI, mem):
+                    by_node.setdefault(self.node_of[i], []).append(i)
+            fits = [(len(ids), node) for node, ids in by_node.items() if len(ids) >= count]
+            return tuple(by_node[min(fits)[1]][:count]) if fits else None
+        for _, node in sorted((n, node) for node, n in self._whole_on.items() if n >= count):
+            got = [i for i in self.members[node] if self.usable(i, MILLI, mem)]
+            if len(got) >= count:
+                return tuple(got[:count])
+        return None
 
     def current_views(self) -> list[GpuView]:
         """The GPUs as they stand after this pass's starts so far."""
@@ -207,13 +255,31 @@ class GpuPool:
                       and self.views[i].memory_total >= (job.gpu_mem or 0)]
         # most free share first, then most free memory: the quickest to become enough
         candidates.sort(key=lambda i: (-self.free_milli[i], -self.free_mem[i], i))
-        picked = tuple(sorted(candidates[:need]))
+        if self.multi and need > 1:
+            picked = self._closest_node(candidates, need)
+        else:
+            picked = tuple(sorted(candidates[:need]))
         if len(picked) < need or (milli < MILLI and not picked):
             return ()
         for i in picked:
             self._unfile(i)
             self.reserved_for[i] = job.id
         return picked
+
+    def _closest_node(self, candidates: list[int], need: int) -> tuple[int, ...]:
+        """The ``need`` GPUs of one node closest to holding a job (``candidates`` come most
+        free first): the node whose best ``need`` have the most free share, then memory."""
+        by_node: dict[int, list[int]] = {}
+        for i in candidates:
+            by_node.setdefault(self.node_of[i], []).append(i)
+        best: tuple[int, int, int] | None = None
+        for node, ids in by_node.items():
+            if len(ids) >= need:
+                top = ids[:need]
+                score = (-sum(self.free_milli[i] for i in top),
+                         -sum(self.free_mem[i] for i in top), node)
+                best = score if best is None or score < best else best
+        return () if best is None else tuple(sorted(by_node[best[2]][:need]))
 
     def find_ignoring_reservations(self, job: PendingJob) -> tuple[int, ...] | None:
         """Would the job fit if nothing were reserved? (for the PRIORITY reason)"""

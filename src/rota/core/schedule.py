@@ -16,7 +16,7 @@ from itertools import islice
 from operator import attrgetter
 
 from rota.core import packing
-from rota.core.feasibility import need_text, never_runnable
+from rota.core.feasibility import most_memory, need_text, never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
@@ -59,7 +59,10 @@ class _Pass:
                                   Reason | None] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
         # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
-        self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
+        # (on several nodes, the k-th largest of one node: see most_memory)
+        self.node_of = self.pool.node_of if self.pool.multi else None
+        self.mem_desc = most_memory((g.node, g.memory_total) for g in snapshot.gpus) \
+            if self.node_of else sorted((g.memory_total for g in snapshot.gpus), reverse=True)
         self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
 
     def run(self, pending: list[PendingJob]) -> Plan:
@@ -129,13 +132,13 @@ class _Pass:
                                   f"waits for GPUs: every GPU is fully allocated{kept}"
                                   f"{_unusable_note(self.pool)}")
         # what the lazy reasons need, and not the whole pass (the plan may outlive it)
-        views, all_gpus, mem_desc, smallest = (self.pool.views, self.all_gpus, self.mem_desc,
-                                               self.smallest)
+        views, all_gpus, mem_desc, smallest, node_of = (
+            self.pool.views, self.all_gpus, self.mem_desc, self.smallest, self.node_of)
 
         def own_reason(job: PendingJob) -> Reason | None:
             blocked = (gate(job, snapshot.dependency_states, now)
                        if job.after or job.not_before else None)
-            return blocked or _never(job, views, all_gpus, mem_desc, smallest)
+            return blocked or _never(job, views, all_gpus, mem_desc, smallest, node_of)
 
         plan.gate = own_reason
 
@@ -181,7 +184,7 @@ class _Pass:
         if shape in self.never_by_shape:
             return self.never_by_shape[shape]
         reason = self.never_by_shape[shape] = _never(job, self.pool.views, self.all_gpus,
-                                                     self.mem_desc, self.smallest)
+                                                     self.mem_desc, self.smallest, self.node_of)
         return reason
 
     def _reserve_for(self, job: PendingJob) -> None:
@@ -222,6 +225,8 @@ def _machine_full(job: PendingJob, pool: GpuPool) -> Reason:
     need = _need_text(job)
     if job.gpus_milli >= MILLI:
         text = f"waits for {need}; {pool.whole_free()} free on the machine"
+        if pool.multi:  # a job of k GPUs needs them on one node
+            text += f" (at most {pool.most_whole_on_a_node()} on one node)"
     else:
         text = (f"waits for {need}; no GPU has that much free "
                 f"(the most free is {pool.max_free_share() / MILLI:g})")
@@ -288,25 +293,29 @@ def _need_text(job: PendingJob) -> str:
 
 
 def _never(job: PendingJob, views: Mapping[int, GpuView], all_gpus: frozenset[int],
-           mem_desc: list[int], smallest: int) -> Reason | None:
+           mem_desc: list[int], smallest: int,
+           node_of: Mapping[int, int] | None = None) -> Reason | None:
     """_unsatisfiable, with an O(1) answer for the common case of a job that fits.
 
-    ``mem_desc`` is every GPU's memory, largest first; ``smallest`` its last entry.
+    ``mem_desc`` is every GPU's memory, largest first (on several nodes, most_memory);
+    ``smallest`` the least of them; ``node_of`` the GPUs' nodes when there are several.
     """
     need = max(1, job.gpus_milli // MILLI)
     if job.allowed is None:
         if need <= len(mem_desc) and (not job.gpu_mem or job.gpu_mem <= mem_desc[need - 1]):
             return None
-    elif len(job.allowed & all_gpus) >= need and (not job.gpu_mem or job.gpu_mem <= smallest):
+    elif len(job.allowed & all_gpus) >= need and (not job.gpu_mem or job.gpu_mem <= smallest) \
+            and (need == 1 or node_of is None):
         return None
-    return _unsatisfiable(job, views)
+    return _unsatisfiable(job, views, node_of)
 
 
-def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | None:
+def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView],
+                   node_of: Mapping[int, int] | None = None) -> Reason | None:
     """The job cannot fit on this machine however long it waits (as the machine is now), in
     the words intake refuses such a job with (rota.core.feasibility)."""
     why = never_runnable(job.gpus_milli, job.gpu_mem, job.allowed,
-                         {i: v.memory_total for i, v in views.items()})
+                         {i: v.memory_total for i, v in views.items()}, node_of)
     return None if why is None else Reason(ReasonCode.UNSATISFIABLE, why)
 
 

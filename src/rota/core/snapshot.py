@@ -31,6 +31,9 @@ class GpuView:
     paused: bool = False
     allocated_milli: int = 0  # Rota's allocations, thousandths of the GPU
     reserved_memory: int = 0  # bytes Rota's allocations asked for (gpu_mem)
+    # the machine it is on: a job of k whole GPUs gets all k on one node (the daemon's own
+    # GPUs are all node 0; the simulator passes a cluster's GPUs in one list)
+    node: int = 0
 
     @property
     def free_milli(self) -> int:
