@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from rota.core import packing
+from rota.core.feasibility import most_memory
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 
 ClassKey = tuple[int, int]  # (free_milli, memory_total)
@@ -29,6 +30,7 @@ class GpuPool:
     def __init__(self, gpus: Sequence[GpuView], policy: Policy,
                  workload: packing.Workload | None = None,
                  rng: random.Random | None = None) -> None:
+        self.policy = policy
         self.packing = packing.check_packing(policy.packing)
         # FGD's idea of the jobs to come: the caller's, the policy's, else a default
         self.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
@@ -54,6 +56,9 @@ class GpuPool:
                 self.node_of[g.index] = g.node
                 self.members.setdefault(g.node, []).append(g.index)
                 self._whole_on.setdefault(g.node, 0)
+        self.all_gpus = frozenset(self.views)
+        self._mem_desc: list[int] | None = None
+        self._least = 0
         for g in gpus:
             self.free_milli[g.index] = g.free_milli
             self.free_mem[g.index] = g.free_memory
@@ -63,6 +68,60 @@ class GpuPool:
                 self._key_of[g.index] = None
             else:
                 self._file(g.index)
+
+    def copy(self, policy: Policy, workload: packing.Workload | None = None) -> GpuPool:
+        """A pass's own copy of a pool its caller keeps up to date (Snapshot.pool): dicts
+        copied in C rather than a pool built GPU by GPU, which over a cluster's 1,024 GPUs
+        costs milliseconds a pass. The copy's starts do not touch this pool."""
+        if (policy.mem_threshold, policy.util_threshold) != \
+                (self.policy.mem_threshold, self.policy.util_threshold):
+            raise ValueError("a kept GpuPool was built under other GPU thresholds")
+        for key, heap in self._classes.items():  # drop stale entries now and then
+            if len(heap) > 2 * self._count.get(key, 0) + 8:
+                heap[:] = [i for i in heap if self._key_of.get(i) == key]
+                heapq.heapify(heap)
+        new = GpuPool.__new__(GpuPool)
+        new.policy, new.packing = policy, packing.check_packing(policy.packing)
+        new.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
+        new.rng = random.Random(policy.packing_seed)  # as a pool built for the pass
+        new.views, new.all_gpus = self.views, self.all_gpus  # never changed
+        new.free_milli, new.free_mem = self.free_milli.copy(), self.free_mem.copy()
+        new.reserved_for, new.unusable = self.reserved_for.copy(), self.unusable.copy()
+        new._key_of, new._count = self._key_of.copy(), self._count.copy()
+        new._classes = {k: h.copy() for k, h in self._classes.items()}
+        new.version, new._cands = self.version, {}
+        new._sorted_keys = None if self._sorted_keys is None else self._sorted_keys.copy()
+        new.multi, new.node_of, new.members = self.multi, self.node_of, self.members
+        new._whole_on = self._whole_on.copy()
+        new._mem_desc, new._least = self.mem_desc(), self.least_memory()
+        return new
+
+    def mem_desc(self) -> list[int]:
+        """GPU memory sizes, largest first: a k-GPU job needs the k-th to hold its gpu_mem
+        (on several nodes, the k-th largest of one node: feasibility.most_memory)."""
+        if self._mem_desc is None:
+            views = self.views.values()
+            self._mem_desc = most_memory((g.node, g.memory_total) for g in views) \
+                if self.multi else sorted((g.memory_total for g in views), reverse=True)
+            self._least = min((g.memory_total for g in views), default=0)
+        return self._mem_desc
+
+    def least_memory(self) -> int:
+        """The smallest GPU's memory."""
+        self.mem_desc()
+        return self._least
+
+    def give(self, indices: Iterable[int], milli: int, gpu_mem: int | None) -> None:
+        """Undo a take: the caller's job ended (for a pool kept across passes)."""
+        self.take(indices, -milli, -gpu_mem if gpu_mem else None)
+
+    def set_unusable(self, i: int, why: str | None) -> None:
+        """Take a GPU out of use (why: in words) or put it back (None), in a kept pool."""
+        if why is None:
+            self.unusable.pop(i, None)
+        else:
+            self.unusable[i] = why
+        self._file(i)
 
     # --- class bookkeeping -------------------------------------------------------------
     def _unfile(self, i: int) -> None:
@@ -250,15 +309,18 @@ class GpuPool:
         """Keep GPUs for a blocked job: those closest to holding it. Later jobs skip them."""
         need = max(1, job.gpus_milli // MILLI)
         milli = min(job.gpus_milli, MILLI)
+        if self.multi and need > 1:
+            picked = self._closest_node(job, need)
+            for i in picked:
+                self._unfile(i)
+                self.reserved_for[i] = job.id
+            return picked
         candidates = [i for i in (job.allowed if job.allowed is not None else self.views)
                       if i in self.views and i not in self.unusable and i not in self.reserved_for
                       and self.views[i].memory_total >= (job.gpu_mem or 0)]
         # most free share first, then most free memory: the quickest to become enough
         candidates.sort(key=lambda i: (-self.free_milli[i], -self.free_mem[i], i))
-        if self.multi and need > 1:
-            picked = self._closest_node(candidates, need)
-        else:
-            picked = tuple(sorted(candidates[:need]))
+        picked = tuple(sorted(candidates[:need]))
         if len(picked) < need or (milli < MILLI and not picked):
             return ()
         for i in picked:
@@ -266,20 +328,27 @@ class GpuPool:
             self.reserved_for[i] = job.id
         return picked
 
-    def _closest_node(self, candidates: list[int], need: int) -> tuple[int, ...]:
-        """The ``need`` GPUs of one node closest to holding a job (``candidates`` come most
-        free first): the node whose best ``need`` have the most free share, then memory."""
-        by_node: dict[int, list[int]] = {}
-        for i in candidates:
-            by_node.setdefault(self.node_of[i], []).append(i)
+    def _closest_node(self, job: PendingJob, need: int) -> tuple[int, ...]:
+        """reserve's choice on several nodes: the ``need`` GPUs of one node closest to
+        holding the job (most free share, then memory, as on one machine), from the node
+        whose best ``need`` have the most free share, then memory (ties: the lowest node)."""
+        free, mem, views = self.free_milli, self.free_mem, self.views
+        unusable, reserved, allowed = self.unusable, self.reserved_for, job.allowed
+        gpu_mem = job.gpu_mem or 0
         best: tuple[int, int, int] | None = None
-        for node, ids in by_node.items():
-            if len(ids) >= need:
-                top = ids[:need]
-                score = (-sum(self.free_milli[i] for i in top),
-                         -sum(self.free_mem[i] for i in top), node)
-                best = score if best is None or score < best else best
-        return () if best is None else tuple(sorted(by_node[best[2]][:need]))
+        best_ids: list[int] = []
+        for node, members in self.members.items():
+            ids = [i for i in members if i not in unusable and i not in reserved
+                   and views[i].memory_total >= gpu_mem and (allowed is None or i in allowed)]
+            if len(ids) < need:
+                continue
+            if len(ids) > need:
+                ids.sort(key=lambda i: (-free[i], -mem[i], i))
+                del ids[need:]
+            score = (-sum(free[i] for i in ids), -sum(mem[i] for i in ids), node)
+            if best is None or score < best:
+                best, best_ids = score, ids
+        return tuple(sorted(best_ids))
 
     def find_ignoring_reservations(self, job: PendingJob) -> tuple[int, ...] | None:
         """Would the job fit if nothing were reserved? (for the PRIORITY reason)"""

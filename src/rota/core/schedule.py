@@ -16,7 +16,7 @@ from itertools import islice
 from operator import attrgetter
 
 from rota.core import packing
-from rota.core.feasibility import most_memory, need_text, never_runnable
+from rota.core.feasibility import need_text, never_runnable
 from rota.core.lifecycle import JobState
 from rota.core.plan import Plan, Preemption, Reason, ReasonCode, Reservation, Start
 from rota.core.pool import GpuPool
@@ -52,18 +52,17 @@ class _Pass:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
         self.snapshot, self.policy, self.now = snapshot, policy, now
         self.plan = Plan()
-        self.pool = GpuPool(snapshot.gpus, policy, workload=_workload(snapshot, policy))
-        self.all_gpus = frozenset(self.pool.views)
+        workload = _workload(snapshot, policy)
+        self.pool = snapshot.pool.copy(policy, workload) if snapshot.pool is not None \
+            else GpuPool(snapshot.gpus, policy, workload=workload)
+        self.all_gpus = self.pool.all_gpus
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
         self.never_by_shape: dict[tuple[int, int | None, frozenset[int] | None],
                                   Reason | None] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
-        # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
-        # (on several nodes, the k-th largest of one node: see most_memory)
         self.node_of = self.pool.node_of if self.pool.multi else None
-        self.mem_desc = most_memory((g.node, g.memory_total) for g in snapshot.gpus) \
-            if self.node_of else sorted((g.memory_total for g in snapshot.gpus), reverse=True)
-        self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
+        self.mem_desc = self.pool.mem_desc()
+        self.smallest = self.pool.least_memory()
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full

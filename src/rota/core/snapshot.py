@@ -10,6 +10,7 @@ from rota.core.lifecycle import JobState
 
 if TYPE_CHECKING:
     from rota.core.packing import Shape
+    from rota.core.pool import GpuPool
     from rota.core.preempt import RunningJob
 
 MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
@@ -104,3 +105,7 @@ class Snapshot:
     # the least gpus_milli among `pending`, if the caller keeps it: the pass then need not
     # look at every job for it (44 ms of an 80 ms pass over a million)
     smallest_milli: int | None = None
+    # the caller's own GpuPool of these GPUs, kept up to date with its starts and ends (the
+    # simulator keeps one for its whole cluster): the pass works on a copy of it instead of
+    # building one from `gpus` GPU by GPU, and does not read `gpus`
+    pool: GpuPool | None = None
