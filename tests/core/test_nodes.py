@@ -4,12 +4,14 @@ share of a GPU goes anywhere; a blocked job keeps GPUs on one node."""
 
 from __future__ import annotations
 
-from builders import GIB, apply
+import pytest
+from builders import GIB, apply, normalised
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rota.core.feasibility import most_memory, never_runnable
 from rota.core.plan import ReasonCode
+from rota.core.pool import GpuPool
 from rota.core.schedule import schedule
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
 
@@ -168,3 +170,43 @@ def test_a_lone_job_starts_exactly_when_one_node_holds_it(
         reason = plan.reason(1)
         assert reason is not None
         assert reason.code is (ReasonCode.RESOURCES if never else ReasonCode.UNSATISFIABLE)
+
+
+# --- a pool the caller keeps (Snapshot.pool) ---------------------------------------------
+
+@PROPS
+@given(layouts, _jobs, st.booleans())
+def test_a_pass_on_a_kept_pool_decides_as_one_built_from_the_gpus(
+        layout: list[list[tuple[int, int]]], shapes: list[tuple[int, int | None]],
+        backfill: bool) -> None:
+    views = _views(layout)
+    jobs = [job(k + 1, m, gpu_mem=mem) for k, (m, mem) in enumerate(shapes)]
+    policy = Policy(backfill=backfill)
+    kept = GpuPool(views, policy)
+    before = (dict(kept.free_milli), dict(kept.free_mem), kept.version)
+    built = schedule(Snapshot(views, jobs), policy, 0.0)
+    copied = schedule(Snapshot((), jobs, pool=kept), policy, 0.0)
+    assert normalised(copied) == normalised(built)
+    assert (kept.free_milli, kept.free_mem, kept.version) == before  # the pass copied it
+
+
+def test_a_kept_pool_follows_takes_gives_and_held_gpus() -> None:
+    policy = Policy()
+    kept = GpuPool(cluster(2, 2), policy)
+    kept.take((0, 1), MILLI, None)  # node 0 busy
+    plan = schedule(Snapshot((), [job(1, 2000)], pool=kept), policy, 0.0)
+    assert [s.gpu_indices for s in plan.starts] == [(2, 3)]
+    kept.set_unusable(2, "held for job 9")
+    plan = schedule(Snapshot((), [job(1, 2000)], pool=kept), policy, 0.0)
+    assert plan.starts == [] and "GPU 2 held for job 9" in (plan.reason_text(1) or "")
+    kept.give((0, 1), MILLI, None)
+    plan = schedule(Snapshot((), [job(1, 2000)], pool=kept), policy, 0.0)
+    assert [s.gpu_indices for s in plan.starts] == [(0, 1)]
+    kept.set_unusable(2, None)
+    assert kept.usable(2, MILLI, None)
+
+
+def test_a_kept_pool_refuses_a_pass_under_other_thresholds() -> None:
+    kept = GpuPool(cluster(2), Policy())
+    with pytest.raises(ValueError, match="other GPU thresholds"):
+        schedule(Snapshot((), [job(1, 1000)], pool=kept), Policy(mem_threshold=0.5), 0.0)
