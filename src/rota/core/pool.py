@@ -51,11 +51,13 @@ class GpuPool:
         self.node_of: dict[int, int] = {}
         self.members: dict[int, list[int]] = {}  # node -> its GPUs, by index
         self._whole_on: dict[int, int] = {}  # node -> filed GPUs with all of it free
+        self._free_on: dict[int, int] = {}  # node -> free thousandths of its filed GPUs
         if self.multi:
             for g in sorted(gpus, key=lambda g: g.index):
                 self.node_of[g.index] = g.node
                 self.members.setdefault(g.node, []).append(g.index)
                 self._whole_on.setdefault(g.node, 0)
+                self._free_on.setdefault(g.node, 0)
         self.all_gpus = frozenset(self.views)
         self._mem_desc: list[int] | None = None
         self._least = 0
@@ -92,7 +94,7 @@ class GpuPool:
         new.version, new._cands = self.version, {}
         new._sorted_keys = None if self._sorted_keys is None else self._sorted_keys.copy()
         new.multi, new.node_of, new.members = self.multi, self.node_of, self.members
-        new._whole_on = self._whole_on.copy()
+        new._whole_on, new._free_on = self._whole_on.copy(), self._free_on.copy()
         new._mem_desc, new._least = self.mem_desc(), self.least_memory()
         return new
 
@@ -128,8 +130,10 @@ class GpuPool:
         old = self._key_of.get(i)
         if old is not None:
             self._count[old] -= 1
-            if self.multi and old[0] == MILLI:
-                self._whole_on[self.node_of[i]] -= 1
+            if self.multi:
+                self._free_on[self.node_of[i]] -= old[0]
+                if old[0] == MILLI:
+                    self._whole_on[self.node_of[i]] -= 1
         self._key_of[i] = None
 
     def _file(self, i: int) -> None:
@@ -140,8 +144,10 @@ class GpuPool:
         key = (self.free_milli[i], self.views[i].memory_total)
         self._key_of[i] = key
         self._count[key] = self._count.get(key, 0) + 1
-        if self.multi and key[0] == MILLI:
-            self._whole_on[self.node_of[i]] += 1
+        if self.multi:
+            self._free_on[self.node_of[i]] += key[0]
+            if key[0] == MILLI:
+                self._whole_on[self.node_of[i]] += 1
         heap = self._classes.get(key)
         if heap is None:
             self._classes[key] = heap = []
@@ -337,7 +343,13 @@ class GpuPool:
         gpu_mem = job.gpu_mem or 0
         best: tuple[int, int, int] | None = None
         best_ids: list[int] = []
-        for node, members in self.members.items():
+        # a node's free share (of its usable, unreserved GPUs) bounds its best k's: look at
+        # the most free nodes first and stop once no node left can beat the best
+        bounds = sorted(((-f, node) for node, f in self._free_on.items()))
+        for neg_bound, node in bounds:
+            if best is not None and neg_bound > best[0]:
+                break
+            members = self.members[node]
             ids = [i for i in members if i not in unusable and i not in reserved
                    and views[i].memory_total >= gpu_mem and (allowed is None or i in allowed)]
             if len(ids) < need:
