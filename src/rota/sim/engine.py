@@ -169,8 +169,11 @@ class Simulation:
                             self.sp.policy, now)
             self.result.passes += 1
             self._note(plan)
-            gathering = False
+            gathering, wide = False, self.width * MILLI
             for s in plan.starts:
+                if self.gathering not in (None, s.job_id) \
+                        and self.records[s.job_id].job.gpus_milli > wide:
+                    continue  # one wide job gathers at a time: this one waits (left free)
                 gathering = self._start(s, now) or gathering
             if not plan.starts:
                 self.settled = (q.version, self.gpu_version)
