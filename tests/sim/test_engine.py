@@ -115,3 +115,11 @@ def test_metrics_on_a_loaded_run_are_consistent() -> None:
     assert m.fragmentation is not None and 0 <= m.fragmentation <= 1
     assert m.fairness_worst is not None and m.fairness_worst >= 1
     assert m.estimate_error is None  # core's Plan carries no start_estimates yet
+
+
+def test_one_wide_job_gathers_nodes_at_a_time_even_in_one_pass() -> None:
+    # 3 nodes x 2 GPUs, two 4-GPU jobs at t=0: one pass could grant a node to each (both
+    # then wait for a third); job 1 gathers nodes 0 and 1 and runs, job 2 waits for it
+    trace = [SimJob(1, 0, 10, 4000), SimJob(2, 0, 10, 4000)]
+    result = simulate(trace, parse_cluster("2x80G", nodes=3), POLICIES["fifo"])
+    assert {r.job.id: r.start for r in result.records} == {1: 0, 2: 10}

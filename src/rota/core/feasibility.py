@@ -9,7 +9,7 @@ free now does not matter here, only what exists.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from rota.core.snapshot import MILLI
 from rota.units import format_gpu_set, format_memory
@@ -29,10 +29,12 @@ def need_text(gpus_milli: int, gpu_mem: int | None) -> str:
 
 
 def never_runnable(gpus_milli: int, gpu_mem: int | None, allowed: Collection[int] | None,
-                   memory_totals: Mapping[int, int]) -> str | None:
+                   memory_totals: Mapping[int, int],
+                   node_of: Mapping[int, int] | None = None) -> str | None:
     """Why a job asking for ``gpus_milli`` thousandths of GPUs (0: CPU only) with
     ``gpu_mem`` bytes on each, on ``allowed`` GPUs (None: any), can never start on GPUs
-    of these total memories (by index); None when it can."""
+    of these total memories (by index); None when it can. ``node_of`` (GPU index -> node;
+    None: one machine) keeps a job of k whole GPUs to k GPUs of one node."""
     if gpus_milli <= 0:
         return None
     scope = sorted(allowed) if allowed is not None else sorted(memory_totals)
@@ -47,6 +49,8 @@ def never_runnable(gpus_milli: int, gpu_mem: int | None, allowed: Collection[int
         return f"needs {need} but none of its allowed GPUs {{{shown}}} exist on this machine"
     if whole > len(present):
         return f"needs {need} but only {len(present)} {where} exist"
+    if node_of is not None and whole > 1:
+        return _never_on_a_node(need, whole, gpu_mem, present, memory_totals, node_of, where)
     if not gpu_mem:
         return None
     roomy = sum(1 for i in present if memory_totals[i] >= gpu_mem)
@@ -58,6 +62,39 @@ def never_runnable(gpus_milli: int, gpu_mem: int | None, allowed: Collection[int
                 f"{format_memory(biggest)}")
     return (f"needs {need} but only {roomy} of its {where} "
             f"{'has' if roomy == 1 else 'have'} {format_memory(gpu_mem)}")
+
+
+def _never_on_a_node(need: str, whole: int, gpu_mem: int | None, present: list[int],
+                     memory_totals: Mapping[int, int], node_of: Mapping[int, int],
+                     where: str) -> str | None:
+    """never_runnable's answer on several nodes, for a job of ``whole`` > 1 GPUs."""
+    per_node = Counter(node_of[i] for i in present
+                       if not gpu_mem or memory_totals[i] >= gpu_mem)
+    most = max(per_node.values(), default=0)
+    if most >= whole:
+        return None
+    roomy = f" with {format_memory(gpu_mem)}" if gpu_mem else ""
+    return (f"needs {need} on one node but no node has {whole} {where}{roomy} "
+            f"(the most on one node is {most})")
+
+
+def most_memory(node_memory: Iterable[tuple[int, int]]) -> list[int]:
+    """From (node, total memory) per GPU: entry k-1 is the most memory that k GPUs of one
+    node all have (the largest k-th largest over the nodes), so a job of k whole GPUs with
+    ``gpu_mem`` each fits some node iff k <= len and gpu_mem <= entry k-1. On one node it
+    is the GPUs' memory, largest first."""
+    by_node: dict[int, list[int]] = {}
+    for node, memory in node_memory:
+        by_node.setdefault(node, []).append(memory)
+    best: list[int] = []
+    for memories in by_node.values():
+        memories.sort(reverse=True)
+        for k, m in enumerate(memories):
+            if k == len(best):
+                best.append(m)
+            elif m > best[k]:
+                best[k] = m
+    return best
 
 
 # --- a GPU type on this machine ---------------------------------------------------------

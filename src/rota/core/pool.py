@@ -4,6 +4,12 @@ Nothing in a Snapshot is mutated; a pass copies capacity into a GpuPool and ever
 the GPUs as they would be after the starts decided so far. GPUs with the same free share and
 size form an equivalence class (a heap of indices), so finding the best-fit GPU costs a walk
 over a handful of classes rather than over every GPU.
+
+The GPUs may be on several nodes (GpuView.node: the simulator passes a whole cluster in one
+list): a job of k whole GPUs then gets all k on one node, the node with the fewest whole
+free GPUs that holds it (best fit, so whole nodes stay free for wide jobs), and a blocked
+one keeps GPUs on one node. A share of a GPU goes on any GPU. On one node (the daemon's
+machine) none of this bookkeeping exists.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from rota.core import packing
+from rota.core.feasibility import most_memory
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 
 ClassKey = tuple[int, int]  # (free_milli, memory_total)
@@ -23,6 +30,7 @@ class GpuPool:
     def __init__(self, gpus: Sequence[GpuView], policy: Policy,
                  workload: packing.Workload | None = None,
                  rng: random.Random | None = None) -> None:
+        self.policy = policy
         self.packing = packing.check_packing(policy.packing)
         # FGD's idea of the jobs to come: the caller's, the policy's, else a default
         self.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
@@ -40,6 +48,21 @@ class GpuPool:
         self._sorted_keys: list[ClassKey] | None = None
         # FGD's figure over the filed GPUs, kept up to date by _file/_unfile
         self._frag = packing.FragCache(self.workload) if self.packing == "fgd" else None
+        # nodes: only kept when the GPUs are on more than one
+        self.multi = len({g.node for g in gpus}) > 1
+        self.node_of: dict[int, int] = {}
+        self.members: dict[int, list[int]] = {}  # node -> its GPUs, by index
+        self._whole_on: dict[int, int] = {}  # node -> filed GPUs with all of it free
+        self._free_on: dict[int, int] = {}  # node -> free thousandths of its filed GPUs
+        if self.multi:
+            for g in sorted(gpus, key=lambda g: g.index):
+                self.node_of[g.index] = g.node
+                self.members.setdefault(g.node, []).append(g.index)
+                self._whole_on.setdefault(g.node, 0)
+                self._free_on.setdefault(g.node, 0)
+        self.all_gpus = frozenset(self.views)
+        self._mem_desc: list[int] | None = None
+        self._least = 0
         for g in gpus:
             self.free_milli[g.index] = g.free_milli
             self.free_mem[g.index] = g.free_memory
@@ -50,6 +73,67 @@ class GpuPool:
             else:
                 self._file(g.index)
 
+    def copy(self, policy: Policy, workload: packing.Workload | None = None) -> GpuPool:
+        """A pass's own copy of a pool its caller keeps up to date (Snapshot.pool): dicts
+        copied in C rather than a pool built GPU by GPU, which over a cluster's 1,024 GPUs
+        costs milliseconds a pass. The copy's starts do not touch this pool."""
+        if (policy.mem_threshold, policy.util_threshold) != \
+                (self.policy.mem_threshold, self.policy.util_threshold):
+            raise ValueError("a kept GpuPool was built under other GPU thresholds")
+        for key, heap in self._classes.items():  # drop stale entries now and then
+            if len(heap) > 2 * self._count.get(key, 0) + 8:
+                heap[:] = [i for i in heap if self._key_of.get(i) == key]
+                heapq.heapify(heap)
+        new = GpuPool.__new__(GpuPool)
+        new.policy, new.packing = policy, packing.check_packing(policy.packing)
+        new.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
+        new.rng = random.Random(policy.packing_seed)  # as a pool built for the pass
+        new.views, new.all_gpus = self.views, self.all_gpus  # never changed
+        new.free_milli, new.free_mem = self.free_milli.copy(), self.free_mem.copy()
+        new.reserved_for, new.unusable = self.reserved_for.copy(), self.unusable.copy()
+        new._key_of, new._count = self._key_of.copy(), self._count.copy()
+        new._classes = {k: h.copy() for k, h in self._classes.items()}
+        new.version, new._cands = self.version, {}
+        new._sorted_keys = None if self._sorted_keys is None else self._sorted_keys.copy()
+        new.multi, new.node_of, new.members = self.multi, self.node_of, self.members
+        new._whole_on, new._free_on = self._whole_on.copy(), self._free_on.copy()
+        new._mem_desc, new._least = self.mem_desc(), self.least_memory()
+        frag = None
+        if new.packing == "fgd":  # the copy's own figure, over its own workload
+            frag = packing.FragCache(new.workload)
+            for filed in new._key_of.values():
+                if filed is not None:
+                    frag.add(filed[0])
+        new._frag = frag
+        return new
+
+    def mem_desc(self) -> list[int]:
+        """GPU memory sizes, largest first: a k-GPU job needs the k-th to hold its gpu_mem
+        (on several nodes, the k-th largest of one node: feasibility.most_memory)."""
+        if self._mem_desc is None:
+            views = self.views.values()
+            self._mem_desc = most_memory((g.node, g.memory_total) for g in views) \
+                if self.multi else sorted((g.memory_total for g in views), reverse=True)
+            self._least = min((g.memory_total for g in views), default=0)
+        return self._mem_desc
+
+    def least_memory(self) -> int:
+        """The smallest GPU's memory."""
+        self.mem_desc()
+        return self._least
+
+    def give(self, indices: Iterable[int], milli: int, gpu_mem: int | None) -> None:
+        """Undo a take: the caller's job ended (for a pool kept across passes)."""
+        self.take(indices, -milli, -gpu_mem if gpu_mem else None)
+
+    def set_unusable(self, i: int, why: str | None) -> None:
+        """Take a GPU out of use (why: in words) or put it back (None), in a kept pool."""
+        if why is None:
+            self.unusable.pop(i, None)
+        else:
+            self.unusable[i] = why
+        self._file(i)
+
     # --- class bookkeeping -------------------------------------------------------------
     def _unfile(self, i: int) -> None:
         old = self._key_of.get(i)
@@ -57,6 +141,10 @@ class GpuPool:
             self._count[old] -= 1
             if self._frag is not None:
                 self._frag.add(old[0], -1)
+            if self.multi:
+                self._free_on[self.node_of[i]] -= old[0]
+                if old[0] == MILLI:
+                    self._whole_on[self.node_of[i]] -= 1
         self._key_of[i] = None
 
     def _file(self, i: int) -> None:
@@ -69,6 +157,10 @@ class GpuPool:
         self._count[key] = self._count.get(key, 0) + 1
         if self._frag is not None:
             self._frag.add(key[0])
+        if self.multi:
+            self._free_on[self.node_of[i]] += key[0]
+            if key[0] == MILLI:
+                self._whole_on[self.node_of[i]] += 1
         heap = self._classes.get(key)
         if heap is None:
             self._classes[key] = heap = []
@@ -111,6 +203,12 @@ class GpuPool:
             if any(self.free_milli[i] >= job.gpus_milli for i in reserved):
                 return False
             return not any(k[0] >= job.gpus_milli and n > 0 for k, n in self._count.items())
+        if self.multi:  # the most whole free GPUs on one node
+            on = dict(self._whole_on)
+            for i in reserved:
+                if self.free_milli[i] == MILLI:
+                    on[self.node_of[i]] += 1
+            return max(on.values(), default=0) < job.gpus_milli // MILLI
         whole = sum(n for k, n in self._count.items() if k[0] == MILLI)
         whole += sum(1 for i in reserved if self.free_milli[i] == MILLI)
         return whole < job.gpus_milli // MILLI
@@ -128,6 +226,9 @@ class GpuPool:
 
     def whole_free(self) -> int:
         return sum(n for k, n in self._count.items() if k[0] == MILLI)
+
+    def most_whole_on_a_node(self) -> int:
+        return max(self._whole_on.values(), default=0)
 
     def max_free_share(self) -> int:
         return max((k[0] for k, n in self._count.items() if n > 0), default=0)
@@ -207,6 +308,8 @@ class GpuPool:
 
     def _find_whole(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
         mem = job.gpu_mem
+        if self.multi and count > 1:
+            return self._find_whole_on_a_node(job, count)
         if job.allowed is not None:
             picked = sorted(i for i in job.allowed if self.usable(i, MILLI, mem))[:count]
             return tuple(picked) if len(picked) == count else None
@@ -220,6 +323,23 @@ class GpuPool:
                     break
                 chosen.add(i)
         return tuple(sorted(chosen)) if len(chosen) == count else None
+
+    def _find_whole_on_a_node(self, job: PendingJob, count: int) -> tuple[int, ...] | None:
+        """k whole GPUs on one node: the node with the fewest such GPUs that holds the job
+        (ties: the lowest node), its lowest-numbered ones."""
+        mem = job.gpu_mem
+        if job.allowed is not None:
+            by_node: dict[int, list[int]] = {}
+            for i in sorted(job.allowed):
+                if self.usable(i, MILLI, mem):
+                    by_node.setdefault(self.node_of[i], []).append(i)
+            fits = [(len(ids), node) for node, ids in by_node.items() if len(ids) >= count]
+            return tuple(by_node[min(fits)[1]][:count]) if fits else None
+        for _, node in sorted((n, node) for node, n in self._whole_on.items() if n >= count):
+            got = [i for i in self.members[node] if self.usable(i, MILLI, mem)]
+            if len(got) >= count:
+                return tuple(got[:count])
+        return None
 
     def current_views(self) -> list[GpuView]:
         """The GPUs as they stand after this pass's starts so far."""
@@ -246,6 +366,12 @@ class GpuPool:
         """Keep GPUs for a blocked job: those closest to holding it. Later jobs skip them."""
         need = max(1, job.gpus_milli // MILLI)
         milli = min(job.gpus_milli, MILLI)
+        if self.multi and need > 1:
+            picked = self._closest_node(job, need)
+            for i in picked:
+                self._unfile(i)
+                self.reserved_for[i] = job.id
+            return picked
         candidates = [i for i in (job.allowed if job.allowed is not None else self.views)
                       if i in self.views and i not in self.unusable and i not in self.reserved_for
                       and self.views[i].memory_total >= (job.gpu_mem or 0)]
@@ -258,6 +384,34 @@ class GpuPool:
             self._unfile(i)
             self.reserved_for[i] = job.id
         return picked
+
+    def _closest_node(self, job: PendingJob, need: int) -> tuple[int, ...]:
+        """reserve's choice on several nodes: the ``need`` GPUs of one node closest to
+        holding the job (most free share, then memory, as on one machine), from the node
+        whose best ``need`` have the most free share, then memory (ties: the lowest node)."""
+        free, mem, views = self.free_milli, self.free_mem, self.views
+        unusable, reserved, allowed = self.unusable, self.reserved_for, job.allowed
+        gpu_mem = job.gpu_mem or 0
+        best: tuple[int, int, int] | None = None
+        best_ids: list[int] = []
+        # a node's free share (of its usable, unreserved GPUs) bounds its best k's: look at
+        # the most free nodes first and stop once no node left can beat the best
+        bounds = sorted(((-f, node) for node, f in self._free_on.items()))
+        for neg_bound, node in bounds:
+            if best is not None and neg_bound > best[0]:
+                break
+            members = self.members[node]
+            ids = [i for i in members if i not in unusable and i not in reserved
+                   and views[i].memory_total >= gpu_mem and (allowed is None or i in allowed)]
+            if len(ids) < need:
+                continue
+            if len(ids) > need:
+                ids.sort(key=lambda i: (-free[i], -mem[i], i))
+                del ids[need:]
+            score = (-sum(free[i] for i in ids), -sum(mem[i] for i in ids), node)
+            if best is None or score < best:
+                best, best_ids = score, ids
+        return tuple(sorted(best_ids))
 
     def find_ignoring_reservations(self, job: PendingJob) -> tuple[int, ...] | None:
         """Would the job fit if nothing were reserved? (for the PRIORITY reason)"""

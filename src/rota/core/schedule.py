@@ -56,15 +56,17 @@ class _Pass:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
         self.snapshot, self.policy, self.now = snapshot, policy, now
         self.plan = Plan()
-        self.pool = GpuPool(snapshot.gpus, policy, workload=_workload(snapshot, policy))
-        self.all_gpus = frozenset(self.pool.views)
+        workload = _workload(snapshot, policy)
+        self.pool = snapshot.pool.copy(policy, workload) if snapshot.pool is not None \
+            else GpuPool(snapshot.gpus, policy, workload=workload)
+        self.all_gpus = self.pool.all_gpus
         self.failed_shapes: dict[tuple[int, int | None, frozenset[int] | None], Reason] = {}
         self.never_by_shape: dict[tuple[int, int | None, frozenset[int] | None],
                                   Reason | None] = {}
         self.full: dict[int, Reason] = {}  # gpus_milli -> reason once no GPU has room for it
-        # memory sizes, largest first: a k-GPU job needs the k-th largest to hold its gpu_mem
-        self.mem_desc = sorted((g.memory_total for g in snapshot.gpus), reverse=True)
-        self.smallest = min((g.memory_total for g in snapshot.gpus), default=0)
+        self.node_of = self.pool.node_of if self.pool.multi else None
+        self.mem_desc = self.pool.mem_desc()
+        self.smallest = self.pool.least_memory()
         self.shadow: float | None = None  # the reservation's, once there is one
         self.started: list[Occupant] = []  # this pass's starts, with their expected ends
         self.quota = None if snapshot.over_quota is None and snapshot.gpu_allowance is None \
@@ -192,8 +194,8 @@ class _Pass:
                                   f"waits for GPUs: every GPU is fully allocated{kept}"
                                   f"{_unusable_note(self.pool)}")
         # what the lazy reasons need, and not the whole pass (the plan may outlive it)
-        views, all_gpus, mem_desc, smallest = (self.pool.views, self.all_gpus, self.mem_desc,
-                                               self.smallest)
+        views, all_gpus, mem_desc, smallest, node_of = (
+            self.pool.views, self.all_gpus, self.mem_desc, self.smallest, self.node_of)
         quota = self.quota
 
         def own_reason(job: PendingJob) -> Reason | None:
@@ -201,7 +203,7 @@ class _Pass:
                        if job.after or job.not_before else None)
             if blocked is None and quota is not None and job.gpus_milli:
                 blocked = quota.check(job)
-            return blocked or _never(job, views, all_gpus, mem_desc, smallest)
+            return blocked or _never(job, views, all_gpus, mem_desc, smallest, node_of)
 
         plan.gate = own_reason
 
@@ -265,7 +267,7 @@ class _Pass:
         if shape in self.never_by_shape:
             return self.never_by_shape[shape]
         reason = self.never_by_shape[shape] = _never(job, self.pool.views, self.all_gpus,
-                                                     self.mem_desc, self.smallest)
+                                                     self.mem_desc, self.smallest, self.node_of)
         return reason
 
     def _reserve_for(self, job: PendingJob) -> None:
@@ -309,6 +311,8 @@ def _machine_full(job: PendingJob, pool: GpuPool) -> Reason:
     need = _need_text(job)
     if job.gpus_milli >= MILLI:
         text = f"waits for {need}; {pool.whole_free()} free on the machine"
+        if pool.multi:  # a job of k GPUs needs them on one node
+            text += f" (at most {pool.most_whole_on_a_node()} on one node)"
     else:
         text = (f"waits for {need}; no GPU has that much free "
                 f"(the most free is {pool.max_free_share() / MILLI:g})")
@@ -375,25 +379,29 @@ def _need_text(job: PendingJob) -> str:
 
 
 def _never(job: PendingJob, views: Mapping[int, GpuView], all_gpus: frozenset[int],
-           mem_desc: list[int], smallest: int) -> Reason | None:
+           mem_desc: list[int], smallest: int,
+           node_of: Mapping[int, int] | None = None) -> Reason | None:
     """_unsatisfiable, with an O(1) answer for the common case of a job that fits.
 
-    ``mem_desc`` is every GPU's memory, largest first; ``smallest`` its last entry.
+    ``mem_desc`` is every GPU's memory, largest first (on several nodes, most_memory);
+    ``smallest`` the least of them; ``node_of`` the GPUs' nodes when there are several.
     """
     need = max(1, job.gpus_milli // MILLI)
     if job.allowed is None:
         if need <= len(mem_desc) and (not job.gpu_mem or job.gpu_mem <= mem_desc[need - 1]):
             return None
-    elif len(job.allowed & all_gpus) >= need and (not job.gpu_mem or job.gpu_mem <= smallest):
+    elif len(job.allowed & all_gpus) >= need and (not job.gpu_mem or job.gpu_mem <= smallest) \
+            and (need == 1 or node_of is None):
         return None
-    return _unsatisfiable(job, views)
+    return _unsatisfiable(job, views, node_of)
 
 
-def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView]) -> Reason | None:
+def _unsatisfiable(job: PendingJob, views: Mapping[int, GpuView],
+                   node_of: Mapping[int, int] | None = None) -> Reason | None:
     """The job cannot fit on this machine however long it waits (as the machine is now), in
     the words intake refuses such a job with (rota.core.feasibility)."""
     why = never_runnable(job.gpus_milli, job.gpu_mem, job.allowed,
-                         {i: v.memory_total for i, v in views.items()})
+                         {i: v.memory_total for i, v in views.items()}, node_of)
     return None if why is None else Reason(ReasonCode.UNSATISFIABLE, why)
 
 

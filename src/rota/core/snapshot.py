@@ -11,6 +11,7 @@ from rota.core.lifecycle import JobState
 if TYPE_CHECKING:
     from rota.core.packing import Shape
     from rota.core.plan import Reason
+    from rota.core.pool import GpuPool
     from rota.core.preempt import RunningJob
 
 MILLI = 1000  # GPU fractions are counted in thousandths so sums are exact
@@ -32,6 +33,9 @@ class GpuView:
     paused: bool = False
     allocated_milli: int = 0  # Rota's allocations, thousandths of the GPU
     reserved_memory: int = 0  # bytes Rota's allocations asked for (gpu_mem)
+    # the machine it is on: a job of k whole GPUs gets all k on one node (the daemon's own
+    # GPUs are all node 0; the simulator passes a cluster's GPUs in one list)
+    node: int = 0
 
     @property
     def free_milli(self) -> int:
@@ -117,3 +121,7 @@ class Snapshot:
     # still start, with that limit
     over_quota: Mapping[tuple[str, str], Reason] | None = None
     gpu_allowance: Mapping[tuple[str, str], tuple[int, float]] | None = None
+    # the caller's own GpuPool of these GPUs, kept up to date with its starts and ends (the
+    # simulator keeps one for its whole cluster): the pass works on a copy of it instead of
+    # building one from `gpus` GPU by GPU, and does not read `gpus`
+    pool: GpuPool | None = None

@@ -1,7 +1,7 @@
 """The simulated cluster: machines (nodes), each with its own list of GPUs.
 
-``core.schedule`` places a job on one machine's GPU list, so the simulator keeps one list
-per node and asks core about one node at a time (rota.sim.engine says how).
+The simulator gives core every node's GPUs in one list, each GpuView carrying its node, so
+core keeps a job of k whole GPUs on one node (rota.sim.engine says how).
 """
 
 from __future__ import annotations

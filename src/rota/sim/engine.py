@@ -1,18 +1,20 @@
 """The discrete-event loop: a virtual clock, arrivals and ends, and a pass after each batch.
 
-Every decision is core's: ``core.schedule`` decides what starts where (one call per node:
-core places a job on one machine's GPU list, so a job of up to a node's GPUs lands on ONE
-node), ``core.outcome.decide`` what an ended attempt becomes. The loop only keeps the books:
+Every decision is core's: ``core.schedule`` decides what starts where, ``core.outcome.decide``
+what an ended attempt becomes. The loop only keeps the books:
 
-- Nodes are offered to core in index order (first fit across nodes; best fit inside one,
-  as core does). After a batch of events, every node whose GPUs or queue changed since its
-  last pass gets a pass; rounds repeat while some pass starts a job (a start changes the
-  queue for every node: under strict FIFO the next job may fit elsewhere).
-- Only the first reservation of a round is kept: later nodes in that round pass with
-  ``reserve_for_blocked`` off, so a blocked job keeps GPUs on one node, not on all.
+- After a batch of events, ONE pass of core over the whole cluster: every node's GPUs in
+  one list, each GpuView carrying its node, so core keeps a job of k whole GPUs (and its
+  reservation) on one node and puts a share of a GPU on any GPU (best fit over the
+  cluster); whole jobs go to the fullest node that holds them. A pass that starts a wide
+  job's node (below) is followed by another, until one starts nothing.
+- A pass is skipped when it could start nothing: no GPU has room for the smallest waiting
+  job, or the last pass started nothing, no GPU was freed since, and the only new jobs are
+  at the tail of the queue and fit nowhere (the pass would decide as the last one did).
 - A job wider than the largest node (Tiresias' 8-GPU jobs on 4-GPU nodes) asks core for
-  a whole node at a time; the nodes core grants it are held (idle) until it has enough,
-  then it runs on all of them. One such job gathers nodes at a time; the others wait.
+  a whole node at a time; the nodes core grants it are held (idle, and unusable to core:
+  "held for job N") until it has enough, then it runs on all of them. One such job
+  gathers nodes at a time; the others wait.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from rota.core import outcome
 from rota.core.fairshare import DEFAULT_HALF_LIFE_S, Usage
 from rota.core.plan import Plan, Start
-from rota.core.schedule import schedule
+from rota.core.pool import GpuPool
+from rota.core.schedule import queue_order, schedule
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Snapshot
 from rota.errors import InvalidSpec
 from rota.sim.cluster import Cluster
@@ -59,21 +62,17 @@ class SimResult:
 
 
 class _Node:
-    __slots__ = ("free", "free_mem", "holder", "memory", "offset", "seen", "version")
+    __slots__ = ("free", "free_mem", "holder", "index", "memory", "offset")
 
-    def __init__(self, offset: int, memory: tuple[int, ...]) -> None:
-        self.offset, self.memory = offset, memory
+    def __init__(self, index: int, offset: int, memory: tuple[int, ...]) -> None:
+        self.index, self.offset, self.memory = index, offset, memory
         self.free = [MILLI] * len(memory)
         self.free_mem = list(memory)
-        self.version = 0
-        self.seen: tuple[int, int] | None = None  # (queue version, own version) last passed
         self.holder: int | None = None  # the wide job this node is held for
 
     def views(self) -> list[GpuView]:
-        return [GpuView(index=self.offset + i, memory_total=m, allocated_milli=MILLI - f,
-                        reserved_memory=m - fm)
-                for i, (m, f, fm) in enumerate(zip(self.memory, self.free, self.free_mem,
-                                                   strict=True))]
+        return [GpuView(index=self.offset + i, memory_total=m, node=self.index)
+                for i, m in enumerate(self.memory)]
 
 
 class Simulation:
@@ -87,8 +86,8 @@ class Simulation:
         self.half_life, self.record_reasons = half_life, record_reasons
         self.nodes: list[_Node] = []
         offset = 0
-        for n in cluster.nodes:
-            self.nodes.append(_Node(offset, n.memory))
+        for k, n in enumerate(cluster.nodes):
+            self.nodes.append(_Node(k, offset, n.memory))
             offset += n.gpus
         self.node_of = [k for k, n in enumerate(cluster.nodes) for _ in range(n.gpus)]
         self.width = cluster.largest_node  # GPUs of the largest node
@@ -102,6 +101,12 @@ class Simulation:
         self.usage: dict[str, Usage] = {}  # fair share: finished work, decayed
         self.running_by_user: dict[str, list[float]] = {}  # user -> [milli, milli*start]
         self.result = SimResult(policy.name, cluster, list(self.records.values()))
+        # the cluster as core's GpuPool, kept up to date with every start and end: each pass
+        # works on a copy (Snapshot.pool), not on a pool built from 1,024 GpuViews
+        self.pool = GpuPool([v for node in self.nodes for v in node.views()], policy.policy)
+        self.gpu_version = 0  # bumped whenever a node's GPUs change
+        # (queue version, gpu version) after a pass that started nothing: core's fixed point
+        self.settled: tuple[int, int] | None = None
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -130,7 +135,24 @@ class Simulation:
             milli = self.width * MILLI  # a whole node at a time (see the module docstring)
             self.wide_waiting += 1
         prio = self.sp.ordering(job, {}) if self.sp.ordering else 0
-        self.queue.add(PendingJob(job.id, prio, seq, milli, job.gpu_mem))
+        pending = PendingJob(job.id, prio, seq, milli, job.gpu_mem)
+        q = self.queue
+        # still settled if the pass would decide as the last: a job at the tail that
+        # fits nowhere changes nothing ahead of it and cannot start itself
+        still = self.settled == (q.version, self.gpu_version) and (
+            not q.jobs or queue_order(pending) > queue_order(q.jobs[-1])) \
+            and not self._could_fit(milli)
+        q.add(pending)
+        if still:
+            self.settled = (q.version, self.gpu_version)
+
+    def _could_fit(self, milli: int) -> bool:
+        """Whether some node has room for a job of ``milli`` (memory not counted)."""
+        pool = self.pool
+        if milli < MILLI:
+            return pool.max_free_share() >= milli
+        most = pool.most_whole_on_a_node() if pool.multi else pool.whole_free()
+        return most >= milli // MILLI
 
     def _passes(self, now: float) -> None:
         q = self.queue
@@ -138,31 +160,26 @@ class Simulation:
             return
         if self.sp.ordering is None:
             self._fair_order(now)
-        while q:
-            started = kept = False
+        while q and self.settled != (q.version, self.gpu_version):
             smallest = q.smallest() or 0
-            for node in self.nodes:
-                if not q:
-                    break
-                if node.holder is not None or max(node.free) < min(smallest, MILLI) or (
-                        smallest == 0 and max(node.free) == 0):
-                    continue
-                if node.seen == (q.version, node.version):
-                    continue  # nothing changed since its last pass: the same answer
-                node.seen = (q.version, node.version)
-                policy = self.sp.policy if not kept else \
-                    replace(self.sp.policy, reserve_for_blocked=False)
-                plan = schedule(Snapshot(node.views(), self._visible(), presorted=True,
-                                         by_id=q.by_id, smallest_milli=smallest), policy, now)
-                self.result.passes += 1
-                kept = kept or bool(plan.reservations)
-                self._note(plan)
-                for s in plan.starts:
-                    self._start(s, now)
-                    started = True
-                if plan.starts:
-                    smallest = q.smallest() or 0
-            if not started:
+            if self.pool.max_free_share() < max(min(smallest, MILLI), 1):
+                break  # no GPU has room for any waiting job
+            plan = schedule(Snapshot((), self._visible(), presorted=True, by_id=q.by_id,
+                                     smallest_milli=smallest, pool=self.pool),
+                            self.sp.policy, now)
+            self.result.passes += 1
+            self._note(plan)
+            gathering, wide = False, self.width * MILLI
+            for s in plan.starts:
+                if self.gathering not in (None, s.job_id) \
+                        and self.records[s.job_id].job.gpus_milli > wide:
+                    continue  # one wide job gathers at a time: this one waits (left free)
+                gathering = self._start(s, now) or gathering
+            if not plan.starts:
+                self.settled = (q.version, self.gpu_version)
+            elif not gathering:
+                # core placed what it could over the whole cluster; a wide job granted a
+                # node asks again for the next (that node is now left out)
                 break
 
     def _visible(self) -> list[PendingJob]:
@@ -189,7 +206,8 @@ class Simulation:
                     self.result.reasons[j.id] = text
 
     # --- starts and ends ------------------------------------------------------------------
-    def _start(self, s: Start, now: float) -> None:
+    def _start(self, s: Start, now: float) -> bool:
+        """Take the start; True when it granted a wide job one more node (not yet all)."""
         rec = self.records[s.job_id]
         job = rec.job
         node = self.nodes[self.node_of[s.gpu_indices[0]]] if s.gpu_indices else None
@@ -197,27 +215,33 @@ class Simulation:
             for g in s.gpu_indices:
                 node.free[g - node.offset] -= s.milli_per_gpu
                 node.free_mem[g - node.offset] -= s.gpu_mem or 0
-            node.version += 1
+            self.pool.take(s.gpu_indices, s.milli_per_gpu, s.gpu_mem)
+            self.gpu_version += 1
+        self.alloc.setdefault(job.id, []).append(s)
         if job.gpus_milli > self.width * MILLI:  # a wide job: one more node granted
             assert node is not None
             node.holder = job.id
+            for g in s.gpu_indices:
+                self.pool.set_unusable(g, f"held for job {job.id}")
             nodes = self.held.setdefault(job.id, [])
             nodes.append(self.node_of[s.gpu_indices[0]])
             self.gathering = job.id
             self.queue.version += 1
             if len(nodes) * self.width * MILLI < job.gpus_milli:
-                return
+                return True
             self.gathering = None
             self.wide_waiting -= 1
             for k in nodes:
                 self.nodes[k].holder = None
-        self.alloc.setdefault(job.id, []).append(s)
+                for g in range(self.nodes[k].offset, self.nodes[k].offset + self.width):
+                    self.pool.set_unusable(g, None)
         self.queue.remove(job.id)
         rec.start = now
         ru = self.running_by_user.setdefault(job.user, [0.0, 0.0])
         ru[0] += job.gpus_milli
         ru[1] += job.gpus_milli * now
         heapq.heappush(self.ends, (now + job.runs_for, job.id))
+        return False
 
     def _end(self, job_id: int, now: float) -> None:
         rec = self.records[job_id]
@@ -236,12 +260,9 @@ class Simulation:
                 for g in s.gpu_indices:
                     node.free[g - node.offset] += s.milli_per_gpu
                     node.free_mem[g - node.offset] += s.gpu_mem or 0
-                node.version += 1
-        for k in self.held.pop(job_id, []):  # a wide job's other nodes
-            node = self.nodes[k]
-            node.free = [MILLI] * len(node.memory)
-            node.free_mem = list(node.memory)
-            node.version += 1
+                self.pool.give(s.gpu_indices, s.milli_per_gpu, s.gpu_mem)
+                self.gpu_version += 1
+        self.held.pop(job_id, None)  # a wide job's nodes: freed with its starts above
         assert rec.start is not None
         ru = self.running_by_user[job.user]
         ru[0] -= job.gpus_milli
