@@ -818,12 +818,14 @@ class ReportRowAnswer(TypedDict):
     start: float  # the bucket's first second, epoch (UTC)
     gpu_hours: float
     cost: float
+    wasted_gpu_hours: float  # of gpu_hours, held on idle GPUs (docs/policy.md, Idle GPUs)
 
 
 class ReportTotalAnswer(TypedDict):
     group: str
     gpu_hours: float
     cost: float
+    wasted_gpu_hours: float
 
 
 class ReportAnswer(TypedDict):

@@ -68,3 +68,16 @@ def test_many_buckets_add_up_to_the_attempts_own_gpu_seconds():
     assert len(rows) == 20
     assert sum(x.gpu_hours for x in rows) == pytest.approx(3 * (r.ended_at - r.started_at)
                                                            / 3600, rel=1e-12)
+
+
+def test_idle_gpu_hours_are_spread_over_the_run_and_summed_per_group():
+    # 2 GPUs for 5 h across midnight, 3 of its 10 GPU-hours on idle GPUs: 30 % of each bucket
+    idle = rec("ann", "2026-11-27T22:00", "2026-11-28T03:00", gpus=2)._replace(
+        idle_seconds=3 * 3600.0)
+    busy = rec("bob", "2026-11-28T01:00", "2026-11-28T02:00")
+    rows = report([idle, busy], by="user", period="day", since=0, until=ts("2027-01-01"),
+                  now=ts("2026-12-01"))
+    assert [(x.group, x.bucket, x.gpu_hours, x.wasted_gpu_hours) for x in rows] == [
+        ("ann", "2026-11-27", 4.0, pytest.approx(1.2)),
+        ("ann", "2026-11-28", 6.0, pytest.approx(1.8)),
+        ("bob", "2026-11-28", 1.0, 0.0)]

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from rota_testing import DaemonProcess, wait_until
 
 MINUTES = 0.02  # 1.2 s
@@ -74,6 +76,11 @@ def test_an_idle_job_is_flagged_and_its_waste_counted(daemon_factory: type[Daemo
         wasted = c.summary()["gpu_hours"]["idle_by_user"]
         assert wasted[j["user"]] * 3600 >= MINUTES * 60
         assert wasted[j["user"]] * 3600 <= attempt["idle_seconds"] + 0.01  # hours to 6 places
+        # the usage report carries the same waste, in the user's row
+        [total] = c.report(by="user", period="day")["totals"]
+        assert total["group"] == j["user"]
+        assert total["wasted_gpu_hours"] * 3600 == pytest.approx(attempt["idle_seconds"])
+        assert total["wasted_gpu_hours"] <= total["gpu_hours"]
 
 
 def test_with_action_stop_an_idle_job_is_stopped_through_the_handshake_and_held(

@@ -61,9 +61,10 @@ def tiers(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> 
 def report_csv(data: ReportAnswer) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow([data["by"], data["period"], "gpu_hours", "cost"])
+    w.writerow([data["by"], data["period"], "gpu_hours", "cost", "wasted_gpu_hours"])
     for r in data["rows"]:
-        w.writerow([r["group"], r["bucket"], repr(r["gpu_hours"]), repr(r["cost"])])
+        w.writerow([r["group"], r["bucket"], repr(r["gpu_hours"]), repr(r["cost"]),
+                    repr(r["wasted_gpu_hours"])])
     return out.getvalue()
 
 
@@ -83,14 +84,16 @@ def report_view(data: ReportAnswer) -> Group | Plain:
     if not data["rows"]:
         return Plain(f"no GPU use from {window} ({whose})")
     t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
-    for col in (data["period"], data["by"], "GPU-hours", "cost"):
-        t.add_column(col, no_wrap=True, justify="right" if col in ("GPU-hours", "cost")
-                     else "left")
+    figures = ("GPU-hours", "cost", "idle GPU-h")
+    for col in (data["period"], data["by"], *figures):
+        t.add_column(col, no_wrap=True, justify="right" if col in figures else "left")
     for r in data["rows"]:
-        t.add_row(r["bucket"], r["group"], f"{r['gpu_hours']:.2f}", f"{r['cost']:.2f}")
+        t.add_row(r["bucket"], r["group"], f"{r['gpu_hours']:.2f}", f"{r['cost']:.2f}",
+                  f"{r['wasted_gpu_hours']:.2f}")
     t.add_section()
     for x in data["totals"]:
-        t.add_row("total", x["group"], f"{x['gpu_hours']:.2f}", f"{x['cost']:.2f}")
+        t.add_row("total", x["group"], f"{x['gpu_hours']:.2f}", f"{x['cost']:.2f}",
+                  f"{x['wasted_gpu_hours']:.2f}")
     return Group(t, Text(f"{window}, {whose}; running jobs counted up to now"))
 
 

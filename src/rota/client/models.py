@@ -359,12 +359,14 @@ class ReportRow(Model):
     start: datetime
     gpu_hours: float
     cost: float
+    wasted_gpu_hours: float = 0.0  # of gpu_hours, on idle GPUs
 
 
 class ReportTotal(Model):
     group: str
     gpu_hours: float
     cost: float
+    wasted_gpu_hours: float = 0.0
 
 
 class Report(Model):

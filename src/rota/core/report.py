@@ -28,6 +28,10 @@ class ReportRow(NamedTuple):
     start: float  # the bucket's first second (UTC)
     gpu_hours: float
     cost: float
+    # GPU-hours its attempts held idle GPUs (rota.core.idle): an attempt's stored idle
+    # GPU-seconds spread over its run in proportion to the time it ran in each bucket (the
+    # attempt keeps a total, not when each idle stretch was)
+    wasted_gpu_hours: float = 0.0
 
 
 def bucket_start(t: float, period: Period) -> float:
@@ -66,23 +70,26 @@ def group_of(record: UsageRecord, by: By) -> str:
 
 def report(records: Iterable[UsageRecord], *, by: By, period: Period, since: float,
            until: float, now: float) -> list[ReportRow]:
-    """GPU-hours and cost inside [since, until) per group and bucket, by bucket then group;
-    groups with nothing in a bucket are left out."""
-    sums: dict[tuple[float, str], tuple[float, float]] = {}
+    """GPU-hours, cost and idle GPU-hours inside [since, until) per group and bucket, by
+    bucket then group; groups with nothing in a bucket are left out."""
+    sums: dict[tuple[float, str], tuple[float, float, float]] = {}
     for r in records:
         begin = max(r.started_at, since)
         end = min(r.ended_at if r.ended_at is not None else now, until)
         if end <= begin or not r.gpus:
             continue
         group = group_of(r, by)
+        ran = r.gpus * ((r.ended_at if r.ended_at is not None else now) - r.started_at)
+        idle_share = min(1.0, r.idle_seconds / ran) if r.idle_seconds and ran > 0 else 0.0
         b = bucket_start(begin, period)
         while b < end:
             nxt = next_bucket(b, period)
             seconds = r.gpus * (min(end, nxt) - max(begin, b))
             if seconds > 0:
-                used, spent = sums.get((b, group), (0.0, 0.0))
+                used, spent, idle = sums.get((b, group), (0.0, 0.0, 0.0))
                 sums[(b, group)] = (used + seconds,
-                                    spent + (seconds / 3600.0 * r.price if r.price else 0.0))
+                                    spent + (seconds / 3600.0 * r.price if r.price else 0.0),
+                                    idle + seconds * idle_share)
             b = nxt
-    return [ReportRow(group, bucket_label(b, period), b, used / 3600.0, spent)
-            for (b, group), (used, spent) in sorted(sums.items())]
+    return [ReportRow(group, bucket_label(b, period), b, used / 3600.0, spent, idle / 3600.0)
+            for (b, group), (used, spent, idle) in sorted(sums.items())]

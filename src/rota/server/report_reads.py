@@ -61,14 +61,15 @@ def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period
     rows = report(records, by=by, period=period, since=begin, until=end, now=now)
     totals: dict[str, list[float]] = {}
     for row in rows:
-        t = totals.setdefault(row.group, [0.0, 0.0])
+        t = totals.setdefault(row.group, [0.0, 0.0, 0.0])
         t[0] += row.gpu_hours
         t[1] += row.cost
+        t[2] += row.wasted_gpu_hours
     return {"by": by, "period": period, "since": begin, "until": end, "now": now,
             "user": user,
             "rows": [row._asdict() for row in rows],
-            "totals": [{"group": g, "gpu_hours": h, "cost": c}
-                       for g, (h, c) in sorted(totals.items())]}
+            "totals": [{"group": g, "gpu_hours": h, "cost": c, "wasted_gpu_hours": w}
+                       for g, (h, c, w) in sorted(totals.items())]}
 
 
 def _iso(t: float) -> str:
