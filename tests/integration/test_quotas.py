@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_preemption import TRAIN, log_of
 
 from receiver import receiving
