@@ -60,11 +60,13 @@ export function renderUsage(root, params) {
     const r = await api(`/v1/report${query({ by, period })}`);
     const groups = r.totals.map((t) => t.group);
     const table = h("table", { class: "usage" },
-      h("thead", null, h("tr", null, [period, by, "GPU-hours", "Cost"].map((x) => h("th", { scope: "col" }, x)))),
+      h("thead", null, h("tr", null, [period, by, "GPU-hours", "Cost", "Idle GPU-h"].map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, r.rows.map((x) => h("tr", null, h("td", null, x.bucket), h("td", null, x.group),
-        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)))),
+        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)),
+        h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2)))),
       r.totals.map((x) => h("tr", { class: "total" }, h("td", null, "total"), h("td", null, x.group),
-        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2))))));
+        h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)),
+        h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2))))));
     replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table)]
       : h("p", { class: "muted" }, "No GPU use in this window."));
   }, EVERY_MS);
