@@ -52,11 +52,14 @@ def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period
     """GPU-hours and cost per group and bucket inside [since, until) (default: up to now,
     from the start of the bucket DEFAULT_SPAN back), of ``user``'s jobs (None: everyone's)."""
     end = parse_time(until, "until") if until else now
-    begin = (parse_time(since, "since") if since else
-             bucket_start(max(0.0, end - DEFAULT_SPAN[period].total_seconds()), period))
-    if begin >= end:
-        raise InvalidSpec(f"since ({_iso(begin)}) is not before until ({_iso(end)})",
-                          field="since")
+    if since:
+        begin = parse_time(since, "since")
+        if begin >= end:
+            raise InvalidSpec(f"since ({_iso(begin)}) is not before until ({_iso(end)})",
+                              field="since")
+    else:  # the default span back from until; nothing before 1970 (until=0: an empty window)
+        begin = min(end, bucket_start(max(0.0, end - DEFAULT_SPAN[period].total_seconds()),
+                                      period))
     records = [r for r in store.usage(begin, end) if user is None or r.user == user]
     rows = report(records, by=by, period=period, since=begin, until=end, now=now)
     totals: dict[str, list[float]] = {}
