@@ -104,3 +104,15 @@ def test_cli_compares_policies(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "JCT mean s" in table.output
     bad = runner.invoke(app.typer, ["sim", "--trace", str(f), "--policy", "lottery"])
     assert bad.exit_code == 2 and "policy 'lottery'" in bad.output
+
+
+def test_a_trace_saved_as_rota_json_loads_back_the_same(tmp_path: Path) -> None:
+    from rota.sim.trace import SimJob
+    from rota.sim.traces import as_rota_json, load_json
+
+    jobs = [SimJob(1, 0.0, 12.5, 500, gpu_mem=2 << 30, priority=3, user="ann",
+                   project="p", name="train", time_limit=60.0),
+            SimJob(2, 4.0, 1.0, 2000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(as_rota_json(jobs)))
+    assert load_json(path) == jobs

@@ -50,6 +50,9 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
         weights: str = typer.Option(None, metavar="K=V,...",
                                     help="fairshare: [priority] weights, e.g. "
                                          "weight_age=0,weight_fair_share=1000"),
+        save_trace: Path = typer.Option(None, metavar="FILE",
+                                        help="also write the trace replayed as Rota JSON "
+                                             "(e.g. to keep --from-history)"),
         json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Replay a trace through the daemon's own scheduler on a simulated cluster."""
     with run_cli(json_out=json_out):
@@ -59,6 +62,12 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
         from rota.sim.metrics import measure
 
         jobs = _trace(trace, fmt, from_history, synthetic, seed, load, nodes, gpus)
+        if save_trace is not None:
+            import json
+
+            from rota.sim.traces import as_rota_json
+
+            save_trace.write_text(json.dumps(as_rota_json(jobs), indent=1) + "\n")
         where = clusters.load_cluster(cluster) if cluster else \
             clusters.parse_cluster(gpus, nodes)
         names = [p for p in (compare or policy).split(",") if p.strip()]
