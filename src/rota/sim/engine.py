@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from rota.config import PrioritySettings
 from rota.core import outcome
+from rota.core.backfill import Occupant, start_estimates
 from rota.core.fairshare import EndedUsage, Standing, order_queue
 from rota.core.plan import Plan, Start
 from rota.core.pool import GpuPool
@@ -117,8 +118,8 @@ class Simulation:
         self.record_reasons, self.expected_from = record_reasons, expected
         self.priority = priority or PrioritySettings()
         self.weights = self.priority.weights()
-        # the pass with start estimates, and the same without (when every job at the head
-        # of the queue has its first estimate already: only the first is measured)
+        # the pass itself gives no estimates: _estimate asks core for them when a job
+        # at the head of the queue waits with none yet (only the first is measured)
         self.policy = replace(policy.policy, estimate_jobs=estimate_jobs)
         self.policy_quiet = replace(policy.policy, estimate_jobs=0)
         self.nodes: list[_Node] = []
@@ -224,14 +225,13 @@ class Simulation:
             if self.pool.max_free_share() < max(min(smallest, MILLI), 1) and not estimate:
                 break  # no GPU has room for any waiting job
             running = [r for rs in self.running.values() for r in rs] \
-                if self.sp.policy.backfill or estimate else ()
-            plan = schedule(Snapshot(self._views() if estimate else (), visible,
-                                     presorted=True, by_id=q.by_id, smallest_milli=smallest,
-                                     running=running, pool=self.pool),
-                            self.policy if estimate else self.policy_quiet, now)
+                if self.sp.policy.backfill or estimate else []
+            plan = schedule(Snapshot((), visible, presorted=True, by_id=q.by_id,
+                                     smallest_milli=smallest, running=running,
+                                     pool=self.pool), self.policy_quiet, now)
             self.result.passes += 1
             if estimate:
-                self.offered.update(j.id for j in visible[:self.policy.estimate_jobs])
+                self._estimate(plan, visible, running, now)
             self._note(plan)
             gathering, wide = False, self.width * MILLI
             for s in plan.starts:
@@ -245,6 +245,29 @@ class Simulation:
                 # core placed what it could over the whole cluster; a wide job granted a
                 # node asks again for the next (that node is now left out)
                 break
+
+    def _estimate(self, plan: Plan, visible: list[PendingJob], running: list[RunningJob],
+                  now: float) -> None:
+        """The plan's start estimates, by the pass's own code (core.backfill
+        .start_estimates, as schedule() calls it), when a job in the window that was never
+        offered one waits (a pass where they all start builds none: 1,024 GPUs cost)."""
+        limit = self.policy.estimate_jobs
+        window = visible[:limit]
+        started = {s.job_id for s in plan.starts}
+        offered = self.offered
+        if all(j.id in offered or j.id in started for j in window):
+            return
+        offered.update(j.id for j in window)
+        by_id = self.queue.by_id
+        occupants: list[Occupant] = [(r.expected_end, r.gpu_indices, r.milli, r.gpu_mem)
+                                     for r in running]
+        for st in plan.starts:
+            exp = by_id[st.job_id].expected
+            occupants.append((None if exp is None else now + exp, st.gpu_indices,
+                              st.milli_per_gpu, st.gpu_mem))
+        plan.start_estimates = start_estimates(self._views(), visible, plan, occupants,
+                                               self.policy, now, limit)
+        self.result.estimates_offered = True
 
     def _wants_estimates(self, visible: list[PendingJob]) -> bool:
         """Whether some job among the first estimate_jobs was never in a pass's estimates
@@ -270,9 +293,8 @@ class Simulation:
                 or self.records[j.id].job.gpus_milli <= wide]
 
     def _note(self, plan: Plan) -> None:
-        estimates: dict[int, float] | None = getattr(plan, "start_estimates", None)
-        if estimates is not None:
-            self.result.estimates_offered = True
+        estimates = plan.start_estimates
+        if estimates:
             for job_id, at in estimates.items():
                 rec = self.records.get(job_id)
                 if rec is not None and rec.estimate is None and rec.start is None:
