@@ -262,6 +262,11 @@ class Simulation:
             return
         offered.update(j.id for j in window)
         by_id = self.queue.by_id
+        if not self.known_ends and all(by_id[st.job_id].expected is None
+                                       for st in plan.starts):
+            # no end is known: core would only say "now" for jobs that fit GPUs kept for
+            # the reservation (where they may not go); skipped, as 1,024 GPUs cost 7 ms
+            return
         occupants: list[Occupant] = [(r.expected_end, r.gpu_indices, r.milli, r.gpu_mem)
                                      for r in running]
         for st in plan.starts:
@@ -279,12 +284,14 @@ class Simulation:
         return any(j.id not in offered for j in visible[:self.policy.estimate_jobs])
 
     def _views(self) -> list[GpuView]:
-        """The cluster's GPUs as they stand, for start estimates (held nodes unusable)."""
-        views = self.pool.current_views()
-        if self.pool.unusable:
-            views = [replace(v, healthy=False) if v.index in self.pool.unusable else v
-                     for v in views]
-        return views
+        """The cluster's GPUs as they stand, for start estimates (held nodes unusable).
+        Built directly: dataclasses.replace over 1,024 GPUs took 12 ms a call."""
+        pool = self.pool
+        free_milli, free_mem, unusable = pool.free_milli, pool.free_mem, pool.unusable
+        return [GpuView(i, g.memory_total, g.memory_external, g.utilization,
+                        g.healthy and i not in unusable, g.paused, MILLI - free_milli[i],
+                        g.memory_total - g.memory_external - free_mem[i], g.node)
+                for i, g in pool.views.items()]
 
     def _visible(self) -> list[PendingJob]:
         """The queue core sees: while one wide job gathers nodes, the other wide ones wait."""
