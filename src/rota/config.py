@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rota.core.fairshare import Weights
 from rota.core.tiers import CRUCIBLE, Tier
 from rota.core.tiers import NAME as TIER_NAME
 from rota.errors import InvalidSpec
@@ -96,6 +97,13 @@ class PrioritySettings(BaseModel):
             return parse_duration(v, field=info.field_name)
         except InvalidSpec as e:  # pydantic names the setting when it is a ValueError
             raise ValueError(str(e)) from None
+
+    def weights(self) -> Weights:
+        """The weights rota.core.fairshare.order_queue takes (the daemon's and the
+        simulator's)."""
+        return Weights(priority=self.weight_priority, age=self.weight_age,
+                       size=self.weight_size, fair_share=self.weight_fair_share,
+                       max_age_s=self.max_age, favor_small=self.favor_small)
 
 
 class AlertSettings(BaseModel):

@@ -200,3 +200,31 @@ def test_passed_by_names_the_first_later_job_of_an_owner_under_their_share() -> 
     got = passed_by(mine, ahead, standing)
     assert got is not None and got.id == 3
     assert passed_by(_job(9, "bob"), [_job(10, "ann")], standing) is None  # ann is over
+
+
+def test_ended_usage_kept_and_decayed_equals_summing_every_run_afresh() -> None:
+    from typing import NamedTuple
+
+    from rota.core.fairshare import EndedUsage
+
+    class R(NamedTuple):
+        user: str
+        project: str | None
+        gpus: float
+        started_at: float
+        ended_at: float | None
+
+    runs = [R("a", "p", 2, 0, 100), R("b", None, 1, 50, 400), R("a", None, 0.5, 300, 900)]
+    kept = EndedUsage(half_life=600)
+    for r in sorted(runs, key=lambda r: r.ended_at or 0):  # added as each ends
+        assert r.ended_at is not None
+        kept.advance(r.ended_at)
+        kept.add(r, r.ended_at)
+    kept.advance(2000)
+    live = R("b", None, 1, 1500, None)
+    got = kept.with_running([live], 2000)
+    want = account_usage([*runs, live], 2000, 600)
+    assert got.users.keys() == want.users.keys() and got.projects == pytest.approx(
+        want.projects)
+    for u in want.users:
+        assert got.users[u] == pytest.approx(want.users[u])

@@ -104,3 +104,37 @@ def test_cli_compares_policies(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "JCT mean s" in table.output
     bad = runner.invoke(app.typer, ["sim", "--trace", str(f), "--policy", "lottery"])
     assert bad.exit_code == 2 and "policy 'lottery'" in bad.output
+
+
+def test_a_trace_saved_as_rota_json_loads_back_the_same(tmp_path: Path) -> None:
+    from rota.sim.trace import SimJob
+    from rota.sim.traces import as_rota_json, load_json
+
+    jobs = [SimJob(1, 0.0, 12.5, 500, gpu_mem=2 << 30, priority=3, user="ann",
+                   project="p", name="train", time_limit=60.0),
+            SimJob(2, 4.0, 1.0, 2000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(as_rota_json(jobs)))
+    assert load_json(path) == jobs
+
+
+def test_cli_fairshare_settings_and_expected_run_times_are_checked(tmp_path: Path) -> None:
+    from rota.cli.main import app
+
+    f = tmp_path / "t.csv"
+    f.write_text("submit,duration,gpus,name,time_limit\n0,100,1,a,100\n1,10,1,b,10\n")
+    runner = CliRunner()
+    ok = runner.invoke(app.typer, ["sim", "--trace", str(f), "--gpus", "1x80G", "--policy",
+                                   "fairshare", "--half-life", "1h", "--weights",
+                                   "weight_age=0", "--expected", "limit", "--json"])
+    assert ok.exit_code == 0, ok.output
+    run = json.loads(ok.output)["runs"][0]
+    # b waited for a, whose limit said it ends at 100: estimated exactly
+    assert run["estimated"] == 1 and run["estimate_error"]["mean"] == 0
+    for args, says in ((["--half-life", "0"], "half_life"),
+                       (["--weights", "weight_lottery=1"], "weight_lottery"),
+                       (["--weights", "weight_age"], "KEY=VALUE"),
+                       (["--expected", "psychic"], "psychic")):
+        bad = runner.invoke(app.typer, ["sim", "--trace", str(f), "--policy", "fairshare",
+                                        *args])
+        assert bad.exit_code == 2 and says in bad.output, (args, bad.output)

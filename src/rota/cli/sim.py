@@ -14,6 +14,7 @@ from rota.cli.common import Plain, emit, run_cli
 from rota.errors import InvalidSpec
 
 if TYPE_CHECKING:
+    from rota.config import PrioritySettings
     from rota.sim.cluster import Cluster
     from rota.sim.metrics import Metrics, Spread
     from rota.sim.trace import SimJob
@@ -40,6 +41,18 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
                                     help="run each of these policies and compare them"),
         seed: int = typer.Option(0, help="seed of --synthetic's trace"),
         load: float = typer.Option(0.9, help="--synthetic: offered share of GPU time"),
+        expected: str = typer.Option("history",
+                                     help="expected run times: history (the daemon's: "
+                                          "time limit, else p90 of the name's last runs) "
+                                          "| limit | oracle (true run time) | none"),
+        half_life: str = typer.Option("7d", help="fairshare: usage counts half after this "
+                                      "long ([priority] half_life)"),
+        weights: str = typer.Option(None, metavar="K=V,...",
+                                    help="fairshare: [priority] weights, e.g. "
+                                         "weight_age=0,weight_fair_share=1000"),
+        save_trace: Path = typer.Option(None, metavar="FILE",
+                                        help="also write the trace replayed as Rota JSON "
+                                             "(e.g. to keep --from-history)"),
         json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Replay a trace through the daemon's own scheduler on a simulated cluster."""
     with run_cli(json_out=json_out):
@@ -49,19 +62,48 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
         from rota.sim.metrics import measure
 
         jobs = _trace(trace, fmt, from_history, synthetic, seed, load, nodes, gpus)
+        if save_trace is not None:
+            import json
+
+            from rota.sim.traces import as_rota_json
+
+            save_trace.write_text(json.dumps(as_rota_json(jobs), indent=1) + "\n")
         where = clusters.load_cluster(cluster) if cluster else \
             clusters.parse_cluster(gpus, nodes)
         names = [p for p in (compare or policy).split(",") if p.strip()]
         chosen = [pol.policy_named(p) for p in names]
+        priority = _priority(half_life, weights)
         results = []
         for sp in chosen:
             t0 = time.perf_counter()
-            m = measure(simulate(jobs, where, sp))
+            m = measure(simulate(jobs, where, sp, priority=priority, expected=expected))
             results.append((m, time.perf_counter() - t0))
         emit({"trace": _label(trace, from_history, synthetic), "jobs": len(jobs),
               "cluster": where.describe(), "gpus": where.gpus,
               "runs": [{**m.as_dict(), "seconds": round(s, 3)} for m, s in results]},
              json_out, lambda d: _view(d, [m for m, _ in results], where))
+
+
+def _priority(half_life: str, weights: str | None) -> PrioritySettings:
+    """The [priority] settings fair share runs under, as the daemon reads them."""
+    from pydantic import ValidationError
+
+    from rota.config import PrioritySettings
+
+    given: dict[str, Any] = {"half_life": half_life}
+    for item in (weights or "").split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InvalidSpec(f"--weights {item!r}: give KEY=VALUE", field="weights")
+        given[key.strip()] = value.strip()
+    try:
+        return PrioritySettings.model_validate(given)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "priority"
+        raise InvalidSpec(f"[priority] {where}: {err['msg']}", field="priority") from None
 
 
 def _trace(path: Path | None, fmt: str | None, history: str | None, synthetic: int | None,
@@ -122,7 +164,8 @@ def _s(x: float | None) -> str:
 
 
 def _spread(s: Spread | None) -> str:
-    return "n/a" if s is None else f"{_s(s.mean)}/{_s(s.p50)}/{_s(s.p99)}"
+    """mean/p50/p90 of an error."""
+    return "n/a" if s is None else f"{_s(s.mean)}/{_s(s.p50)}/{_s(s.p90)}"
 
 
 def _share(x: float | None) -> str:
@@ -159,6 +202,7 @@ def _view(d: dict[str, Any], runs: list[Metrics], where: Cluster) -> Any:
         ("fairness Jain", ["n/a" if m.fairness_jain is None
                            else f"{m.fairness_jain:.3f}" for m in runs]),
         ("start est. err s", [_spread(m.estimate_error) for m in runs]),
+        ("  jobs estimated", [str(m.estimated) for m in runs]),
     ]
     for label, cells in rows:
         t.add_row(label, *cells)

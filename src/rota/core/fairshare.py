@@ -231,6 +231,53 @@ def account_usage(runs: Iterable[Run], now: float,
     return Accounts(users, projects)
 
 
+def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
+class EndedUsage:
+    """The decayed GPU-seconds of ended runs by user and project, brought up to date as time
+    passes (multiplied by the decay since the last time), so a caller adds each run once
+    as it ends rather than summing every run again. The daemon (rota.server.fair_order)
+    feeds it the attempts read from its store, the simulator its trace's ended jobs."""
+
+    def __init__(self, half_life: float = DEFAULT_HALF_LIFE_S) -> None:
+        decay(0.0, half_life)  # refuses a half-life <= 0
+        self.half_life = half_life
+        self.users: dict[str, float] = {}
+        self.projects: dict[str, float] = {}
+        self.at: float | None = None  # the time the sums are decayed to
+
+    def advance(self, now: float) -> None:
+        """Decay the sums to ``now`` (never back in time)."""
+        if self.at is not None and now > self.at:
+            k = decay(now - self.at, self.half_life)
+            for table in (self.users, self.projects):
+                for name in table:
+                    table[name] *= k
+        if self.at is None or now > self.at:
+            self.at = now
+
+    def add(self, run: Run, now: float) -> None:
+        """One ended run, its seconds decayed by their age at ``now`` (as advanced to)."""
+        assert run.ended_at is not None
+        used = decayed_gpu_seconds(run.gpus, run.started_at, run.ended_at, now,
+                                   self.half_life)
+        if not used:
+            return
+        self.users[run.user] = self.users.get(run.user, 0.0) + used
+        if run.project:
+            self.projects[run.project] = self.projects.get(run.project, 0.0) + used
+
+    def with_running(self, running: Iterable[Run], now: float) -> Accounts:
+        """These sums plus the running runs' use up to ``now``: what ``Standing`` takes."""
+        live = account_usage(running, now, self.half_life)
+        return Accounts(_plus(self.users, live.users), _plus(self.projects, live.projects))
+
+
 @dataclass(frozen=True, slots=True)
 class Standing:
     """Every user's and project's fair share (``fair_shares``), as the queue is ordered by

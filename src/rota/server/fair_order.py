@@ -16,12 +16,9 @@ from rota.config import PrioritySettings
 from rota.core.fairshare import (
     HORIZON_HALF_LIVES,
     Accounts,
+    EndedUsage,
     Factors,
     Standing,
-    Weights,
-    account_usage,
-    decay,
-    decayed_gpu_seconds,
     order_queue,
     priority_of,
 )
@@ -33,26 +30,11 @@ from rota.store.repo import Store
 LATE_END_S = 300.0
 
 
-def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    if not b:
-        return dict(a)
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0.0) + v
-    return out
-
-
-def weights_of(p: PrioritySettings) -> Weights:
-    return Weights(priority=p.weight_priority, age=p.weight_age, size=p.weight_size,
-                   fair_share=p.weight_fair_share, max_age_s=p.max_age,
-                   favor_small=p.favor_small)
-
-
 class FairOrder:
     def __init__(self, settings: PrioritySettings, store: Store,
                  clock: Callable[[], float]) -> None:
         self.settings, self.store, self.clock = settings, store, clock
-        self.weights = weights_of(settings)
+        self.weights = settings.weights()
         self._standing: Standing | None = None
         self._at = float("-inf")  # when the standing was summed
         self._running: frozenset[int] = frozenset()  # the running jobs it was summed with
@@ -60,7 +42,7 @@ class FairOrder:
         self._for: tuple[int, int] = (-1, -1)  # (queue version, GPUs) it was ordered for
         # the decayed usage of ended attempts as of _read_at, and the attempts in it that
         # ended within LATE_END_S of it (read again: not to be counted twice)
-        self._ended = Accounts({}, {})
+        self._ended = EndedUsage(settings.half_life)
         self._read_at: float | None = None
         self._seen: dict[tuple[int, int], float] = {}
 
@@ -92,27 +74,19 @@ class FairOrder:
         horizon = now - HORIZON_HALF_LIVES * h
         since = horizon if self._read_at is None else max(horizon,
                                                           self._read_at - LATE_END_S)
-        users, projects = self._ended.users, self._ended.projects
-        if self._read_at is not None and now > self._read_at:
-            k = decay(now - self._read_at, h)
-            for table in (users, projects):
-                for name in table:
-                    table[name] *= k
+        ended = self._ended
+        ended.advance(now)
         running = []
         for r in self.store.usage(since, now):
             if r.ended_at is None:
                 running.append(r)
             elif (r.job_id, r.attempt) not in self._seen:
                 self._seen[(r.job_id, r.attempt)] = r.ended_at
-                used = decayed_gpu_seconds(r.gpus, r.started_at, r.ended_at, now, h)
-                users[r.user] = users.get(r.user, 0.0) + used
-                if r.project:
-                    projects[r.project] = projects.get(r.project, 0.0) + used
+                ended.add(r, now)
         self._read_at = now
         # the next read starts LATE_END_S before now: only those ends can come again
         self._seen = {key: end for key, end in self._seen.items() if end > now - LATE_END_S}
-        live = account_usage(running, now, h)
-        return Accounts(_plus(users, live.users), _plus(projects, live.projects))
+        return ended.with_running(running, now)
 
     def ordered(self, jobs: list[PendingJob], version: int, gpus: int,
                 running: Collection[int]) -> list[PendingJob]:

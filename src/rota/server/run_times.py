@@ -1,30 +1,19 @@
 """Predicted run times from the history of finished jobs, for backfill and start estimates.
 
 A job's expected run time is its time limit; without one, a prediction from the jobs of the
-same name that completed before it: the 90th percentile (nearest rank) of the run times of
-the newest ``HISTORY`` completed attempts. A high quantile rather than the mean, so that a
-backfilled job rarely outlives the shadow time it was let in on; the newest runs only, so a
-name whose work grows is followed. No history (or no name): no prediction. Predictions are
-cached per name for ``ttl`` seconds: a pass never queries the store per job.
+same name that completed before it (rota.core.runtime.predict, the simulator's predictor
+too). This module keeps the store reads: predictions are cached per name for ``ttl``
+seconds, so a pass never queries the store per job.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
+from rota.core.runtime import HISTORY, QUANTILE, expected, predict
 from rota.store.repo import Store
 
-HISTORY = 20
-QUANTILE = 0.9
-
-
-def predict(run_times: Sequence[float]) -> float | None:
-    """The QUANTILE-th run time (nearest rank) of a history; None for none."""
-    if not run_times:
-        return None
-    ordered = sorted(run_times)
-    return ordered[max(0, math.ceil(QUANTILE * len(ordered)) - 1)]
+__all__ = ["HISTORY", "QUANTILE", "RunTimes", "predict"]
 
 
 class RunTimes:
@@ -45,7 +34,7 @@ class RunTimes:
 
     def expected(self, time_limit: float | None, name: str | None) -> float | None:
         """Seconds a job is expected to run: its time limit, else the prediction."""
-        return time_limit if time_limit is not None else self.predicted(name)
+        return expected(time_limit, self.predicted(name))
 
     def forget(self, name: str | None) -> None:
         """A job of this name ended: the next look-up reads its history afresh."""

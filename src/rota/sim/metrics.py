@@ -16,6 +16,7 @@ class Spread:
     mean: float
     p50: float
     p99: float
+    p90: float
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Metrics:
     fairness_worst: float | None  # the largest per-user finish-time fairness
     fairness_jain: float | None  # Jain's index over the users' finish-time fairness
     estimate_error: Spread | None  # |start - first estimate|; None: plans gave none
+    estimated: int  # jobs that got an estimate (and started)
     passes: int
 
     def as_dict(self) -> dict[str, Any]:
@@ -43,9 +45,9 @@ class Metrics:
 
 def spread(values: Sequence[float]) -> Spread:
     if not values:
-        return Spread(math.nan, math.nan, math.nan)
+        return Spread(math.nan, math.nan, math.nan, math.nan)
     s = sorted(values)
-    return Spread(sum(s) / len(s), _pct(s, 50), _pct(s, 99))
+    return Spread(sum(s) / len(s), _pct(s, 50), _pct(s, 99), _pct(s, 90))
 
 
 def _pct(s: list[float], p: float) -> float:
@@ -77,6 +79,7 @@ def measure(result: SimResult) -> Metrics:
         fragmentation=sum(frag) / len(frag) if frag else None,
         fairness_worst=worst, fairness_jain=jain,
         estimate_error=spread(errors) if result.estimates_offered and errors else None,
+        estimated=len(errors),
         passes=result.passes)
 
 

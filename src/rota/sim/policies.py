@@ -11,15 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rota.core.fairshare import fair_shares
 from rota.core.snapshot import Policy
 from rota.errors import InvalidSpec
 from rota.sim.trace import SimJob
 
 #: a job's queue priority (lower first) given the accounts' decayed usage, in GPU-seconds
 Ordering = Callable[[SimJob, Mapping[str, float]], int]
-#: fair-share factors are in [0, 1]; this many steps keep the order exact enough
-FAIRSHARE_STEPS = 1_000_000
 
 
 def by_nothing(job: SimJob, usage: Mapping[str, float]) -> int:
@@ -34,18 +31,12 @@ def by_run_time(job: SimJob, usage: Mapping[str, float]) -> int:
     return round(job.runs_for)  # the trace knows it; a real queue would use an estimate
 
 
-def fairshare_priorities(users: set[str], usage: Mapping[str, float]) -> dict[str, int]:
-    """The ONE fair-share ordering: users with the higher Slurm fair-share factor
-    (core.fairshare, equal shares) first. The daemon's ordering in core replaces this."""
-    shares = fair_shares({}, {u: usage.get(u, 0.0) for u in users})
-    return {u: round((1.0 - shares[u].factor) * FAIRSHARE_STEPS) for u in users}
-
-
 @dataclass(frozen=True)
 class SimPolicy:
     name: str
     policy: Policy
-    ordering: Ordering | None  # None: fair share, recomputed from usage before each pass
+    # None: fair share, the daemon's rota.core.fairshare.order_queue before each pass
+    ordering: Ordering | None
     text: str
 
 
@@ -58,7 +49,8 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
               "jobs use the rest"),
     SimPolicy("sjf", _STRICT, by_run_time, "shortest run time first; no backfill"),
     SimPolicy("fairshare", _STRICT, None,
-              "users with the least decayed usage against their share first; no backfill"),
+              "the daemon's multifactor order (fair share over decayed usage, priority, age); "
+              "no backfill"),
 )}
 
 

@@ -127,6 +127,23 @@ def from_history(jobs: Iterable[Mapping[str, Any]], since: float) -> list[SimJob
     return _normalised(out)
 
 
+def as_rota_json(jobs: Iterable[SimJob]) -> list[dict[str, Any]]:
+    """A trace in Rota's JSON format (load_json reads it back): ``rota sim --save-trace``
+    keeps a daemon's history as a trace to replay later or elsewhere."""
+    out = []
+    for j in jobs:
+        row: dict[str, Any] = {"id": j.id, "submit": j.submit, "duration": j.duration,
+                               "gpus": j.gpus, "priority": j.priority, "user": j.user,
+                               "name": j.name}
+        if j.gpu_mem is not None:
+            row["gpu_mem"] = f"{j.gpu_mem}B"  # a bare number would read as GiB
+        for key in ("project", "time_limit"):
+            if getattr(j, key) is not None:
+                row[key] = getattr(j, key)
+        out.append(row)
+    return out
+
+
 # --- helpers --------------------------------------------------------------------------------
 def _rota_job(r: Mapping[str, str], where: str, default_id: int) -> SimJob:
     for col in ("submit", "duration", "gpus"):
