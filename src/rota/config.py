@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -87,6 +87,9 @@ class PrioritySettings(BaseModel):
                            "wait at which the age factor reaches 1")
     refresh: float = Field(default=2.0, gt=0, description="seconds: usage is summed from "
                            "the attempts at most this often (and when a job starts or ends)")
+    gpu_weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="how much a GPU-second of a kind counts, by a "
+        "part of the GPU's name ({H100 = 2.0}); other kinds count 1")
 
     @field_validator("half_life", "max_age", "refresh", mode="before")
     @classmethod

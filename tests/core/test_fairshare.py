@@ -228,3 +228,14 @@ def test_ended_usage_kept_and_decayed_equals_summing_every_run_afresh() -> None:
         want.projects)
     for u in want.users:
         assert got.users[u] == pytest.approx(want.users[u])
+
+
+def test_gpu_weights_match_the_longest_key_in_the_gpus_name() -> None:
+    from rota.core.usage import gpu_weight
+
+    weights = {"A100": 1.5, "A100 80GB": 2.0, "h100": 3.0}
+    assert gpu_weight("NVIDIA A100-SXM4-40GB", weights) == 1.5
+    assert gpu_weight("NVIDIA A100 80GB PCIe", weights) == 2.0
+    assert gpu_weight("NVIDIA H100 80GB HBM3", weights) == 3.0  # case aside
+    assert gpu_weight("Tesla T4", weights) == 1.0
+    assert gpu_weight(None, weights) == 1.0

@@ -52,6 +52,10 @@ def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_pa
         store.close()
         assert {j: (r.tier, r.price) for j, r in records.items()} == {
             small: ("small", 2.0), big: ("big", 5.0), named: ("big", 5.0)}
+        # the kind of GPU each ran on, for fair share's GPU weights
+        assert {r.gpu_type for r in records.values()} == {
+            next(iter(records.values())).gpu_type}
+        assert str(next(iter(records.values())).gpu_type).startswith("Rota simulated GPU")
         seconds = {j: r.gpus * (r.ended_at - r.started_at)  # type: ignore[operator]
                    for j, r in records.items()}
 

@@ -47,3 +47,22 @@ def test_usage_kept_between_sums_equals_a_full_read(tmp_path: Path) -> None:
     assert {k: f.usage for k, f in got.projects.items()} == pytest.approx(full.projects)
     assert full.users["ann"] > full.users["bob"] > 0
     store.close()
+
+
+def test_a_gpu_second_counts_by_the_kind_of_gpu(tmp_path: Path) -> None:
+    """[priority] gpu_weights: ann's hour on an H100 counts twice bob's hour on a T4 (the
+    kind each attempt recorded at its start), so ann's fair-share factor is the lower."""
+    store = Store.open(f"sqlite:///{tmp_path / 'rota.db'}")
+    settings = PrioritySettings(fair_share=True, half_life=1e9, gpu_weights={"h100": 2.0})
+    fair = FairOrder(settings, store, lambda: 5000.0)
+    ann = store.add_jobs([JobSpec(command=["true"])], user="ann", source="cli", now=0.0)[0]
+    bob = store.add_jobs([JobSpec(command=["true"])], user="bob", source="cli", now=0.0)[0]
+    a, b = store.start_attempts([
+        (ann.id, {**_attempt(1000.0), "gpu_type": "NVIDIA H100 80GB HBM3"}, "go"),
+        (bob.id, {**_attempt(1000.0), "gpu_type": "Tesla T4"}, "go")], now=1000.0)
+    store.update_attempt(a, ended_at=4600.0)
+    store.update_attempt(b, ended_at=4600.0)
+    got = fair.standing()
+    assert got.users["ann"].usage == pytest.approx(2 * got.users["bob"].usage, rel=1e-6)
+    assert got.factor("ann", None) < got.factor("bob", None)
+    store.close()

@@ -8,7 +8,7 @@ starts and ends, each clipped to the window asked about. A running attempt count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -29,6 +29,25 @@ class UsageRecord(NamedTuple):
     tier: str | None = None
     price: float | None = None  # per GPU-hour, fixed when the attempt started
     idle_seconds: float = 0.0  # GPU-seconds it held idle GPUs (rota.core.idle), as stored
+    gpu_type: str | None = None  # "NVIDIA H100 80GB HBM3"; None: not known
+
+
+def gpu_weight(gpu_type: str | None, weights: Mapping[str, float]) -> float:
+    """How much a GPU-second of this kind counts (fair share): the weight of the longest
+    key found in its name, case aside ({"H100": 2, "A100": 1.5}); 1 for any other kind."""
+    if not weights or not gpu_type:
+        return 1.0
+    name = gpu_type.lower()
+    found = [k for k in weights if k.lower() in name]
+    return weights[max(found, key=len)] if found else 1.0
+
+
+def weighted(records: Iterable[UsageRecord], weights: Mapping[str, float]
+             ) -> list[UsageRecord]:
+    """The records with their GPUs counted at their kind's weight."""
+    if not weights:
+        return list(records)
+    return [r._replace(gpus=r.gpus * gpu_weight(r.gpu_type, weights)) for r in records]
 
 
 def overlap(record: UsageRecord, since: float, until: float, now: float) -> float:

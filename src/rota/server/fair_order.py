@@ -23,6 +23,7 @@ from rota.core.fairshare import (
     priority_of,
 )
 from rota.core.snapshot import MILLI, PendingJob
+from rota.core.usage import weighted
 from rota.store.repo import Store
 
 #: an attempt's end may be stored this long after the time it records (a batch, a launch
@@ -77,7 +78,7 @@ class FairOrder:
         ended = self._ended
         ended.advance(now)
         running = []
-        for r in self.store.usage(since, now):
+        for r in weighted(self.store.usage(since, now), self.settings.gpu_weights):
             if r.ended_at is None:
                 running.append(r)
             elif (r.job_id, r.attempt) not in self._seen:

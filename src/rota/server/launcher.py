@@ -110,10 +110,13 @@ class Launcher:
                 continue
             run = self._run_of(start, row, pending, now)
             tier, price = charge(self.settings.tier_set, run.spec)  # fixed from now on
-            intents.append((run, {"tier": tier, "price": price,
+            readings = [self.monitor.readings[i] for i in start.gpu_indices
+                        if i in self.monitor.readings]
+            # the kind it runs on: this machine's GPU, or the type an engine was asked for
+            gpu_type = readings[0].name if readings else run.spec.gpu_type
+            intents.append((run, {"tier": tier, "price": price, "gpu_type": gpu_type,
                 "number": run.attempt_no, "gpu_indices": list(start.gpu_indices),
-                "gpu_uuids": [self.monitor.readings[i].uuid for i in start.gpu_indices
-                              if i in self.monitor.readings],
+                "gpu_uuids": [r.uuid for r in readings],
                 "milli": start.milli_per_gpu, "gpu_mem": start.gpu_mem,
                 "backend": run.backend.name, "log_path": str(run.log_path),
                 "status_path": str(run.status_path), "started_at": now}))

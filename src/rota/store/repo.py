@@ -528,7 +528,7 @@ class Store:
         (ended_at None), for accounting (rota.core.usage)."""
         j, a = _jobs.c, _attempts.c
         q = (select(a.job_id, a.number, j.user, j.project, j.pool, a.backend, j.gpus,
-                    a.started_at, a.ended_at, a.tier, a.price, a.idle_seconds)
+                    a.started_at, a.ended_at, a.tier, a.price, a.idle_seconds, a.gpu_type)
              .join(_jobs, a.job_id == j.id)
              .where(a.started_at < until, or_(a.ended_at.is_(None), a.ended_at > since))
              .order_by(a.started_at, a.id))

@@ -103,6 +103,8 @@ class AttemptRow(Base):
     # the tier it ran on and that tier's price per GPU-hour when it started (accounting)
     tier: Mapped[str | None] = mapped_column(String(40))
     price: Mapped[float | None] = mapped_column(Float)
+    # the kind of GPU it ran on: its first GPU's name, or the type asked of an engine
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
     # GPU-seconds its GPUs stayed idle, in stretches long enough to flag it (core.idle)
     idle_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
