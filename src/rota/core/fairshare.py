@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Protocol
 
 from rota.core.snapshot import PendingJob
@@ -283,10 +283,10 @@ def order_queue(pending: Iterable[PendingJob], standing: Standing, weights: Weig
     groups = list(map(_GROUP, jobs))
     keys = set(groups)
     # the constant's three parts each over its own few values, then one sum per group
-    pt = {g[2]: priority_term(g[2], weights) for g in keys}
+    pt = {p: priority_term(p, weights) for p in {g[2] for g in keys}}
     ft = {o: weights.fair_share * min(1.0, max(0.0, standing.factor(*o)))
           for o in {(g[0], g[1]) for g in keys}}
-    st = {g[3]: size_term(g[3], weights, scale) for g in keys}
+    st = {m: size_term(m, weights, scale) for m in {g[3] for g in keys}}
     consts = {g: pt[g[2]] + ft[g[0], g[1]] + st[g[3]] for g in keys}
     wa, max_age = weights.age, weights.max_age_s
     if not max_age:  # every dated job is fully aged: only the group constant differs
@@ -298,7 +298,10 @@ def order_queue(pending: Iterable[PendingJob], standing: Standing, weights: Weig
                                                       else 0.0)))
                for g, t in zip(groups, map(_SUBMITTED, jobs), strict=True)
                for x in ((now - t) / max_age,)]
-    return [jobs[n] for n in sorted(range(len(jobs)), key=neg.__getitem__)]
+    if len(jobs) == 1:
+        return jobs
+    # itemgetter picks them all in C (a list comprehension was a fifth of the time)
+    return list(itemgetter(*sorted(range(len(jobs)), key=neg.__getitem__))(jobs))
 
 
 def group_constant(group: tuple[str, str | None, int, int], standing: Standing,
