@@ -17,9 +17,11 @@ rota.core.pool.GpuPool choosing with the Policy's packing, the same code as the 
 pass; CPUs and memory of nodes are honoured (a task needs its cpu_milli and memory_mib free
 on the node). FGD's workload is the paper's "typical pods" of the trace (or the variant's).
 
-Variants (the paper's families of openb traces, built here by resampling the default
-trace, since only it is in ../shared/traces: one variant trace as long as the default,
-drawn with a fixed seed, then built into a workload per seed as above):
+Variants (the paper's families of openb traces). Where --traces holds the paper's own file
+(its artifact's data/csv/openb_pod_list_gpuspec33.csv and so on, see PAPER_TRACE) it is
+used; else the variant is resampled from the default trace (one trace as long as the
+default, drawn with a fixed seed), which only approximates the paper's. Either is built
+into a workload per seed as above:
   multi-gpu-P  P % of the GPU tasks ask for more than one GPU (drawn from those that do)
   sharing-P    P % of the GPU tasks ask for a share of one GPU (< 1 GPU)
   gpuspec-P    P % of the GPU tasks may only run on one GPU type (drawn by GPU count)
@@ -57,13 +59,29 @@ PAPER = {"default": {"random": 86.30, "best-fit": 92.86, "fgd": 95.23},
          "non-gpu-25": {"random": 80.00, "best-fit": 91.21, "fgd": 93.20}}
 
 
+#: the paper's own trace file of each variant (openb_pod_list_<name>.csv in its artifact)
+PAPER_TRACE = {"default": "default", "multi-gpu-50": "multigpu50",
+               "sharing-100": "gpushare100", "gpuspec-33": "gpuspec33",
+               "non-gpu-25": "cpu250"}
+
+
 def load(traces: Path) -> tuple[list[Node], list[Demand]]:
     with open(traces / "openb_node_list_gpu_node.csv") as f:
         nodes = [Node(r["sn"], r["model"], int(r["gpu"]), int(r["cpu_milli"]),
                       int(r["memory_mib"])) for r in csv.DictReader(f)]
-    with open(traces / "openb_pod_list_default.csv") as f:
-        tasks = [_demand(r) for r in csv.DictReader(f)]
-    return nodes, tasks
+    return nodes, load_pods(traces / "openb_pod_list_default.csv")
+
+
+def load_pods(path: Path) -> list[Demand]:
+    with open(path) as f:
+        return [_demand(r) for r in csv.DictReader(f)]
+
+
+def paper_trace(traces: Path, variant: str) -> list[Demand] | None:
+    """The paper's own file for `variant` when it lies in `traces`, else None."""
+    name = PAPER_TRACE.get(variant)
+    path = traces / f"openb_pod_list_{name}.csv"
+    return load_pods(path) if name and path.is_file() else None
 
 
 def _demand(r: dict[str, str]) -> Demand:
@@ -170,16 +188,21 @@ def main(argv: list[str] | None = None) -> int:
         if p not in PACKINGS:
             raise SystemExit(f"unknown policy {p!r}: one of {', '.join(PACKINGS)}")
     nodes, tasks = load(a.traces)
+    capacity = sum(n.gpus for n in nodes) * MILLI
     print(f"openb: {len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs, {len(tasks)} tasks;"
           f" {a.seeds} seeds; GPU allocation at 100 % arrival (mean, min-max)")
     results: dict[str, dict[str, list[float]]] = {}
     for variant in a.variants.split(","):
         sampler = Sampler(tasks, nodes, variant)
-        trace = sampler.trace()
+        own = paper_trace(a.traces, variant)
+        trace = own if own is not None else sampler.trace()
         workload = typical_workload(trace) if a.workload == "typical" \
             else workload_for(sampler)
         results[variant] = {}
-        print(f"\n{variant}")
+        print(f"\n{variant}: " + ("the paper's trace" if own is not None else
+                                   "resampled from the default trace")
+              + f", {len(trace)} tasks asking"
+              f" {100 * sum(d.gpus_milli for d in trace) / capacity:.0f} % of the GPUs")
         for p in policies:
             t0 = time.perf_counter()
             shares = [run_once(nodes, trace, workload, p, s, not a.exact_scores)

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from bench.bench_packing import Sampler, load, run_once, typical_workload, workload_for
+from bench.bench_packing import Sampler, load, paper_trace, run_once, typical_workload, workload_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,3 +158,13 @@ def test_the_figure_is_read_at_100_percent_arrival_and_failed_tasks_are_skipped(
     c = Cluster([node("a", 1), node("b", 1)], Policy(packing="first-fit"))
     with pytest.raises(ValueError, match="ask for less than 100 %"):
         allocation_at(c, [Demand(500)])
+
+
+def test_a_variant_uses_the_papers_own_trace_file_when_there(tmp_path: Path) -> None:
+    assert paper_trace(OPENB, "gpuspec-33") is None  # not in the excerpt: resampled
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    (tmp_path / "openb_pod_list_gpuspec33.csv").write_text(
+        head + "p0,8000,1024,1,500,T4\np1,4000,0,2,1000,V100M16|V100M32\n")
+    assert paper_trace(tmp_path, "gpuspec-33") == [
+        Demand(500, 8000, 1024, frozenset({"T4"})),
+        Demand(2000, 4000, 0, frozenset({"V100M16", "V100M32"}))]
