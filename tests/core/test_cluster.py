@@ -168,3 +168,11 @@ def test_a_variant_uses_the_papers_own_trace_file_when_there(tmp_path: Path) -> 
     assert paper_trace(tmp_path, "gpuspec-33") == [
         Demand(500, 8000, 1024, frozenset({"T4"})),
         Demand(2000, 4000, 0, frozenset({"V100M16", "V100M32"}))]
+
+
+def test_typical_pods_are_the_commonest_shapes_covering_95_percent_one_at_a_time() -> None:
+    trace = [Demand(500, 1000)] * 90 + [Demand(1000, 2000)] * 6 + [Demand(0, 4000)] * 4
+    one = typical_workload(trace)  # 90 %, then 96 %: two shapes
+    assert [(s.gpus_milli, s.cpu) for s in one] == [(500, 1000), (1000, 2000)]
+    assert abs(sum(s.weight for s in one) - 1) < 1e-9 and one[0].weight == 90 / 96
+    assert len(typical_workload(trace, step=10)) == 3  # ten at a time: all of them
