@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from bench.bench_packing import Sampler, load, run_once, workload_for
+import pytest
+from bench.bench_packing import Sampler, load, paper_trace, run_once, typical_workload, workload_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rota.core.cluster import Cluster, Demand, Node
+from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals
 from rota.core.packing import PACKINGS, Shape
 from rota.core.snapshot import MILLI, Policy
 
@@ -98,10 +99,12 @@ def test_the_openb_experiment_runs_on_an_excerpt() -> None:
     assert (len(nodes), len(tasks)) == (21, 204)
     for variant in ("default", "multi-gpu-50", "sharing-100", "gpuspec-33", "non-gpu-25"):
         sampler = Sampler(tasks, nodes, variant)
-        workload = workload_for(sampler, 500)
-        for packing in PACKINGS:
-            share = run_once(nodes, sampler, workload, packing, seed=1)
-            assert 0.5 < share <= 1.0, (variant, packing, share)
+        trace = sampler.trace()
+        assert len(trace) == len(tasks)
+        for workload in (workload_for(sampler, 500), typical_workload(trace)):
+            for packing in PACKINGS:
+                share = run_once(nodes, trace, workload, packing, seed=1)
+                assert 0.5 < share <= 1.0, (variant, packing, share)
 
 
 def test_best_fit_is_the_papers_cpu_and_gpu_left_over_the_largest_node() -> None:
@@ -113,3 +116,63 @@ def test_best_fit_is_the_papers_cpu_and_gpu_left_over_the_largest_node() -> None
     exact = Cluster(nodes, Policy(packing="best-fit"), integer_scores=False)
     assert exact.place(Demand(1000))[0] == 0  # type: ignore[index]
 
+
+
+def test_the_papers_workload_keeps_every_trace_task_once_then_resamples() -> None:
+    # the paper's simulator shuffles the trace's own pods and appends resampled ones up to
+    # 130 % of the GPUs; drawing every task with replacement (the old bench) repeats some
+    # tasks and misses others before 100 %
+    nodes, tasks = load(OPENB)
+    capacity = sum(n.gpus for n in nodes) * MILLI
+    asked = sum(d.gpus_milli for d in tasks)
+    assert asked < 2 * capacity  # the excerpt asks 170 %: tune up to 200 %
+    got = arrivals(tasks, capacity, random.Random(7), ratio=2.0)
+    head, tail = got[:len(tasks)], got[len(tasks):]
+    assert sorted(head) == sorted(tasks) and head != tasks  # each once, shuffled
+    assert tail and all(d in tasks for d in tail)
+    total = sum(d.gpus_milli for d in got)
+    assert 2 * capacity - 8000 < total <= 2 * capacity  # the next would pass 200 %
+    assert got == arrivals(tasks, capacity, random.Random(7), 2.0)  # the seed fixes it
+    assert got != arrivals(tasks, capacity, random.Random(8), 2.0)
+    with pytest.raises(ValueError, match="ratio must be > 0"):
+        arrivals(tasks, capacity, random.Random(7), ratio=0)
+
+
+def test_a_trace_asking_too_much_loses_random_tasks() -> None:
+    trace = [Demand(1000)] * 10 + [Demand(0)] * 5
+    got = arrivals(trace, 5000, random.Random(1), ratio=1.0)
+    assert sum(d.gpus_milli for d in got) == 5000  # 5 of the 1-GPU tasks went
+    assert got.count(Demand(1000)) == 5
+
+
+def test_the_figure_is_read_at_100_percent_arrival_and_failed_tasks_are_skipped() -> None:
+    # 4 GPUs on two nodes: the 3-GPU task fits no node and is skipped, yet counts as
+    # arrived (75 %); the run goes on, and the figure is read when arrivals reach 100 %
+    c = Cluster([node("a", 2), node("b", 2)], Policy(packing="first-fit"))
+    tasks = [Demand(3000), Demand(500), Demand(500), Demand(1000), Demand(1000)]
+    assert allocation_at(c, tasks) == 0.25
+    assert c.allocated_milli == 1000  # nothing placed past 101 %
+    # a big task jumping from 25 % to 125 %: the allocation just before it
+    c = Cluster([node("a", 1), node("b", 1)], Policy(packing="first-fit"))
+    assert allocation_at(c, [Demand(500), Demand(2000), Demand(1000)]) == 0.25
+    c = Cluster([node("a", 1), node("b", 1)], Policy(packing="first-fit"))
+    with pytest.raises(ValueError, match="ask for less than 100 %"):
+        allocation_at(c, [Demand(500)])
+
+
+def test_a_variant_uses_the_papers_own_trace_file_when_there(tmp_path: Path) -> None:
+    assert paper_trace(OPENB, "gpuspec-33") is None  # not in the excerpt: resampled
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+    (tmp_path / "openb_pod_list_gpuspec33.csv").write_text(
+        head + "p0,8000,1024,1,500,T4\np1,4000,0,2,1000,V100M16|V100M32\n")
+    assert paper_trace(tmp_path, "gpuspec-33") == [
+        Demand(500, 8000, 1024, frozenset({"T4"})),
+        Demand(2000, 4000, 0, frozenset({"V100M16", "V100M32"}))]
+
+
+def test_typical_pods_are_the_commonest_shapes_covering_95_percent_one_at_a_time() -> None:
+    trace = [Demand(500, 1000)] * 90 + [Demand(1000, 2000)] * 6 + [Demand(0, 4000)] * 4
+    one = typical_workload(trace)  # 90 %, then 96 %: two shapes
+    assert [(s.gpus_milli, s.cpu) for s in one] == [(500, 1000), (1000, 2000)]
+    assert abs(sum(s.weight for s in one) - 1) < 1e-9 and one[0].weight == 90 / 96
+    assert len(typical_workload(trace, step=10)) == 3  # ten at a time: all of them
