@@ -51,14 +51,17 @@ def test_times_are_dates_iso_times_or_epoch_seconds():
         with pytest.raises(InvalidSpec, match="since: ") as e:
             parse_time(bad, "since")
         assert e.value.field == "since"
-    with pytest.raises(InvalidSpec, match=r"since \(1970-01-03T00:00:00\+00:00\) is not "
-                                          r"before until"):
+    with pytest.raises(InvalidSpec, match=r"since \(1970-01-03T00:00:00\+00:00\) is after "
+                                          r"until"):
         report_answer(Usage([]), user=None, by="user", period="day",  # type: ignore[arg-type]
                       since="1970-01-03", until="1970-01-02", now=DAY)
     # no since, and until at the epoch: an empty window, not an error (since was not given)
     empty = report_answer(Usage(RECORDS), user=None, by="user", period="day",  # type: ignore[arg-type]
                           since=None, until="0", now=DAY)
     assert (empty["since"], empty["until"], empty["rows"], empty["totals"]) == (0.0, 0.0, [], [])
+    same = report_answer(Usage(RECORDS), user=None, by="user", period="day",  # type: ignore[arg-type]
+                         since="0", until="0", now=DAY)
+    assert same["rows"] == []
 
 
 def test_tiers_are_listed_cheapest_first():

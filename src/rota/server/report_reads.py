@@ -54,8 +54,8 @@ def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period
     end = parse_time(until, "until") if until else now
     if since:
         begin = parse_time(since, "since")
-        if begin >= end:
-            raise InvalidSpec(f"since ({_iso(begin)}) is not before until ({_iso(end)})",
+        if begin > end:  # an empty window (since == until) is an empty report
+            raise InvalidSpec(f"since ({_iso(begin)}) is after until ({_iso(end)})",
                               field="since")
     else:  # the default span back from until; nothing before 1970 (until=0: an empty window)
         begin = min(end, bucket_start(max(0.0, end - DEFAULT_SPAN[period].total_seconds()),
