@@ -20,7 +20,9 @@ refused with 401 (positive-data acceptance does not take it, and no answer is a 
 One documented exception: a submitted job can be well formed and still refused (422)
 because of this machine's state (more GPUs or memory than it has, a secret its user has
 not stored, a cwd that is not a directory, ...); no schema can say that, so positive-data
-acceptance takes 422 for POST /v1/jobs (and only there).
+acceptance takes 422 for POST /v1/jobs. Likewise GET /v1/report: its since and until are
+each documented by a pattern, but no schema can say that since must not come after until,
+nor that February 29th exists only in leap years; it takes 422 there too (and only there).
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ expected-statuses = ["2xx", "403", "404", "409"]
 [[operations]]
 include-path = "/v1/jobs"
 include-method = "POST"
+[operations.checks.positive_data_acceptance]
+expected-statuses = ["2xx", "403", "404", "409", "422"]
+
+[[operations]]
+include-path = "/v1/report"
+include-method = "GET"
 [operations.checks.positive_data_acceptance]
 expected-statuses = ["2xx", "403", "404", "409", "422"]
 """

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rota.errors import InvalidSpec
 from rota.store.repo import Store
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
 
@@ -78,6 +79,15 @@ def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_pa
         spent = sum(float(r["cost"]) for r in rows)
         assert spent == pytest.approx(totals["small"]["cost"] + totals["big"]["cost"],
                                       rel=1e-6)
+
+        # times it cannot read, or a window that ends before it starts, are named
+        bad = d.cli("report", "--since", "yesterday")
+        assert bad.returncode != 0 and "since: cannot read 'yesterday' as a date" in bad.stderr
+        bad = d.cli("report", "--since", "2026-11-02", "--until", "2026-11-01")
+        assert bad.returncode != 0 and "since (2026-11-02T00:00:00+00:00) is after until" \
+            in bad.stderr, bad.stderr
+        with d.client() as c, pytest.raises(InvalidSpec, match=r"until: .*pattern"):
+            c.request("GET", "/v1/report", params={"until": "\u00de"})  # past the client
         d.stop()
 
         # the price of small goes up: what was spent stays, a new attempt pays the new price

@@ -41,6 +41,7 @@ from rota.client.models import (
     Tier,
     Why,
 )
+from rota.core.report import report_time
 from rota.errors import DaemonUnavailable, InvalidSpec, NotFound
 
 T = TypeVar("T")
@@ -310,18 +311,19 @@ def tiers() -> Call[list[Tier]]:
 
 
 def report(by: str, period: str, since: object, until: object) -> Call[Report]:
-    params = {"by": by, "period": period, "since": _when(since), "until": _when(until)}
+    params = {"by": by, "period": period, "since": _when(since, "since"),
+              "until": _when(until, "until")}
     return Call("GET", "/v1/report", Report.model_validate,
                 params={k: v for k, v in params.items() if v is not None})
 
 
-def _when(t: object) -> str | None:
-    """A datetime or date as ISO text, epoch seconds as a number's text."""
+def _when(t: object, field: str) -> str | None:
+    """A date, datetime (naive: UTC), epoch seconds or their text as the epoch seconds the
+    report takes; read here so that text it cannot read is named as the daemon would."""
     if t is None:
         return None
-    if isinstance(t, datetime | date):
-        return t.isoformat()
-    return str(t)
+    text = t.isoformat() if isinstance(t, datetime | date) else str(t)
+    return f"{report_time(text, field):.6f}"
 
 
 def health() -> Call[Health]:

@@ -286,9 +286,9 @@ class RawClient:
                until: str | None = None) -> ReportAnswer:
         """GPU-hours and cost per ``by`` group and ``period`` bucket (the caller's own
         usage unless an admin asks); since/until: dates, ISO times or epoch seconds."""
-        params = {"by": by, "period": period, "since": since, "until": until}
-        return self.request("GET", "/v1/report",
-                            params={k: v for k, v in params.items() if v is not None})
+        from rota.client._calls import report
+
+        return self.request("GET", "/v1/report", params=report(by, period, since, until).params)
 
     def pools(self) -> PoolsAnswer:
         return self.request("GET", "/v1/pools")

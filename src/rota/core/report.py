@@ -8,11 +8,13 @@ caller; the sums are those of rota.core.usage, so a report never disagrees with 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from rota.core.usage import UsageRecord
+from rota.errors import InvalidSpec
 
 Period = Literal["day", "week", "month"]
 By = Literal["user", "project", "pool", "tier"]
@@ -20,6 +22,28 @@ PERIODS: tuple[str, ...] = get_args(Period)
 GROUPS: tuple[str, ...] = get_args(By)
 #: the group of a record with no project, no pool (this machine) or no tier
 NONE = "-"
+
+
+def report_time(text: str, what: str) -> float:
+    """A date (2026-11-28: its UTC midnight), an ISO time (UTC unless it says) or epoch
+    seconds; InvalidSpec naming ``what`` otherwise."""
+    s = text.strip()
+    try:
+        t = float(s)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(t) and 0 <= t < 1e11:
+            return t
+    try:
+        d = datetime.fromisoformat(s)
+    except ValueError:
+        raise InvalidSpec(f"{what}: cannot read {text!r} as a date (2026-11-28), a time "
+                          "(2026-11-28T12:00) or epoch seconds", field=what) from None
+    t = (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
+    if not 0 <= t < 1e11:  # buckets and the default span stay inside datetime's years
+        raise InvalidSpec(f"{what}: {text!r} is before 1970 or too far ahead", field=what)
+    return t
 
 
 class ReportRow(NamedTuple):

@@ -3,12 +3,11 @@ usage per group and period summed from the attempts' records (rota.core.report).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rota.core.report import By, Period, bucket_start, report
+from rota.core.report import By, Period, bucket_start, report, report_time
 from rota.core.tiers import Tier
 from rota.errors import InvalidSpec
 from rota.server.ports import StoreReads
@@ -25,35 +24,13 @@ def tiers_answer(tiers: Mapping[str, Tier]) -> dict[str, Any]:
     return {"tiers": rows}
 
 
-def parse_time(text: str, what: str) -> float:
-    """A date (2026-11-28: its UTC midnight), an ISO time (UTC unless it says) or epoch
-    seconds; InvalidSpec naming ``what`` otherwise."""
-    s = text.strip()
-    try:
-        t = float(s)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(t) and 0 <= t < 1e11:
-            return t
-    try:
-        d = datetime.fromisoformat(s)
-    except ValueError:
-        raise InvalidSpec(f"{what}: cannot read {text!r} as a date (2026-11-28), a time "
-                          "(2026-11-28T12:00) or epoch seconds", field=what) from None
-    t = (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
-    if not 0 <= t < 1e11:  # buckets and the default span stay inside datetime's years
-        raise InvalidSpec(f"{what}: {text!r} is before 1970 or too far ahead", field=what)
-    return t
-
-
 def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period,
                   since: str | None, until: str | None, now: float) -> dict[str, Any]:
     """GPU-hours and cost per group and bucket inside [since, until) (default: up to now,
     from the start of the bucket DEFAULT_SPAN back), of ``user``'s jobs (None: everyone's)."""
-    end = parse_time(until, "until") if until else now
+    end = report_time(until, "until") if until else now
     if since:
-        begin = parse_time(since, "since")
+        begin = report_time(since, "since")
         if begin > end:  # an empty window (since == until) is an empty report
             raise InvalidSpec(f"since ({_iso(begin)}) is after until ({_iso(end)})",
                               field="since")
