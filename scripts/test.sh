@@ -2,8 +2,8 @@
 # Install what the tests need and run the whole suite: lint, types, unit, integration,
 # SQLite and PostgreSQL, the dashboard in a browser, the engines against a real Slurm, Ray
 # and Docker. Debian packages (tmux, screen, postgresql, chromium, Slurm and munge,
-# docker.io and busybox-static) come from apt; a private PostgreSQL server runs in a temp
-# dir for the length of the run and is stopped after; the engines' tests start and stop
+# docker.io, busybox-static and libfaketime) come from apt; a private PostgreSQL server runs
+# in a temp dir for the length of the run and is stopped after; the engines' tests start and stop
 # their own private slurmctld/slurmd/munged, Ray head and node, and dockerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sb
   && command -v munged >/dev/null || need+=(slurmctld slurmd slurm-client munge)
 [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
@@ -50,6 +51,7 @@ export ROTA_REQUIRE_TORCH=1    # the training templates' tests fail, not skip, w
 export ROTA_REQUIRE_SLURM=1    # tests/backends/slurm fail, not skip, without a private Slurm
 export ROTA_REQUIRE_DOCKER=1   # tests/backends/container: a private dockerd, Debian's docker.io
 export ROTA_REQUIRE_RAY=1      # tests/backends/ray: a local Ray head and a second node
+export ROTA_REQUIRE_FAKETIME=1 # a quota's reset at midnight: the daemon's clock moved
 export ROTA_REQUIRE_ROOT=1     # tests/integration/test_multi_user.py: real Unix accounts (CI runs as root)
 
 .venv/bin/ruff check src tests bench

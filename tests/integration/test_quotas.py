@@ -1,13 +1,15 @@
 """Quotas and budgets through the real daemon on simulated GPUs: a GPU-hours quota holds
 new jobs with its reason and they start when it is raised; a hard budget stops a running
 job through the stop handshake, and it resumes from its checkpoint when the budget is
-raised. (The reset at a period's end is tested in tests/core/test_quota.py with a fake
-clock: the daemon's clock is the real one.)"""
+raised; a quota used up shortly before midnight UTC lets its held jobs start at the reset
+(the daemon run under libfaketime, its clock a minute before midnight)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,9 @@ from receiver import receiving
 from rota_testing import DaemonProcess, pg_database, wait_until
 
 FAST = {"ROTA_QUOTA_CHECK": "0.1"}  # usage read every 0.1 s rather than 30
+#: Debian's libfaketime (scripts/test.sh installs it)
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+DAY = 86400
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -112,6 +117,43 @@ def test_a_hard_budget_stops_a_running_job_which_resumes_when_raised(
     assert f"resumed at step {stopped_at + 1}" in text
     steps = [int(line.split()[1]) for line in text.splitlines() if line.startswith("step ")]
     assert steps == list(range(40))  # nothing done twice, nothing skipped
+
+
+def test_a_quota_used_up_before_midnight_lets_its_held_job_start_at_the_reset(
+        daemon_factory: type[DaemonProcess], db_args: list[str]) -> None:
+    """The daemon's clock (and its jobs') runs ``LEAD`` seconds before the next UTC midnight
+    when it starts: a day's quota used up then holds the next job until midnight, and not a
+    moment past the reset (the daemon reads usage every 0.1 s here)."""
+    if not FAKETIME.exists():
+        if os.environ.get("ROTA_REQUIRE_FAKETIME"):
+            pytest.fail(f"{FAKETIME} is missing (Debian's libfaketime)")
+        pytest.skip("needs Debian's libfaketime")
+    lead = 30.0  # room for the first job to use the quota up before midnight, under load
+    midnight = (time.time() // DAY + 1) * DAY
+    if midnight - time.time() < 2 * lead:  # the real clock near midnight too: the next one
+        midnight += DAY
+    offset = midnight - lead - time.time()
+    d = daemon_factory(args=db_args, extra_env={  # type: ignore[call-arg]
+        # the monotonic clock moves by the same offset: leaving it alone, libfaketime makes
+        # Python's time.sleep fail with EINVAL
+        **FAST, "LD_PRELOAD": str(FAKETIME), "FAKETIME": f"{offset:+.3f}",
+        "FAKETIME_NO_CACHE": "1"}).start()
+    with d.client() as c:
+        assert midnight - 2 * lead < c.report()["now"] < midnight, "the daemon's clock"
+        c.set_quota("project", "vision", "gpu_hours", 0.0002, period="day")  # 0.72 GPU-s
+    first = d.submit("--gpus", "1", "--project", "vision", "--", "sleep", "1.5")
+    wait_until(lambda: job(d, first)["state"] == "completed", timeout=20)
+    second = d.submit("--gpus", "1", "--project", "vision", "--", "true")
+    wait_until(lambda: why(d, second)["code"] == "quota", timeout=10)
+    assert why(d, second)["message"].endswith("; resets tomorrow 00:00 UTC")
+    assert job(d, first)["ended_at"] < midnight, "the quota was used up before midnight"
+    wait_until(lambda: job(d, second)["state"] == "completed", timeout=2 * lead,
+               what="the held job to start at midnight")
+    started = job(d, second)["started_at"]
+    assert midnight <= started < midnight + 5, started - midnight
+    with d.client() as c:
+        [quota] = c.quotas()["quotas"]
+        assert quota["used"] < 0.0002  # a new day: only the second job's second or so
 
 
 def test_rota_quota_set_list_lift_rm(daemon: DaemonProcess) -> None:
