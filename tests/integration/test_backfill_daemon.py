@@ -74,3 +74,32 @@ def test_a_short_job_backfills_without_delaying_the_blocked_big_one(
     assert abs(waiting[big]["estimated_start"] - shadow) < 1
     r = rota(daemon, "queue", "--start")
     assert r.returncode == 0 and "starts" in r.stdout and "~in" in r.stdout, r.stdout
+
+
+def test_a_restarted_daemon_still_backfills_its_waiting_jobs(
+        daemon_factory: type[DaemonProcess]) -> None:
+    """The queue a restarted daemon loads (from the store's queue index, without the
+    specs) keeps each job's time limit and its name's prediction: what was waiting before
+    the restart backfills after it just the same."""
+    d = daemon_factory().start()
+    first = submit(d, "--gpus", "1", "--name", "quick", "--", "sleep", "0.2")
+    wait_until(lambda: job(d, first)["state"] == "completed", timeout=30)
+    holder = submit(d, "--gpus", "2", "--time-limit", "10m", "--", "sleep", "600")
+    wait_until(lambda: job(d, holder)["state"] == "running", timeout=30)
+    big = submit(d, "--gpus", "4", "--time-limit", "5m", "--", "sleep", "1")
+    assert rota(d, "drain").returncode == 0  # nothing more starts before the restart
+    short = submit(d, "--gpus", "1", "--time-limit", "1m", "--", "sleep", "30")
+    predicted = submit(d, "--gpus", "1", "--name", "quick", "--", "sleep", "30")
+    long = submit(d, "--gpus", "1", "--time-limit", "1h", "--", "sleep", "1")
+    d.kill()  # a crash: the holder goes on running under the runner
+
+    again = daemon_factory().start()
+    with again.client() as c:
+        if c.health()["draining"]:  # drain is kept across restarts
+            assert rota(again, "drain", "--off").returncode == 0
+    for j in (short, predicted):
+        wait_until(lambda j=j: job(again, j)["state"] == "running", timeout=30,
+                   what=f"job {j} to backfill after the restart")
+    assert job(again, holder)["state"] == "running"
+    for j in (long, big):
+        assert job(again, j)["state"] == "pending"

@@ -272,7 +272,8 @@ def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them
 
     url = db_url
     store = Store.open(url)
-    [a, b] = store.add_jobs([spec(allowed_gpus=[0, 2], after=[7], mlflow=False), spec()],
+    [a, b] = store.add_jobs([spec(allowed_gpus=[0, 2], after=[7], mlflow=False,
+                                  time_limit="90m"), spec()],
                             user="u", source="cli", now=1.0)
     store.close()
     engine = make_engine(url)
@@ -286,11 +287,28 @@ def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them
     store = Store.open(url)  # upgrades again
     try:
         got = store.queued(mlflow_default=True)
-        assert [(j.id, j.allowed, j.after) for j in got.pending] == [
-            (a.id, frozenset({0, 2}), (7,))]
+        assert [(j.id, j.allowed, j.after, j.expected) for j in got.pending] == [
+            (a.id, frozenset({0, 2}), (7,), 5400.0)]  # 0016: the time limit too
         assert got.tracked == [b.id]  # its spec leaves it to the daemon's setting
     finally:
         store.close()
+
+
+def test_the_queue_loads_with_each_job_s_time_limit_else_its_name_s_prediction(
+        store: Store) -> None:
+    store.add_jobs([spec(name="train", time_limit="2h"), spec(name="train"),
+                    spec(name="eval"), spec()], user="u", source="cli", now=1.0)
+    asked: list[str | None] = []
+
+    def predicted(name: str | None) -> float | None:
+        asked.append(name)
+        return 600.0 if name == "train" else None
+
+    got = store.queued(mlflow_default=False, predicted=predicted).pending
+    assert [j.expected for j in got] == [7200.0, 600.0, None, None]
+    assert sorted(asked, key=str) == [None, "eval", "train"]  # once per name
+    assert [j.expected for j in store.queued(mlflow_default=False).pending] == [
+        7200.0, None, None, None]
 
 
 def test_the_last_peak_of_each_name_comes_from_its_newest_finished_attempt(

@@ -47,8 +47,10 @@ def recover(daemon: Daemon) -> None:
 
 def load_queue(daemon: Daemon) -> None:
     """The pending and held jobs rejoin the queue, read without their specs (a queue may
-    be a million jobs long); those that want an MLflow run go the way a new job does."""
-    queued = daemon.store.queued(mlflow_default=daemon.settings.mlflow)
+    be a million jobs long), each with its expected run time; those that want an MLflow
+    run go the way a new job does."""
+    queued = daemon.store.queued(mlflow_default=daemon.settings.mlflow,
+                                 predicted=daemon.table.run_times.predicted)
     daemon.queue.load(queued.pending)
     daemon.states.update(dict.fromkeys(map(attrgetter("id"), queued.pending), JobState.PENDING))
     daemon.states.update(dict.fromkeys(queued.held, JobState.HELD))

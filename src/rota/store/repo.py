@@ -119,14 +119,14 @@ def _list_statement(filters: frozenset[str]) -> Select[Any]:
 def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
     """Pending jobs in queue order, (priority, id), from ix_jobs_queue alone: those that
     want no MLflow run as (id, priority, gpus in thousandths, gpu_mem, allowed GPUs,
-    after ids, not_before, pool, user, project, submitted); or, ``tracked``, the ids of
-    those that want one."""
+    after ids, not_before, pool, user, project, submitted, time limit, name); or,
+    ``tracked``, the ids of those that want one."""
     j = _jobs.c
     wants = or_(j.mlflow.is_(True), j.mlflow.is_(None)) if mlflow_default \
         else j.mlflow.is_(True)
     q = (select(j.id, j.priority, sql_cast(func.round(j.gpus * MILLI), Integer), j.gpu_mem,
                 j.allowed_gpus, j.after_ids, j.not_before, j.pool, j.user, j.project,
-                j.created_at)
+                j.created_at, j.time_limit, j.name)
          if not tracked else select(j.id))
     q = (q.where(j.state == JobState.PENDING.value, wants if tracked else ~wants)
          .order_by(j.priority, j.id))
@@ -354,7 +354,7 @@ class Store:
                 "estimate_note": None, "project": spec.project,
                 "tags": f",{','.join(spec.tags)}," if spec.tags else "",
                 "allowed_gpus": _id_list(spec.allowed_gpus), "after_ids": _id_list(spec.after),
-                "mlflow": spec.mlflow,
+                "mlflow": spec.mlflow, "time_limit": spec.time_limit,
                 "pool": spec.pool if spec.pool != LOCAL_POOL else None})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
@@ -462,12 +462,14 @@ class Store:
             return list(c.execute(select(_jobs).where(_jobs.c.state.in_(states))
                                   .order_by(_jobs.c.id)).all())
 
-    def queued(self, *, mlflow_default: bool, chunk: int = 50_000) -> Queued:
+    def queued(self, *, mlflow_default: bool, chunk: int = 50_000,
+               predicted: Callable[[str | None], float | None] | None = None) -> Queued:
         """The waiting jobs as a restarted daemon takes them up: every pending one as a
         PendingJob, in queue order, read from ix_jobs_queue alone (no spec: a queue may be
         a million jobs long); the ids of held ones; and, apart, the ids of the pending and
         held jobs that want an MLflow run (``mlflow_default``: when the spec does not say),
-        whose start waits for it.
+        whose start waits for it. A job's expected run time is its time limit, else what
+        ``predicted`` says of its name (rota.server.run_times), else unknown.
 
         The pending rows are read through the driver's own cursor: SQLAlchemy's Row cost
         more per row than the database's read of it (4.8 s for a million, against 1.6 s)."""
@@ -477,17 +479,28 @@ class Store:
         # each: 20 MB more per 200,000 jobs)
         names: dict[Any, Any] = {}
         one = names.setdefault
+        guesses: dict[str | None, float | None] = {}  # per name: asked once
+
+        def guess(name: str | None) -> float | None:
+            if predicted is None:
+                return None
+            if name not in guesses:
+                guesses[name] = predicted(name)
+            return guesses[name]
+
         with self._reading() as c, _collector_paused():
             cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False))
                 while rows := cursor.fetchmany(chunk):
                     out.pending.extend([
-                        PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t)
+                        PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
+                                   tl if tl is not None else guess(nm))
                         if a is None and f is None
                         else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl,
-                                        one(u, u), one(pr, pr), t)
-                        for i, p, g, m, a, f, nb, pl, u, pr, t in rows])
+                                        one(u, u), one(pr, pr), t,
+                                        tl if tl is not None else guess(nm))
+                        for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm in rows])
                 cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=True))
                 out.tracked.extend(row[0] for row in cursor.fetchall())
             finally:

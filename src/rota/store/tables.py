@@ -32,7 +32,7 @@ class JobRow(Base):
         # with its spec) took minutes. Partial: it holds the waiting jobs only.
         Index("ix_jobs_queue", "priority", "id", "gpus", "gpu_mem", "not_before",
               "allowed_gpus", "after_ids", "mlflow", "state", "pool", "user", "project",
-              "created_at", sqlite_where=text("state = 'pending'"),
+              "created_at", "time_limit", "name", sqlite_where=text("state = 'pending'"),
               postgresql_where=text("state = 'pending'")),
     )
 
@@ -76,6 +76,9 @@ class JobRow(Base):
     pool: Mapped[str | None] = mapped_column(String(40))
     after_ids: Mapped[str | None] = mapped_column(Text)
     mlflow: Mapped[bool | None] = mapped_column(Boolean)
+    # the spec's time limit in seconds (NULL: none), with the name: a restarted daemon's
+    # queue knows how long each job is expected to run (backfill) without the specs
+    time_limit: Mapped[float | None] = mapped_column(Float)
 
 
 class AttemptRow(Base):
