@@ -66,3 +66,56 @@ def test_a_gpu_second_counts_by_the_kind_of_gpu(tmp_path: Path) -> None:
     assert got.users["ann"].usage == pytest.approx(2 * got.users["bob"].usage, rel=1e-6)
     assert got.factor("ann", None) < got.factor("bob", None)
     store.close()
+
+
+def test_the_kept_order_follows_the_queue_through_every_kind_of_change(
+        tmp_path: Path) -> None:
+    """FairOrder orders from the queue's changes (PendingQueue.changes) and a KeptOrder:
+    through adds, removals, replacements, a machine whose GPUs change (jobs set aside and
+    taken back) and a burst too long to replay, its order is order_queue's of the jobs a
+    pass looks at."""
+    import random
+
+    from rota.core.fairshare import order_queue
+    from rota.core.schedule import queue_order
+    from rota.core.snapshot import MILLI, PendingJob
+    from rota.server.queue import PendingQueue
+
+    store = Store.open(f"sqlite:///{tmp_path / 'rota.db'}")
+    now = [1000.0]
+    fair = FairOrder(PrioritySettings(fair_share=True, refresh=1e9), store, lambda: now[0])
+    queue, rng = PendingQueue(), random.Random(7)
+
+    def new(job_id: int) -> PendingJob:
+        return PendingJob(id=job_id, priority=rng.choice((0, 0, 5)), seq=job_id,
+                          gpus_milli=rng.choice((500, 1000, 4000, 16000)),
+                          user=rng.choice(("ann", "bob")), submitted=rng.uniform(0, 1000))
+
+    def check() -> None:
+        got = fair.ordered(queue, 8, ())
+        want = order_queue(queue.ordered(), fair.standing(()), fair.weights, fair._at,
+                           largest_milli=8 * MILLI)
+        assert got == want
+
+    queue.load(sorted((new(i) for i in range(1, 40)), key=queue_order))  # as stored
+    check()
+    next_id = 40
+    for step in range(200):
+        op = rng.random()
+        if op < 0.4:
+            queue.add(new(next_id))
+            next_id += 1
+        elif op < 0.7 and len(queue):
+            queue.remove(rng.choice(list(queue.index())))
+        elif op < 0.9 and len(queue):
+            again = rng.choice(list(queue.index()))
+            queue.add(new(again))  # replaced under its id
+        else:  # the machine changes: 16-GPU jobs set aside on 8 GPUs, taken back on 16
+            queue.fit_to({i: 80 << 30 for i in range(rng.choice((8, 16)))})
+        if step % 3 == 0:
+            check()
+    for _ in range(5000):  # a burst: taken afresh rather than replayed
+        queue.add(new(next_id))
+        next_id += 1
+    check()
+    store.close()

@@ -192,7 +192,7 @@ def decayed_gpu_seconds(gpus: float, started: float, ended: float, now: float,
 _SEQ = attrgetter("seq")
 _SUBMITTED = attrgetter("submitted")
 #: a job's group: within it the weighted total differs only by the age term
-_GROUP = attrgetter("user", "project", "priority", "gpus_milli")
+group_of = attrgetter("user", "project", "priority", "gpus_milli")
 
 
 class Run(Protocol):
@@ -327,7 +327,7 @@ def order_queue(pending: Iterable[PendingJob], standing: Standing, weights: Weig
         return jobs
     scale = largest_milli if largest_milli is not None else \
         max(j.gpus_milli for j in jobs)
-    groups = list(map(_GROUP, jobs))
+    groups = list(map(group_of, jobs))
     keys = set(groups)
     # the constant's three parts each over its own few values, then one sum per group
     pt = {p: priority_term(p, weights) for p in {g[2] for g in keys}}

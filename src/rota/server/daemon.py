@@ -299,8 +299,7 @@ class Daemon:
         over_quota, allowance = self.quotas.for_pass(self.clock())
         running = preemption_view(self.running.values(), self.clock(), self.table.run_times)
         if self.fair.on:  # the multifactor order; no index by (priority, seq) then
-            pending = self.fair.ordered(self.queue.ordered(), self.queue.version, len(gpus),
-                                        self.running.keys())
+            pending = self.fair.ordered(self.queue, len(gpus), self.running.keys())
             by_id = None
         else:
             pending, by_id = self.queue.ordered(), self.queue.index()

@@ -105,8 +105,7 @@ def _name_fair_share(d: Daemon, job_id: int, reason: dict[str, Any]) -> None:
     job = d.queue.get(job_id)
     if job is None:
         return
-    order = d.fair.ordered(d.queue.ordered(), d.queue.version, len(d.readings),
-                           d.running.keys())
+    order = d.fair.ordered(d.queue, len(d.readings), d.running.keys())
     ahead = [*islice(iter(order), _place(order, job_id)),
              *(r.pending for r in d.running.values())]
     standing = d.fair.standing(d.running.keys())

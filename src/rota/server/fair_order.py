@@ -4,8 +4,9 @@ Usage is summed from the attempts (Store.usage: accounting is a read model, neve
 counter of its own) at most every ``refresh`` seconds, and again as soon as a job starts or
 ends; the ended attempts' part is kept between sums and decayed, so a sum reads only what
 ended since the last one and what runs. The ordered queue is kept until the usage or the
-queue changes. The order itself is rota.core.fairshare.order_queue, the function the
-simulator calls too.
+queue changes. The order is rota.core.fairshare.order_queue's (the simulator calls it),
+worked out by rota.core.kept_order.KeptOrder from the queue's changes (PendingQueue.changes)
+rather than from every job each time.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from rota.core.fairshare import (
     EndedUsage,
     Factors,
     Standing,
-    order_queue,
     priority_of,
 )
+from rota.core.kept_order import KeptOrder
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.usage import weighted
+from rota.server.queue import PendingQueue
 from rota.store.repo import Store
 
 #: an attempt's end may be stored this long after the time it records (a batch, a launch
@@ -41,6 +43,7 @@ class FairOrder:
         self._running: frozenset[int] = frozenset()  # the running jobs it was summed with
         self._ordered: list[PendingJob] | None = None
         self._for: tuple[int, int] = (-1, -1)  # (queue version, GPUs) it was ordered for
+        self._kept = KeptOrder()  # the queue's jobs as of its last changes()
         # the decayed usage of ended attempts as of _read_at, and the attempts in it that
         # ended within LATE_END_S of it (read again: not to be counted twice)
         self._ended = EndedUsage(settings.half_life)
@@ -89,14 +92,24 @@ class FairOrder:
         self._seen = {key: end for key, end in self._seen.items() if end > now - LATE_END_S}
         return ended.with_running(running, now)
 
-    def ordered(self, jobs: list[PendingJob], version: int, gpus: int,
+    def ordered(self, queue: PendingQueue, gpus: int,
                 running: Collection[int]) -> list[PendingJob]:
-        """``jobs`` in fair-share order (cached while neither they nor the usage change)."""
+        """The queue's jobs in fair-share order (kept while neither they nor the usage
+        change)."""
         standing = self.standing(running)
-        if self._ordered is None or self._for != (version, gpus):
-            self._ordered = order_queue(jobs, standing, self.weights, self._at,
-                                        largest_milli=gpus * MILLI)
-            self._for = (version, gpus)
+        if self._ordered is None or self._for != (queue.version, gpus):
+            changes = queue.changes()
+            if changes is None:
+                self._kept.reset(queue.ordered())
+            else:
+                for added, job in changes:
+                    if added:
+                        self._kept.add(job)
+                    else:
+                        self._kept.remove(job.id)
+            self._ordered = self._kept.order(standing, self.weights, self._at,
+                                             largest_milli=gpus * MILLI)
+            self._for = (queue.version, gpus)
         return self._ordered
 
     def factors(self, job: PendingJob, gpus: int, running: Collection[int]) -> Factors:

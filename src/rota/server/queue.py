@@ -36,6 +36,9 @@ class PendingQueue:
         self._never: dict[Shape, str | None] = {}  # per shape, on self._machine
         # bumped at every change of the jobs a pass looks at (an order kept of them is stale)
         self.version = 0
+        # what happened to those jobs since changes() was last asked, (added?, job) in
+        # order; None: taken up afresh (or too many changes to replay), or never asked
+        self._journal: list[tuple[bool, PendingJob]] | None = None
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -60,6 +63,7 @@ class PendingQueue:
         else:
             insort(self._jobs, job, key=queue_order)
             self._milli[job.gpus_milli] += 1
+            self._note(True, job)
 
     def load(self, jobs: list[PendingJob]) -> None:
         """Take up jobs already in queue order, as Store.queued reads them (an insort each
@@ -69,6 +73,7 @@ class PendingQueue:
             for job in jobs:
                 self.add(job)
             return
+        self._journal = None
         self._by_id = {job.id: job for job in jobs}
         self._with_deps = {job.id: job for job in jobs if job.after}
         if any(map(_pool_of, jobs)):
@@ -100,6 +105,7 @@ class PendingQueue:
         self._milli[job.gpus_milli] -= 1
         if not self._milli[job.gpus_milli]:
             del self._milli[job.gpus_milli]
+        self._note(False, job)
         return job
 
     def get(self, job_id: int) -> PendingJob | None:
@@ -112,6 +118,19 @@ class PendingQueue:
     def ordered(self) -> list[PendingJob]:
         """The jobs a pass looks at, in order; the list is shared, do not change it."""
         return self._jobs
+
+    def changes(self) -> list[tuple[bool, PendingJob]] | None:
+        """What joined (True) and left (False) the jobs a pass looks at since the last
+        call, in order, for an order kept of them (rota.server.fair_order); None when they
+        must be taken afresh from ``ordered()``. The next record starts now."""
+        taken, self._journal = self._journal, []
+        return taken
+
+    def _note(self, added: bool, job: PendingJob) -> None:
+        if self._journal is not None:
+            self._journal.append((added, job))
+            if len(self._journal) > max(4096, len(self._jobs) // 4):  # afresh is cheaper
+                self._journal = None
 
     def engine_queues(self) -> Mapping[str, list[PendingJob]]:
         """Each cluster pool's waiting jobs, in queue order (shared: do not change them)."""
@@ -160,6 +179,7 @@ class PendingQueue:
         change of the machine, a few distinct shapes, list comprehensions over the queue
         (a method call per job took 0.8 s for a million)."""
         self.version += 1
+        self._journal = None
         merged = bool(self._aside_jobs)
         jobs = self._jobs + self._aside_jobs if merged else self._jobs
         never = {shape for shape in set(map(_shape_of, jobs)) if self._shape_never(shape)}
