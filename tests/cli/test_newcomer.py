@@ -235,7 +235,8 @@ def test_wait_for_several_exits_with_the_worst_code(rota: Any) -> None:
 
 
 def test_queue_watch_redraws_until_ctrl_c(daemon: Any) -> None:
-    env = {**os.environ, **daemon.env, "COLUMNS": "80"}
+    # faulthandler: should it not end, SIGABRT makes it print where each thread is
+    env = {**os.environ, **daemon.env, "COLUMNS": "80", "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([PY, "-m", "rota", "queue", "--watch", "0.2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -245,7 +246,12 @@ def test_queue_watch_redraws_until_ctrl_c(daemon: Any) -> None:
         if proc.stdout.readline().startswith("every 0.2s, at "):
             seen += 1
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)  # a loaded 2-core CI machine is slow to exit
+    try:
+        _, err = proc.communicate(timeout=30)  # a loaded 2-core CI machine is slow to exit
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"rota queue --watch went on 30 s after Ctrl-C; where it was:\n{err}")
     assert seen == 2 and proc.returncode == 0, err
     assert "Traceback" not in err
 
