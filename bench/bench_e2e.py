@@ -1,7 +1,7 @@
 """End-to-end figures of a real daemon on 8 simulated GPUs (8x80G).
 
     python bench/bench_e2e.py [--jobs 2000] [--json bench/out/e2e.json]
-                              [--profile-daemon bench/out/daemon.prof]
+                              [--profile-daemon bench/out/daemon.prof] [--fair-share]
 
 A fresh ROTA_HOME in a temporary directory, one daemon (`python -m rota server --simulate
 8x80G`), then, in order:
@@ -16,6 +16,9 @@ A fresh ROTA_HOME in a temporary directory, one daemon (`python -m rota server -
     per GPU, next attempt's started_at minus the previous attempt's ended_at (both stamped
     by the daemon: from noticing an exit to committing the next start on that GPU);
 (d) the idle daemon: 5 s after the work, CPU share (cpu_times delta / wall) and RSS over 20 s.
+
+``--fair-share`` runs the daemon with ``[priority] fair_share = true``: the queue in
+multifactor order, the usage summed again from the attempts whenever a job starts or ends.
 
 The daemon is stopped at the end (API shutdown) and the run checks that no daemon, shim or
 job process is left behind.
@@ -409,8 +412,11 @@ def verdicts(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def run(args: argparse.Namespace, log: Log = print) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="rota-bench-"))
     os.environ["ROTA_HOME"] = str(home)  # the daemon and the CLI read it
+    if args.fair_share:
+        (home / "rota.toml").write_text("[priority]\nfair_share = true\n")
     settings = load_settings(home=home, simulate=SIMULATE)
-    result: dict[str, Any] = {"simulate": SIMULATE, "home": str(home)}
+    result: dict[str, Any] = {"simulate": SIMULATE, "home": str(home),
+                              "fair_share": args.fair_share}
     t_start = time.monotonic()
     pid = start_daemon(settings, args.profile_daemon, log)
     result["daemon_start_s"] = time.monotonic() - t_start
@@ -478,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-only", action="store_true",
                    help="part a: only the run submitted 100 jobs per request")
     p.add_argument("--keep-home", action="store_true", help="keep ROTA_HOME for inspection")
+    p.add_argument("--fair-share", action="store_true",
+                   help="the daemon with [priority] fair_share = true")
     args = p.parse_args(argv)
     result = run(args)
     if args.json:

@@ -347,3 +347,16 @@ def test_a_runner_that_cannot_start_leaves_the_shell_shim(env: Env) -> None:
     assert "runner" not in h.extra
     assert wait_exit(backend, h).exit_code == 3
     assert "ran" in req.log_path.read_text()
+
+
+def test_a_runner_whose_log_cannot_be_opened_leaves_the_shell_shim(env: Env) -> None:
+    """Any OSError on the way to a runner (here its log is a directory) is the backend's
+    error, and the jobs run through a shell shim: never an error out of the launch."""
+    where = env.tmp / "r"
+    (where / "runner.log").mkdir(parents=True)
+    backend = make_backend("local", runner_socket=where / "runner.sock")
+    req = env.req(["sh", "-c", "echo ran; exit 4"])
+    h = env.launch(backend, req)
+    assert "runner" not in h.extra
+    assert wait_exit(backend, h).exit_code == 4
+    assert "ran" in req.log_path.read_text()

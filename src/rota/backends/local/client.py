@@ -182,7 +182,10 @@ class RunnerClient:
 
     def connect(self) -> None:
         """Reach the runner, starting one if there is none: BackendError when that fails."""
-        self._connected()
+        try:
+            self._connected()
+        except OSError as e:  # its log or socket file, say: the daemon's loop must not see it
+            raise BackendError(f"cannot start the local runner: {e}") from e
 
     def _connected(self) -> socket.socket:
         if self.sock is not None:
