@@ -46,3 +46,9 @@ def test_the_history_replays_the_jobs_that_ran_with_their_durations(
     for run in out["runs"]:
         assert run["queueing"]["mean"] == 0
         assert abs(run["jct"]["mean"] - sum(durations) / 3) < 1e-6
+    # fairshare on the history takes the daemon's shares (rota share set): read, not refused
+    assert daemon.cli("share", "set", "nobody-here", "3").returncode == 0
+    r = daemon.cli("sim", "--from-history", "30d", "--gpus", "4x24G", "--json",
+                   "--policy", "fairshare")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["runs"][0]["finished"] == 3

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from rota.sim import POLICIES, SimJob, parse_cluster, simulate
+from rota.sim.engine import Shares
 from rota.sim.metrics import measure
 from rota.sim.synthetic import synthetic
 
@@ -91,6 +92,25 @@ def test_fairshare_puts_the_user_who_used_less_first() -> None:
                                                 POLICIES["fairshare"]).records}
     assert fifo[2] < fifo[3]
     assert fair[3] < fair[2]
+
+
+def test_fairshare_orders_by_the_shares_given() -> None:
+    # alice and bob each use one of two GPUs for 100 s; then each queues a 2-GPU job:
+    # one of them goes first at 100
+    trace = [SimJob(1, 0, 100, 1000, user="alice", project="vision"),
+             SimJob(4, 0, 100, 1000, user="bob", project="speech"),
+             SimJob(2, 1, 10, 2000, user="alice", project="vision"),
+             SimJob(3, 2, 10, 2000, user="bob", project="speech")]
+
+    def starts(shares: Shares | None) -> dict[int, float | None]:
+        result = simulate(trace, parse_cluster("2x80G"), POLICIES["fairshare"],
+                          shares=shares)
+        return {r.job.id: r.start for r in result.records}
+
+    assert starts(None)[2] == 100  # equal shares, equal usage: the older job
+    assert starts(Shares(users={"bob": 10.0}))[3] == 100  # bob's usage is within his share
+    assert starts(Shares(projects={"speech": 10.0}))[3] == 100
+    assert starts(Shares(users={"alice": 10.0}))[2] == 100
 
 
 def test_the_same_seed_gives_the_same_run() -> None:

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from rota.errors import InvalidSpec
 from rota.sim.cluster import load_cluster, parse_cluster
-from rota.sim.traces import from_history, load
+from rota.sim.trace import SimJob
+from rota.sim.traces import as_rota_json, from_history, load
 
 DATA = Path(__file__).parent / "data"
 
@@ -134,7 +135,31 @@ def test_cli_fairshare_settings_and_expected_run_times_are_checked(tmp_path: Pat
     for args, says in ((["--half-life", "0"], "half_life"),
                        (["--weights", "weight_lottery=1"], "weight_lottery"),
                        (["--weights", "weight_age"], "KEY=VALUE"),
-                       (["--expected", "psychic"], "psychic")):
+                       (["--expected", "psychic"], "psychic"),
+                       (["--shares", "alice=0"], "NAME=N with N > 0"),
+                       (["--shares", "alice"], "NAME=N with N > 0"),
+                       (["--shares", "project:=2"], "NAME=N with N > 0")):
         bad = runner.invoke(app.typer, ["sim", "--trace", str(f), "--policy", "fairshare",
                                         *args])
         assert bad.exit_code == 2 and says in bad.output, (args, bad.output)
+
+
+def test_cli_shares_decide_who_goes_first(tmp_path: Path) -> None:
+    from rota.cli.main import app
+
+    jobs = [SimJob(1, 0, 100, 1000, user="alice"), SimJob(4, 0, 100, 1000, user="bob"),
+            SimJob(2, 1, 10, 2000, user="alice"), SimJob(3, 2, 10, 2000, user="bob")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(as_rota_json(jobs)))
+
+    def longest_wait(*extra: str) -> float:
+        r = CliRunner().invoke(app.typer, ["sim", "--trace", str(path), "--gpus", "2x80G",
+                                           "--policy", "fairshare", "--json", *extra])
+        assert r.exit_code == 0, r.output
+        return float(json.loads(r.output)["runs"][0]["queueing"]["p99"])
+
+    # equal shares: alice's 2-GPU job (the older) goes first at 100, bob's waits 108 s;
+    # with ten shares bob's goes first and alice's waits 109 s
+    assert longest_wait() == 108
+    assert longest_wait("--shares", "bob=10") == 109
+    assert longest_wait("--shares", "project:x=1,bob=10") == 109

@@ -16,6 +16,7 @@ from rota.errors import InvalidSpec
 if TYPE_CHECKING:
     from rota.config import PrioritySettings
     from rota.sim.cluster import Cluster
+    from rota.sim.engine import Shares
     from rota.sim.metrics import Metrics, Spread
     from rota.sim.trace import SimJob
 
@@ -50,6 +51,10 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
         weights: str = typer.Option(None, metavar="K=V,...",
                                     help="fairshare: [priority] weights, e.g. "
                                          "weight_age=0,weight_fair_share=1000"),
+        shares: str = typer.Option(None, metavar="NAME=N,...",
+                                   help="fairshare: users' shares (project:NAME=N for a "
+                                        "project's); default 1 each, or with "
+                                        "--from-history the daemon's own (rota share)"),
         save_trace: Path = typer.Option(None, metavar="FILE",
                                         help="also write the trace replayed as Rota JSON "
                                              "(e.g. to keep --from-history)"),
@@ -73,10 +78,13 @@ def sim(trace: Path = typer.Option(None, metavar="FILE", help="the trace to repl
         names = [p for p in (compare or policy).split(",") if p.strip()]
         chosen = [pol.policy_named(p) for p in names]
         priority = _priority(half_life, weights)
+        given = _shares(shares) if shares is not None else \
+            _daemon_shares() if from_history is not None else None
         results = []
         for sp in chosen:
             t0 = time.perf_counter()
-            m = measure(simulate(jobs, where, sp, priority=priority, expected=expected))
+            m = measure(simulate(jobs, where, sp, priority=priority, expected=expected,
+                                 shares=given))
             results.append((m, time.perf_counter() - t0))
         emit({"trace": _label(trace, from_history, synthetic), "jobs": len(jobs),
               "cluster": where.describe(), "gpus": where.gpus,
@@ -104,6 +112,39 @@ def _priority(half_life: str, weights: str | None) -> PrioritySettings:
         err = e.errors()[0]
         where = ".".join(map(str, err["loc"])) or "priority"
         raise InvalidSpec(f"[priority] {where}: {err['msg']}", field="priority") from None
+
+
+def _shares(text: str) -> Shares:
+    """--shares alice=2,bob=1,project:vision=3"""
+    from rota.sim.engine import Shares
+
+    users: dict[str, float] = {}
+    projects: dict[str, float] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        name = key.strip().removeprefix("project:")
+        try:
+            n = float(value)
+        except ValueError:
+            n = float("nan")
+        if not eq or not name or not (n > 0 and math.isfinite(n)):
+            raise InvalidSpec(f"--shares {item.strip()!r}: give NAME=N with N > 0 (a "
+                              "project's as project:NAME=N)", field="shares")
+        (projects if key.strip().startswith("project:") else users)[name] = n
+    return Shares(users, projects)
+
+
+def _daemon_shares() -> Shares:
+    """The shares set on this daemon (``rota share set``), for a replay of its history."""
+    from rota.cli.common import client
+    from rota.sim.engine import Shares
+
+    with client() as c:
+        accounts = c.shares()["accounts"]
+    return Shares({a["name"]: a["shares"] for a in accounts if a["kind"] == "user"},
+                  {a["name"]: a["shares"] for a in accounts if a["kind"] == "project"})
 
 
 def _trace(path: Path | None, fmt: str | None, history: str | None, synthetic: int | None,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -101,10 +101,20 @@ class _Node:
                 for i, m in enumerate(self.memory)]
 
 
+@dataclass(frozen=True)
+class Shares:
+    """The fair shares the fairshare policy orders by, as ``rota share set`` stores them
+    (a user or project not named has 1)."""
+
+    users: Mapping[str, float] = field(default_factory=dict)
+    projects: Mapping[str, float] = field(default_factory=dict)
+
+
 class Simulation:
     def __init__(self, trace: Sequence[SimJob], cluster: Cluster, policy: SimPolicy,
                  *, priority: PrioritySettings | None = None, expected: str = "history",
-                 estimate_jobs: int = ESTIMATE_JOBS, record_reasons: bool = False) -> None:
+                 estimate_jobs: int = ESTIMATE_JOBS, record_reasons: bool = False,
+                 shares: Shares | None = None) -> None:
         if not cluster.nodes:
             raise InvalidSpec("the simulated cluster has no GPUs", field="gpus")
         if expected not in EXPECTED:
@@ -118,6 +128,7 @@ class Simulation:
         self.record_reasons, self.expected_from = record_reasons, expected
         self.priority = priority or PrioritySettings()
         self.weights = self.priority.weights()
+        self.shares = shares or Shares()
         # the pass itself gives no estimates: _estimate asks core for them when a job
         # at the head of the queue waits with none yet (only the first is measured)
         self.policy = replace(policy.policy, estimate_jobs=estimate_jobs)
@@ -395,12 +406,13 @@ class Simulation:
 
     # --- fair share -----------------------------------------------------------------------
     def _fair_order(self, now: float) -> None:
-        """The queue in the daemon's fair-share order (rota.server.fair_order): equal shares,
-        each job's own priority, age and size weighed as [priority] says; each job's queue
-        priority becomes its place in that order."""
+        """The queue in the daemon's fair-share order (rota.server.fair_order): the shares
+        given (1 each where none is), each job's own priority, age and size weighed as
+        [priority] says; each job's queue priority becomes its place in that order."""
         ended = self.ended_usage
         ended.advance(now)
-        standing = Standing.of(ended.with_running(self.runs.values(), now), {}, {})
+        standing = Standing.of(ended.with_running(self.runs.values(), now), self.shares.users,
+                               self.shares.projects)
         base = self.base
         ordered = order_queue([base[j.id] for j in self.queue.jobs], standing, self.weights,
                               now, largest_milli=self.cluster.gpus * MILLI)
