@@ -143,3 +143,29 @@ def test_one_wide_job_gathers_nodes_at_a_time_even_in_one_pass() -> None:
     trace = [SimJob(1, 0, 10, 4000), SimJob(2, 0, 10, 4000)]
     result = simulate(trace, parse_cluster("2x80G", nodes=3), POLICIES["fifo"])
     assert {r.job.id: r.start for r in result.records} == {1: 0, 2: 10}
+
+
+def test_two_users_flooding_a_simulated_day_get_gpu_hours_as_their_shares() -> None:
+    """8 GPUs for a simulated day, alice's 400 half-hour jobs queued before bob's 400: in
+    submission order alice takes the day; fair share with shares 2:1 gives 2:1 GPU-hours
+    (within 10 %), and 1:1 with equal shares."""
+    day = 86_400.0
+    trace = [SimJob(i, 0.0, 1800.0, 1000, user="alice" if i <= 400 else "bob")
+             for i in range(1, 801)]
+
+    def gpu_hours(policy: str, shares: Shares | None = None) -> dict[str, float]:
+        used = {"alice": 0.0, "bob": 0.0}
+        for r in simulate(trace, parse_cluster("8x80G"), POLICIES[policy],
+                          shares=shares).records:
+            if r.start is not None and r.start < day:
+                assert r.end is not None
+                used[r.job.user] += (min(r.end, day) - r.start) * r.job.gpus / 3600
+        return used
+
+    fifo = gpu_hours("fifo")
+    assert fifo["bob"] == 0 and fifo["alice"] == 8 * 24
+    two_to_one = gpu_hours("fairshare", Shares(users={"alice": 2.0}))
+    assert two_to_one["alice"] / two_to_one["bob"] == pytest.approx(2.0, rel=0.1)
+    equal = gpu_hours("fairshare")
+    assert equal["alice"] / equal["bob"] == pytest.approx(1.0, rel=0.1)
+    assert sum(equal.values()) == pytest.approx(8 * 24)
