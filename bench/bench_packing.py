@@ -15,7 +15,10 @@ cluster's, as the paper's analysis reads it (rota.core.cluster.allocation_at), a
 over the seeds. Tasks are placed by rota.core.cluster.Cluster: each node's GPUs are a
 rota.core.pool.GpuPool choosing with the Policy's packing, the same code as the daemon's
 pass; CPUs and memory of nodes are honoured (a task needs its cpu_milli and memory_mib free
-on the node). FGD's workload is the paper's "typical pods" of the trace (or the variant's).
+on the node). Nodes that score alike are ranked by a permutation drawn per seed after the
+workload, as the paper's simulator names its nodes (rota.core.cluster.tie_order;
+--first-wins-ties: the first of the node list, as before). FGD's workload is the paper's
+"typical pods" of the trace (or the variant's).
 
 Variants (the paper's families of openb traces). Where --traces holds the paper's own file
 (its artifact's data/csv/openb_pod_list_gpuspec33.csv and so on, see PAPER_TRACE) it is
