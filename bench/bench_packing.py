@@ -15,7 +15,10 @@ cluster's, as the paper's analysis reads it (rota.core.cluster.allocation_at), a
 over the seeds. Tasks are placed by rota.core.cluster.Cluster: each node's GPUs are a
 rota.core.pool.GpuPool choosing with the Policy's packing, the same code as the daemon's
 pass; CPUs and memory of nodes are honoured (a task needs its cpu_milli and memory_mib free
-on the node). FGD's workload is the paper's "typical pods" of the trace (or the variant's).
+on the node). Nodes that score alike are ranked by a permutation drawn per seed after the
+workload, as the paper's simulator names its nodes (rota.core.cluster.tie_order;
+--first-wins-ties: the first of the node list, as before). FGD's workload is the paper's
+"typical pods" of the trace (or the variant's).
 
 Variants (the paper's families of openb traces). Where --traces holds the paper's own file
 (its artifact's data/csv/openb_pod_list_gpuspec33.csv and so on, see PAPER_TRACE) it is
@@ -40,7 +43,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals
+from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals, tie_order
 from rota.core.packing import PACKINGS, Shape, Workload, workload_of
 from rota.core.snapshot import MILLI, Policy
 
@@ -140,12 +143,17 @@ class Sampler:
 
 
 def run_once(nodes: list[Node], trace: list[Demand], workload: Workload, packing: str,
-             seed: int, integer_scores: bool = True) -> float:
-    """Share of GPU capacity allocated when the arrived requests reach the capacity."""
+             seed: int, integer_scores: bool = True, random_ties: bool = True) -> float:
+    """Share of GPU capacity allocated when the arrived requests reach the capacity.
+    `random_ties`: nodes scoring alike are ranked by a permutation drawn after the workload,
+    as the paper's simulator names its nodes (rota.core.cluster.tie_order); else the first
+    of the node list wins."""
     policy = Policy(packing=packing, packing_seed=seed)
-    cluster = Cluster(nodes, policy, workload, random.Random(seed), integer_scores)
-    # the same tasks in the same order for every policy
-    tasks = arrivals(trace, cluster.capacity_milli, random.Random(seed))
+    # the same tasks in the same order, and the same tie order, for every policy
+    rng = random.Random(seed)
+    tasks = arrivals(trace, sum(n.gpus for n in nodes) * MILLI, rng)
+    order = tie_order(len(nodes), rng) if random_ties else None
+    cluster = Cluster(nodes, policy, workload, random.Random(seed), integer_scores, order)
     return allocation_at(cluster, tasks)
 
 
@@ -185,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="typical pods taken this many at a time (the artifact passes 1)")
     ap.add_argument("--exact-scores", action="store_true",
                     help="compare exact node scores, not the paper's whole points")
+    ap.add_argument("--first-wins-ties", action="store_true",
+                    help="nodes scoring alike: the first of the node list wins (Rota before"
+                         " issue 22's non-gpu-25 fix), not a seeded random node order")
     a = ap.parse_args(argv)
     policies = a.policies.split(",")
     if a.typical_step < 1:
@@ -210,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
               f" {100 * sum(d.gpus_milli for d in trace) / capacity:.0f} % of the GPUs")
         for p in policies:
             t0 = time.perf_counter()
-            shares = [run_once(nodes, trace, workload, p, s, not a.exact_scores)
-                      for s in range(a.seeds)]
+            shares = [run_once(nodes, trace, workload, p, s, not a.exact_scores,
+                               not a.first_wins_ties) for s in range(a.seeds)]
             took = (time.perf_counter() - t0) / a.seeds
             results[variant][p] = shares
             paper = PAPER.get(variant, {}).get(p)

@@ -10,7 +10,7 @@ from bench.bench_packing import Sampler, load, paper_trace, run_once, typical_wo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals
+from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals, tie_order
 from rota.core.packing import PACKINGS, Shape
 from rota.core.snapshot import MILLI, Policy
 
@@ -116,6 +116,32 @@ def test_best_fit_is_the_papers_cpu_and_gpu_left_over_the_largest_node() -> None
     exact = Cluster(nodes, Policy(packing="best-fit"), integer_scores=False)
     assert exact.place(Demand(1000))[0] == 0  # type: ignore[index]
 
+
+
+def test_nodes_scoring_alike_go_by_the_tie_order_not_the_node_list() -> None:
+    # Three nodes with all GPUs taken: a CPU-only task changes no node's fragmentation, so
+    # FGD scores all three 50 and they tie (as do most nodes for most CPU-only tasks on
+    # openb's non-gpu-25). The paper's simulator prefixes node names with a random
+    # permutation and the lowest name wins, so the tie goes to the node ranked first (c),
+    # not to the first of the list (a); best-fit's ties likewise.
+    # (CPUs differ by a thousandth of a core: three states, whose scores still tie.)
+    workload = (Shape(1000, 0.75), Shape(0, 0.25, cpu=4000))
+    nodes = [node("a", 1, cpu=BIG), node("b", 1, cpu=BIG + 1), node("c", 1, cpu=BIG + 2)]
+    for packing in ("fgd", "best-fit"):
+        c = Cluster(nodes, Policy(packing=packing), workload, order=[2, 1, 0])
+        for i in range(3):
+            c.pools[i].take([0], MILLI, None)
+            c._refile(i)
+        assert len(c._members) == 3
+        assert c.place(Demand(0, cpu=8000)) == (2, ()), packing
+    # the list's order when none is given (the first node wins)
+    c = Cluster([node("a", 1), node("b", 1)], Policy(packing="fgd"), workload)
+    assert c.place(Demand(0, cpu=8000)) == (0, ())
+    with pytest.raises(ValueError, match="order must rank the 2 nodes 0-1"):
+        Cluster([node("a", 1), node("b", 1)], Policy(packing="fgd"), order=[1, 1])
+    assert sorted(tie_order(5, random.Random(3))) == [0, 1, 2, 3, 4]
+    assert tie_order(50, random.Random(3)) == tie_order(50, random.Random(3))
+    assert tie_order(50, random.Random(3)) != list(range(50))
 
 
 def test_the_papers_workload_keeps_every_trace_task_once_then_resamples() -> None:

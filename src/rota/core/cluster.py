@@ -50,19 +50,39 @@ MAX_SPEC_CPU = 128_000
 MAX_SPEC_GPU = 8 * MILLI
 #: scores are whole numbers in 0-100 as in the Kubernetes scheduler framework the paper runs
 #: in; nodes whose scores round to the same number tie, and the first node wins the tie
+#: (first in the cluster's tie order: see `tie_order`)
 MAX_SCORE = 100
+
+
+def tie_order(n: int, rng: random.Random) -> list[int]:
+    """A random rank for each of `n` nodes, the order in which the paper's simulator breaks
+    ties: it names node i "<perm[i]>-<name>" (perm a permutation drawn after the workload)
+    and the lowest name wins a tie, so ties go to a random node fixed for the run, not to
+    the first of the node list."""
+    ranks = list(range(n))
+    rng.shuffle(ranks)
+    return ranks
 
 
 class Cluster:
     def __init__(self, nodes: Sequence[Node], policy: Policy,
                  workload: packing.Workload | None = None,
-                 rng: random.Random | None = None, integer_scores: bool = True) -> None:
+                 rng: random.Random | None = None, integer_scores: bool = True,
+                 order: Sequence[int] | None = None) -> None:
         """`integer_scores`: score nodes as the paper's scheduler does, in whole points of
         0-100 (FGD: 100 * sigmoid(fragmentation drop / one GPU); best-fit: 100 * (1 - what
         is left, CPU and GPU half each)), the first node winning a tie; False compares the
-        exact figures (FGD: growth; best-fit: sum of the shares left of GPU, CPU, memory)."""
+        exact figures (FGD: growth; best-fit: sum of the shares left of GPU, CPU, memory).
+        `order`: each node's rank among nodes that score alike under best-fit and FGD, the
+        lowest winning (`tie_order` draws the paper's); None: the list's order."""
         self.integer_scores = integer_scores
         self.nodes = list(nodes)
+        if order is None:
+            order = range(len(self.nodes))
+        elif sorted(order) != list(range(len(self.nodes))):
+            raise ValueError(f"Cluster: order must rank the {len(self.nodes)} nodes "
+                             f"0-{len(self.nodes) - 1}, each once; got {list(order)[:10]}")
+        self.rank = list(order)
         self.policy = policy
         self.packing = packing.check_packing(policy.packing)
         self.workload = workload or policy.workload or packing.DEFAULT_WORKLOAD
@@ -189,7 +209,9 @@ class Cluster:
             k = self.rng.choices(feasible, weights=sizes)[0]
             return list(self._members[k])[self.rng.randrange(len(self._members[k]))]
         best = min(self._scored(k, d) for k in feasible)
-        return min(min(self._members[k]) for k in feasible if self._scored(k, d) == best)
+        rank = self.rank.__getitem__
+        return min((i for k in feasible if self._scored(k, d) == best for i in self._members[k]),
+                   key=rank)
 
     def place(self, d: Demand) -> tuple[int, tuple[int, ...]] | None:
         """Put `d` on the node its policy picks: (node, GPU indices there), or None."""
