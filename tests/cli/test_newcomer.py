@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -234,6 +235,37 @@ def test_wait_for_several_exits_with_the_worst_code(rota: Any) -> None:
     assert [d["id"] for d in json.loads(r.stdout)] == [ok, bad]
 
 
+def _why_not_ended(proc: subprocess.Popen[str]) -> str:
+    """What kept `rota queue --watch` from ending after Ctrl-C: where its threads were (it
+    is aborted, faulthandler on), or which processes still hold its output pipes open."""
+    import psutil
+
+    assert proc.stdout is not None
+    pipe = f"pipe:[{os.fstat(proc.stdout.fileno()).st_ino}]"
+    holders = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(OSError, psutil.Error):
+            fds = os.listdir(f"/proc/{p.pid}/fd")
+            if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") == pipe for fd in fds):
+                holders.append((p.pid, p.info["cmdline"]))
+    running = proc.poll() is None
+    ignored = ""
+    if running:
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            ignored = " ".join(line for line in status.splitlines()
+                               if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+        proc.send_signal(signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        err = "(nothing more: its pipes stayed open)"
+    return (f"rota queue --watch did not end 30 s after Ctrl-C: still running {running} "
+            f"({ignored}), exit {proc.returncode}, its stdout held open by {holders}; "
+            f"its stderr:\n{err}")
+
+
 def test_queue_watch_redraws_until_ctrl_c(daemon: Any) -> None:
     # faulthandler: should it not end, SIGABRT makes it print where each thread is
     env = {**os.environ, **daemon.env, "COLUMNS": "80", "PYTHONFAULTHANDLER": "1"}
@@ -249,9 +281,7 @@ def test_queue_watch_redraws_until_ctrl_c(daemon: Any) -> None:
     try:
         _, err = proc.communicate(timeout=30)  # a loaded 2-core CI machine is slow to exit
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        _, err = proc.communicate(timeout=30)
-        pytest.fail(f"rota queue --watch went on 30 s after Ctrl-C; where it was:\n{err}")
+        pytest.fail(_why_not_ended(proc))
     assert seen == 2 and proc.returncode == 0, err
     assert "Traceback" not in err
 
