@@ -235,6 +235,14 @@ def test_wait_for_several_exits_with_the_worst_code(rota: Any) -> None:
     assert [d["id"] for d in json.loads(r.stdout)] == [ok, bad]
 
 
+def _as_a_foreground_job() -> None:
+    """SIGINT as a shell's foreground job gets it: pytest itself may run with SIGINT ignored
+    or blocked (started in the background by a non-interactive shell, say), and both are
+    inherited across exec, so Python would never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _why_not_ended(proc: subprocess.Popen[str]) -> str:
     """What kept `rota queue --watch` from ending after Ctrl-C: where its threads were (it
     is aborted, faulthandler on), or which processes still hold its output pipes open."""
@@ -270,7 +278,8 @@ def test_queue_watch_redraws_until_ctrl_c(daemon: Any) -> None:
     # faulthandler: should it not end, SIGABRT makes it print where each thread is
     env = {**os.environ, **daemon.env, "COLUMNS": "80", "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([PY, "-m", "rota", "queue", "--watch", "0.2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_a_foreground_job)
     assert proc.stdout is not None
     seen = 0
     deadline = time.monotonic() + 30
