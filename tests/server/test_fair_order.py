@@ -119,3 +119,28 @@ def test_the_kept_order_follows_the_queue_through_every_kind_of_change(
         next_id += 1
     check()
     store.close()
+
+
+def test_usage_after_reads_new_attempts_and_the_named_ones_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'rota.db'}")
+    jobs = store.add_jobs([JobSpec(command=["true"]) for _ in range(4)], user="ann",
+                          source="cli", now=0.0)
+    a, b, c, d = store.start_attempts([(j.id, _attempt(10.0 * n), "go")
+                                       for n, j in enumerate(jobs)], now=40.0)
+    assert [r.attempt_id for r in store.usage_after(b, [])] == [c, d]
+    assert [r.attempt_id for r in store.usage_after(c, [a])] == [a, d]
+    # more running than a query names: the sum reads the whole horizon again, still right
+    import rota.server.fair_order as fo
+
+    monkeypatch.setattr(fo, "MAX_WATCHED", 1)
+    now = [100.0]
+    fair = FairOrder(PrioritySettings(fair_share=True, half_life=600.0), store,
+                     lambda: now[0])
+    fair.standing()
+    store.update_attempt(a, ended_at=90.0)
+    now[0] = 200.0
+    got = fair.standing([9])
+    full = account_usage(store.usage(0.0, now[0]), now[0], 600.0)
+    assert got.users["ann"].usage == pytest.approx(full.users["ann"])
+    store.close()

@@ -30,6 +30,7 @@ class UsageRecord(NamedTuple):
     price: float | None = None  # per GPU-hour, fixed when the attempt started
     idle_seconds: float = 0.0  # GPU-seconds it held idle GPUs (rota.core.idle), as stored
     gpu_type: str | None = None  # "NVIDIA H100 80GB HBM3"; None: not known
+    attempt_id: int = 0  # its row in the store (what is read again later); 0: not stored
 
 
 def gpu_weight(gpu_type: str | None, weights: Mapping[str, float]) -> float:

@@ -2,11 +2,12 @@
 
 Usage is summed from the attempts (Store.usage: accounting is a read model, never a
 counter of its own) at most every ``refresh`` seconds, and again as soon as a job starts or
-ends; the ended attempts' part is kept between sums and decayed, so a sum reads only what
-ended since the last one and what runs. The ordered queue is kept until the usage or the
-queue changes. The order is rota.core.fairshare.order_queue's (the simulator calls it),
-worked out by rota.core.kept_order.KeptOrder from the queue's changes (PendingQueue.changes)
-rather than from every job each time.
+ends; the ended attempts' part is kept between sums and decayed, so a sum reads only the
+attempts stored since the last one and those that were running then (Store.usage_after).
+The ordered queue is kept until the usage or the queue changes. The order is
+rota.core.fairshare.order_queue's (the simulator calls it), worked out by
+rota.core.kept_order.KeptOrder from the queue's changes (PendingQueue.changes) rather than
+from every job each time.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from rota.core.usage import weighted
 from rota.server.queue import PendingQueue
 from rota.store.repo import Store
 
-#: an attempt's end may be stored this long after the time it records (a batch, a launch
-#: answer): ends this far back are read again at each sum, deduplicated
-LATE_END_S = 300.0
+#: more attempts running than this and a sum reads the whole horizon again rather than
+#: naming each of them in its query
+MAX_WATCHED = 5000
 
 
 class FairOrder:
@@ -44,19 +45,22 @@ class FairOrder:
         self._ordered: list[PendingJob] | None = None
         self._for: tuple[int, int] = (-1, -1)  # (queue version, GPUs) it was ordered for
         self._kept = KeptOrder()  # the queue's jobs as of its last changes()
-        # the decayed usage of ended attempts as of _read_at, and the attempts in it that
-        # ended within LATE_END_S of it (read again: not to be counted twice)
+        self._shares: dict[str, dict[str, float]] | None = None  # as stored, until changed()
+        # the decayed usage of ended attempts; the last attempt read and those running then
+        # (read again at the next sum: an end is counted once, whenever it is stored)
         self._ended = EndedUsage(settings.half_life)
-        self._read_at: float | None = None
-        self._seen: dict[tuple[int, int], float] = {}
+        self._last_id: int | None = None
+        self._watched: set[int] = set()
 
     @property
     def on(self) -> bool:
         return self.settings.fair_share
 
     def changed(self) -> None:
-        """Shares were set: sum again at the next pass."""
+        """Shares were set (through this daemon, the store's only writer): read them and
+        sum again at the next pass."""
         self._at = float("-inf")
+        self._shares = None
 
     def standing(self, running: Collection[int] = ()) -> Standing:
         """Every user's and project's fair share now (summed again when stale)."""
@@ -64,32 +68,37 @@ class FairOrder:
         ids = running if isinstance(running, frozenset) else frozenset(running)
         if (self._standing is None or now - self._at >= self.settings.refresh
                 or ids != self._running):
-            shares = self.store.shares()
+            if self._shares is None:
+                self._shares = self.store.shares()
+            shares = self._shares
             self._standing = Standing.of(self._usage(now), shares["user"],
                                          shares["project"])
             self._at, self._running, self._ordered = now, ids, None
         return self._standing
 
     def _usage(self, now: float) -> Accounts:
-        """Decayed usage: the ended attempts' kept and brought up to date (only those ended
-        since the last read are read, with a margin for ends stored late), the running
-        ones' summed afresh. A restarted daemon reads the whole horizon once."""
+        """Decayed usage: the ended attempts' kept and brought up to date, with the ends
+        stored since the last sum added once each, and the running ones' summed afresh. A
+        restarted daemon (or one running very many attempts) reads the whole horizon."""
         h = self.settings.half_life
-        horizon = now - HORIZON_HALF_LIVES * h
-        since = horizon if self._read_at is None else max(horizon,
-                                                          self._read_at - LATE_END_S)
+        if self._last_id is None or len(self._watched) > MAX_WATCHED:
+            self._ended = EndedUsage(h)  # afresh: nothing kept is counted twice
+            records = self.store.usage(now - HORIZON_HALF_LIVES * h, now)
+        else:
+            records = self.store.usage_after(self._last_id, self._watched)
         ended = self._ended
         ended.advance(now)
         running = []
-        for r in weighted(self.store.usage(since, now), self.settings.gpu_weights):
+        watched: set[int] = set()
+        last = self._last_id or 0
+        for r in weighted(records, self.settings.gpu_weights):
+            last = max(last, r.attempt_id)
             if r.ended_at is None:
                 running.append(r)
-            elif (r.job_id, r.attempt) not in self._seen:
-                self._seen[(r.job_id, r.attempt)] = r.ended_at
+                watched.add(r.attempt_id)
+            else:
                 ended.add(r, now)
-        self._read_at = now
-        # the next read starts LATE_END_S before now: only those ends can come again
-        self._seen = {key: end for key, end in self._seen.items() if end > now - LATE_END_S}
+        self._last_id, self._watched = last, watched
         return ended.with_running(running, now)
 
     def ordered(self, queue: PendingQueue, gpus: int,

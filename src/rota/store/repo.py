@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, cast
 
@@ -18,6 +18,7 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    and_,
     bindparam,
     delete,
     func,
@@ -539,12 +540,23 @@ class Store:
     def usage(self, since: float, until: float) -> list[UsageRecord]:
         """Every attempt that ran some time inside [since, until), running ones included
         (ended_at None), for accounting (rota.core.usage)."""
+        a = _attempts.c
+        return self._usage_rows(and_(a.started_at < until,
+                                     or_(a.ended_at.is_(None), a.ended_at > since)))
+
+    def usage_after(self, last_id: int, ids: Collection[int]) -> list[UsageRecord]:
+        """The attempts stored after attempt ``last_id`` and those of ``ids`` (read again:
+        they were running), for a sum kept up to date (rota.server.fair_order)."""
+        a = _attempts.c
+        return self._usage_rows(or_(a.id > last_id, a.id.in_(list(ids))) if ids
+                                else a.id > last_id)
+
+    def _usage_rows(self, where: Any) -> list[UsageRecord]:
         j, a = _jobs.c, _attempts.c
         q = (select(a.job_id, a.number, j.user, j.project, j.pool, a.backend, j.gpus,
-                    a.started_at, a.ended_at, a.tier, a.price, a.idle_seconds, a.gpu_type)
-             .join(_jobs, a.job_id == j.id)
-             .where(a.started_at < until, or_(a.ended_at.is_(None), a.ended_at > since))
-             .order_by(a.started_at, a.id))
+                    a.started_at, a.ended_at, a.tier, a.price, a.idle_seconds, a.gpu_type,
+                    a.id)
+             .join(_jobs, a.job_id == j.id).where(where).order_by(a.started_at, a.id))
         with self._reading() as c:
             return [UsageRecord._make(row) for row in c.execute(q)]
 
