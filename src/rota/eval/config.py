@@ -314,7 +314,7 @@ def load_text(text: str, *, where: str = "") -> EvalConfig:
     try:
         return EvalConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigErrors([_problem(err, root, where) for err in e.errors()]) from None
+        raise ConfigErrors(problems(e, root, where, EvalConfig)) from None
 
 
 def load(path: str) -> EvalConfig:
@@ -326,29 +326,37 @@ def load(path: str) -> EvalConfig:
     return load_text(text, where=path)
 
 
-def _problem(err: Any, root: yaml.Node | None, where: str) -> Problem:
-    loc = [str(p) for p in err["loc"]]
-    path = ".".join(loc) or "config"
+def problems(e: ValidationError, root: yaml.Node | None, where: str,
+             model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> list[Problem]:
+    """Each error of validating ``model`` (read from the YAML ``root``, at ``prefix`` in
+    it) as a Problem with its path and line; shared by every versioned config."""
+    return [_problem(err, root, where, model, prefix) for err in e.errors()]
+
+
+def _problem(err: Any, root: yaml.Node | None, where: str, model: type[BaseModel],
+             prefix: tuple[Any, ...]) -> Problem:
+    loc = (*prefix, *err["loc"])
+    path = ".".join(map(str, loc)) or "config"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "missing":
         msg = "missing"
     elif err["type"] == "extra_forbidden":
-        msg = _unknown(err["loc"])
-    return Problem(path, _line_of(root, err["loc"]), msg, where)
+        msg = _unknown(err["loc"], model)
+    return Problem(path, _line_of(root, loc), msg, where)
 
 
-def _unknown(loc: tuple[Any, ...]) -> str:
+def _unknown(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
     """An unknown key's message: the key it most likely meant (difflib), and the keys that
     place takes."""
-    known = sorted(_model_at(loc[:-1]).model_fields)
+    known = sorted(_model_at(loc[:-1], root).model_fields)
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
     return f"unknown key: {hint}the keys here are {', '.join(known)}"
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+def _model_at(loc: tuple[Any, ...], root: type[BaseModel]) -> type[BaseModel]:
     """The model class that reads the mapping at ``loc`` (list indexes skipped)."""
-    model: type[BaseModel] = EvalConfig
+    model: type[BaseModel] = root
     for part in loc:
         if isinstance(part, int):
             continue

@@ -1,0 +1,1 @@
+"""Recurring fine-tuning pipelines: rounds of ordinary Rota jobs (issue 23)."""
