@@ -56,6 +56,7 @@ from rota.server.job_table import JobTable, LiveJobs, pending_of
 from rota.server.launcher import Launcher
 from rota.server.metrics import Metrics
 from rota.server.outputs import PARSE_BUDGET_S, READ_EVERY_S
+from rota.server.pipelines import Pipelines
 from rota.server.queue import PendingQueue
 from rota.server.quotas import Quotas
 from rota.server.running import Running, preemption_view
@@ -116,6 +117,7 @@ class Daemon:
                                  record_after=LAUNCH_RECORD_S)
         self.fair = FairOrder(settings.priority, store, clock)  # [priority] fair_share
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
+        self.pipelines = Pipelines(self)  # recurring fine-tuning rounds
         self.alerts = AlertSender(
             settings.alerts, store, clock=clock, batch=self.batch, rng=random.Random(),
             url=lambda: webhook_url(settings.alerts, self.secrets, settings.user))
@@ -178,6 +180,7 @@ class Daemon:
                        asyncio.create_task(self._device_loop(), name="devices"),
                        asyncio.create_task(self._outputs_loop(), name="outputs")]
         self.eval_schedules.start()
+        self.pipelines.start()
         self.alerts.start()
         self.kick()
 

@@ -24,6 +24,7 @@ from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, check_secret_name
 from rota.core.tiers import Tier
 from rota.errors import Conflict, NotFound
+from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
 from rota.server.accounts import check_unix_account
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
@@ -47,7 +48,7 @@ from rota.server.shares_view import (
 )
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.store.db import redact_url
-from rota.store.repo import AlertRecord, JobRecord, ScheduleRecord, Store
+from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
 
 #: the states of a job that has not ended: a removed user's jobs in them are cancelled first
@@ -465,6 +466,22 @@ class DaemonPorts:
 
     def remove_eval_schedule(self, schedule_id: int) -> None:
         self._d.store.remove_eval_schedule(schedule_id)
+
+    def add_pipelines(self, configs: list[PipelineConfig], *, user: str, text: str,
+                      path: str) -> list[PipelineRecord]:
+        return self._d.pipelines.add(configs, user=user, text=text, path=path)
+
+    def pause_pipeline(self, name: str, reason: str) -> PipelineRecord:
+        return self._d.pipelines.pause(name, reason)
+
+    def resume_pipeline(self, name: str) -> PipelineRecord:
+        return self._d.pipelines.resume(name)
+
+    def run_pipeline_now(self, name: str) -> PipelineRecord:
+        return self._d.pipelines.run_now(name)
+
+    def remove_pipeline(self, name: str) -> int | None:
+        return self._d.pipelines.remove(name)
 
     def test_alert(self, by: str, text: str | None) -> AlertRecord:
         d = self._d

@@ -49,6 +49,8 @@ from rota.store.tables import (
     GpuSettingRow,
     JobRow,
     MetricRow,
+    PipelineRoundRow,
+    PipelineRow,
     QuotaRow,
     SecretRow,
     ShareRow,
@@ -66,6 +68,8 @@ _attempts = cast(Table, AttemptRow.__table__)
 _events = cast(Table, EventRow.__table__)
 _metrics = cast(Table, MetricRow.__table__)
 _schedules = cast(Table, EvalScheduleRow.__table__)
+_pipelines = cast(Table, PipelineRow.__table__)
+_rounds = cast(Table, PipelineRoundRow.__table__)
 _quotas = cast(Table, QuotaRow.__table__)
 
 _alerts = cast(Table, AlertRow.__table__)
@@ -176,6 +180,8 @@ class Queued(NamedTuple):
 
 #: An evaluation schedule as read (EvalScheduleRow's columns)
 ScheduleRecord = Row[Any]
+PipelineRecord = Row[Any]
+RoundRecord = Row[Any]
 AlertRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
@@ -992,6 +998,73 @@ class Store:
         with self.transaction() as c:
             if not c.execute(delete(_schedules).where(_schedules.c.id == schedule_id)).rowcount:
                 raise NotFound(f"no evaluation schedule {schedule_id}")
+
+    # --- pipelines and their rounds (rota.server.pipelines) ------------------------------
+    def add_pipeline(self, *, now: float, **fields: Any) -> PipelineRecord:
+        """Store a pipeline; its row back (Conflict when the name is taken)."""
+        values = {"rounds": 0, "failures": 0, **fields, "created_at": now}
+        try:
+            with self.transaction() as c:
+                return c.execute(insert(_pipelines).returning(*_pipelines.c), values).one()
+        except IntegrityError:
+            raise Conflict(f"a pipeline named {fields.get('name')!r} exists: remove it "
+                           "first (rota pipeline rm) or choose another name") from None
+
+    def pipeline(self, key: int | str) -> PipelineRecord:
+        """By id or by name."""
+        p = _pipelines.c
+        where = p.id == key if isinstance(key, int) else p.name == key
+        with self._reading() as c:
+            row = c.execute(select(_pipelines).where(where)).first()
+        if row is None:
+            raise NotFound(f"no pipeline {key!r}" if isinstance(key, str)
+                           else f"no pipeline {key}")
+        return row
+
+    def pipelines(self, *, user: str | None = None) -> list[PipelineRecord]:
+        q = select(_pipelines).order_by(_pipelines.c.id)
+        if user is not None:
+            q = q.where(_pipelines.c.user == user)
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def update_pipeline(self, pipeline_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_pipelines).where(_pipelines.c.id == pipeline_id)
+                      .values(**fields))
+
+    def remove_pipeline(self, pipeline_id: int) -> None:
+        """The pipeline and its rounds' records (their jobs stay)."""
+        from sqlalchemy import delete
+
+        with self.transaction() as c:
+            c.execute(delete(_rounds).where(_rounds.c.pipeline_id == pipeline_id))
+            if not c.execute(delete(_pipelines).where(_pipelines.c.id == pipeline_id)
+                             ).rowcount:
+                raise NotFound(f"no pipeline {pipeline_id}")
+
+    def add_round(self, **fields: Any) -> RoundRecord:
+        values = {"jobs": {}, "facts": {}, **fields}
+        with self.transaction() as c:
+            return c.execute(insert(_rounds).returning(*_rounds.c), values).one()
+
+    def update_round(self, round_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_rounds).where(_rounds.c.id == round_id).values(**fields))
+
+    def rounds(self, pipeline_id: int | None = None, *, state: str | None = None,
+               limit: int | None = None) -> list[RoundRecord]:
+        """Newest first."""
+        r = _rounds.c
+        q = select(_rounds).order_by(r.id.desc())
+        if pipeline_id is not None:
+            q = q.where(r.pipeline_id == pipeline_id)
+        if state is not None:
+            q = q.where(r.state == state)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._reading() as c:
+            return list(c.execute(q).all())
 
     # --- quotas and budgets (rota.core.quota) ---------------------------------------------
     def quotas(self) -> list[Quota]:

@@ -277,3 +277,64 @@ class AlertRow(Base):
     next_try_at: Mapped[float] = mapped_column(Float)
     sent_at: Mapped[float | None] = mapped_column(Float)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class PipelineRow(Base):
+    """A recurring fine-tuning pipeline (`rota pipeline add`): its definition as validated
+    when added, its schedule and the model the next round starts from. ``next_at`` is drawn
+    when a round ends and stored, so a restart keeps it; see rota.server.pipelines."""
+
+    __tablename__ = "pipelines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(String(100))
+    format: Mapped[str] = mapped_column(String(20))  # rota | gradients
+    config_text: Mapped[str] = mapped_column(Text)  # the YAML as added (the whole file)
+    config_path: Mapped[str] = mapped_column(Text)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # this pipeline's, validated
+    paused: Mapped[bool] = mapped_column(Boolean)
+    paused_reason: Mapped[str | None] = mapped_column(Text)
+    next_at: Mapped[float | None] = mapped_column(Float)  # None: a round is open, or paused
+    next_why: Mapped[str | None] = mapped_column(Text)  # how next_at was drawn
+    base_model: Mapped[str] = mapped_column(Text)  # what the next round trains from
+    base_round: Mapped[int | None] = mapped_column(Integer)  # the round that made it
+    # the base's held-out metric and the held-out set (data hash) it was measured on
+    base_metric: Mapped[float | None] = mapped_column(Float)
+    base_metric_data: Mapped[str | None] = mapped_column(String(64))
+    rounds: Mapped[int] = mapped_column(Integer, default=0)  # rounds begun
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # failed in a row
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class PipelineRoundRow(Base):
+    """One round of a pipeline: its steps' jobs and what each made (the lineage: base ->
+    adapter -> merged model, the data chunk, the held-out metrics, the verdict). Moved on
+    by the daemon in the same transaction that submits the next step's job."""
+
+    __tablename__ = "pipeline_rounds"
+    __table_args__ = (Index("ix_pipeline_rounds_number", "pipeline_id", "number",
+                            unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pipeline_id: Mapped[int] = mapped_column(Integer)
+    number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... within the pipeline
+    # running | accepted | rejected | failed | cancelled; the daemon reads the running ones
+    state: Mapped[str] = mapped_column(String(12), index=True)
+    step: Mapped[str] = mapped_column(String(12))  # prep | train | merge | evaluate | done
+    reason: Mapped[str | None] = mapped_column(Text)  # why it ended so
+    jobs: Mapped[dict[str, int]] = mapped_column(JSON)  # step (evaluate_base ...) -> job
+    folder: Mapped[str] = mapped_column(Text)
+    data_hash: Mapped[str] = mapped_column(String(64))
+    chunk: Mapped[int | None] = mapped_column(Integer)
+    chunks: Mapped[int | None] = mapped_column(Integer)
+    base_model: Mapped[str] = mapped_column(Text)
+    adapter: Mapped[str | None] = mapped_column(Text)
+    merged_model: Mapped[str | None] = mapped_column(Text)
+    remote_task: Mapped[str | None] = mapped_column(String(100))  # the Gradients task id
+    metric: Mapped[float | None] = mapped_column(Float)  # the merged model's
+    base_metric: Mapped[float | None] = mapped_column(Float)  # the base's, same data
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON)  # the steps' results, as shown
+    due_at: Mapped[float] = mapped_column(Float)  # when it was due
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
