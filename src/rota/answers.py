@@ -16,7 +16,7 @@ OpenAPI document and to its real answers, so a field added or renamed on the ser
 until they follow.
 """
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "AlertAnswer",
@@ -839,3 +839,68 @@ class ReportAnswer(TypedDict):
     user: str | None  # the caller's own usage only; None: everyone's (an admin)
     rows: list[ReportRowAnswer]
     totals: list[ReportTotalAnswer]
+
+
+# --- pipelines (rota.server.pipelines) -----------------------------------------------------
+class PipelineRoundAnswer(TypedDict):
+    """One round of a pipeline: its steps' jobs and the lineage it made."""
+
+    number: int
+    state: Literal["running", "accepted", "rejected", "failed", "cancelled"]
+    step: str  # prep | train | merge | evaluate | done
+    reason: str | None  # why it ended so (the verdict with both numbers, or what failed)
+    jobs: dict[str, int]  # step -> job id (evaluate_base: the base's evaluation)
+    job_states: dict[str, str]  # step -> that job's state now
+    folder: str
+    data_hash: str  # the prepared data's (a new hash: a new held-out set)
+    chunk: int | None  # the data chunk trained on (0-based) of `chunks`
+    chunks: int | None
+    base_model: str  # trained from
+    adapter: str | None  # what training made
+    merged_model: str | None  # what the merge made (the next base, if accepted)
+    remote_task: str | None  # the Gradients task id
+    metric: float | None  # the merged model's held-out metric
+    base_metric: float | None  # the base's, on the same data
+    facts: dict[str, Any]  # the steps' results as shown (rows, chunk sizes, the winner)
+    due_at: float
+    started_at: float
+    ended_at: float | None
+
+
+class PipelineAnswer(TypedDict):
+    """A pipeline as `rota pipeline list/show` shows it."""
+
+    id: int
+    name: str
+    user: str
+    format: Literal["rota", "gradients"]  # the file's form
+    config_path: str
+    train: Literal["local", "gradients"]  # where rounds train
+    metric: str  # what the evaluation compares
+    paused: bool
+    paused_reason: str | None
+    state: str  # running (a round is open), waiting, paused
+    why: str  # when the next round runs and why, or what the open round does
+    next_at: float | None
+    base_model: str  # what the next round trains from
+    base_round: int | None  # the round that made it (None: the config's model_repo)
+    base_metric: float | None
+    rounds: int  # begun
+    failures: int  # failed in a row
+    created_at: float
+
+
+class PipelinesAnswer(TypedDict):
+    pipelines: list[PipelineAnswer]  # oldest first: the caller's (an admin: everyone's)
+
+
+class PipelineDetailAnswer(TypedDict):
+    pipeline: PipelineAnswer
+    rounds: list[PipelineRoundAnswer]  # newest first
+    config: dict[str, Any]  # the pipeline's definition as validated (defaults filled)
+
+
+class PipelineRemovedAnswer(TypedDict):
+    name: str
+    removed: bool
+    cancelled_round: int | None  # the open round whose jobs were cancelled

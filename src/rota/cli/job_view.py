@@ -230,9 +230,14 @@ def why_sentence(d: WhyAnswer) -> str:
 def why(job: str = JOB_ARG,
         json_out: bool = typer.Option(False, "--json", help="print JSON (code, message)"),
         ) -> None:
-    """Why a job waits (or what it is doing, or how it ended)."""
+    """Why a job waits (or what it is doing, or how it ended); `pipeline:NAME`: when the
+    pipeline's next round runs and why."""
     from rota.cli.common import Plain, client
     from rota.cli.job_refs import resolve
 
     with run_cli(json_out=json_out), client() as c:
+        if job.startswith("pipeline:"):  # a pipeline's next round: when, and why then
+            p = c.pipeline(job.removeprefix("pipeline:"), limit=1)["pipeline"]
+            emit(p, json_out, lambda d: Plain(f"pipeline {d['name']}: {d['why']}"))
+            return
         emit(c.why(resolve(c, job)), json_out, lambda d: Plain(why_sentence(d)))

@@ -34,6 +34,8 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
+    Pipeline,
+    PipelineDetail,
     Priority,
     QueuePage,
     Report,
@@ -62,6 +64,7 @@ _GPUS = TypeAdapter(list[Gpu])
 _TIERS = TypeAdapter(list[Tier])
 _EVAL_RUNS = TypeAdapter(list[EvalRun])
 _EVAL_SCHEDULES = TypeAdapter(list[EvalSchedule])
+_PIPELINES = TypeAdapter(list[Pipeline])
 _ALERTS = TypeAdapter(list[Alert])
 
 
@@ -386,6 +389,47 @@ def eval_schedules() -> Call[list[EvalSchedule]]:
 
 def unschedule_eval(schedule_id: int) -> Call[None]:
     return Call("DELETE", f"/v1/eval/schedules/{operator.index(schedule_id)}", lambda _: None)
+
+
+# --- pipelines -----------------------------------------------------------------------------
+
+def add_pipeline(config: str, *, path: str, task: str | None) -> Call[list[Pipeline]]:
+    body = {"config": config, "path": path, **({"task": task} if task else {})}
+    return Call("POST", "/v1/pipelines", lambda d: _PIPELINES.validate_python(d["pipelines"]),
+                json=body)
+
+
+def pipelines() -> Call[list[Pipeline]]:
+    return Call("GET", "/v1/pipelines", lambda d: _PIPELINES.validate_python(d["pipelines"]))
+
+
+def pipeline(name: str, limit: int = 50) -> Call[PipelineDetail]:
+    return Call("GET", f"/v1/pipelines/{_name(name)}", PipelineDetail.model_validate,
+                params={"limit": limit})
+
+
+def pipeline_action(name: str, action: str, body: dict[str, Any] | None = None
+                    ) -> Call[Pipeline]:
+    """pause | resume | run-now."""
+    return Call("POST", f"/v1/pipelines/{_name(name)}/{action}", Pipeline.model_validate,
+                **({"json": body} if body is not None else {}))
+
+
+def remove_pipeline(name: str) -> Call[int | None]:
+    """The open round whose jobs were cancelled, if any."""
+    return Call("DELETE", f"/v1/pipelines/{_name(name)}", lambda d: d["cancelled_round"])
+
+
+def _name(name: str) -> str:
+    """A pipeline's name as a path segment: refused here when it could not be one."""
+    import re
+
+    from rota.errors import InvalidSpec
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise InvalidSpec(f"pipeline name {name!r}: 1-64 letters, digits, _ . -",
+                          field="name")
+    return name
 
 
 # --- quotas and budgets (answers as rota.answers.QuotaAnswer) ---------------------------

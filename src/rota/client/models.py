@@ -15,7 +15,8 @@ from rota.core.lifecycle import TERMINAL, JobState
 
 __all__ = [
     "Alert", "Attempt", "EvalRun", "EvalSchedule", "Event", "Gpu", "Health", "Identity", "Job",
-    "JobDetail", "JobState", "LogChunk", "Page", "QueuePage", "QueueSummary", "Reason",
+    "JobDetail", "JobState", "LogChunk", "Page", "Pipeline", "PipelineDetail", "PipelineRound",
+    "QueuePage", "QueueSummary", "Reason",
     "Report", "ReportRow", "Reservation", "Tier", "Why",
 ]
 
@@ -337,6 +338,61 @@ class EvalSchedule(Model):
     enabled: bool = True
     disabled_reason: str | None = None
     created_at: datetime | None = None
+
+
+class Pipeline(Model):
+    """A recurring fine-tuning pipeline (`rota pipeline`): what it does now in ``why``
+    (when the next round runs and why, or the open round's step)."""
+
+    id: int
+    name: str
+    user: str
+    format: str  # rota | gradients (the file's form)
+    config_path: str = ""
+    train: str  # local | gradients
+    metric: str
+    paused: bool = False
+    paused_reason: str | None = None
+    state: str  # running | waiting | paused
+    why: str = ""
+    next_at: datetime | None = None
+    base_model: str  # what the next round trains from
+    base_round: int | None = None
+    base_metric: float | None = None
+    rounds: int = 0
+    failures: int = 0
+    created_at: datetime | None = None
+
+
+class PipelineRound(Model):
+    """One round: its steps' jobs and the lineage (base -> adapter -> merged model)."""
+
+    number: int
+    state: str  # running | accepted | rejected | failed | cancelled
+    step: str
+    reason: str | None = None
+    jobs: dict[str, int] = Field(default_factory=dict)
+    job_states: dict[str, str] = Field(default_factory=dict)
+    folder: str = ""
+    data_hash: str = ""
+    chunk: int | None = None
+    chunks: int | None = None
+    base_model: str = ""
+    adapter: str | None = None
+    merged_model: str | None = None
+    remote_task: str | None = None
+    metric: float | None = None
+    base_metric: float | None = None
+    facts: dict[str, Any] = Field(default_factory=dict)
+    due_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class PipelineDetail(Model):
+    pipeline: Pipeline
+    rounds: list[PipelineRound] = Field(default_factory=list)  # newest first
+    config: dict[str, Any] = Field(default_factory=dict)
 
 
 class Tier(Model):

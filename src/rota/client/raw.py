@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         MetricsAnswer,
         MetricsPageAnswer,
         NewTokenAnswer,
+        PipelineAnswer,
+        PipelineDetailAnswer,
+        PipelineRemovedAnswer,
+        PipelinesAnswer,
         PoolsAnswer,
         PriorityAnswer,
         QueueAnswer,
@@ -322,6 +326,31 @@ class RawClient:
 
     def eval_unschedule(self, schedule_id: int) -> EvalUnscheduledAnswer:
         return self.request("DELETE", f"/v1/eval/schedules/{int(schedule_id)}")
+
+    # --- pipelines -------------------------------------------------------------------------
+    def pipeline_add(self, config: str, *, path: str, task: str | None) -> PipelinesAnswer:
+        body = {"config": config, "path": path, **({"task": task} if task else {})}
+        return self.request("POST", "/v1/pipelines", json=body)
+
+    def pipelines(self) -> PipelinesAnswer:
+        return self.request("GET", "/v1/pipelines")
+
+    def pipeline(self, name: str, *, limit: int = 50) -> PipelineDetailAnswer:
+        from rota.client._calls import _name
+
+        return self.request("GET", f"/v1/pipelines/{_name(name)}", params={"limit": limit})
+
+    def pipeline_action(self, name: str, action: str,
+                        body: dict[str, Any] | None = None) -> PipelineAnswer:
+        from rota.client._calls import _name
+
+        return self.request("POST", f"/v1/pipelines/{_name(name)}/{action}",
+                            **({"json": body} if body is not None else {}))
+
+    def pipeline_remove(self, name: str) -> PipelineRemovedAnswer:
+        from rota.client._calls import _name
+
+        return self.request("DELETE", f"/v1/pipelines/{_name(name)}")
 
     def shutdown(self) -> ShutdownAnswer:
         return self.request("POST", "/v1/shutdown")

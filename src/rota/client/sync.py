@@ -31,6 +31,8 @@ from rota.client.models import (
     LogChunk,
     Metrics,
     Page,
+    Pipeline,
+    PipelineDetail,
     Priority,
     QueuePage,
     Report,
@@ -319,6 +321,37 @@ class Client:
     def remove_quota(self, kind: str, name: str, what: str | None = None) -> int:
         """Remove the owner's quota (or all of them) (admin)."""
         return self._send(calls.remove_quota(kind, name, what))
+
+    # --- pipelines (rota pipeline) ---------------------------------------------------------
+    def add_pipeline(self, config: str, *, path: str = "",
+                       task: str | None = None) -> builtins.list[Pipeline]:
+        """Add the pipelines of ``config`` (a pipeline file's YAML: Rota's form, or a
+        Gradients config.yaml, of which ``task`` picks one), all or none; relative paths
+        are read from ``path``'s folder. The first round of each is due now."""
+        return self._send(calls.add_pipeline(config, path=path, task=task))
+
+    def pipelines(self) -> builtins.list[Pipeline]:
+        """Your pipelines (an admin's: everyone's), oldest first."""
+        return self._send(calls.pipelines())
+
+    def pipeline(self, name: str, *, limit: int = 50) -> PipelineDetail:
+        """One pipeline and its last ``limit`` rounds (newest first)."""
+        return self._send(calls.pipeline(name, limit))
+
+    def pause_pipeline(self, name: str, reason: str = "paused") -> Pipeline:
+        """No new round begins until resumed (an open round finishes)."""
+        return self._send(calls.pipeline_action(name, "pause", {"reason": reason}))
+
+    def resume_pipeline(self, name: str) -> Pipeline:
+        return self._send(calls.pipeline_action(name, "resume"))
+
+    def run_pipeline_now(self, name: str) -> Pipeline:
+        """The next round now (Conflict while one is open)."""
+        return self._send(calls.pipeline_action(name, "run-now"))
+
+    def remove_pipeline(self, name: str) -> int | None:
+        """Remove it; an open round's jobs are cancelled (its number back)."""
+        return self._send(calls.remove_pipeline(name))
 
     def eval_schedules(self) -> builtins.list[EvalSchedule]:
         """Your evaluation schedules (an admin's: everyone's), oldest first."""

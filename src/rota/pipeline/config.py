@@ -327,3 +327,29 @@ def load(path: str) -> list[PipelineConfig]:
         raise ConfigErrors([f"{path}: cannot read it: {e}"]) from None
     return load_text(text, where=path)
 
+
+
+def resolve_paths(cfg: PipelineConfig, folder: str | None) -> PipelineConfig:
+    """Relative local paths (``./data``, ``../x.jsonl``, a name that is a path in
+    ``folder``; ``evaluate.config``; a ``merge.publish`` folder; ``model_repo`` when it is
+    a folder there) made absolute from the config file's folder: the jobs run elsewhere."""
+    import os
+
+    base = folder or os.getcwd()
+
+    def local(name: str, *, must_exist: bool = False) -> str:
+        if "://" in name or name.startswith(("hf:", "/")) or name == "mlflow":
+            return name
+        path = os.path.normpath(os.path.join(base, os.path.expanduser(name)))
+        if name.startswith(("./", "../", "~")) or os.path.exists(path) or must_exist:
+            return path
+        return name  # a Hugging Face name
+
+    datasets = [d.model_copy(update={"name": local(d.name)}) for d in cfg.datasets]
+    update: dict[str, Any] = {"datasets": datasets, "model_repo": local(cfg.model_repo)}
+    if cfg.evaluate.config is not None:
+        update["evaluate"] = cfg.evaluate.model_copy(
+            update={"config": local(cfg.evaluate.config, must_exist=True)})
+    if cfg.merge.publish is not None:
+        update["merge"] = cfg.merge.model_copy(update={"publish": local(cfg.merge.publish)})
+    return cfg.model_copy(update=update)

@@ -19,6 +19,7 @@ from rota.server.api import (
     gpus,
     job_outputs,
     jobs,
+    pipelines,
     pools,
     quotas,
     secrets,
@@ -38,7 +39,7 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
            secrets.router, system.router, pools.router, eval.router, shares.router,
-           usage.router, quotas.router, alerts.router)
+           usage.router, quotas.router, alerts.router, pipelines.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,
