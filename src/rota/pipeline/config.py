@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from rota.eval.config import (
     Compute,
@@ -241,8 +242,11 @@ class PipelineConfig(GradientsTask):
     @model_validator(mode="after")
     def _remote_needs_upload(self) -> PipelineConfig:
         if self.train.where == "gradients" and self.upload is None:
-            raise ValueError("train.where is gradients, which reads each round's data by URL:"
-                             " add an upload section (an S3-compatible bucket)")
+            raise ValidationError.from_exception_data("PipelineConfig", [InitErrorDetails(
+                type=PydanticCustomError("upload_needed", "{why}", {"why": (
+                    "train.where is gradients, which reads each round's data by URL: add "
+                    "an upload section (an S3-compatible bucket)")}),
+                loc=("upload",), input=None)])
         return self
 
     def data_hash(self) -> str:
