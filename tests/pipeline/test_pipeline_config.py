@@ -18,8 +18,8 @@ from rota.pipeline.config import OnFailure, RunIntervals, load_text, resolve_pat
 from rota.server.pipelines import verdict
 
 #: a Gradients Scheduler config.yaml (data/gradients-config.yaml) laid out as its example
-#: file is: several tasks, one disabled, one without `enabled` (Gradients skips it too), underscores in numbers,
-#: optional keys commented out, Hugging Face dataset names
+#: file is: several tasks, one disabled, one without `enabled` (Gradients skips it too),
+#: underscores in numbers, optional keys commented out, Hugging Face dataset names
 GRADIENTS = (Path(__file__).parent / "data" / "gradients-config.yaml").read_text()
 
 
@@ -107,7 +107,7 @@ def test_rotas_form_and_its_relative_paths(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("change", "problem"), [
     ("version: 1", "p.yaml:1: version: this Rota reads pipeline configs of version 1, not 2"),
     ("train: {where: local,", "p.yaml:1: upload: train.where is gradients, which reads "
-                              "each round's data by URL: add an upload section (an S3-compatible bucket)"),
+                              "each round's data by URL: add an upload section"),
     ("name: tiny-refresh", "p.yaml:2: name: String should match pattern"),
     ("merge: {gpus: 0,", "p.yaml:12: merge.publish: 'hf:just-a-name': a Hugging Face repo "
                          "is hf:OWNER/NAME"),
