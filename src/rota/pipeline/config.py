@@ -247,6 +247,12 @@ class PipelineConfig(GradientsTask):
                     "train.where is gradients, which reads each round's data by URL: add "
                     "an upload section (an S3-compatible bucket)")}),
                 loc=("upload",), input=None)])
+        if self.task_type == "Chat" and self.train.where == "local":
+            raise ValidationError.from_exception_data("PipelineConfig", [InitErrorDetails(
+                type=PydanticCustomError("chat_local", "{why}", {"why": (
+                    "Chat data trains through Gradients only (train.where: gradients): the "
+                    "local lora-finetune template reads instruction data")}),
+                loc=("train", "where"), input="local")])
         return self
 
     def data_hash(self) -> str:

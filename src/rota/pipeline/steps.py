@@ -168,3 +168,21 @@ def evaluation_text(cfg: PipelineConfig, model: str, heldout: str, who: str) -> 
                 {"limits": limits} if limits else {})},
             "compute": compute}
     return str(yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False))
+
+
+def record_job(r: Round, lineage: dict[str, Any]) -> dict[str, Any] | None:
+    """The round's lineage and numbers copied to MLflow (and W&B when asked); None when
+    the pipeline tracks nowhere but in Rota's store."""
+    cfg = r.config
+    if not cfg.tracking.mlflow and not cfg.wandb:
+        return None
+    spec: dict[str, Any] = {**_base(r, "record"), "command": [
+        r.python, "-u", "-m", "rota.pipeline.record"],
+        "env": {"ROTA_PIPELINE_ROUND": json.dumps(lineage)}, "log_metrics": "json",
+        "mlflow": cfg.tracking.mlflow, "retries": 2}
+    if cfg.tracking.mlflow:
+        spec["mlflow_experiment"] = cfg.tracking.experiment or cfg.name
+    if cfg.wandb:
+        spec.update(wandb=True, **({"wandb_project": cfg.wandb_project}
+                                   if cfg.wandb_project else {}))
+    return spec

@@ -349,10 +349,22 @@ class Pipelines:
             base = self._metric(jobs["evaluate_base"], e.metric)
         v = verdict(metric, base, higher_is_better=e.higher_is_better, margin=e.margin,
                     name=e.metric)
+        state = ACCEPTED if v.accepted else REJECTED
+        record = steps.record_job(self._round(p, rd.number), {
+            "pipeline": p.name, "round": rd.number, "state": state,
+            "base_model": rd.base_model, "adapter": rd.adapter,
+            "merged_model": rd.merged_model, "data_hash": rd.data_hash, "chunk": rd.chunk,
+            "chunks": rd.chunks, "remote_task": rd.remote_task, "reason": v.reason,
+            "metric": metric, "base_metric": base, "accepted": int(v.accepted)})
         with self.d.batch():
-            self.d.store.update_round(rd.id, metric=metric, base_metric=base)
-            self._end(p, rd, ACCEPTED if v.accepted else REJECTED, v.reason, now,
-                      metric=metric, base_metric=base)
+            if record is not None:
+                try:  # the trackers' copy: its refusal is said, the verdict stands
+                    jobs["record"] = self._submit(p, rd, "record", record, now)
+                except RotaError as e:
+                    self._event(None, now, f"pipeline {p.name} round {rd.number}: its "
+                                           f"record for the trackers was refused: {e}")
+            self.d.store.update_round(rd.id, metric=metric, base_metric=base, jobs=jobs)
+            self._end(p, rd, state, v.reason, now, metric=metric, base_metric=base)
 
     def _metric(self, job: int, name: str) -> float:
         found = self.d.store.metrics(job, names=[name])

@@ -63,13 +63,20 @@ async def add(body: AddBody, p: Caller, reads: ReadsPort,
             raise InvalidSpec(f"task: the file has no task {body.task!r}", field="task")
     folder = os.path.dirname(body.path) if body.path else None
     configs = [resolve_paths(c, folder) for c in configs]
-    pools = {x["name"] for x in (await reads.pools())["pools"]}
+    pools = {x["name"]: x for x in (await reads.pools())["pools"]}
     for c in configs:
         for part in ("train", "merge", "evaluate"):
             pool = getattr(c, part).pool
-            if pool is not None and pool not in pools:
+            if pool is None:
+                continue
+            if pool not in pools:
                 raise InvalidSpec(f"{part}.pool: no pool {pool!r}; the pools are: "
                                   f"{', '.join(sorted(pools))}", field=f"{part}.pool")
+            if pools[pool].get("engine") == "kubernetes":
+                raise InvalidSpec(f"{part}.pool: {pool} is a Kubernetes pool, whose pods do "
+                                  "not see this machine's disk, where a round's steps share "
+                                  "their folder: choose a pool on this machine or one that "
+                                  "shares its disk (Slurm, Ray)", field=f"{part}.pool")
     rows = commands.add_pipelines(configs, user=p.user, text=body.config, path=body.path)
     return {"pipelines": [pipeline_view(r, reads) for r in rows]}
 
