@@ -16,7 +16,7 @@ OpenAPI document and to its real answers, so a field added or renamed on the ser
 until they follow.
 """
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "AlertAnswer",
@@ -40,6 +40,7 @@ __all__ = [
     "GpuHours",
     "GpuPausedAnswer",
     "GpusAnswer",
+    "GradientsWinnerAnswer",
     "HealthAnswer",
     "JobAnswer",
     "JobDetailAnswer",
@@ -55,6 +56,11 @@ __all__ = [
     "MetricsPageAnswer",
     "MlflowRun",
     "NewTokenAnswer",
+    "PipelineAnswer",
+    "PipelineDetailAnswer",
+    "PipelineRemovedAnswer",
+    "PipelineRoundAnswer",
+    "PipelinesAnswer",
     "PoolAnswer",
     "PoolHealthAnswer",
     "PoolsAnswer",
@@ -68,6 +74,7 @@ __all__ = [
     "ReportedCheckpoint",
     "RequeueAnswer",
     "Reservation",
+    "RoundFactsAnswer",
     "SecretAnswer",
     "SecretDeletedAnswer",
     "SecretSetAnswer",
@@ -842,6 +849,29 @@ class ReportAnswer(TypedDict):
 
 
 # --- pipelines (rota.server.pipelines) -----------------------------------------------------
+class GradientsWinnerAnswer(TypedDict):
+    """The Gradients entry whose adapter a round merged (lowest test loss with a repo)."""
+
+    hotkey: str | None
+    repo: str
+    test_loss: float | None
+    synth_loss: float | None
+    quality_score: float | None
+
+
+class RoundFactsAnswer(TypedDict):
+    """What a round's steps reported (each key once its step has run)."""
+
+    rows: NotRequired[int | None]  # examples after mapping and merging
+    train_rows: NotRequired[int | None]  # of them, before the held-out tail
+    heldout_rows: NotRequired[int | None]
+    chunk_rows: NotRequired[int | None]  # trained on this round
+    published: NotRequired[str | None]  # where the merged model was kept besides its folder
+    merged_bytes: NotRequired[int | None]
+    task_id: NotRequired[str | None]  # the Gradients task
+    winner: NotRequired[GradientsWinnerAnswer | None]
+
+
 class PipelineRoundAnswer(TypedDict):
     """One round of a pipeline: its steps' jobs and the lineage it made."""
 
@@ -861,7 +891,7 @@ class PipelineRoundAnswer(TypedDict):
     remote_task: str | None  # the Gradients task id
     metric: float | None  # the merged model's held-out metric
     base_metric: float | None  # the base's, on the same data
-    facts: dict[str, Any]  # the steps' results as shown (rows, chunk sizes, the winner)
+    facts: RoundFactsAnswer
     due_at: float
     started_at: float
     ended_at: float | None
@@ -897,7 +927,6 @@ class PipelinesAnswer(TypedDict):
 class PipelineDetailAnswer(TypedDict):
     pipeline: PipelineAnswer
     rounds: list[PipelineRoundAnswer]  # newest first
-    config: dict[str, Any]  # the pipeline's definition as validated (defaults filled)
 
 
 class PipelineRemovedAnswer(TypedDict):

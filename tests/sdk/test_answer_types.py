@@ -82,6 +82,13 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("delete", "/v1/secrets/{name}"): a.SecretDeletedAnswer,
     ("get", "/v1/alerts"): a.AlertsAnswer,
     ("post", "/v1/alerts/test"): a.AlertAnswer,
+    ("post", "/v1/pipelines"): a.PipelinesAnswer,
+    ("get", "/v1/pipelines"): a.PipelinesAnswer,
+    ("get", "/v1/pipelines/{name}"): a.PipelineDetailAnswer,
+    ("post", "/v1/pipelines/{name}/pause"): a.PipelineAnswer,
+    ("post", "/v1/pipelines/{name}/resume"): a.PipelineAnswer,
+    ("post", "/v1/pipelines/{name}/run-now"): a.PipelineAnswer,
+    ("delete", "/v1/pipelines/{name}"): a.PipelineRemovedAnswer,
 }
 #: made by the client, not sent as such (RawClient.metrics merges the pages)
 CLIENT_MADE = {a.MetricsAnswer}
@@ -253,6 +260,20 @@ def _answers(c: RawClient) -> dict[str, tuple[Any, Any]]:
                                      c.eval_schedule({"config": config, "after_job": first}))
     out["eval schedules"] = (a.EvalSchedulesAnswer, c.eval_schedules())
     out["eval unschedule"] = (a.EvalUnscheduledAnswer, c.eval_unschedule(every["id"]))
+    pipeline = ("version: 1\nname: typed\nmodel_repo: /m\ndatasets: [{name: /no/such.jsonl, "
+                "field_instruction: q, field_output: a}]\ntrain: {gpus: 0}\n")
+    out["pipeline add"] = (a.PipelinesAnswer, c.pipeline_add(pipeline, path="/x/p.yaml",
+                                                             task=None))
+    wait_until(lambda: c.pipeline("typed")["pipeline"]["failures"] == 1, timeout=60,
+               what="the pipeline's first round failed (no data)")
+    out["pipelines"] = (a.PipelinesAnswer, c.pipelines())
+    out["pipeline"] = (a.PipelineDetailAnswer, c.pipeline("typed"))
+    assert c.pipeline("typed")["rounds"][0]["jobs"]  # a round with its prep job
+    out["pipeline pause"] = (a.PipelineAnswer, c.pipeline_action("typed", "pause",
+                                                                 {"reason": "typed"}))
+    out["pipeline resume"] = (a.PipelineAnswer, c.pipeline_action("typed", "resume"))
+    out["pipeline run-now"] = (a.PipelineAnswer, c.pipeline_action("typed", "run-now"))
+    out["pipeline rm"] = (a.PipelineRemovedAnswer, c.pipeline_remove("typed"))
     out["render spec"] = (a.RenderAnswer, c.render_spec({"command": ["true"]}, "local"))
     out["gpus"] = (a.GpusAnswer, c.gpus())
     out["health"] = (a.HealthAnswer, c.health())

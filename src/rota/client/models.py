@@ -392,7 +392,6 @@ class PipelineRound(Model):
 class PipelineDetail(Model):
     pipeline: Pipeline
     rounds: list[PipelineRound] = Field(default_factory=list)  # newest first
-    config: dict[str, Any] = Field(default_factory=dict)
 
 
 class Tier(Model):

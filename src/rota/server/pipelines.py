@@ -263,8 +263,8 @@ class Pipelines:
         jobs = dict(rd.jobs or {})
         if rd.step == "prep":
             prep = _result(r, "prep")
-            facts["prep"] = {k: prep.get(k) for k in (
-                "rows", "train_rows", "heldout_rows", "chunk", "chunks", "chunk_rows")}
+            facts.update({k: prep.get(k) for k in (
+                "rows", "train_rows", "heldout_rows", "chunk_rows")})
             moved: dict[str, Any] = {"chunk": prep.get("chunk"), "chunks": prep.get("chunks")}
             step, specs = "train", {"train": steps.train_job(r, rd.base_model, prep)}
         elif rd.step == "train":
@@ -277,7 +277,7 @@ class Pipelines:
             if not isinstance(model, str) or not os.path.isdir(model):
                 raise StepFailed(f"merge: merge.json names no merged model folder ({model!r})")
             published = merge.get("published")
-            facts["merge"] = {"published": published, "bytes": merge.get("bytes")}
+            facts.update(published=published, merged_bytes=merge.get("bytes"))
             # the next base: where a remote trainer can read it, else this machine's folder
             base_next = published if cfg.train.where == "gradients" and published else model
             moved = {"merged_model": base_next}
@@ -309,7 +309,7 @@ class Pipelines:
         if train.get("failed") or not isinstance(train.get("adapter"), str):
             raise StepFailed(f"train: Gradients task {train.get('task_id')} gave no adapter "
                              f"(status {train.get('status')})")
-        facts["train"] = {"task_id": train.get("task_id"), "winner": train.get("winner")}
+        facts.update(task_id=train.get("task_id"), winner=train.get("winner"))
         return str(train["adapter"]), {"adapter": train["adapter"],
                                        "remote_task": str(train.get("task_id"))}
 

@@ -4,17 +4,19 @@ the daemon's commands (it stays the one writer); their rounds read from the stor
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.answers import (
+    GradientsWinnerAnswer,
     PipelineAnswer,
     PipelineDetailAnswer,
     PipelineRemovedAnswer,
     PipelineRoundAnswer,
     PipelinesAnswer,
+    RoundFactsAnswer,
 )
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
@@ -96,7 +98,7 @@ async def pipeline(name: Name, p: Caller, reads: ReadsPort,
     """One pipeline, its rounds (newest first) with their steps' jobs and lineage."""
     row = _visible(reads, p, name)
     rounds = reads.store.rounds(row.id, limit=limit)
-    return {"pipeline": pipeline_view(row, reads), "config": dict(row.config),
+    return {"pipeline": pipeline_view(row, reads),
             "rounds": [round_view(r, reads) for r in rounds]}
 
 
@@ -185,6 +187,34 @@ def round_view(r: RoundRecord, reads: Reads) -> PipelineRoundAnswer:
             "folder": r.folder, "data_hash": r.data_hash, "chunk": r.chunk,
             "chunks": r.chunks, "base_model": r.base_model, "adapter": r.adapter,
             "merged_model": r.merged_model, "remote_task": r.remote_task,
-            "metric": r.metric, "base_metric": r.base_metric, "facts": dict(r.facts or {}),
+            "metric": r.metric, "base_metric": r.base_metric, "facts": _facts(r.facts),
             "due_at": r.due_at, "started_at": r.started_at, "ended_at": r.ended_at}
 
+
+
+def _facts(stored: dict[str, Any] | None) -> RoundFactsAnswer:
+    """The steps' reports as RoundFactsAnswer: known keys, of the right kinds (a step's
+    result file is the job's writing)."""
+    out: dict[str, Any] = {}
+    for k, v in (stored or {}).items():
+        if k in ("rows", "train_rows", "heldout_rows", "chunk_rows", "merged_bytes"):
+            out[k] = v if isinstance(v, int) and not isinstance(v, bool) else None
+        elif k in ("published", "task_id"):
+            out[k] = None if v is None else str(v)
+        elif k == "winner":
+            out[k] = _winner(v)
+    return cast(RoundFactsAnswer, out)
+
+
+def _winner(v: Any) -> GradientsWinnerAnswer | None:
+    if not isinstance(v, dict) or not isinstance(v.get("repo"), str):
+        return None
+
+    def number(key: str) -> float | None:
+        x = v.get(key)
+        return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+    hotkey = v.get("hotkey")
+    return {"hotkey": hotkey if isinstance(hotkey, str) else None, "repo": v["repo"],
+            "test_loss": number("test_loss"), "synth_loss": number("synth_loss"),
+            "quality_score": number("quality_score")}
