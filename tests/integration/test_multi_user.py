@@ -378,3 +378,19 @@ def _screen_pid(account: str, job_id: int) -> str:
              if f"rota-{job_id}-" in line]
     assert len(found) == 1, r.stdout
     return found[0]
+
+
+def test_a_pipeline_of_another_account_is_refused_saying_why(
+        root_daemon: DaemonProcess, shared_home: Path) -> None:
+    """A round's folder is in the daemon's home, which bob's jobs cannot reach: his
+    pipeline is refused at add, with the way out, and nothing is stored."""
+    f = shared_home.parent / "p.yaml"
+    f.write_text("version: 1\nname: bobs\nmodel_repo: /m\ndatasets: [{name: /d.jsonl, "
+                 "field_instruction: q, field_output: a}]\n")
+    f.chmod(0o644)
+    r = rota_as(BOB, root_daemon.home, "pipeline", "add", str(f))
+    assert r.returncode != 0
+    assert "pipelines run only as the daemon's own account for now" in r.stderr, r.stderr
+    assert "would run rtu-bob's jobs as rtu-bob" in r.stderr
+    with root_daemon.client() as c:
+        assert c.pipelines()["pipelines"] == []

@@ -49,7 +49,7 @@ class PauseBody(BaseModel):
     reason: str = Field(default="paused", min_length=1, max_length=500)
 
 
-@router.post("/pipelines", status_code=201, responses=errors(400, 401, 409, 422, 503))
+@router.post("/pipelines", status_code=201, responses=errors(400, 401, 403, 409, 422, 503))
 async def add(body: AddBody, p: Caller, reads: ReadsPort,
               commands: CommandsPort) -> Annotated[Json, PipelinesAnswer]:
     """Add the file's pipelines, owned by the caller, all or none; each bad field is named
