@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rota_testing import DaemonProcess, kill_job_processes, wait_until
+from rota_testing import DaemonProcess, kill_job_processes, pg_database, wait_until
 
 LOCAL = textwrap.dedent("""\
     version: 1
@@ -30,9 +30,18 @@ LOCAL = textwrap.dedent("""\
     """)
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path / "home", simulate="2x24G").start()
+@pytest.fixture(params=["sqlite", "postgres"])
+def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
+    """A daemon on SQLite, or on PostgreSQL when ROTA_TEST_PG_URL is set."""
+    if request.param == "sqlite":
+        yield from _daemon(tmp_path, [])
+    else:
+        for url in pg_database():
+            yield from _daemon(tmp_path, ["--database-url", url])
+
+
+def _daemon(tmp_path: Path, args: list[str]) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path / "home", simulate="2x24G", args=args).start()
     try:
         yield d
     finally:
