@@ -102,7 +102,7 @@ async def pipeline(name: Name, p: Caller, reads: ReadsPort,
             "rounds": [round_view(r, reads) for r in rounds]}
 
 
-@router.post("/pipelines/{name}/pause", responses=errors(401, 403, 404, 422, 503))
+@router.post("/pipelines/{name}/pause", responses=errors(400, 401, 403, 404, 422, 503))
 async def pause(name: Name, p: Caller, reads: ReadsPort, commands: CommandsPort,
                 body: PauseBody | None = None) -> Annotated[Json, PipelineAnswer]:
     """No new round begins until resumed (an open round finishes)."""
