@@ -148,7 +148,10 @@ class _S3:
             if os.environ.get("S3_COMPATIBLE_ACCESS_KEY"):
                 keys = {"aws_access_key_id": os.environ["S3_COMPATIBLE_ACCESS_KEY"],
                         "aws_secret_access_key": os.environ.get("S3_COMPATIBLE_SECRET_KEY")}
+            from botocore.config import Config
+
             self._client = boto3.client("s3", endpoint_url=endpoint,
+                                        config=Config(signature_version="s3v4"),
                                         region_name=(up.region if up else None) or
                                         os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
                                         **keys)
