@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.errors import RotaError
+from rota.pipeline.results import write_private
 
 MERGE_RECORD = "rota-merge.json"
 MANIFEST = "rota-manifest.json"
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
               "adapter": args.adapter, "tokenizer": args.tokenizer, "files": len(files),
               "bytes": sum(p.stat().st_size for p in files),
               "sha256": hashlib.sha256(json.dumps(_manifest(out)).encode()).hexdigest()}
-    _write_json(Path(args.round_dir) / "merge.json", result)
+    write_private(Path(args.round_dir) / "merge.json", result)
     print(json.dumps({"merged_bytes": result["bytes"]}), flush=True)
     return 0
 
@@ -136,7 +137,7 @@ def merge(args: argparse.Namespace, out: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
     merged.save_pretrained(aside, safe_serialization=True)
     tokenizer.save_pretrained(aside)
-    _write_json(aside / MERGE_RECORD, _identity(args))
+    write_private(aside / MERGE_RECORD, _identity(args))
     if out.exists():
         shutil.rmtree(out)
     os.rename(aside, out)
@@ -254,12 +255,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _write_json(path: Path, value: Any) -> None:
-    aside = path.with_name(f".{path.name}.{os.getpid()}")
-    aside.write_text(json.dumps(value, indent=1))
-    os.replace(aside, path)
 
 
 if __name__ == "__main__":

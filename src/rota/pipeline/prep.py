@@ -30,6 +30,7 @@ from typing import Any
 from rota.errors import RotaError
 from rota.pipeline import data
 from rota.pipeline.config import PipelineConfig
+from rota.pipeline.results import write_private
 from rota.pipeline.steps import CONFIG_ENV, HELDOUT_FILE
 
 RETRY_WAITS_S = (2.0, 8.0)  # a passing S3 error gets two more tries
@@ -88,7 +89,7 @@ def prepare(cfg: PipelineConfig, number: int, out: Path, cache: Path) -> dict[st
         "heldout": str((folder / HELDOUT_FILE).resolve())}
     if cfg.upload is not None:
         result.update(upload(cfg, number, files, client))
-    _write_private(out / "prep.json", result)
+    write_private(out / "prep.json", result)
     return result
 
 
@@ -201,16 +202,6 @@ def _with_retries(what: str, call: Any) -> Any:
             print(f"{err}; trying again in {wait:g} s", file=sys.stderr, flush=True)
             time.sleep(wait)
     raise AssertionError("unreachable")
-
-
-def _write_private(path: Path, value: dict[str, Any]) -> None:
-    aside = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(value, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(aside, path)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""A client of the Gradients training API (as the Gradients Scheduler used it; see
+docs/pipelines.md): create a task, follow its status, read its auditing results.
+
+It runs inside a round's training job, never in the daemon, so it is synchronous (httpx).
+Every request sends ``Authorization: Bearer KEY``; the key is kept in the client's headers
+only and never appears in a message, an exception or a repr.
+
+Retries: what can pass is tried again with exponential waits: a refused connection, a
+timeout, 5xx and 429. A 4xx is never tried again: the error names the status and the
+server's words. A create is tried again only when the server surely made nothing: a
+connection never made, or an answer of 5xx/429; a create whose answer never came may
+have made a task, which :class:`CreateUncertain` says (the caller must not create another).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from rota.errors import RotaError
+
+TaskType = Literal["InstructText", "Chat", "InstructTextWithFixedDatasets"]
+CREATE_PATHS = {"InstructText": "/v1/tasks/create", "Chat": "/v1/tasks/create_chat",
+                "InstructTextWithFixedDatasets": "/v1/tasks/create_with_fixed_datasets"}
+RUNNING = frozenset({"pending", "preparing_data", "idle", "ready", "looking_for_nodes",
+                     "delayed", "evaluating", "preevaluation", "training"})
+SUCCESS = "success"
+FAILED = frozenset({"failure", "failure_finding_nodes", "prep_task_failure",
+                    "node_training_failure"})
+#: the Gradients Scheduler's own waits: a create 3 tries from 2 s to 10 s, a read 10 tries
+#: from 60 s to 30 min (a task runs for hours: a long outage is waited out)
+POST_WAITS_S = (2.0, 4.0)
+GET_WAITS_S = (60.0, 120.0, 240.0, 480.0, 960.0, 1800.0, 1800.0, 1800.0, 1800.0)
+
+
+class GradientsError(RotaError):
+    """The API refused or failed; ``status`` is its HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, *, status: int = 0, passing: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.passing = status, passing
+
+
+class CreateUncertain(GradientsError):
+    """A create whose answer never came: a task may exist."""
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Created(_Answer):
+    task_id: str
+    success: bool | None = None
+    created_at: str | None = None
+    account_id: str | None = None
+
+
+class HotkeyDetail(_Answer):
+    hotkey: str | None = None
+    submission_id: str | None = None
+    quality_score: float | None = None
+    test_loss: float | None = None
+    synth_loss: float | None = None
+    repo: str | None = None
+    rank: int | None = None
+    score_reason: str | None = None
+
+
+def instruct_body(model_repo: str, url: str | None, hours: int) -> dict[str, Any]:
+    """/v1/tasks/create's body: the chunk's columns are Rota's standard ones."""
+    return {"model_repo": model_repo, "ds_repo": url, "field_instruction": "instruction",
+            "field_input": "input", "field_output": "output", "field_system": None,
+            "format": None, "no_input_format": None, "hours_to_complete": hours,
+            "file_format": "s3"}
+
+
+def chat_body(model_repo: str, url: str, hours: int, template: str) -> dict[str, Any]:
+    return {"model_repo": model_repo, "ds_repo": url, "chat_template": template,
+            "chat_column": "conversations", "chat_role_field": "role",
+            "chat_content_field": "content", "chat_user_reference": "user",
+            "chat_assistant_reference": "assistant", "hours_to_complete": hours,
+            "file_format": "s3"}
+
+
+def fixed_body(model_repo: str, urls: dict[str, str], hours: int) -> dict[str, Any]:
+    return {**instruct_body(model_repo, None, hours), "training_data": urls["train"],
+            "test_data": urls["test"], "synthetic_data": urls["synth"]}
+
+
+def winner(details: Sequence[HotkeyDetail]) -> HotkeyDetail | None:
+    """The entry to merge: among those with a repo, a quality score and a test loss that
+    is neither missing nor 0, the lowest test loss (then the better rank, then the hotkey,
+    so that a tie always goes the same way); None when none qualifies."""
+    fit = [d for d in details if d.repo and d.quality_score is not None and d.test_loss]
+    if not fit:
+        return None
+    return min(fit, key=lambda d: (d.test_loss, d.rank if d.rank is not None else 1 << 30,
+                                   d.hotkey or ""))
+
+
+class GradientsApi:
+    def __init__(self, url: str, key: str, *, post_waits: Sequence[float] = POST_WAITS_S,
+                 get_waits: Sequence[float] = GET_WAITS_S, timeout: float = 60.0,
+                 sleep: Callable[[float], None] = time.sleep,
+                 say: Callable[[str], None] = print) -> None:
+        self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout,
+                                  headers={"Authorization": f"Bearer {key}"})
+        self.url = url
+        self.post_waits, self.get_waits = tuple(post_waits), tuple(get_waits)
+        self.sleep, self.say = sleep, say
+
+    def __repr__(self) -> str:
+        return f"GradientsApi({self.url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def create(self, task_type: TaskType, body: dict[str, Any]) -> Created:
+        path = CREATE_PATHS[task_type]
+        return Created.model_validate(self._call("POST", path, body, self.post_waits,
+                                                 create=True))
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        got = self._call("GET", f"/v1/tasks/{task_id}", None, self.get_waits)
+        if not isinstance(got, dict) or not isinstance(got.get("status"), str):
+            raise GradientsError(f"GET /v1/tasks/{task_id}: no status in the answer")
+        return got
+
+    def auditing(self, task_id: str) -> list[HotkeyDetail]:
+        got = self._call("GET", f"/auditing/tasks/{task_id}", None, self.get_waits)
+        rows = got.get("hotkey_details") if isinstance(got, dict) else None
+        if not isinstance(rows, list):
+            raise GradientsError(f"GET /auditing/tasks/{task_id}: no hotkey_details")
+        return [HotkeyDetail.model_validate(r) for r in rows if isinstance(r, dict)]
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None,
+              waits: Sequence[float], *, create: bool = False) -> Any:
+        what = f"{method} {path}"
+        for attempt, wait in enumerate((*waits, None), start=1):
+            try:
+                answer = self._http.request(method, path, json=body)
+            except httpx.ConnectError as e:  # never reached the server: nothing made
+                err = GradientsError(f"{what}: cannot connect to {self.url}: {e}",
+                                     passing=True)
+            except httpx.TransportError as e:
+                if create:  # sent, no answer: a task may have been made
+                    raise CreateUncertain(f"{what}: no answer ({type(e).__name__}): a task "
+                                          "may have been created") from None
+                err = GradientsError(f"{what}: {type(e).__name__}: {e}", passing=True)
+            else:
+                if answer.status_code == 200:
+                    try:
+                        return answer.json()
+                    except ValueError:
+                        raise GradientsError(f"{what}: the answer is not JSON",
+                                             status=200) from None
+                err = GradientsError(
+                    f"{what}: {answer.status_code} {answer.reason_phrase}: "
+                    f"{_words(answer)}", status=answer.status_code,
+                    passing=answer.status_code >= 500 or answer.status_code == 429)
+            if not err.passing or wait is None:
+                raise err
+            self.say(f"{err}; try {attempt + 1} in {wait:g} s")
+            self.sleep(wait)
+        raise AssertionError("unreachable")
+
+
+def _words(answer: httpx.Response) -> str:
+    """What the server said, short (its JSON ``detail`` when it has one)."""
+    try:
+        data = answer.json()
+        text = str(data.get("detail", data)) if isinstance(data, dict) else str(data)
+    except ValueError:
+        text = answer.text
+    return text.strip()[:300] or "(no message)"

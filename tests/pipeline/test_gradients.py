@@ -1,0 +1,190 @@
+"""The remote training step as its job runs it (``python -m rota.pipeline.gradients_step``)
+against a local fake of the Gradients API (tests/pipeline/fake_gradients.py): the bodies
+the notes describe, to each endpoint; 5xx answers tried again, a 4xx never; a task that
+fails; an auditing answer whose best entry has no repo; a run killed after its create
+follows the same task when started again (one create in all); a lost create answer never
+makes a second task; the key in no output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fake_gradients import KEY, FakeGradients, Script, entry
+
+from rota.pipeline.gradients_api import HotkeyDetail, winner
+from rota_testing import wait_until
+
+URL = "https://bucket.s3.example/chunk.json?X-Amz-Signature=abc"
+
+
+def folder(tmp: Path, urls: dict[str, str] | None = None) -> Path:
+    f = tmp / "round-1"
+    f.mkdir(parents=True, exist_ok=True)
+    (f / "prep.json").write_text(json.dumps({"urls": urls or {"dataset": URL}}))
+    return f
+
+
+def args(fake: FakeGradients, f: Path, task_type: str = "InstructText") -> list[str]:
+    return [sys.executable, "-m", "rota.pipeline.gradients_step", "--round-dir", str(f),
+            "--api-url", fake.url, "--task-type", task_type, "--model-repo",
+            "Qwen/Qwen2.5-0.5B", "--hours-to-complete", "3", "--poll-interval", "0.05",
+            "--retry-scale", "0.001"]
+
+
+def run(fake: FakeGradients, f: Path, task_type: str = "InstructText",
+        key: str = KEY) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(args(fake, f, task_type), env={**os.environ, "GRADIENTS_API_KEY": key},
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert key not in r.stdout + r.stderr and URL not in r.stdout + r.stderr
+    return r
+
+
+def result(f: Path) -> dict[str, Any]:
+    return dict(json.loads((f / "train.json").read_text()))
+
+
+def test_a_round_is_created_followed_and_its_best_entry_with_a_repo_wins(
+        tmp_path: Path) -> None:
+    script = Script(statuses=["pending", "preparing_data", "training", "training",
+                              "evaluating", "success"],
+                    auditing=[entry("h1", 0.80, None, rank=1),  # the lowest: no repo
+                              entry("h2", 0.85, "miner2/lora", rank=2, synth=None),
+                              entry("h3", 0.0, "miner3/lora", rank=3),  # a 0 loss is no loss
+                              entry("h4", 0.70, "miner4/lora", rank=4, quality=None),
+                              entry("h5", 0.90, "miner5/lora", rank=5)])
+    with FakeGradients(script) as fake:
+        r = run(fake, f := folder(tmp_path))
+    assert r.returncode == 0, r.stderr
+    [(task, body)] = script.creates
+    assert body == {"model_repo": "Qwen/Qwen2.5-0.5B", "ds_repo": URL,
+                    "field_instruction": "instruction", "field_input": "input",
+                    "field_output": "output", "field_system": None, "format": None,
+                    "no_input_format": None, "hours_to_complete": 3, "file_format": "s3"}
+    got = result(f)
+    assert (got["task_id"], got["adapter"], got["winner"]["hotkey"]) == (task, "miner2/lora",
+                                                                        "h2")
+    assert got["winner"]["synth_loss"] is None  # no crash on a missing synth loss
+    # each status said once, however often it was read
+    said = [x for x in r.stdout.splitlines() if x.startswith(f"task {task}: ")][:-1]
+    assert said == [f"task {task}: {s}" for s in ("pending", "preparing_data", "training",
+                                                   "evaluating", "success")]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"test_loss": 0.85,
+                                                             "quality_score": 0.9}
+    assert set(script.auth) == {f"Bearer {KEY}"}
+
+
+def test_5xx_answers_are_tried_again_and_a_4xx_is_not(tmp_path: Path) -> None:
+    script = Script(create_errors=[503, 502], get_errors=[500, 503, 504],
+                    auditing=[entry("h", 0.5, "m/l")])
+    with FakeGradients(script) as fake:
+        r = run(fake, folder(tmp_path))
+    assert r.returncode == 0, r.stderr
+    creates = [c for m, p, c in script.requests if m == "POST"]
+    assert creates == [503, 502, 200] and len(script.creates) == 1
+    assert [c for m, p, c in script.requests if p.startswith("/v1/tasks/") and m == "GET"
+            ][:4] == [500, 503, 504, 200]
+    with FakeGradients(Script(create_refusal=422)) as fake:
+        r = run(fake, f := folder(tmp_path / "refused"))
+        assert [m for m, _, _ in fake.script.requests] == ["POST"]  # once, not again
+    assert r.returncode == 2
+    assert "POST /v1/tasks/create: 422 Unprocessable Entity: model_repo not allowed" in \
+        r.stderr
+    assert not (f / "gradients-task.json").exists()  # refused: nothing made, may try again
+    with FakeGradients() as fake:
+        r = run(fake, folder(tmp_path / "bad-key"), key="not-the-key")
+    assert r.returncode == 2 and "401 Unauthorized: Invalid API key" in r.stderr
+
+
+def test_a_task_that_fails_ends_the_step_and_says_so(tmp_path: Path) -> None:
+    script = Script(statuses=["pending", "looking_for_nodes", "failure_finding_nodes"])
+    with FakeGradients(script) as fake:
+        r = run(fake, f := folder(tmp_path))
+    assert r.returncode == 3
+    task = script.creates[0][0]
+    assert r.stderr.strip() == f"gradients: Gradients task {task} ended failure_finding_nodes"
+    assert result(f) == {"task_id": task, "status": "failure_finding_nodes", "failed": True}
+
+
+def test_no_entry_with_a_repo_is_nothing_to_merge(tmp_path: Path) -> None:
+    script = Script(auditing=[entry("h1", 0.4, None), entry("h2", None, "m/l"),
+                              entry("h3", 0.2, "m/l3", quality=None)])
+    with FakeGradients(script) as fake:
+        r = run(fake, f := folder(tmp_path))
+    assert r.returncode == 4 and "no entry of 3 has a repo" in r.stderr
+    assert result(f)["failed"] is True
+
+
+def test_a_killed_run_follows_its_task_when_started_again_one_create_in_all(
+        tmp_path: Path) -> None:
+    script = Script(statuses=["training"] * 10_000, auditing=[entry("h", 0.3, "m/l")])
+    with FakeGradients(script) as fake:
+        f = folder(tmp_path)
+        p = subprocess.Popen(args(fake, f), env={**os.environ, "GRADIENTS_API_KEY": KEY},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: sum(script.reads.values()) >= 3, timeout=60, what="polling")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        assert json.loads((f / "gradients-task.json").read_text())["state"] == "created"
+        script.statuses = ["training", "success"]
+        script.reads.clear()
+        r = run(fake, f)
+    assert r.returncode == 0, r.stderr
+    assert len(script.creates) == 1 and "following Gradients task" in r.stdout
+    assert result(f)["task_id"] == script.creates[0][0]
+
+
+def test_a_lost_create_answer_never_makes_a_second_task(tmp_path: Path) -> None:
+    f = folder(tmp_path)
+    (f / "gradients-task.json").write_text(json.dumps({"state": "creating", "since": 1.0}))
+    with FakeGradients() as fake:
+        r = run(fake, f)
+        assert fake.script.requests == []
+    assert r.returncode == 5
+    assert "its answer was lost: a task may exist (and be paid for)" in r.stderr
+
+
+def test_chat_and_fixed_datasets_go_to_their_endpoints(tmp_path: Path) -> None:
+    urls = {"train": URL + "1", "test": URL + "2", "synth": URL + "3"}
+    with FakeGradients(Script(auditing=[entry("h", 0.3, "m/l")])) as fake:
+        assert run(fake, folder(tmp_path / "chat"), "Chat").returncode == 0
+        r = run(fake, folder(tmp_path / "fixed", urls), "InstructTextWithFixedDatasets")
+        assert r.returncode == 0, r.stderr
+        (_, chat), (_, fixed) = fake.script.creates
+        paths = [p for m, p, _ in fake.script.requests if m == "POST"]
+    assert paths == ["/v1/tasks/create_chat", "/v1/tasks/create_with_fixed_datasets"]
+    assert (chat["chat_column"], chat["chat_template"], chat["ds_repo"]) == (
+        "conversations", "chatml", URL)
+    assert (fixed["ds_repo"], fixed["training_data"], fixed["test_data"],
+            fixed["synthetic_data"]) == (None, URL + "1", URL + "2", URL + "3")
+
+
+def test_the_winner_is_the_lowest_test_loss_among_entries_with_a_repo() -> None:
+    def d(**kw: Any) -> HotkeyDetail:
+        return HotkeyDetail.model_validate({"quality_score": 1.0, **kw})
+
+    assert winner([]) is None
+    assert winner([d(test_loss=0.1, repo=None), d(test_loss=0.0, repo="a"),
+                   d(test_loss=None, repo="b")]) is None
+    tie = [d(hotkey="z", test_loss=0.5, repo="z", rank=2),
+           d(hotkey="a", test_loss=0.5, repo="a", rank=2),
+           d(hotkey="m", test_loss=0.5, repo="m", rank=1)]
+    assert winner(tie).hotkey == "m"  # type: ignore[union-attr]
+    assert winner(tie[:2]).hotkey == "a"  # type: ignore[union-attr]
+    assert winner([d(test_loss=0.3, repo="x", quality_score=None),
+                   d(test_loss=0.4, repo="y")]).repo == "y"  # type: ignore[union-attr]
+
+
+def test_a_missing_key_is_said_at_once(tmp_path: Path) -> None:
+    with FakeGradients() as fake:
+        r = subprocess.run(args(fake, folder(tmp_path)),
+                           env={k: v for k, v in os.environ.items()
+                                if k != "GRADIENTS_API_KEY"},
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert fake.script.requests == []
+    assert r.returncode == 2 and "rota secret set GRADIENTS_API_KEY" in r.stderr
