@@ -5,6 +5,7 @@ import { h, replace } from "./dom.js";
 import { renderEvals } from "./evals.js";
 import { renderGpus } from "./gpus.js";
 import { renderJob } from "./job.js";
+import { renderPipelines } from "./pipelines.js";
 import { renderPools } from "./pools.js";
 import { renderUsage } from "./usage.js";
 import { renderQueue } from "./queue.js";
@@ -33,6 +34,7 @@ function route() {
   if (first === "pools") return ["pools", (el) => renderPools(el)];
   if (first === "usage") return ["usage", (el) => renderUsage(el, query)];
   if (first === "evals") return ["evals", (el) => renderEvals(el, query)];
+  if (first === "pipelines") return ["pipelines", (el) => renderPipelines(el, second && decodeURIComponent(second))];
   if (first === "submit") return ["submit", (el) => renderSubmit(el, session)];
   return [null, (el) => replace(el, h("section", { class: "page" },
     h("h1", null, "Not found"),
