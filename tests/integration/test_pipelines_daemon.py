@@ -135,3 +135,17 @@ def test_a_failed_round_backs_off_doubling_and_run_now_pause_resume_rm(
     assert gone["removed"] is True
     r = daemon.cli("pipeline", "show", "nodata")
     assert r.returncode == 1 and "no pipeline 'nodata'" in r.stderr
+
+
+def test_an_evaluation_config_of_its_own_is_checked_when_added(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(LOCAL.replace("evaluate: {gpus: 0}", "evaluate: {config: ./eval.yaml}"))
+    r = daemon.cli("pipeline", "add", str(f))
+    assert r.returncode == 2 and f"{tmp_path / 'eval.yaml'}: cannot read it" in r.stderr
+    (tmp_path / "eval.yaml").write_text("version: 1\nname: e\nmodel: {uri: /m}\n"
+                                        "harness: {kind: lm-eval, tasks: []}\n")
+    r = daemon.cli("pipeline", "add", str(f))
+    assert r.returncode == 2 and "eval.yaml:4: harness: name at least one task" in r.stderr
+    with daemon.client() as c:
+        assert c.pipelines()["pipelines"] == []  # nothing added

@@ -199,3 +199,24 @@ def test_published_to_the_hub_private_unless_asked(tiny: Path, adapter: Path, tm
     assert upload[1] == "ana/tiny-round-2" and "model.safetensors" in upload[2]
     assert "hf_secret" not in r.stdout.split("CALLS ", 1)[0] + r.stderr
     assert json.loads((rnd / "merge.json").read_text())["published"] == "ana/tiny-round-2"
+
+
+def test_published_to_mlflow_as_the_runs_artifacts(tiny: Path, adapter: Path,
+                                                   tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    out, rnd = tmp_path / "merged", tmp_path / "round"
+    rnd.mkdir()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    r = run_merge("--base", str(tiny), "--adapter", str(adapter), "--out", str(out),
+                  "--round-dir", str(rnd), "--device", "cpu", "--publish", "mlflow",
+                  "--mlflow-experiment", "merges",
+                  env={"MLFLOW_TRACKING_URI": uri,
+                       "MLFLOW_ARTIFACT_ROOT": str(tmp_path / "artifacts")})
+    assert r.returncode == 0, r.stderr
+    published = json.loads((rnd / "merge.json").read_text())["published"]
+    assert published.startswith("runs:/") and published.endswith("/model")
+    run_id = published.split("/")[1]
+    client = MlflowClient(tracking_uri=uri)
+    names = {a.path for a in client.list_artifacts(run_id, "model")}
+    assert {"model/config.json", "model/model.safetensors"} <= names

@@ -219,3 +219,25 @@ def test_a_gradients_round_takes_its_settings_from_the_users_secrets(
     assert "--public" not in merge["command"]  # private unless asked
     assert merge["secrets"] == {"HF_TOKEN": "HF_TOKEN", "HF_USERNAME": "HF_USERNAME"}
     assert yaml.safe_load(prep["env"][steps.CONFIG_ENV])["name"] == "qwen_instruct"
+
+
+def test_any_evaluation_config_judges_the_merged_model(tmp_path: Path) -> None:
+    """``evaluate.config``: the file's harness and limits, its model replaced by the merged
+    one (its adapter, if any, dropped with it: the merge holds it), named per round."""
+    (tmp_path / "eval.yaml").write_text(textwrap.dedent("""\
+        version: 1
+        name: suite
+        model: {mlflow: {tracking_uri: http://m:5000, run_id: r1, artifact_path: model}}
+        harness: {kind: lm-eval, tasks: [arc_easy, hellaswag], limits: {max_instances: 50}}
+        compute: {gpus: 1}
+        """))
+    text = ROTA.replace("evaluate: {gpus: 0, margin: 0.05}",
+                        "evaluate: {config: ./eval.yaml, metric: arc_easy/acc, "
+                        "higher_is_better: true}")
+    r = _round(text, tmp_path)
+    assert r.config.evaluate.config == str(tmp_path / "eval.yaml")
+    ev = load_eval(steps.evaluation_text(r.config, "/runs/merged", "/h.jsonl", "candidate"))
+    assert (ev.name, ev.model.uri, ev.model.mlflow, ev.harness.kind) == (
+        "tiny-refresh-candidate", "/runs/merged", None, "lm-eval")
+    assert ev.harness.tasks == ["arc_easy", "hellaswag"]
+    assert ev.harness.limits.max_instances == 50

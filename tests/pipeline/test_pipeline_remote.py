@@ -2,7 +2,8 @@
 server), the task created on a local fake of the Gradients API (tests/pipeline/
 fake_gradients.py) with the user's stored key, followed across a daemon SIGKILL, its
 winner (the best entry that has a repo) merged and evaluated; then a round whose task
-fails is a failed round, backed off, and no second task is created for it."""
+fails is a failed round, backed off, and no second task is created for it; then a round
+whose merge fails (retried) fails too, and its adapter never becomes a base."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ CONFIG = textwrap.dedent("""\
     final_test_size: 0.2
     upload: {{bucket: chunks, endpoint_url: "{s3}", expires: 2h}}
     train: {{where: gradients, api_url: "{api}", poll_interval: 0.2}}
-    merge: {{gpus: 0}}
+    merge: {{gpus: 0, retries: 1}}
     evaluate: {{gpus: 0, margin: 1000, limits: {{max_length: 64}}}}
     tracking: {{mlflow: false}}
     on_failure: {{backoff: 2h}}
@@ -80,7 +81,7 @@ def rounds(d: DaemonProcess) -> dict[int, dict[str, Any]]:
         return {r["number"]: dict(r) for r in c.pipeline("remote")["rounds"]}
 
 
-def test_a_remote_round_and_a_failed_remote_task(s3: str, tmp_path: Path) -> None:
+def test_a_remote_round_a_failed_task_and_a_failed_merge(s3: str, tmp_path: Path) -> None:
     tiny = build_tiny_llama(tmp_path / "tiny")
     adapter = adapter_of(tiny, tmp_path / "miner-adapter")
     data = tmp_path / "qa.jsonl"
@@ -136,6 +137,25 @@ def test_a_remote_round_and_a_failed_remote_task(s3: str, tmp_path: Path) -> Non
             assert p["base_model"] == first["merged_model"]  # a failed round changes nothing
             time.sleep(3)  # no new paid task: the failed one is not created again
             assert len(script.creates) == 2
+            # a merge that fails (the winner's adapter is not there), retried: the round
+            # fails, and the adapter never becomes the next base
+            script.statuses = ["training", "success"]
+            script.auditing = [entry("gone", 0.1, str(tmp_path / "no-such-adapter"))]
+            with d.client() as c:
+                c.pipeline_action("remote", "run-now")
+            third = wait_until(lambda: rounds(d).get(3) if rounds(d).get(3, {}).get(
+                "state") in ("accepted", "rejected", "failed") else None, timeout=300,
+                every=0.5, what="round 3")
+            assert third["state"] == "failed" and third["reason"].startswith(
+                f"merge: job {third['jobs']['merge']} failed"), third["reason"]
+            with d.client() as c:
+                merge = c.job(third["jobs"]["merge"])
+                p = c.pipeline("remote")["pipeline"]
+            assert merge["attempts"] == 2  # its retry ran too
+            assert "no-such-adapter: no such folder" in (
+                d.home / "logs" / f"{third['jobs']['merge']}.log").read_text()
+            assert p["base_model"] == first["merged_model"] and p["failures"] == 2
+            assert p["next_at"] - third["ended_at"] == pytest.approx(2 * 7200)
             assert KEY not in d.log_text()
             for job in second["jobs"].values():
                 assert KEY not in (d.home / "logs" / f"{job}.log").read_text()

@@ -101,15 +101,15 @@ def _reusable(out: Path, args: argparse.Namespace) -> bool:
 
 
 def merge(args: argparse.Namespace, out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     adapter = Path(args.adapter)
     if adapter.exists() and not (adapter / "adapter_config.json").is_file():
         raise MergeFailed(f"--adapter {args.adapter}: not a peft adapter (no "
                           "adapter_config.json)")
     if not adapter.exists() and args.adapter.startswith(("/", "./", "../")):
         raise MergeFailed(f"--adapter {args.adapter}: no such folder")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,
              "bfloat16": torch.bfloat16}[args.dtype]
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and

@@ -65,6 +65,11 @@ async def add(body: AddBody, p: Caller, reads: ReadsPort,
             raise InvalidSpec(f"task: the file has no task {body.task!r}", field="task")
     folder = os.path.dirname(body.path) if body.path else None
     configs = [resolve_paths(c, folder) for c in configs]
+    for c in configs:  # an evaluation config of its own: read and checked now
+        if c.evaluate.config is not None:
+            from rota.eval.config import load as load_eval
+
+            load_eval(c.evaluate.config)
     pools = {x["name"]: x for x in (await reads.pools())["pools"]}
     for c in configs:
         for part in ("train", "merge", "evaluate"):
