@@ -11,19 +11,19 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_testing import s3_client
 
 from hf_testing import OFFLINE, build_tiny_llama
 
 try:
-    import boto3
+    import boto3  # noqa: F401  (needed: skipped or failed without it)
     import peft
     import torch
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # noqa: F401
     from transformers import AutoModelForCausalLM
 except ImportError:
     if os.environ.get("ROTA_REQUIRE_TORCH"):
@@ -122,21 +122,9 @@ def test_the_tokenizer_swap_resizes_the_embeddings(tiny: Path, adapter: Path,
     assert logits(merged).shape[-1] == len(tok)  # and it still runs
 
 
-@pytest.fixture
-def s3_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def test_published_to_s3_every_file_then_the_manifest(tiny: Path, adapter: Path,
                                                       tmp_path: Path, s3_url: str) -> None:
-    s3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
-                      aws_access_key_id="t", aws_secret_access_key="t")
+    s3 = s3_client(s3_url)
     s3.create_bucket(Bucket="models")
     out, rnd = tmp_path / "merged", tmp_path / "round"
     rnd.mkdir()

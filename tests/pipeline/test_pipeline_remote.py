@@ -10,21 +10,21 @@ from __future__ import annotations
 import os
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_gradients import KEY, FakeGradients, Script, entry
+from s3_testing import s3_client
 
 from hf_testing import OFFLINE, build_tiny_llama
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
 
 try:
-    import boto3
+    import boto3  # noqa: F401  (needed: skipped or failed without it)
     import peft
     import torch
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # noqa: F401
     from transformers import AutoModelForCausalLM
 except ImportError:
     if os.environ.get("ROTA_REQUIRE_TORCH"):
@@ -51,17 +51,9 @@ CONFIG = textwrap.dedent("""\
 
 
 @pytest.fixture
-def s3() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="k",
-                 aws_secret_access_key="s").create_bucket(Bucket="chunks")
-    try:
-        yield url
-    finally:
-        server.stop()
+def s3(s3_url: str) -> str:
+    s3_client(s3_url).create_bucket(Bucket="chunks")
+    return s3_url
 
 
 def adapter_of(tiny: Path, where: Path) -> Path:

@@ -15,20 +15,20 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_testing import s3_client
 
 from hf_testing import OFFLINE, build_tiny_llama
 from rota_testing import DaemonProcess, kill_job_processes, wait_until
 
 try:
-    import boto3
+    import boto3  # noqa: F401  (needed: skipped or failed without it)
     import peft  # noqa: F401
     import torch  # noqa: F401
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # noqa: F401
 except ImportError:
     if os.environ.get("ROTA_REQUIRE_TORCH"):
         raise
@@ -41,24 +41,11 @@ KEYS = {"S3_COMPATIBLE_ACCESS_KEY": "testing", "S3_COMPATIBLE_SECRET_KEY": "test
 ENDED = ("accepted", "rejected", "failed", "cancelled")
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    client = _client(url)
+@pytest.fixture
+def s3(s3_url: str) -> str:
     for bucket in (DATA_BUCKET, CHUNK_BUCKET):
-        client.create_bucket(Bucket=bucket)
-    try:
-        yield url
-    finally:
-        server.stop()
-
-
-def _client(url: str) -> Any:
-    return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3_client(s3_url).create_bucket(Bucket=bucket)
+    return s3_url
 
 
 def _aws_env(tmp: Path) -> dict[str, str]:
@@ -158,7 +145,7 @@ def test_three_rounds_train_merge_evaluate_and_one_is_rejected(s3: str, tmp_path
                                                                ) -> None:
     where = chunks_of_rows(tmp_path)
     rows = [wrong(i) if where[i] == 2 else good(i) for i in range(N)]
-    _client(s3).put_object(Bucket=DATA_BUCKET, Key="qa/train.jsonl",
+    s3_client(s3).put_object(Bucket=DATA_BUCKET, Key="qa/train.jsonl",
                            Body="".join(json.dumps(r) + "\n" for r in rows).encode())
     tiny = build_tiny_llama(tmp_path / "tiny")
     project = tmp_path / "project"
@@ -225,7 +212,7 @@ def test_three_rounds_train_merge_evaluate_and_one_is_rejected(s3: str, tmp_path
         names = [j["name"] for j in jobs[n]]
         assert len(names) == len(set(names)), names  # no step submitted twice
     # the chunks went to S3, one upload per round; the URLs never reached a log
-    keys = [o["Key"] for o in _client(s3).list_objects_v2(Bucket=CHUNK_BUCKET)["Contents"]]
+    keys = [o["Key"] for o in s3_client(s3).list_objects_v2(Bucket=CHUNK_BUCKET)["Contents"]]
     uploaded = [k.split("/")[2] for k in keys]  # (round 4 may have begun since)
     assert [uploaded.count(f"round-{n}") for n in (1, 2, 3)] == [1, 1, 1], keys
     assert "X-Amz-Signature" not in log

@@ -11,23 +11,24 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 try:
-    import boto3
+    import boto3  # noqa: F401  (needed: skipped or failed without it)
     import httpx
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # noqa: F401
 except ImportError:
     if os.environ.get("ROTA_REQUIRE_TORCH"):
         raise
     pytest.skip("needs boto3, pyarrow and moto (pip install 'rota[test]')",
                 allow_module_level=True)
+
+from s3_testing import s3_client
 
 from rota.pipeline.config import PipelineConfig
 
@@ -124,8 +125,7 @@ def test_chat_turns_take_the_standard_roles(tmp_path: Path, s3_url: str) -> None
                    "chat_assistant_reference": "gpt"}], task_type="Chat",
                  train={"where": "gradients"},
                  upload={"bucket": "chunks", "endpoint_url": s3_url})
-    boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1", aws_access_key_id="k",
-                 aws_secret_access_key="s").create_bucket(Bucket="chunks")
+    s3_client(s3_url).create_bucket(Bucket="chunks")
     r, got = prep(cfg, 1, tmp_path, aws_env(tmp_path))
     assert r.returncode == 0, r.stderr
     assert list(got["urls"]) == ["dataset"]  # one file, as /v1/tasks/create_chat reads
@@ -174,21 +174,9 @@ def aws_env(tmp: Path) -> dict[str, str]:
             "AWS_EC2_METADATA_DISABLED": "true"}
 
 
-@pytest.fixture
-def s3_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def test_an_s3_source_and_the_upload_with_its_presigned_url(tmp_path: Path,
                                                             s3_url: str) -> None:
-    s3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1",
-                      aws_access_key_id="k", aws_secret_access_key="s")
+    s3 = s3_client(s3_url)
     for b in ("data", "chunks"):
         s3.create_bucket(Bucket=b)
     s3.put_object(Bucket="data", Key="qa/part-1.jsonl",

@@ -32,13 +32,9 @@ NAME = typer.Argument(..., metavar="NAME", help="the pipeline's name")
 
 
 def _read(file: str) -> str:
-    from rota.eval.config import ConfigErrors
+    from rota.eval.config import read_file
 
-    try:
-        with open(file, encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigErrors([f"{file}: cannot read it: {e}"]) from None
+    return read_file(file)
 
 
 @pipeline_app.command()

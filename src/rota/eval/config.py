@@ -297,17 +297,30 @@ class ConfigErrors(InvalidSpec):
         super().__init__("\n".join(self.problems), field="config")
 
 
-def load_text(text: str, *, where: str = "") -> EvalConfig:
-    """The config in ``text`` (YAML); raises ConfigErrors naming every bad field, with its
-    line in ``where`` (a file's name) when the YAML shows it."""
+def read_yaml(text: str, where: str) -> tuple[Any, yaml.Node | None]:
+    """The YAML's data and its node tree (for the lines of problems); ConfigErrors with
+    the line when it is not YAML. Shared by every versioned config."""
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigErrors([Problem("", mark.line + 1 if mark is not None else None,
                                     f"not valid YAML: {getattr(e, 'problem', e)}",
                                     where)]) from None
+
+
+def read_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigErrors([f"{path}: cannot read it: {e}"]) from None
+
+
+def load_text(text: str, *, where: str = "") -> EvalConfig:
+    """The config in ``text`` (YAML); raises ConfigErrors naming every bad field, with its
+    line in ``where`` (a file's name) when the YAML shows it."""
+    data, root = read_yaml(text, where)
     if not isinstance(data, dict):
         raise ConfigErrors([Problem("", None, "an evaluation config is a mapping (version, "
                                     "name, model, harness ...)", where)])
@@ -318,12 +331,7 @@ def load_text(text: str, *, where: str = "") -> EvalConfig:
 
 
 def load(path: str) -> EvalConfig:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigErrors([f"{path}: cannot read it: {e}"]) from None
-    return load_text(text, where=path)
+    return load_text(read_file(path), where=path)
 
 
 def problems(e: ValidationError, root: yaml.Node | None, where: str,

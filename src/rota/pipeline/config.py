@@ -50,6 +50,8 @@ from rota.eval.config import (
     Problem,
     Seconds,
     problems,
+    read_file,
+    read_yaml,
 )
 
 VERSIONS = (1,)
@@ -272,14 +274,7 @@ class PipelineConfig(GradientsTask):
 def load_text(text: str, *, where: str = "") -> list[PipelineConfig]:
     """The pipelines in ``text``: one for Rota's form, one per task for a Gradients
     ``config.yaml``. Raises ConfigErrors naming every bad field, with its line."""
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigErrors([Problem("", mark.line + 1 if mark is not None else None,
-                                    f"not valid YAML: {getattr(e, 'problem', e)}",
-                                    where)]) from None
+    data, root = read_yaml(text, where)
     if not isinstance(data, dict) or not data:
         raise ConfigErrors([Problem("", None, "a pipeline config is a mapping: Rota's form "
                                     "(version, name, model_repo, datasets ...) or a Gradients"
@@ -330,12 +325,7 @@ def _line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
 
 
 def load(path: str) -> list[PipelineConfig]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigErrors([f"{path}: cannot read it: {e}"]) from None
-    return load_text(text, where=path)
+    return load_text(read_file(path), where=path)
 
 
 

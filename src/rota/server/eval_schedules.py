@@ -14,8 +14,8 @@ A schedule (rota.store.tables.EvalScheduleRow) is one of:
 Exactly once: the jobs of a run are submitted through the intake in the same transaction
 that moves the schedule on (``next_at``, the evaluated checkpoints), so a SIGKILL leaves
 either both or neither; each job also carries an idempotency key of the schedule and its
-due time, which the store holds unique. The check runs on a timer of its own (TICK_S);
-with no schedule it is one indexed read.
+due time, which the store holds unique. The check runs on a timer of its own
+(rota.server.due_check); with no schedule it is one indexed read.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from rota.core.lifecycle import JobState
 from rota.errors import NotFound, RotaError
@@ -34,15 +34,11 @@ from rota.eval.jobs import Source
 from rota.eval.submission import make_plan, make_work_dir, naming, submit_plan, with_model
 from rota.eval.submission import work_dir_name as folder_name
 from rota.ml import checkpoints
+from rota.server.due_check import DueCheck
 from rota.server.job_output import checkpoints_of
 from rota.store.repo import ScheduleRecord
 
-if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
-    from rota.server.intake import Intake
-
 log = logging.getLogger("rota.eval_schedules")
-TICK_S = 1.0  # how often schedules are looked at: a run starts within this of its time
 KINDS = ("every", "after_job", "checkpoint")
 SOURCE = "schedule"  # the jobs' source (rota.store.tables.JobRow.source)
 EVENT = "eval_schedule"  # the event on each job a schedule submitted
@@ -76,31 +72,10 @@ def next_time(next_at: float, every_s: float, now: float) -> tuple[float, int]:
     return next_at + slots * every_s, slots - 1
 
 
-class EvalSchedules:
+class EvalSchedules(DueCheck):
     """The daemon's collaborator that submits the runs of due schedules."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        self._intake: Intake | None = None
-
-    def start(self) -> None:
-        self.d.later(TICK_S, self._tick)
-
-    def _tick(self) -> None:
-        try:
-            if not self.d.diverged:  # memory is not to be trusted until taken up again
-                self.check(self.d.clock())
-        except Exception:  # one bad schedule must not stop the others' next turn
-            log.exception("checking evaluation schedules failed")
-        self.d.later(TICK_S, self._tick)
-
-    @property
-    def intake(self) -> Intake:
-        if self._intake is None:  # the same checks as any submit (made once, on first use)
-            from rota.server.intake import Intake
-
-            self._intake = Intake(self.d)
-        return self._intake
+    what = "evaluation schedules"
 
     def check(self, now: float) -> None:
         """Submit what is due now for every enabled schedule."""

@@ -17,13 +17,12 @@ never becomes a base: only an evaluated merge is ever accepted.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import random
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rota.core.lifecycle import JobState
 from rota.errors import Conflict, Forbidden, InvalidSpec, NotFound, RotaError
@@ -32,14 +31,9 @@ from rota.eval.jobs import Source
 from rota.eval.submission import make_plan, make_work_dir, naming, submit_plan
 from rota.pipeline import steps, timing
 from rota.pipeline.config import PipelineConfig
+from rota.server.due_check import DueCheck
 from rota.store.repo import PipelineRecord, RoundRecord
 
-if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
-    from rota.server.intake import Intake
-
-log = logging.getLogger("rota.pipelines")
-TICK_S = 1.0
 SOURCE = "pipeline"
 EVENT = "pipeline"
 RESULT_MAX = 1 << 20  # a step's result file is small; more is not read
@@ -70,31 +64,10 @@ def verdict(metric: float, base: float | None, *, higher_is_better: bool, margin
     return Verdict(True, f"accepted: {words}")
 
 
-class Pipelines:
+class Pipelines(DueCheck):
     """The daemon's collaborator that begins due rounds and moves open ones on."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        self._intake: Intake | None = None
-
-    def start(self) -> None:
-        self.d.later(TICK_S, self._tick)
-
-    def _tick(self) -> None:
-        try:
-            if not self.d.diverged:
-                self.check(self.d.clock())
-        except Exception:  # one bad pipeline must not stop the others' next turn
-            log.exception("checking pipelines failed")
-        self.d.later(TICK_S, self._tick)
-
-    @property
-    def intake(self) -> Intake:
-        if self._intake is None:
-            from rota.server.intake import Intake
-
-            self._intake = Intake(self.d)
-        return self._intake
+    what = "pipelines"
 
     def root(self, name: str) -> str:
         return os.path.join(self.d.settings.home, "pipelines", name)
