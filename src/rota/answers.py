@@ -876,7 +876,7 @@ class PipelineRoundAnswer(TypedDict):
     """One round of a pipeline: its steps' jobs and the lineage it made."""
 
     number: int
-    state: Literal["running", "accepted", "rejected", "failed", "cancelled"]
+    state: Literal["running", "accepted", "rejected", "failed"]
     step: str  # prep | train | merge | evaluate | done
     reason: str | None  # why it ended so (the verdict with both numbers, or what failed)
     jobs: dict[str, int]  # step -> job id (evaluate_base: the base's evaluation)

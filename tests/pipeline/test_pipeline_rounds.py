@@ -38,7 +38,7 @@ except ImportError:
 N, SEED, TEST_SIZE, PER_ROUND = 120, 42, 0.2, 32  # 96 to train: 3 chunks of 32, 24 held out
 DATA_BUCKET, CHUNK_BUCKET = "data-bucket", "chunk-bucket"
 KEYS = {"S3_COMPATIBLE_ACCESS_KEY": "testing", "S3_COMPATIBLE_SECRET_KEY": "testing"}
-ENDED = ("accepted", "rejected", "failed", "cancelled")
+ENDED = ("accepted", "rejected", "failed")
 
 
 @pytest.fixture

@@ -368,7 +368,7 @@ class PipelineRound(Model):
     """One round: its steps' jobs and the lineage (base -> adapter -> merged model)."""
 
     number: int
-    state: str  # running | accepted | rejected | failed | cancelled
+    state: str  # running | accepted | rejected | failed
     step: str
     reason: str | None = None
     jobs: dict[str, int] = Field(default_factory=dict)

@@ -37,8 +37,7 @@ from rota.store.repo import PipelineRecord, RoundRecord
 SOURCE = "pipeline"
 EVENT = "pipeline"
 RESULT_MAX = 1 << 20  # a step's result file is small; more is not read
-RUNNING, ACCEPTED, REJECTED, FAILED, CANCELLED = (
-    "running", "accepted", "rejected", "failed", "cancelled")
+RUNNING, ACCEPTED, REJECTED, FAILED = "running", "accepted", "rejected", "failed"
 
 
 class StepFailed(RotaError):
@@ -149,11 +148,14 @@ class Pipelines(DueCheck):
 
     def _cancel_jobs(self, rd: RoundRecord) -> None:
         for job in (rd.jobs or {}).values():
-            try:
-                if not self.d.job_state(job).terminal:
-                    self.d.cancel(job)
-            except (NotFound, Conflict):
-                pass
+            self._cancel_job(job)
+
+    def _cancel_job(self, job: int) -> None:
+        try:
+            if not self.d.job_state(job).terminal:
+                self.d.cancel(job)
+        except (NotFound, Conflict):
+            pass
 
     # --- the due check ----------------------------------------------------------------------
     def check(self, now: float) -> None:
@@ -273,7 +275,9 @@ class Pipelines(DueCheck):
             for key, spec in specs.items():
                 try:
                     jobs[key] = self._submit_any(p, rd, key, spec, now)
-                except RotaError as e:
+                except RotaError as e:  # a step of two (the evaluations) is all or none
+                    for made in set(specs) & set(jobs):
+                        self._cancel_job(jobs[made])
                     self._end(p, rd, FAILED, f"{key}: refused: {e}", now)
                     return
             self.d.store.update_round(rd.id, step=step, jobs=jobs, facts=facts, **moved)

@@ -319,7 +319,7 @@ class PipelineRoundRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     pipeline_id: Mapped[int] = mapped_column(Integer)
     number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... within the pipeline
-    # running | accepted | rejected | failed | cancelled; the daemon reads the running ones
+    # running | accepted | rejected | failed; the daemon reads the running ones
     state: Mapped[str] = mapped_column(String(12), index=True)
     step: Mapped[str] = mapped_column(String(12))  # prep | train | merge | evaluate | done
     reason: Mapped[str | None] = mapped_column(Text)  # why it ended so
