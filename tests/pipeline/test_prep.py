@@ -133,6 +133,10 @@ def test_chat_turns_take_the_standard_roles(tmp_path: Path, s3_url: str) -> None
     turns = lines(got["files"]["train"])[0]["conversations"]
     assert [t["role"] for t in turns] == ["user", "assistant", "system"]
     assert turns[0]["content"].startswith("hi ")
+    # the held-out conversations, as text the heldout harness scores
+    [held, *_] = lines(got["heldout"])
+    n = held["text"].split("\n")[0].removeprefix("user: hi ")
+    assert held == {"text": f"user: hi {n}\nassistant: hello {n}\nsystem: be kind"}
 
 
 def test_fixed_datasets_make_three_files_none_empty(tmp_path: Path) -> None:

@@ -241,6 +241,12 @@ def fixed_sets(chunk: list[dict[str, Any]], seed: int) -> dict[str, list[dict[st
             "synth": rows[n - synth:]}
 
 
+def as_text(conversation: dict[str, Any]) -> dict[str, str]:
+    """A conversation as the heldout harness's text record: ``role: content`` per turn."""
+    return {"text": "\n".join(f"{t['role']}: {t['content']}"
+                               for t in conversation.get(CHAT, []))}
+
+
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:

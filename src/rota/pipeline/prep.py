@@ -112,7 +112,12 @@ def cached(cfg: PipelineConfig, cache: Path, client: _S3) -> Path:
         examples = data.shuffled(merged, cfg.random_seed)
         sp = data.split(examples, cfg)
         data.write_jsonl(aside / "examples.jsonl", sp.train)
-        data.write_jsonl(aside / HELDOUT_FILE, sp.heldout)
+        # the heldout harness scores instructions or text: a conversation is scored as its
+        # turns' text (its perplexity), and kept as it is beside
+        data.write_jsonl(aside / HELDOUT_FILE, sp.heldout if cfg.task_type != "Chat"
+                         else [data.as_text(r) for r in sp.heldout])
+        if cfg.task_type == "Chat":
+            data.write_jsonl(aside / "heldout-conversations.jsonl", sp.heldout)
         info = {"data_hash": cfg.data_hash(), "rows": len(examples), "per_dataset": per,
                 "train_rows": len(sp.train), "heldout_rows": len(sp.heldout),
                 "chunks": sp.chunks, "chunk_size": sp.chunk_size}
