@@ -38,8 +38,9 @@ class Script:
     refusal_echoes_body: bool = False  # a 422 as FastAPI writes it: each field's input back
     create_delay: float = 0.0  # the task is made, then the answer waits this long
     echo_auth: bool = False  # a 401 that quotes the header it was sent
+    create_answer: dict[str, Any] | None = None  # a made task answered with this instead
     get_errors: list[int] = field(default_factory=list)  # answered before good task reads
-    auditing: list[dict[str, Any]] = field(default_factory=list)
+    auditing: list[Any] = field(default_factory=list)  # hotkey_details, odd ones too
     creates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # made ones
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # method, path, code
     auth: list[str] = field(default_factory=list)  # Authorization headers seen
@@ -126,6 +127,8 @@ class FakeGradients:
                 return self._answer(h, 422, {"detail": f"bad body: {sorted(set(body) ^ wanted)}"})
             task = str(uuid.uuid4())
             s.creates.append((task, body))
+            if s.create_answer is not None:
+                return s.create_answer
             return {"success": True, "task_id": task, "created_at": "2026-11-28T12:00:00",
                     "account_id": "acct"}
 

@@ -321,3 +321,24 @@ def test_rotas_stop_ends_the_step_promptly_and_the_next_run_follows_the_task(
         r = run(fake, f)
     assert r.returncode == 0, r.stderr
     assert len(script.creates) == 1 and "following Gradients task" in r.stdout
+
+
+def test_a_create_answered_200_without_a_task_id_is_a_task_that_may_exist(
+        tmp_path: Path) -> None:
+    script = Script(create_answer={"success": True, "note": "queued"})
+    with FakeGradients(script) as fake:
+        r = run(fake, f := folder(tmp_path))
+    assert r.returncode == 5 and "200 without a task id in the answer" in r.stderr
+    assert json.loads((f / "gradients-task.json").read_text())["state"] == "creating"
+    assert len(script.creates) == 1
+
+
+def test_an_odd_auditing_entry_is_left_out_not_fatal(tmp_path: Path) -> None:
+    odd = {**entry("h1", 0.1, "m/odd"), "test_loss": "n/a"}
+    script = Script(auditing=[odd, entry("h2", 0.4, "m/good", rank=2), "not an entry"])
+    with FakeGradients(script) as fake:
+        r = run(fake, f := folder(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "entry 0 is not a hotkey detail (left out)" in r.stdout
+    assert "entry 2 is not a hotkey detail (left out)" in r.stdout
+    assert (result(f)["adapter"], result(f)["entries"]) == ("m/good", 1)

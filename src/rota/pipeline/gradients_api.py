@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from rota.errors import RemoteServiceError
 
@@ -55,7 +55,7 @@ class _Answer(BaseModel):
 
 
 class Created(_Answer):
-    task_id: str
+    task_id: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
     success: bool | None = None
     created_at: str | None = None
     account_id: str | None = None
@@ -128,8 +128,12 @@ class GradientsApi:
 
     def create(self, task_type: TaskType, body: dict[str, Any]) -> Created:
         path = CREATE_PATHS[task_type]
-        return Created.model_validate(self._call("POST", path, body, self.post_waits,
-                                                 create=True))
+        got = self._call("POST", path, body, self.post_waits, create=True)
+        try:
+            return Created.model_validate(got)
+        except ValidationError:  # a 200 made a task, whose id we cannot read
+            raise CreateUncertain(f"POST {path}: 200 without a task id in the answer",
+                                  status=200) from None
 
     def task(self, task_id: str) -> dict[str, Any]:
         got = self._call("GET", f"/v1/tasks/{task_id}", None, self.get_waits)
@@ -142,7 +146,14 @@ class GradientsApi:
         rows = got.get("hotkey_details") if isinstance(got, dict) else None
         if not isinstance(rows, list):
             raise GradientsError(f"GET /auditing/tasks/{task_id}: no hotkey_details")
-        return [HotkeyDetail.model_validate(r) for r in rows if isinstance(r, dict)]
+        details = []
+        for n, row in enumerate(rows):
+            try:
+                details.append(HotkeyDetail.model_validate(row))
+            except ValidationError:  # one odd entry must not lose a paid task's results
+                self.say(f"GET /auditing/tasks/{task_id}: entry {n} is not a hotkey detail "
+                         "(left out)")
+        return details
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None,
               waits: Sequence[float], *, create: bool = False) -> Any:
@@ -177,6 +188,9 @@ class GradientsApi:
             try:
                 return _Ok(answer.json())
             except ValueError:
+                if create:  # a 200 made a task, whose id we cannot read
+                    raise CreateUncertain(f"{what}: 200 with an answer that is not JSON",
+                                          status=200) from None
                 return GradientsError(f"{what}: the answer is not JSON", status=200)
         message = f"{what}: {code} {answer.reason_phrase}: {self._scrub(_words(answer))}"
         if create and code == 504:
