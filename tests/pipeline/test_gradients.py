@@ -289,6 +289,15 @@ def test_the_client_keeps_its_key_out_of_reprs_and_errors() -> None:
         raise AssertionError("no error")
     finally:
         api.close()
+    ftp = GradientsApi("ftp://127.0.0.1:9", KEY, get_waits=(), post_waits=())
+    try:  # never sent: a plain refusal, not "a task may exist"
+        ftp.create("InstructText", {})
+    except GradientsError as e:
+        assert type(e) is GradientsError and not e.transient and "cannot send" in str(e)
+    else:
+        raise AssertionError("no error")
+    finally:
+        ftp.close()
     assert scrub("see https://b.s3/x.json?X-Amz-Signature=s3cr3t&a=1 now") == \
         "see https://b.s3/x.json?<hidden> now"
 
@@ -342,3 +351,22 @@ def test_an_odd_auditing_entry_is_left_out_not_fatal(tmp_path: Path) -> None:
     assert "entry 0 is not a hotkey detail (left out)" in r.stdout
     assert "entry 2 is not a hotkey detail (left out)" in r.stdout
     assert (result(f)["adapter"], result(f)["entries"]) == ("m/good", 1)
+
+
+def test_bad_input_is_named_before_any_request(tmp_path: Path) -> None:
+    with FakeGradients() as fake:
+        f = folder(tmp_path)
+        (f / "prep.json").unlink()
+        r = run(fake, f)
+        assert r.returncode == 2 and f"{f / 'prep.json'}: no such file" in r.stderr
+        fixed = folder(tmp_path / "fixed", {"train": URL})
+        r = run(fake, fixed, "InstructTextWithFixedDatasets")
+        assert r.returncode == 2 and "prep.json has no URL for test, synth" in r.stderr
+        bad_url = [*args(fake, f)]
+        bad_url[bad_url.index(fake.url)] = "api.gradients.io"
+        r = subprocess.run(bad_url, env={**os.environ, "GRADIENTS_API_KEY": KEY},
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 2
+        assert "--api-url 'api.gradients.io': not an http(s) URL with a host" in r.stderr
+        assert fake.script.requests == [] and fake.script.auth == []
+    assert not (f / "gradients-task.json").exists()

@@ -177,12 +177,16 @@ class GradientsApi:
             # never reached the server: nothing was made
             return GradientsError(f"{what}: cannot connect to {self.url}: "
                                   f"{self._scrub(str(e)) or type(e).__name__}", transient=True)
-        except httpx.TransportError as e:
-            if create:  # sent, no answer: a task may have been made
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as e:
+            # this side could not send it: nothing was made, and trying again changes nothing
+            return GradientsError(f"{what}: cannot send to {self.url}: "
+                                  f"{self._scrub(str(e)) or type(e).__name__}")
+        except httpx.HTTPError as e:
+            if create:  # sent, no (readable) answer: a task may have been made
                 raise CreateUncertain(f"{what}: sent, and no answer came "
                                       f"({type(e).__name__})") from None
             return GradientsError(f"{what}: {type(e).__name__}: {self._scrub(str(e))}",
-                                  transient=True)
+                                  transient=isinstance(e, httpx.TransportError))
         code = answer.status_code
         if code == 200:
             try:

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rota.pipeline import gradients_api as api
 from rota.pipeline.results import write_private
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--http-timeout", type=float, default=60.0,
                    help="seconds one request may take")
     args = p.parse_args(argv)
+    if urlsplit(args.api_url).scheme not in ("http", "https") or \
+            not urlsplit(args.api_url).hostname:
+        p.error(f"--api-url {args.api_url!r}: not an http(s) URL with a host")
     if not Path(args.round_dir).is_dir():
         p.error(f"--round-dir {args.round_dir}: no such folder")
     if args.hours_to_complete < 1 or args.poll_interval <= 0 or args.retry_scale < 0:
@@ -155,8 +159,11 @@ def _the_task(client: api.GradientsApi, args: argparse.Namespace,
                "step wrote (no task id in it)")
         _fail(5, f"{why}: {_UNCERTAIN.format(record=record)}")
         return None
-    prep = _read(Path(args.prep) if args.prep else folder / "prep.json")
-    urls = prep.get("urls") or {}
+    prep_file = Path(args.prep) if args.prep else folder / "prep.json"
+    if not prep_file.is_file():
+        raise api.GradientsError(f"{prep_file}: no such file (the data step writes it)")
+    urls = _read(prep_file).get("urls")
+    urls = urls if isinstance(urls, dict) else {}
     body = _body(args, urls)
     write_private(record, {"state": "creating", "since": time.time()})
     try:
