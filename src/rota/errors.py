@@ -95,3 +95,15 @@ class StoreError(RotaError):
 
 class TrackerError(RotaError):
     """An experiment tracker (MLflow, Weights & Biases) refused or could not be reached."""
+
+
+class RemoteServiceError(RotaError):
+    """A remote service (the Gradients API) refused or failed. ``status`` is its HTTP status
+    (0: no answer); ``transient``: the same request may pass later (a lost connection, 5xx,
+    429), so it is worth trying again; a 4xx is not."""
+
+    http_status = 502
+
+    def __init__(self, message: str, *, status: int = 0, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.transient = status, transient

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,8 +35,12 @@ class Script:
     statuses: list[str] = field(default_factory=lambda: ["pending", "training", "success"])
     create_errors: list[int] = field(default_factory=list)  # answered before a good create
     create_refusal: int | None = None  # answered to every create
+    refusal_echoes_body: bool = False  # a 422 as FastAPI writes it: each field's input back
+    create_delay: float = 0.0  # the task is made, then the answer waits this long
+    echo_auth: bool = False  # a 401 that quotes the header it was sent
+    create_answer: dict[str, Any] | None = None  # a made task answered with this instead
     get_errors: list[int] = field(default_factory=list)  # answered before good task reads
-    auditing: list[dict[str, Any]] = field(default_factory=list)
+    auditing: list[Any] = field(default_factory=list)  # hotkey_details, odd ones too
     creates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # made ones
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # method, path, code
     auth: list[str] = field(default_factory=list)  # Authorization headers seen
@@ -77,21 +82,31 @@ class FakeGradients:
     def _answer(self, h: BaseHTTPRequestHandler, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.script.requests.append((h.command, h.path, code))
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        try:
+            h.send_response(code)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+        except OSError:  # the client gave up waiting (a create whose answer is lost)
+            pass
 
     def _authorised(self, h: BaseHTTPRequestHandler) -> bool:
         got = h.headers.get("Authorization", "")
         self.script.auth.append(got)
         if got != f"Bearer {KEY}":
-            self._answer(h, 401, {"detail": "Invalid API key"})
+            said = f"Invalid API key: {got}" if self.script.echo_auth else "Invalid API key"
+            self._answer(h, 401, {"detail": said})
             return False
         return True
 
     def post(self, h: BaseHTTPRequestHandler) -> None:
+        answer = self._post(h)
+        if answer is not None:  # made: the answer may come late (the lock is not held)
+            time.sleep(self.script.create_delay)
+            self._answer(h, 200, answer)
+
+    def _post(self, h: BaseHTTPRequestHandler) -> dict[str, Any] | None:
         with self.lock:
             if not self._authorised(h):
                 return
@@ -101,15 +116,21 @@ class FakeGradients:
             if wanted is None:
                 return self._answer(h, 404, {"detail": "Not Found"})
             if s.create_refusal is not None:
-                return self._answer(h, s.create_refusal, {"detail": "model_repo not allowed"})
+                detail: Any = "model_repo not allowed"
+                if s.refusal_echoes_body:
+                    detail = [{"type": "value_error", "loc": ["body", k], "msg": "invalid",
+                               "input": v} for k, v in body.items()]
+                return self._answer(h, s.create_refusal, {"detail": detail})
             if s.create_errors:
                 return self._answer(h, s.create_errors.pop(0), {"detail": "try later"})
             if set(body) != wanted or body.get("file_format") != "s3":
                 return self._answer(h, 422, {"detail": f"bad body: {sorted(set(body) ^ wanted)}"})
             task = str(uuid.uuid4())
             s.creates.append((task, body))
-            self._answer(h, 200, {"success": True, "task_id": task,
-                                  "created_at": "2026-11-28T12:00:00", "account_id": "acct"})
+            if s.create_answer is not None:
+                return s.create_answer
+            return {"success": True, "task_id": task, "created_at": "2026-11-28T12:00:00",
+                    "account_id": "acct"}
 
     def get(self, h: BaseHTTPRequestHandler) -> None:
         with self.lock:

@@ -1,27 +1,32 @@
 """A client of the Gradients training API (as the Gradients Scheduler used it; see
-docs/pipelines.md): create a task, follow its status, read its auditing results.
+docs/pipelines-gradients.md): create a task, follow its status, read its auditing results.
 
 It runs inside a round's training job, never in the daemon, so it is synchronous (httpx).
 Every request sends ``Authorization: Bearer KEY``; the key is kept in the client's headers
-only and never appears in a message, an exception or a repr.
+only and never appears in a message, an exception or a repr, nor does a presigned URL that
+a server's message may echo back (hidden by :func:`scrub`).
 
-Retries: what can pass is tried again with exponential waits: a refused connection, a
+Retries: what can pass is tried again with exponential waits: a lost connection, a
 timeout, 5xx and 429. A 4xx is never tried again: the error names the status and the
-server's words. A create is tried again only when the server surely made nothing: a
-connection never made, or an answer of 5xx/429; a create whose answer never came may
-have made a task, which :class:`CreateUncertain` says (the caller must not create another).
+server's words. A create costs money, so it is tried again only when the server surely
+made nothing: a connection never made (refused, connect or pool timeout), or an answer of
+429 or a 5xx other than 504 (the application itself answered that it failed). A create
+whose answer never came (a read timeout, a broken connection) or came as 504 (a gateway
+that gave up waiting on a server that may still be making the task) may have made a task:
+:class:`CreateUncertain` says so, and the caller must not create another.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from rota.errors import RotaError
+from rota.errors import RemoteServiceError
 
 TaskType = Literal["InstructText", "Chat", "InstructTextWithFixedDatasets"]
 CREATE_PATHS = {"InstructText": "/v1/tasks/create", "Chat": "/v1/tasks/create_chat",
@@ -37,16 +42,12 @@ POST_WAITS_S = (2.0, 4.0)
 GET_WAITS_S = (60.0, 120.0, 240.0, 480.0, 960.0, 1800.0, 1800.0, 1800.0, 1800.0)
 
 
-class GradientsError(RotaError):
-    """The API refused or failed; ``status`` is its HTTP status (0: no answer)."""
-
-    def __init__(self, message: str, *, status: int = 0, passing: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.passing = status, passing
+class GradientsError(RemoteServiceError):
+    """The Gradients API refused or failed; ``status`` is its HTTP status (0: no answer)."""
 
 
 class CreateUncertain(GradientsError):
-    """A create whose answer never came: a task may exist."""
+    """A create whose answer never came (or came as 504): a task may exist."""
 
 
 class _Answer(BaseModel):
@@ -54,7 +55,7 @@ class _Answer(BaseModel):
 
 
 class Created(_Answer):
-    task_id: str
+    task_id: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
     success: bool | None = None
     created_at: str | None = None
     account_id: str | None = None
@@ -108,8 +109,13 @@ class GradientsApi:
                  get_waits: Sequence[float] = GET_WAITS_S, timeout: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep,
                  say: Callable[[str], None] = print) -> None:
+        if not key or not key.isascii() or not key.isprintable() or " " in key:
+            # said without the key: httpx's own error would quote the header
+            raise GradientsError("the API key is empty or holds characters an HTTP header "
+                                 "cannot carry (spaces, line breaks, non-ASCII)")
         self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout,
                                   headers={"Authorization": f"Bearer {key}"})
+        self._key = key
         self.url = url
         self.post_waits, self.get_waits = tuple(post_waits), tuple(get_waits)
         self.sleep, self.say = sleep, say
@@ -122,8 +128,12 @@ class GradientsApi:
 
     def create(self, task_type: TaskType, body: dict[str, Any]) -> Created:
         path = CREATE_PATHS[task_type]
-        return Created.model_validate(self._call("POST", path, body, self.post_waits,
-                                                 create=True))
+        got = self._call("POST", path, body, self.post_waits, create=True)
+        try:
+            return Created.model_validate(got)
+        except ValidationError:  # a 200 made a task, whose id we cannot read
+            raise CreateUncertain(f"POST {path}: 200 without a task id in the answer",
+                                  status=200) from None
 
     def task(self, task_id: str) -> dict[str, Any]:
         got = self._call("GET", f"/v1/tasks/{task_id}", None, self.get_waits)
@@ -136,38 +146,78 @@ class GradientsApi:
         rows = got.get("hotkey_details") if isinstance(got, dict) else None
         if not isinstance(rows, list):
             raise GradientsError(f"GET /auditing/tasks/{task_id}: no hotkey_details")
-        return [HotkeyDetail.model_validate(r) for r in rows if isinstance(r, dict)]
+        details = []
+        for n, row in enumerate(rows):
+            try:
+                details.append(HotkeyDetail.model_validate(row))
+            except ValidationError:  # one odd entry must not lose a paid task's results
+                self.say(f"GET /auditing/tasks/{task_id}: entry {n} is not a hotkey detail "
+                         "(left out)")
+        return details
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None,
               waits: Sequence[float], *, create: bool = False) -> Any:
         what = f"{method} {path}"
         for attempt, wait in enumerate((*waits, None), start=1):
-            try:
-                answer = self._http.request(method, path, json=body)
-            except httpx.ConnectError as e:  # never reached the server: nothing made
-                err = GradientsError(f"{what}: cannot connect to {self.url}: {e}",
-                                     passing=True)
-            except httpx.TransportError as e:
-                if create:  # sent, no answer: a task may have been made
-                    raise CreateUncertain(f"{what}: no answer ({type(e).__name__}): a task "
-                                          "may have been created") from None
-                err = GradientsError(f"{what}: {type(e).__name__}: {e}", passing=True)
-            else:
-                if answer.status_code == 200:
-                    try:
-                        return answer.json()
-                    except ValueError:
-                        raise GradientsError(f"{what}: the answer is not JSON",
-                                             status=200) from None
-                err = GradientsError(
-                    f"{what}: {answer.status_code} {answer.reason_phrase}: "
-                    f"{_words(answer)}", status=answer.status_code,
-                    passing=answer.status_code >= 500 or answer.status_code == 429)
-            if not err.passing or wait is None:
+            err = self._once(what, method, path, body, create)
+            if isinstance(err, _Ok):
+                return err.value
+            if not err.transient or wait is None:
                 raise err
             self.say(f"{err}; try {attempt + 1} in {wait:g} s")
             self.sleep(wait)
         raise AssertionError("unreachable")
+
+    def _once(self, what: str, method: str, path: str, body: dict[str, Any] | None,
+              create: bool) -> _Ok | GradientsError:
+        """One request: its JSON answer, or the error it makes (httpx's translated here)."""
+        try:
+            answer = self._http.request(method, path, json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
+            # never reached the server: nothing was made
+            return GradientsError(f"{what}: cannot connect to {self.url}: "
+                                  f"{self._scrub(str(e)) or type(e).__name__}", transient=True)
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as e:
+            # this side could not send it: nothing was made, and trying again changes nothing
+            return GradientsError(f"{what}: cannot send to {self.url}: "
+                                  f"{self._scrub(str(e)) or type(e).__name__}")
+        except httpx.HTTPError as e:
+            if create:  # sent, no (readable) answer: a task may have been made
+                raise CreateUncertain(f"{what}: sent, and no answer came "
+                                      f"({type(e).__name__})") from None
+            return GradientsError(f"{what}: {type(e).__name__}: {self._scrub(str(e))}",
+                                  transient=isinstance(e, httpx.TransportError))
+        code = answer.status_code
+        if code == 200:
+            try:
+                return _Ok(answer.json())
+            except ValueError:
+                if create:  # a 200 made a task, whose id we cannot read
+                    raise CreateUncertain(f"{what}: 200 with an answer that is not JSON",
+                                          status=200) from None
+                return GradientsError(f"{what}: the answer is not JSON", status=200)
+        message = f"{what}: {code} {answer.reason_phrase}: {self._scrub(_words(answer))}"
+        if create and code == 504:
+            raise CreateUncertain(f"{message} (a gateway gave up waiting on the server)",
+                                  status=code)
+        return GradientsError(message, status=code, transient=code >= 500 or code == 429)
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text).replace(self._key, "<key>")
+
+
+class _Ok:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_QUERY_URL = re.compile(r"\b(https?://[^\s?'\"]*)\?[^\s'\"]*")
+
+
+def scrub(text: str) -> str:
+    """``text`` with every URL's query hidden: a presigned URL's query is a credential, and
+    a server's message (a 422's ``input``) may echo the body back."""
+    return _QUERY_URL.sub(r"\1?<hidden>", text)
 
 
 def _words(answer: httpx.Response) -> str:
