@@ -230,8 +230,10 @@ def why_sentence(d: WhyAnswer) -> str:
 def why(job: str = JOB_ARG,
         json_out: bool = typer.Option(False, "--json", help="print JSON (code, message)"),
         ) -> None:
-    """Why a job waits (or what it is doing, or how it ended); `pipeline:NAME`: when the
-    pipeline's next round runs and why."""
+    """Why a job waits (or what it does, or how it ended), or a pipeline's next round.
+
+    JOB is a job's id or name, or `pipeline:NAME`: when that pipeline's next round runs
+    and why then."""
     from rota.cli.common import Plain, client
     from rota.cli.job_refs import resolve
 
