@@ -52,11 +52,11 @@ def adapter(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-def run_merge(*args: str, env: dict[str, str] | None = None
-              ) -> subprocess.CompletedProcess[str]:
+def run_merge(*args: str, env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rota.pipeline.merge", *args],
                           env={**os.environ, **OFFLINE, **(env or {})}, capture_output=True,
-                          text=True, timeout=300, check=False)
+                          text=True, timeout=300, check=False, cwd=cwd)
 
 
 def logits(model: Any) -> Any:
@@ -199,8 +199,7 @@ def test_published_to_mlflow_as_the_runs_artifacts(tiny: Path, adapter: Path,
     r = run_merge("--base", str(tiny), "--adapter", str(adapter), "--out", str(out),
                   "--round-dir", str(rnd), "--device", "cpu", "--publish", "mlflow",
                   "--mlflow-experiment", "merges",
-                  env={"MLFLOW_TRACKING_URI": uri,
-                       "MLFLOW_ARTIFACT_ROOT": str(tmp_path / "artifacts")})
+                  env={"MLFLOW_TRACKING_URI": uri}, cwd=tmp_path)  # ./mlruns: the job's
     assert r.returncode == 0, r.stderr
     published = json.loads((rnd / "merge.json").read_text())["published"]
     assert published.startswith("runs:/") and published.endswith("/model")
