@@ -8,7 +8,9 @@ start-up) stays cheap.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+
+#: typing.TYPE_CHECKING without importing typing (a few ms of every `rota` command)
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -32,6 +34,8 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from rota.client.aio import AsyncClient
     from rota.client.models import (
         Alert,

@@ -80,3 +80,45 @@ def test_the_least_share_asked_follows_the_jobs_a_pass_looks_at() -> None:
     assert q.smallest_milli() == 0
     q.fit_to({0: G80, 1: G80})
     assert q.smallest_milli() == 2000
+
+
+def test_pages_merge_with_jobs_added_between_them() -> None:
+    """A restart's pages (each in queue order, each after the one before) among jobs that
+    joined one by one meanwhile, some of which a later page brings again."""
+    q = PendingQueue()
+    q.fit_to({0: G80, 1: G80})
+    q.add(job(100, prio=5))  # submitted while the queue was being read: behind every page
+    q.add(job(7, prio=1))  # released meanwhile: in the middle of a page still to come
+    q.extend([job(3, prio=0), job(9, prio=0), job(2, prio=1), job(4, prio=1)])
+    assert ids(q) == [3, 9, 2, 4, 7, 100]
+    q.extend([job(6, prio=1), job(7, prio=1, gpus=500), job(8, prio=1, gpus=4000),
+              job(1, prio=2, after=(3,)), job(5, prio=2, mem=100 << 30)])
+    assert ids(q) == [3, 9, 2, 4, 6, 7, 1, 100]
+    assert q.get(7) is not None and q.get(7).gpus_milli == 1000  # the one added meanwhile
+    assert [j.id for j in q.aside()] == [8, 5]  # can never start here: apart, in order
+    assert [j.id for j in q.with_dependencies()] == [1]
+    assert q.smallest_milli() == 1000 and len(q) == 10
+    q.remove(6)
+    assert ids(q) == [3, 9, 2, 4, 7, 1, 100]
+
+
+def test_pages_end_as_one_load_would() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(50):
+        jobs = [job(i, prio=rng.randrange(4), gpus=rng.choice([500, 1000, 4000]))
+                for i in range(1, 200)]
+        ordered = sorted(jobs, key=lambda j: (j.priority, j.id))
+        live = rng.sample(jobs, 20)  # added one by one, between pages
+        q = PendingQueue()
+        q.fit_to({0: G80, 1: G80})
+        for k in range(0, len(ordered), 25):
+            q.add(live[k // 10])
+            q.extend(ordered[k:k + 25])
+        whole = PendingQueue()
+        whole.fit_to({0: G80, 1: G80})
+        whole.load(ordered)
+        assert ids(q) == ids(whole)
+        assert [j.id for j in q.aside()] == [j.id for j in whole.aside()]
+        assert len(q) == len(whole) == 199

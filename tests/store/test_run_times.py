@@ -70,3 +70,30 @@ def test_a_time_limit_wins_over_the_prediction(store: Store) -> None:
 def test_only_the_newest_runs_count(store: Store) -> None:
     ran(store, "train", [5000.0] + [10.0] * HISTORY)  # the old slow run has aged out
     assert RunTimes(store, lambda: 0.0).predicted("train") == 10.0
+
+
+def test_many_names_are_read_together_each_with_its_newest_runs(store: Store) -> None:
+    ran(store, "train", [300.0, 400.0, 500.0])
+    ran(store, "eval", [5.0])
+    ran(store, "bad", [7.0], outcome="failed")
+    got = store.completed_run_times_of(["train", "eval", "bad", "missing", "train"], last=2,
+                                       chunk=2)  # chunks of two names: three queries
+    assert got == {"train": [500.0, 400.0], "eval": [5.0]}
+
+
+def test_a_submit_reads_the_history_of_its_names_once(store: Store) -> None:
+    ran(store, "train", [100.0, 200.0])
+    rt = RunTimes(store, lambda: 0.0)
+    calls: list[set[str]] = []
+    real = store.completed_run_times_of
+
+    def counted(names, **kw):  # type: ignore[no-untyped-def]
+        calls.append(set(names))
+        return real(names, **kw)
+
+    store.completed_run_times_of = counted  # type: ignore[method-assign]
+    rt.prefetch(["train", "new-0", "new-1", None, "train"])
+    assert calls == [{"train", "new-0", "new-1"}]
+    assert rt.predicted_many(["train", "new-0", "new-1"]) == {
+        "train": 200.0, "new-0": None, "new-1": None}
+    assert len(calls) == 1  # all cached, the unknown names too

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rota.cli.lazy_typer import Exit
+from rota.cli.styled import Lines, colour_for
 from rota.client.raw import RawClient as Client
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError, StoreError
 
@@ -72,6 +73,9 @@ def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
         return
     out = human(data)
     if out is None:
+        return
+    if isinstance(out, Lines):
+        sys.stdout.write(out.render(colour_for(sys.stdout)) + "\n")
         return
     if isinstance(out, Plain) or (isinstance(out, str)
                                   and not any(c in out for c in _RICH_SYNTAX)):

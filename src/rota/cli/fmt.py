@@ -86,6 +86,7 @@ def wrap_words(text: str, width: int) -> list[str]:
 
 
 def console_width() -> int:
-    from rota.cli.common import console
+    """The terminal's width, as Rich would take it (without importing Rich)."""
+    from rota.cli.styled import terminal_width
 
-    return int(console.width)
+    return terminal_width()

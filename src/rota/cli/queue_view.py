@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Any
 from rota.cli import lazy_typer as typer
 from rota.cli.common import emit, run_cli
 from rota.cli.fmt import STATE_STYLE, console_width, fmt_gpus, job_clock, wrap_words
+from rota.cli.styled import Line, Lines
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from rich.console import Group
-    from rich.text import Text
 
     from rota.answers import JobAnswer, QueueAnswer
 
@@ -107,12 +105,9 @@ def _shorten(text: str, width: int) -> str:
 
 
 def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool = False,
-                title: str | None = None, starts: bool = False) -> Group:
+                title: str | None = None, starts: bool = False) -> Lines:
     """The `rota queue` table (also used by `rota demo`) as lines that fit ``width``
     (no limit with ``wide``)."""
-    from rich.console import Group
-    from rich.text import Text
-
     now = time.time()
     rows = [_cells(j, now, wide, starts) for j in jobs]
     reasons = [short_reason(j, now) for j in jobs]
@@ -128,7 +123,7 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
     head_line = _line({h: h for h in heads}, heads, widths, style="bold")
     if beside:
         head_line.append(_GAP + "reason / progress", style="bold")
-    lines: list[Text] = [Text(title, style="bold")] if title else []
+    lines = Lines([Line(title, style="bold")] if title else [])
     lines.append(head_line)
     indent = widths["id"] + len(_GAP)
     for row, job, reason in zip(rows, jobs, reasons, strict=True):
@@ -139,16 +134,14 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
         lines.append(line)
         if reason and not beside:
             text_width = (limit or 80) - indent
-            lines += [Text(" " * indent + part, style="dim")
+            lines += [Line(" " * indent + part, style="dim")
                       for part in wrap_words(reason, text_width)]
-    return Group(*lines)
+    return lines
 
 
 def _line(cells: dict[str, str], heads: list[str], widths: dict[str, int], *,
-          style: str = "", state_style: str = "") -> Text:
-    from rich.text import Text
-
-    out = Text(style=style)
+          style: str = "", state_style: str = "") -> Line:
+    out = Line(style=style)
     for k, h in enumerate(heads):
         cell = cells[h]
         padded = cell.rjust(widths[h]) if h in _RIGHT else cell.ljust(widths[h])
@@ -160,7 +153,7 @@ def _line(cells: dict[str, str], heads: list[str], widths: dict[str, int], *,
     return out
 
 
-def queue_table(jobs: list[JobAnswer], *, title: str | None = None) -> Group:
+def queue_table(jobs: list[JobAnswer], *, title: str | None = None) -> Lines:
     """The queue at the terminal's width (kept for `rota demo`)."""
     return queue_lines(jobs, width=console_width(), title=title)
 
@@ -244,15 +237,13 @@ def more_lines(answer: QueueAnswer) -> list[str]:
     return out
 
 
-def _page_lines(answer: QueueAnswer, wide: bool, starts: bool = False) -> Group | None:
-    from rich.console import Group
-    from rich.text import Text
-
+def _page_lines(answer: QueueAnswer, wide: bool, starts: bool = False) -> Lines | None:
     jobs = page_jobs(answer)
     if not jobs:
         return None
     table = queue_lines(jobs, width=console_width(), wide=wide, starts=starts)
-    return Group(table, *(Text(line, style="dim") for line in more_lines(answer)))
+    table += [Line(line, style="dim") for line in more_lines(answer)]
+    return table
 
 
 def _watch(draw: Callable[[], None], every: float) -> None:

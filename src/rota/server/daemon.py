@@ -124,6 +124,8 @@ class Daemon:
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        # every pending job is in the queue: false from the start until _load_queue ends
+        self.queue_loaded = False
         self.loop: asyncio.AbstractEventLoop | None = None
         for d in (settings.logs_dir, settings.status_dir):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -172,11 +174,12 @@ class Daemon:
         self.quotas.load()
         self.draining = self.store.get_setting("draining") == "1"
         with self.store.transaction():
-            recover(self)
+            recover(self, pending=False)  # the pending jobs come page by page, answering
         self._tidy()
         self.monitor.refresh()
         self.monitor.sample_history(self.clock())
-        self._tasks = [asyncio.create_task(self._scheduler_loop(), name="scheduler"),
+        self._tasks = [asyncio.create_task(self._load_queue(), name="queue"),
+                       asyncio.create_task(self._scheduler_loop(), name="scheduler"),
                        asyncio.create_task(self._device_loop(), name="devices"),
                        asyncio.create_task(self._outputs_loop(), name="outputs")]
         self.eval_schedules.start()
@@ -230,12 +233,30 @@ class Daemon:
     def kick(self) -> None:
         self._wake.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    async def _load_queue(self) -> None:
+        """The pending jobs join the queue after the start (recovery.load_pending); no pass
+        runs before they all have, so none starts a job ahead of one not read yet."""
+        from rota.server.recovery import load_pending
+
+        t0 = time.perf_counter()
+        if await load_pending(self):
+            log.info("%d waiting jobs taken up in %.1f s", len(self.queue),
+                     time.perf_counter() - t0)
+        self.queue_loaded = True  # or a resync took the queue up whole meanwhile
+        self.kick()
+
     async def _scheduler_loop(self) -> None:
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.safety_tick)
             self._wake.clear()
             if self.diverged:  # memory is not to be trusted until it is taken up again
+                continue
+            if not self.queue_loaded:  # _load_queue kicks once it has
                 continue
             try:
                 self.schedule_pass()

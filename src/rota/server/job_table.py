@@ -147,6 +147,7 @@ class JobTable:
     # --- joining the queue -------------------------------------------------------------
     def accept(self, rows: list[JobRecord]) -> None:
         """Newly stored jobs join the queue and a pass runs."""
+        self.run_times.prefetch(r.name for r in rows if r.spec.get("time_limit") is None)
         for row in rows:
             st = JobState(row.state)
             self.states[row.id] = st

@@ -14,6 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from heapq import merge
 from operator import attrgetter
 
 from rota.core.feasibility import never_runnable
@@ -85,6 +86,34 @@ class PendingQueue:
         self._milli = Counter(map(_milli_of, jobs))
         if self._machine is not None:
             self._sort_out()
+
+    def extend(self, jobs: list[PendingJob]) -> None:
+        """Take up a page of jobs in queue order, each after every job a page before it
+        brought (a restart's queue read page by page while the daemon already answers),
+        among jobs added meanwhile one by one; a job the queue holds already is left as it
+        is (what was added meanwhile is newer than the page). Each run is merged in where
+        it goes: the cost is the page's and that of the jobs queued behind it."""
+        jobs = [job for job in jobs if job.id not in self._by_id]
+        if not jobs:
+            return
+        self.version += 1
+        self._journal = None
+        self._by_id.update((job.id, job) for job in jobs)
+        self._with_deps.update((job.id, job) for job in jobs if job.after)
+        if any(map(_pool_of, jobs)):
+            for pool in {job.pool for job in jobs if job.pool is not None}:
+                _merge(self._engines.setdefault(pool, []), [j for j in jobs if j.pool == pool])
+            jobs = [job for job in jobs if job.pool is None]
+        aside: list[PendingJob] = []
+        if self._machine is not None:
+            never = {shape for shape in set(map(_shape_of, jobs)) if self._shape_never(shape)}
+            if never:
+                aside = [j for j in jobs if not j.after and _shape_of(j) in never]
+                jobs = [j for j in jobs if j.after or _shape_of(j) not in never]
+                self._aside.update((j.id, self._never[_shape_of(j)] or "") for j in aside)
+                _merge(self._aside_jobs, aside)
+        _merge(self._jobs, jobs)
+        self._milli.update(map(_milli_of, jobs))
 
     def remove(self, job_id: int) -> PendingJob | None:
         job = self._by_id.pop(job_id, None)
@@ -200,6 +229,14 @@ class PendingQueue:
 _shape_of = attrgetter("gpus_milli", "gpu_mem", "allowed")  # PendingJob.shape, in C
 _milli_of = attrgetter("gpus_milli")
 _pool_of = attrgetter("pool")
+
+
+def _merge(into: list[PendingJob], run: list[PendingJob]) -> None:
+    """Merge ``run`` (in queue order) into ``into`` (in queue order), in place."""
+    if not run:
+        return
+    k = bisect_left(into, queue_order(run[0]), key=queue_order)
+    into[k:] = merge(run, into[k:], key=queue_order)
 
 
 def _drop(jobs: list[PendingJob], job: PendingJob) -> None:

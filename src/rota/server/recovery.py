@@ -10,7 +10,9 @@ process exists, so it cannot run twice).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,10 +35,21 @@ if TYPE_CHECKING:
 LOCATE_AGAIN_S = 30.0
 log = logging.getLogger("rota.recovery")
 NOT_LAUNCHED = "recovered: the launch had not happened"
+#: up to this many names of completed jobs are read at a restart to know which waiting
+#: jobs can have a predicted run time; past it every waiting job's name is asked about
+KNOWN_NAMES_AT_MOST = 200_000
+#: pending jobs read per page after a start (rota.server.recovery.load_pending)
+LOAD_PAGE = 50_000
 
 
-def recover(daemon: Daemon) -> None:
-    load_queue(daemon)
+def recover(daemon: Daemon, *, pending: bool = True) -> None:
+    """Take up every waiting, starting and running job. ``pending`` False: all but the
+    pending jobs, which the daemon then reads page by page while it already answers
+    (:func:`load_pending`); a resync reads them all at once here."""
+    if pending:
+        load_queue(daemon)
+    else:
+        _load_apart(daemon, *daemon.store.waiting_apart(mlflow_default=daemon.settings.mlflow))
     rows = daemon.store.active_jobs(waiting=False)
     attempts = daemon.store.last_attempts(r.id for r in rows if r.attempts)
     for row in rows:
@@ -50,11 +63,49 @@ def load_queue(daemon: Daemon) -> None:
     be a million jobs long), each with its expected run time; those that want an MLflow
     run go the way a new job does."""
     queued = daemon.store.queued(mlflow_default=daemon.settings.mlflow,
-                                 predicted=daemon.table.run_times.predicted)
+                                 predicted=_predictor(daemon))
     daemon.queue.load(queued.pending)
     daemon.states.update(dict.fromkeys(map(attrgetter("id"), queued.pending), JobState.PENDING))
-    daemon.states.update(dict.fromkeys(queued.held, JobState.HELD))
-    for row in daemon.store.jobs(queued.tracked).values():
+    _load_apart(daemon, queued.held, queued.tracked)
+
+
+async def load_pending(daemon: Daemon, page: int | None = None) -> bool:
+    """After a start: the pending jobs join the queue a page at a time, in queue order,
+    the loop answering between pages, so that the daemon's first answer does not wait
+    for a long queue (a million jobs take seconds to read). Jobs that changed meanwhile
+    are as memory says: one queued or ended since is not taken again from a page read
+    before. False when a resync took the queue up afresh (or the daemon stopped) first."""
+    queue, predicted = daemon.queue, _predictor(daemon)
+    page = page or LOAD_PAGE
+    after: tuple[int, int] | None = None
+    while daemon.queue is queue and not daemon.stopping:
+        jobs = daemon.store.pending_page(after, page, mlflow_default=daemon.settings.mlflow,
+                                         predicted=predicted)
+        if not jobs:
+            return True
+        after = (jobs[-1].priority, jobs[-1].id)
+        states = daemon.states
+        fresh = [j for j in jobs if j.id not in states]
+        states.update(dict.fromkeys(map(attrgetter("id"), fresh), JobState.PENDING))
+        queue.extend(fresh)
+        await asyncio.sleep(0)
+    return False
+
+
+def _predictor(daemon: Daemon) -> Callable[[list[str]], dict[str, float | None]]:
+    """The expected run times of a restart's queue: asked only for names that some
+    completed job had (a queue of a million uniquely named jobs asked a million times took
+    minutes), unless there are too many such names to hold."""
+    run_times = daemon.table.run_times
+    known = daemon.store.completed_names(at_most=KNOWN_NAMES_AT_MOST)
+    if known is None:
+        return run_times.predicted_many
+    return lambda names: run_times.predicted_many([n for n in names if n in known])
+
+
+def _load_apart(daemon: Daemon, held: list[int], tracked: list[int]) -> None:
+    daemon.states.update(dict.fromkeys(held, JobState.HELD))
+    for row in daemon.store.jobs(tracked).values():
         daemon.states[row.id] = JobState(row.state)
         daemon.enqueue(row, queue=row.state == JobState.PENDING.value)
 

@@ -25,6 +25,8 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
+    tuple_,
     update,
 )
 from sqlalchemy import cast as sql_cast
@@ -121,11 +123,13 @@ def _list_statement(filters: frozenset[str]) -> Select[Any]:
     return q
 
 @functools.cache
-def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
+def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool,
+               after: tuple[int, int] | None = None, limit: int | None = None) -> str:
     """Pending jobs in queue order, (priority, id), from ix_jobs_queue alone: those that
     want no MLflow run as (id, priority, gpus in thousandths, gpu_mem, allowed GPUs,
-    after ids, not_before, pool, user, project, submitted, time limit, name); or,
-    ``tracked``, the ids of those that want one."""
+    after ids, not_before, pool, user, project, submitted, time limit, name), ``limit`` of
+    them after the job at ``after`` (priority, id); or, ``tracked``, the ids of those that
+    want one."""
     j = _jobs.c
     wants = or_(j.mlflow.is_(True), j.mlflow.is_(None)) if mlflow_default \
         else j.mlflow.is_(True)
@@ -135,6 +139,10 @@ def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool) -> str:
          if not tracked else select(j.id))
     q = (q.where(j.state == JobState.PENDING.value, wants if tracked else ~wants)
          .order_by(j.priority, j.id))
+    if after is not None:  # a row-value range: the index's own order, where it left off
+        q = q.where(tuple_(j.priority, j.id) > tuple_(int(after[0]), int(after[1])))
+    if limit is not None:
+        q = q.limit(int(limit))
     sql = str(q.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
     if dialect.name == "sqlite":  # its planner, with no statistics, prefers ix_jobs_state
         # and reads every row (SQLAlchemy renders no table hint for SQLite)
@@ -236,6 +244,8 @@ class Store:
         # should it not commit, or completed once it has (see on_rollback, after_commit)
         self._undo: list[Callable[[], object]] = []
         self._after: list[Callable[[], None]] = []
+        # the owner and project strings of queued jobs, one of each (pending_page)
+        self._strings: dict[Any, Any] = {}
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -470,54 +480,71 @@ class Store:
                                   .order_by(_jobs.c.id)).all())
 
     def queued(self, *, mlflow_default: bool, chunk: int = 50_000,
-               predicted: Callable[[str | None], float | None] | None = None) -> Queued:
+               predicted: Callable[[list[str]], dict[str, float | None]] | None = None,
+               ) -> Queued:
         """The waiting jobs as a restarted daemon takes them up: every pending one as a
-        PendingJob, in queue order, read from ix_jobs_queue alone (no spec: a queue may be
-        a million jobs long); the ids of held ones; and, apart, the ids of the pending and
-        held jobs that want an MLflow run (``mlflow_default``: when the spec does not say),
-        whose start waits for it. A job's expected run time is its time limit, else what
-        ``predicted`` says of its name (rota.server.run_times), else unknown.
+        PendingJob, in queue order (:meth:`pending_page` after page); the ids of held
+        ones; and, apart, the ids of the pending and held jobs that want an MLflow run
+        (:meth:`waiting_apart`)."""
+        held, tracked = self.waiting_apart(mlflow_default=mlflow_default)
+        out = Queued([], held, tracked)
+        after: tuple[int, int] | None = None
+        while page := self.pending_page(after, chunk, mlflow_default=mlflow_default,
+                                        predicted=predicted):
+            out.pending.extend(page)
+            after = (page[-1].priority, page[-1].id)
+        return out
 
-        The pending rows are read through the driver's own cursor: SQLAlchemy's Row cost
-        more per row than the database's read of it (4.8 s for a million, against 1.6 s)."""
+    def waiting_apart(self, *, mlflow_default: bool) -> tuple[list[int], list[int]]:
+        """The ids of the held jobs that want no MLflow run, and of the pending and held
+        ones that want one (``mlflow_default``: when the spec does not say), whose start
+        waits for it; both in id order."""
         j = _jobs.c
-        out = Queued([], [], [])
-        # one string per owner and project, not one per row (the driver makes a new one for
-        # each: 20 MB more per 200,000 jobs)
-        names: dict[Any, Any] = {}
-        one = names.setdefault
-        guesses: dict[str | None, float | None] = {}  # per name: asked once
-
-        def guess(name: str | None) -> float | None:
-            if predicted is None:
-                return None
-            if name not in guesses:
-                guesses[name] = predicted(name)
-            return guesses[name]
-
-        with self._reading() as c, _collector_paused():
-            cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False))
-                while rows := cursor.fetchmany(chunk):
-                    out.pending.extend([
-                        PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
-                                   tl if tl is not None else guess(nm))
-                        if a is None and f is None
-                        else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl,
-                                        one(u, u), one(pr, pr), t,
-                                        tl if tl is not None else guess(nm))
-                        for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm in rows])
-                cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=True))
-                out.tracked.extend(row[0] for row in cursor.fetchall())
-            finally:
-                cursor.close()
+        held: list[int] = []
+        tracked: list[int] = []
+        with self._reading() as c:
+            tracked.extend(c.scalars(text(_queue_sql(c.dialect, mlflow_default,
+                                                     tracked=True))))
             for job_id, mlflow in c.execute(select(j.id, j.mlflow).where(
                     j.state == JobState.HELD.value).order_by(j.id)):
                 wants = mlflow if mlflow is not None else mlflow_default
-                (out.tracked if wants else out.held).append(job_id)
-        out.tracked.sort()
-        return out
+                (tracked if wants else held).append(job_id)
+        tracked.sort()
+        return held, tracked
+
+    def pending_page(self, after: tuple[int, int] | None, limit: int, *,
+                     mlflow_default: bool,
+                     predicted: Callable[[list[str]], dict[str, float | None]] | None = None,
+                     ) -> list[PendingJob]:
+        """Up to ``limit`` pending jobs that want no MLflow run, in queue order, after the
+        job at ``(priority, id)``, as PendingJobs read from ix_jobs_queue alone (no spec: a
+        queue may be a million jobs long). A job's expected run time is its time limit,
+        else what ``predicted`` says of its name (asked once for the page's names of jobs
+        without a time limit: rota.server.run_times), else unknown.
+
+        The rows are read through the driver's own cursor: SQLAlchemy's Row cost more per
+        row than the database's read of it (4.8 s for a million, against 1.6 s)."""
+        # one string per owner and project, not one per row (the driver makes a new one for
+        # each: 20 MB more per 200,000 jobs)
+        one = self._strings.setdefault
+        with self._reading() as c, _collector_paused():
+            cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(_queue_sql(c.dialect, mlflow_default, tracked=False,
+                                          after=after, limit=limit))
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
+            names = [r[12] for r in rows if r[11] is None and r[12]]
+            guess = (predicted(names) if predicted is not None and names else {}).get
+            return [
+                PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
+                           tl if tl is not None else guess(nm))
+                if a is None and f is None
+                else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl,
+                                one(u, u), one(pr, pr), t,
+                                tl if tl is not None else guess(nm))
+                for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm in rows]
 
     def count_in_state(self, state: str) -> int:
         """How many jobs are in ``state`` (through ix_jobs_state: cheap for a rare state,
@@ -702,12 +729,41 @@ class Store:
     def completed_run_times(self, name: str, *, last: int) -> list[float]:
         """Run times in seconds of the newest ``last`` completed attempts of jobs named
         ``name``, newest first (through ix_jobs_name; what run-time predictions read)."""
-        j, a = _jobs.c, _attempts.c
-        q = (select(a.ended_at - a.started_at).join(_jobs, a.job_id == j.id)
-             .where(j.name == name, a.outcome == "completed", a.ended_at.is_not(None))
-             .order_by(a.id.desc()).limit(last))
+        return self.completed_run_times_of([name], last=last).get(name, [])
+
+    def completed_names(self, *, at_most: int) -> set[str] | None:
+        """The names of completed jobs (those that may have a run-time history), or None
+        when there are more than ``at_most`` of them: a restart then asks about its
+        queue's names only where one could have a history."""
+        j = _jobs.c
+        q = (select(j.name).where(j.state == JobState.COMPLETED.value, j.name.is_not(None))
+             .distinct().limit(at_most + 1))
         with self._reading() as c:
-            return [max(0.0, float(t)) for (t,) in c.execute(q)]
+            found = {str(name) for (name,) in c.execute(q)}
+        return found if len(found) <= at_most else None
+
+    def completed_run_times_of(self, names: Iterable[str], *, last: int,
+                               chunk: int = 2_000) -> dict[str, list[float]]:
+        """:meth:`completed_run_times` of many names, a query per ``chunk`` of them (a
+        submit of 100 jobs or a restart's queue asks once, not once per job); names
+        without a completed run are left out."""
+        j, a = _jobs.c, _attempts.c
+        out: dict[str, list[float]] = {}
+        wanted = list(dict.fromkeys(names))
+        with self._reading() as c:
+            for k in range(0, len(wanted), chunk):
+                newest = func.row_number().over(partition_by=j.name,
+                                                order_by=a.id.desc()).label("newest")
+                runs = (select(j.name, (a.ended_at - a.started_at).label("took"), newest)
+                        .select_from(_attempts).join(_jobs, a.job_id == j.id)
+                        .where(j.name.in_(wanted[k:k + chunk]), a.outcome == "completed",
+                               a.ended_at.is_not(None))
+                        .subquery())
+                q = (select(runs.c.name, runs.c.took).where(runs.c.newest <= last)
+                     .order_by(runs.c.name, runs.c.newest))
+                for name, took in c.execute(q):
+                    out.setdefault(str(name), []).append(max(0.0, float(took)))
+        return out
 
     # --- users and tokens ----------------------------------------------------------------
     def add_user(self, name: str, *, admin: bool, now: float,
