@@ -67,9 +67,17 @@ def start_estimates(gpus: Sequence[GpuView], pending: Sequence[PendingJob], plan
     if limit <= 0:
         return {}
     started = {s.job_id for s in plan.starts}
-    queue: list[PendingJob] = []
+    pool: GpuPool | None = None
+    ends: list[tuple[float, int, tuple[int, ...], int, int | None]] = []
+    tie = 0
+    out: dict[int, float] = {}
+    t = now
+    taken = 0
+    # each job is projected as soon as it is found waiting: with nothing expected to end,
+    # the first that does not fit ends the projection, without walking up to ``limit``
+    # waiting jobs first (every pass of a busy daemon does this)
     for job in pending:
-        if len(queue) >= limit:
+        if taken >= limit:
             break
         if job.id in started or not job.gpus_milli or job.pool is not None:
             continue
@@ -77,20 +85,16 @@ def start_estimates(gpus: Sequence[GpuView], pending: Sequence[PendingJob], plan
         if reason is None:  # the lazy tail: its own gate, else the tail's reason (not
             # plan.reason, whose look-up in the tail may build an index of all of it)
             reason = (plan.gate(job) if plan.gate else None) or plan.tail_reason
-        if reason is not None and reason.code in _WAITS_FOR_GPUS:
-            queue.append(job)
-    if not queue:
-        return {}
-    pool = GpuPool(_after_starts(gpus, plan), policy)
-    ends: list[tuple[float, int, tuple[int, ...], int, int | None]] = []
-    for n, (end, indices, m, gm) in enumerate(occupants):
-        if end is not None and indices:
-            ends.append((max(end, now), n, indices, m, gm))
-    heapq.heapify(ends)
-    tie = len(ends)
-    out: dict[int, float] = {}
-    t = now
-    for job in queue:
+        if reason is None or reason.code not in _WAITS_FOR_GPUS:
+            continue
+        taken += 1
+        if pool is None:
+            pool = GpuPool(_after_starts(gpus, plan), policy)
+            for n, (end, indices, m, gm) in enumerate(occupants):
+                if end is not None and indices:
+                    ends.append((max(end, now), n, indices, m, gm))
+            heapq.heapify(ends)
+            tie = len(ends)
         found = pool.find(job)
         while found is None and ends:
             t = max(t, ends[0][0])

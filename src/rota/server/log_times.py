@@ -37,16 +37,14 @@ from typing import overload
 
 from rota.errors import Conflict
 from rota.server.logstream import line_end, line_start
-from rota.server.outputs import READ_EVERY_S
+from rota.server.outputs import READ_EVERY_S, ROTA_LINE
 
 log = logging.getLogger("rota.daemon")
 
 MAGIC = b"rotatim1"
-#: how the lines Rota itself writes into a job's log begin (an attempt's header, an OOM
-#: note): a log holding nothing else gets no index yet, so a job that writes nothing makes
-#: one file (its log), not two
-ROTA_LINE = b"=== rota: "
-_ROTA_ONLY_MAX = 4096  # a log longer than this holds output of the job's
+#: a log holding only Rota's own lines (ROTA_LINE) gets no index yet, so a job that writes
+#: nothing makes one file (its log), not two; past this size it holds the job's output too
+_ROTA_ONLY_MAX = 4096
 _HEAD = struct.Struct("<8sd")
 _REC = struct.Struct("<dfQ")
 

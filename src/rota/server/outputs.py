@@ -24,6 +24,9 @@ from rota.ml.parse import LineParser, Reading
 from rota.server.logstream import read_range
 
 #: How often the daemon reads running jobs' output.
+#: how the lines Rota itself writes into a job's log begin (an attempt's header, an OOM
+#: note): not the job's output
+ROTA_LINE = b"=== rota: "
 READ_EVERY_S = 2.0
 #: How soon it reads again while some output is left unread (a read stopped at its parsing
 #: budget): each read holds the loop no longer, and a job printing fast is not left behind.
@@ -276,6 +279,8 @@ class OutputReader:
         self.partial, self.skipped, self.partial_after_cr = b"", 0, False
 
     def _line(self, raw: bytes, now: float) -> None:
+        if raw.startswith(ROTA_LINE):  # Rota's own (an attempt's header): no metrics there
+            return
         text = raw[:MAX_LINE].decode("utf-8", "replace")
         link = wandb_bridge.link_in(text)
         if link is not None and self.progress.links.get("wandb", {}).get(link[0]) != link[1]:
