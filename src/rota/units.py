@@ -6,11 +6,13 @@ import re
 
 from rota.errors import InvalidSpec
 
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+# patterns compiled on first use (re caches them): `rota submit` imports this module and
+# rarely parses a size or a duration
+_MEM_RE = r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
 MEMORY_HELP = "GiB unless a unit is given: 20, 20G, 512M"
 _MEM_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DUR_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
-_DUR_FULL_RE = re.compile(r"(\s*\d+(?:\.\d+)?\s*[dhms])+\s*", re.IGNORECASE)
+_DUR_RE = r"(\d+(?:\.\d+)?)\s*(d|h|m|s)"
+_DUR_FULL_RE = r"(\s*\d+(?:\.\d+)?\s*[dhms])+\s*"
 _DUR_MULT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 #: the highest GPU index a job may name: a machine of 1,024 GPUs at most, as a job's
 #: ``gpus`` is bounded (checked before a range is expanded: "0-99999999999999999999" must
@@ -28,7 +30,7 @@ def parse_memory(text: str | int, *, field: str = "gpu_mem") -> int:
         if text < 0:
             raise InvalidSpec(f"{field}: memory cannot be negative", field=field)
         return text
-    m = _MEM_RE.match(text)
+    m = re.match(_MEM_RE, text, re.IGNORECASE)
     if not m:
         raise InvalidSpec(f"{field}: cannot read {text!r} as a memory size "
                           f"({MEMORY_HELP})", field=field)
@@ -71,9 +73,9 @@ def parse_duration(text: str | float | int, *, field: str = "time_limit") -> flo
             value = 0.0
             for part in s.split(":"):
                 value = value * 60 + int(part)
-        elif _DUR_FULL_RE.fullmatch(s):
+        elif re.fullmatch(_DUR_FULL_RE, s, re.IGNORECASE):
             value = sum(float(m.group(1)) * _DUR_MULT[m.group(2).lower()]
-                        for m in _DUR_RE.finditer(s))
+                        for m in re.finditer(_DUR_RE, s, re.IGNORECASE))
         else:
             raise InvalidSpec(
                 f"{field}: cannot read {text!r} as a duration (like 2h, 30m, 1h30m, 90s)",
