@@ -83,6 +83,11 @@ _SET_JOB = update(_jobs).where(_jobs.c.id == bindparam("id_"),
 _SET_ATTEMPT = update(_attempts).where(_attempts.c.id == bindparam("id_"))
 _ADD_JOBS = insert(_jobs).returning(*_jobs.c, sort_by_parameter_order=True)
 _ADD_ATTEMPTS = insert(_attempts).returning(_attempts.c.id, sort_by_parameter_order=True)
+# SQLAlchemy inserts one row a statement on SQLite when asked for RETURNING in parameter
+# order (SQLite does not promise it): these insert all rows in one statement, and the
+# caller puts the rows back in order (ids are given in VALUES order; checked)
+_ADD_JOBS_ANY_ORDER = insert(_jobs).returning(*_jobs.c)
+_ADD_ATTEMPTS_ANY_ORDER = insert(_attempts).returning(_attempts.c.id, _attempts.c.job_id)
 _ADD_EVENTS = insert(_events)
 _ADD_METRICS = insert(_metrics)
 _SET_PROGRESS = update(_jobs).where(_jobs.c.id == bindparam("id_"))
@@ -376,7 +381,14 @@ class Store:
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
             with self.transaction() as c:
-                rows = c.execute(_ADD_JOBS, params).all()
+                if self._server:
+                    rows = c.execute(_ADD_JOBS, params).all()
+                else:
+                    rows = sorted(c.execute(_ADD_JOBS_ANY_ORDER, params).all(),
+                                  key=lambda r: int(r.id))
+                    if any((r.name, r.content_hash) != (p["name"], p["content_hash"])
+                           for r, p in zip(rows, params, strict=True)):
+                        raise StoreError("the database gave the new jobs' ids out of order")
                 for r in rows:
                     self._event(r.id, now, "submitted", message, None, r.state)
         except StoreError as e:
@@ -651,9 +663,13 @@ class Store:
             if res.rowcount != len(starts):
                 raise StoreError(f"{len(starts) - res.rowcount} of jobs "
                                  f"{sorted(s[0] for s in starts)} are no longer pending")
-            ids: list[int] = list(c.execute(_ADD_ATTEMPTS, [{**attempt, "job_id": job_id}
-                                                            for job_id, attempt, _ in starts])
-                                  .scalars())
+            values = [{**attempt, "job_id": job_id} for job_id, attempt, _ in starts]
+            if self._server:
+                ids: list[int] = list(c.execute(_ADD_ATTEMPTS, values).scalars())
+            else:  # one statement (see _ADD_ATTEMPTS_ANY_ORDER); a job starts once a batch
+                made = {job_id: attempt_id for attempt_id, job_id
+                        in c.execute(_ADD_ATTEMPTS_ANY_ORDER, values)}
+                ids = [made[job_id] for job_id, _, _ in starts]
             for job_id, _, message in starts:
                 self._event(job_id, now, "starting", message, JobState.PENDING.value,
                             JobState.STARTING.value)
