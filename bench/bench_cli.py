@@ -1,7 +1,7 @@
 """The `rota` command as a person's shell runs it, side by side with Python, tsp and Slurm.
 
     python bench/bench_cli.py [--runs 50] [--jobs 2000] [--loop 200] [--slurm]
-                              [--yaml-only] [--json bench/out/cli.json]
+                              [--yaml-only [--rounds N]] [--json bench/out/cli.json]
 
 A fresh ROTA_HOME and daemon (`python -m rota server --simulate 8x80G`), then:
 
@@ -22,7 +22,8 @@ A fresh ROTA_HOME and daemon (`python -m rota server --simulate 8x80G`), then:
     bash loop of `tsp -n true` (a private tsp server, 32 slots) and, with --slurm, a
     private tuned Slurm's (one `sbatch` per job, sequential: bench/baselines/slurm.py).
 
-``--yaml-only`` runs (b) and its tsp baseline alone. Machine load is printed with the
+``--yaml-only`` runs (b) and its tsp baseline alone (``--rounds N``: N times, alternating,
+with the medians). Machine load is printed with the
 figures; the daemon is stopped at the end.
 """
 
@@ -304,6 +305,28 @@ def _latency_target(lat: dict[str, dict[str, float]]) -> None:
               f"{'met' if got <= most else 'MISSED'}")
 
 
+def _yaml_rounds(a: argparse.Namespace) -> None:
+    """(b) and its tsp baseline, alternated ``a.rounds`` times: the machine's slow and fast
+    spells fall on both, and the medians compare."""
+    rounds: list[dict[str, Any]] = []
+    for n in range(1, a.rounds + 1):
+        res: dict[str, Any] = {"load_before": loadavg()}
+        _rota_part(a, res)
+        res["tsp_jobs"] = tsp(a.jobs)
+        res["ratio"] = res["yaml"]["jobs_per_s"] / res["tsp_jobs"]["jobs_per_s"]
+        rounds.append(res)
+        print(f"round {n}: rota {res['yaml']['jobs_per_s']:.0f} jobs/s (the CLI call "
+              f"{res['yaml']['cli_call_s']:.2f} s), tsp {res['tsp_jobs']['jobs_per_s']:.0f} "
+              f"jobs/s: x{res['ratio']:.2f} (load {res['load_before']})", flush=True)
+    med = {k: statistics.median(r[k]["jobs_per_s"] for r in rounds) for k in ("yaml", "tsp_jobs")}
+    ratio = statistics.median(r["ratio"] for r in rounds)
+    print(f"median of {a.rounds} rounds, {a.jobs} jobs in one YAML: rota {med['yaml']:.0f} "
+          f"jobs/s, tsp {med['tsp_jobs']:.0f} jobs/s; median ratio x{ratio:.2f}")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"rounds": rounds, "median_ratio": ratio}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=50)
@@ -313,8 +336,14 @@ def main() -> None:
     ap.add_argument("--yaml-only", action="store_true",
                     help="only the YAML file of --jobs jobs, and tsp's run of as many")
     ap.add_argument("--skip-baselines", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --yaml-only: this many rounds of Rota then tsp, each Rota on a "
+                         "fresh daemon, and the median of each and of the ratio")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if a.yaml_only and a.rounds > 1:
+        _yaml_rounds(a)
+        return
     res: dict[str, Any] = {"load_before": loadavg(), "cpus": os.cpu_count()}
     _rota_part(a, res)
     if not a.skip_baselines:
