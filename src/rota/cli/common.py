@@ -10,12 +10,15 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rota.cli.lazy_typer import Exit
 from rota.cli.styled import Lines, colour_for
 from rota.client.raw import RawClient as Client
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError, StoreError
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar, overload
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,9 +28,10 @@ if TYPE_CHECKING:
     console: Console
     err_console: Console
 
-T = TypeVar("T")
-#: an answer the daemon gives for one target (rota.answers)
-R = TypeVar("R")
+if TYPE_CHECKING:  # annotations only (they are strings at run time)
+    T = TypeVar("T")
+    #: an answer the daemon gives for one target (rota.answers)
+    R = TypeVar("R")
 
 #: characters that make Rich read a plain string differently (markup, emoji codes)
 _RICH_SYNTAX = ("[", ":")
@@ -59,11 +63,12 @@ def client() -> Client:
     return Client()
 
 
-@overload
-def emit(data: dict[str, Any], json_out: bool,
-         human: Callable[[dict[str, Any]], Any]) -> None: ...
-@overload
-def emit(data: T, json_out: bool, human: Callable[[T], Any]) -> None: ...
+if TYPE_CHECKING:  # (typing.overload, without importing typing at run time)
+    @overload
+    def emit(data: dict[str, Any], json_out: bool,
+             human: Callable[[dict[str, Any]], Any]) -> None: ...
+    @overload
+    def emit(data: T, json_out: bool, human: Callable[[T], Any]) -> None: ...
 def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
     """Print JSON for programs, or the human rendering (a string or a Rich renderable) of
     the same ``data``. A typed answer (rota.answers) keeps its type in ``human``,

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from importlib import import_module
-from typing import Any
 
 from rota.cli.lazy_typer import Param, params_of
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: command -> (module, function, options may follow positional arguments). A command here
 #: must be registered by that function under that name (checked in the tests).

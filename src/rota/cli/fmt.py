@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import textwrap
 import time
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rota.cli.common import R, apply_each, client, emit, run_cli
+from rota.cli.common import apply_each, client, emit, run_cli
 from rota.cli.fmt import fail
 from rota.cli.job_view import JOB_ARG
 from rota.errors import InvalidSpec
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         SessionAnswer,
         WaitAnswer,
     )
+    from rota.cli.common import R
     from rota.client import RawClient as Client
 
     class Waited(WaitAnswer):

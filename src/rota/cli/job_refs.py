@@ -7,9 +7,9 @@ runs, not last week's); otherwise the name is ambiguous and the error lists the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rota.errors import InvalidSpec, NotFound
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
 
 if TYPE_CHECKING:
     from rota.answers import JobAnswer

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import TYPE_CHECKING, Any
 
 from rota.cli import lazy_typer as typer
 from rota.cli.common import emit, run_cli
 from rota.cli.fmt import add_row, fmt_gpus, fmt_time, styled_state
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 from rota.cli import lazy_typer as typer
 from rota.cli.common import emit, load, run_cli
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     import typer as real_typer
@@ -151,11 +154,12 @@ class Rota:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs:
-            from rota.cli import fast, help_cache
+            from rota.cli import fast
 
             argv = sys.argv[1:]
             if fast.run(argv):
                 return 0
+            from rota.cli import help_cache
             key = help_cache.key_for(argv, sys.argv[0])
             if key is not None:
                 if help_cache.show(key):

@@ -10,7 +10,10 @@ a dumb terminal, SGR colour codes on a terminal (``NO_COLOR`` turns them off,
 from __future__ import annotations
 
 import os
-from typing import IO, TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import IO
 
 if TYPE_CHECKING:
     from rich.console import Group

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from rota.cli.common import client, emit, fail, warn
 from rota.cli.lazy_typer import Exit
@@ -28,6 +27,10 @@ from rota.jobsfile import (
     fmt_for_path,
     read_jobs_text,
 )
+
+TYPE_CHECKING = False  # typing's, without importing typing (`rota submit -f` starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from pathlib import Path

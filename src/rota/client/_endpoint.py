@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
 
 from rota.errors import (
     Conflict,
@@ -19,6 +18,10 @@ from rota.errors import (
     StoreError,
     Unauthorized,
 )
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from pathlib import Path

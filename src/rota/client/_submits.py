@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from rota.errors import DaemonUnavailable, StoreError
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 #: sends of one submit in all; pauses between them: 0.25, 0.5, 1, 2 s (about 4 s in all,
 #: what a daemon restarted by its supervisor takes)

@@ -14,13 +14,18 @@ import _socket  # socket.py costs ~4 ms to import (its enums); a Unix socket nee
 import json as _json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint, decode, error_from
 from rota.errors import DaemonUnavailable
 
-#: Seconds, or None for no limit; an ``httpx.Timeout`` is read for its ``read`` part.
-Timeout = Any
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: Seconds, or None for no limit; an ``httpx.Timeout`` is read for its ``read`` part.
+    Timeout = Any
+else:
+    Timeout = object  # imported by name elsewhere; annotations alone use it
 
 _MAX_HEAD = 64 * 1024
 

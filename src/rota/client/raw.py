@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from rota.client import _submits
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._wire import Timeout, WireTransport
+
+TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from pathlib import Path
