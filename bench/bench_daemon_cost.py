@@ -71,8 +71,8 @@ async def run(tmp: Path, jobs: int, batch: int) -> dict[str, Any]:
             ids += [r.id for r in ports.submit(specs, user=getpass.getuser(),
                                                source="bench").rows]
             await asyncio.sleep(0)
-        while not all(d.job_state(i).terminal for i in ids):
-            await asyncio.sleep(0.005)
+        for i in ids:  # each end awaited (polling would count its own CPU)
+            await d.wait_for_end(i, None)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         states = collections.Counter(d.job_state(i).value for i in ids)
     finally:
