@@ -58,8 +58,7 @@ async def run(tmp: Path, jobs: int, batch: int) -> dict[str, Any]:
     d = Daemon(settings, store, SimulatedDevices("8x80G"))
     await d.start()
     try:
-        while not d.queue_loaded:
-            await asyncio.sleep(0.01)
+        await d.queue_ready.wait()
         ports = DaemonPorts(d, Intake(d), on_shutdown=lambda: None)
         single.clear()
         many.clear()

@@ -227,6 +227,7 @@ async def in_process_daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store
     store = Store.open(settings.db_url)
     d = Daemon(settings, store, SimulatedDevices("2x24G"))
     await d.start()
+    await d.queue_ready.wait()
     try:
         yield d, store
     finally:

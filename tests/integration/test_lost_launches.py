@@ -74,6 +74,7 @@ def test_a_launch_lost_every_time_fails_the_job_after_the_cap(
         home = tmp_path / "home"
         d, store = _daemon(home, clock)
         await d.start()
+        await d.queue_ready.wait()  # a restart reads its queue after start()
         try:
             _lose_launches(d, monkeypatch, lambda: True)
             [row] = store.add_jobs([JobSpec(command=["true"], gpus=0.5, retries=3)],
@@ -90,6 +91,7 @@ def test_a_launch_lost_every_time_fails_the_job_after_the_cap(
             store.close()
             d, store = _daemon(home, clock)
             await d.start()
+            await d.queue_ready.wait()  # a restart reads its queue after start()
             _lose_launches(d, monkeypatch, lambda: True)
             _try_again(d, clock, store, row.id)
             job, attempts = store.job_with_attempts(row.id)
@@ -114,6 +116,7 @@ def test_a_launch_lost_once_then_run_is_not_charged(
     async def scenario() -> None:
         d, store = _daemon(tmp_path / "home", clock)
         await d.start()
+        await d.queue_ready.wait()  # a restart reads its queue after start()
         try:
             lost = [LOST_LAUNCHES_MAX - 1]  # as many in a row as may be lost, and no more
 

@@ -125,8 +125,8 @@ class Daemon:
         self.metrics.watch(self)  # reads the collaborators' figures at once
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        # every pending job is in the queue: false from the start until _load_queue ends
-        self.queue_loaded = False
+        # set once every pending job is in the queue (_load_queue, after start() returns)
+        self.queue_ready = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         for d in (settings.logs_dir, settings.status_dir):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -238,6 +238,12 @@ class Daemon:
     def stopping(self) -> bool:
         return self._stopping
 
+    @property
+    def queue_loaded(self) -> bool:
+        """Every pending job is in the queue (passes wait for it; so should a caller that
+        runs passes itself after ``start``: ``await daemon.queue_ready.wait()``)."""
+        return self.queue_ready.is_set()
+
     async def _load_queue(self) -> None:
         """The pending jobs join the queue after the start (recovery.load_pending); no pass
         runs before they all have, so none starts a job ahead of one not read yet."""
@@ -247,7 +253,7 @@ class Daemon:
         if await load_pending(self):
             log.info("%d waiting jobs taken up in %.1f s", len(self.queue),
                      time.perf_counter() - t0)
-        self.queue_loaded = True  # or a resync took the queue up whole meanwhile
+        self.queue_ready.set()  # (or a resync took the queue up whole meanwhile)
         gc.freeze()  # the queue lives as long as the daemon (serve._tune_gc)
         self.kick()
 
