@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rota.core.spec import JobSpec
-from rota.core.tiers import CRUCIBLE, Tier, charge, choose, misfit, no_fit
+from rota.core.tiers import CRUCIBLE, Tier, charge, choose, fits, misfit, no_fit
 from rota.errors import InvalidSpec
 
 G = 1 << 30
@@ -63,6 +65,26 @@ def test_every_limit_is_checked():
     assert misfit(t, job(cpus=16, time_limit=1)) == "at most 8 CPUs, the job asks 16"
     assert "memory" in str(misfit(t, job(memory="128G", time_limit=1)))
     assert misfit(Tier(price=0), job()) is None  # a tier with no limits fits all
+
+
+def test_fits_agrees_with_misfit_on_every_limit_and_its_edge():
+    """choose() asks fits() (no message worded): it must say what misfit() says."""
+    t = Tier(price=1.0, gpus=2, gpu_type="A100", gpu_mem="40G", cpus=8, memory="64G",
+             time_limit="4h")
+    tiers = [t, Tier(price=0), *CRUCIBLE.values()]
+    values = {"gpus": [0, 0.5, 2, 4], "gpu_type": [None, "a100", "T4"],
+              "gpu_mem": [None, "16G", "40G", "41G"], "cpus": [None, 8, 9],
+              "memory": [None, "64G", "65G"], "time_limit": [None, 60, "4h", "5h"]}
+    checked = 0
+    for combo in itertools.product(*values.values()):
+        kw = {k: v for k, v in zip(values, combo, strict=True) if v is not None}
+        if kw.get("gpu_type") and not kw.get("gpus"):
+            continue  # a spec refuses a GPU type with no GPU
+        j = job(**kw)
+        for tier in tiers:
+            assert fits(tier, j) == (misfit(tier, j) is None), (tier, kw)
+            checked += 1
+    assert checked > 5000
 
 
 def test_a_named_tier_keeps_its_name_when_rota_toml_drops_it():

@@ -123,6 +123,49 @@ def test_updates_held_in_a_batch_are_seen_by_its_reads_and_keep_their_order(stor
         ["pending", "starting", "running", "completed"]
 
 
+def test_changes_of_one_row_in_a_batch_are_written_as_one_update(
+        store: Store, caplog: pytest.LogCaptureFixture):
+    """A job started, read and ended within one batch (its launch answered just before its
+    exit): one UPDATE of its row and one of its attempt's, doing what each change in turn
+    would; a move from a state the first did not leave it in is written after it, and
+    changes nothing (logged)."""
+    from sqlalchemy import event
+
+    a, b = store.add_jobs([spec(), spec()], user="u", source="cli", now=1.0)
+    [att, _] = store.start_attempts([(a.id, _attempt(1, 0), "go"), (b.id, _attempt(1, 1), "go")],
+                                    now=2.0)
+    updates: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().startswith("UPDATE"):
+            updates.append(statement.split()[1])
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        with store.transaction():
+            store.update_attempt(att, handle={"pid": 7})
+            store.transition(a.id, JobState.STARTING, JobState.RUNNING, now=3.0, started_at=2.5)
+            store.add_metrics([], {a.id: {"attempt": 1, "log_offset": 40}})
+            store.transition(a.id, JobState.RUNNING, JobState.COMPLETED, now=4.0, exit_code=0,
+                             ended_at=3.5)
+            store.update_attempt(att, ended_at=3.5, exit_code=0, outcome="completed")
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert sorted(updates) == ["attempts", "jobs"]
+    job, [attempt] = store.job_with_attempts(a.id)
+    assert (job.state, job.started_at, job.ended_at, job.exit_code) == ("completed", 2.5, 3.5, 0)
+    assert job.progress == {"attempt": 1, "log_offset": 40}
+    assert (attempt.handle, attempt.exit_code, attempt.outcome) == ({"pid": 7}, 0, "completed")
+    assert [e.to_state for e in store.events(a.id)] == \
+        ["pending", "starting", "running", "completed"]
+    # b's second move claims a state its first did not leave it in: not joined, and lost
+    with store.transaction():
+        store.transition(b.id, JobState.STARTING, JobState.RUNNING, now=5.0)
+        store.transition(b.id, JobState.STARTING, JobState.FAILED, now=5.0)
+    assert store.get_job(b.id).state == "running"
+    assert f"job {b.id} is running, expected starting" in caplog.text
+
+
 def test_a_batched_transition_from_a_wrong_state_is_logged_and_the_others_stand(
         store: Store, caplog: pytest.LogCaptureFixture):
     a, b = store.add_jobs([spec(), spec()], user="u", source="cli", now=1.0)

@@ -99,6 +99,18 @@ CRUCIBLE: dict[str, Tier] = {
 }
 
 
+def fits(tier: Tier, job: Need) -> bool:
+    """Whether ``job`` fits ``tier``: :func:`misfit` is None (without wording why not: a
+    submit and a launch each ask this of every tier)."""
+    return not (
+        (tier.gpus is not None and job.gpus > tier.gpus)
+        or (tier.gpu_type and job.gpu_type and job.gpu_type.lower() != tier.gpu_type.lower())
+        or (tier.gpu_mem is not None and job.gpu_mem is not None and job.gpu_mem > tier.gpu_mem)
+        or (tier.cpus is not None and job.cpus is not None and job.cpus > tier.cpus)
+        or (tier.memory is not None and job.memory is not None and job.memory > tier.memory)
+        or (tier.time_limit is not None and (job.time_limit or math.inf) > tier.time_limit))
+
+
 def misfit(tier: Tier, job: Need) -> str | None:
     """Why ``job`` does not fit ``tier`` (the first limit it passes), or None."""
     if tier.gpus is not None and job.gpus > tier.gpus:
@@ -139,7 +151,7 @@ def choose(tiers: Mapping[str, Tier], job: Need) -> tuple[str, Tier] | None:
                               field="tier")
         return job.tier, tier
     for name, tier in sorted(tiers.items(), key=_cost_order):
-        if misfit(tier, job) is None:
+        if fits(tier, job):
             return name, tier
     return None
 

@@ -31,7 +31,7 @@ import random
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from rota.backends.base import Backend
 from rota.config import Settings
@@ -40,6 +40,7 @@ from rota.core.outcome import StopReason
 from rota.core.plan import Plan
 from rota.core.schedule import schedule
 from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
+from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import StoreError
 from rota.server.alert_sender import AlertSender, webhook_url
@@ -197,6 +198,7 @@ class Daemon:
             self._resync_timer.cancel()
         if self.launcher.unrecorded:
             self.launcher.record_launches()
+        self.exits.record_exits()  # those gathered, not yet recorded
         for r in self.running.values():
             r.cancel_timers()
             self.exits.unwatch(r)
@@ -491,9 +493,10 @@ class Daemon:
     def pending_of(self, row: JobRecord) -> PendingJob:
         return pending_of(row, self.table.run_times)
 
-    def accept(self, rows: list[JobRecord]) -> None:
-        """Newly stored jobs join the queue and a pass runs."""
-        self.table.accept(rows)
+    def accept(self, rows: list[JobRecord], specs: Sequence[JobSpec] = ()) -> None:
+        """Newly stored jobs join the queue and a pass runs (``specs``: what they were
+        stored from, in order, kept for their first launch)."""
+        self.table.accept(rows, specs)
 
     def enqueue(self, row: JobRecord, *, queue: bool = True) -> None:
         self.table.enqueue(row, queue=queue)

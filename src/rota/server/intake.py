@@ -222,7 +222,7 @@ class Intake:
         rows = self.daemon.store.add_jobs(specs, user=user, source=source,
                                           now=self.daemon.clock(),
                                           idempotency_key=idempotency_key)
-        self.daemon.accept(rows)
+        self.daemon.accept(rows, specs)
         return rows
 
     def warnings(self, rows: list[JobRecord]) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -26,6 +26,9 @@ from rota.server.run_times import RunTimes
 from rota.server.running import Running
 from rota.server.tracking import Tracking
 from rota.store.repo import JobRecord, Store
+
+#: fresh specs kept at most (a submit past it keeps none: a launch reads the store)
+FRESH_SPECS_MAX = 10_000
 
 
 def pending_of(row: JobRecord, run_times: RunTimes | None = None) -> PendingJob:
@@ -63,6 +66,10 @@ class JobTable:
         # ended jobs whose output is still being read (job_output.read_ended)
         self.ended_output: dict[int, Running] = {}
         self.states: dict[int, JobState] = {}
+        # the checked specs of jobs submitted to this daemon, for their first launch (read
+        # back from the store, a spec is validated again: ~4 % of a trivial job's cost);
+        # any other launch reads the store, as do jobs past FRESH_SPECS_MAX
+        self.fresh_specs: dict[int, JobSpec] = {}
         self.live = LiveJobs(MappingProxyType(self.states), MappingProxyType(self.running))
         self._exited: dict[int, asyncio.Event] = {}  # job id -> set when it ends
 
@@ -87,6 +94,7 @@ class JobTable:
         self.states[job_id] = dst
         self.store.on_rollback(lambda: self._restore(job_id, prior))
         if dst.terminal:  # waiters and trackers learn of an end once it is stored
+            self.fresh_specs.pop(job_id, None)
             self.store.after_commit(lambda: self._ended(job_id, dst))
 
     def _restore(self, job_id: int, prior: JobState | None) -> None:
@@ -130,6 +138,7 @@ class JobTable:
         self.store.on_rollback(lambda: self._put_back(running, states, queue, parked))
         self.running.clear()
         self.states.clear()
+        self.fresh_specs.clear()  # (a cache: the store has them)
         self.queue = PendingQueue()
         self.tracking.parked.clear()
 
@@ -145,9 +154,12 @@ class JobTable:
         self.tracking.parked.update(parked)
 
     # --- joining the queue -------------------------------------------------------------
-    def accept(self, rows: list[JobRecord]) -> None:
-        """Newly stored jobs join the queue and a pass runs."""
+    def accept(self, rows: list[JobRecord], specs: Sequence[JobSpec] = ()) -> None:
+        """Newly stored jobs join the queue and a pass runs (``specs``: the specs they were
+        stored from, in their order, kept for their first launch)."""
         self.run_times.prefetch(r.name for r in rows if r.spec.get("time_limit") is None)
+        if specs and len(self.fresh_specs) + len(rows) <= FRESH_SPECS_MAX:
+            self.fresh_specs.update((r.id, spec) for r, spec in zip(rows, specs, strict=True))
         for row in rows:
             st = JobState(row.state)
             self.states[row.id] = st

@@ -76,6 +76,7 @@ class Launcher:
         self.accounts = AccountRules.here(settings.user, settings.shared_account)
         # in session names: two homes of one account share its tmux/screen server
         self.home_tag = hashlib.sha1(str(settings.home).encode()).hexdigest()[:6]
+        self.logs_dir, self.status_dir = settings.logs_dir, settings.status_dir
 
     def start(self, starts: list[Start], now: float) -> None:
         """Commit the intents of a pass's starts in one transaction, then launch them."""
@@ -141,8 +142,10 @@ class Launcher:
     def _run_of(self, start: Start, row: LaunchInfo, pending: PendingJob,
                 now: float) -> Running:
         job_id, number = start.job_id, row.attempts + 1
-        spec = JobSpec.stored(row.spec)
-        logs, status = self.settings.logs_dir, self.settings.status_dir
+        spec = self.table.fresh_specs.pop(job_id, None)
+        if spec is None or number != 1:
+            spec = JobSpec.stored(row.spec)
+        logs, status = self.logs_dir, self.status_dir
         return Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
                        gpus=start.gpu_indices, milli=start.milli_per_gpu,
                        gpu_mem=start.gpu_mem, backend=self.backends.get(

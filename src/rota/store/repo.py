@@ -221,6 +221,24 @@ class _Write(NamedTuple):
     params: dict[str, Any]
 
 
+def _merged(prior: _Write, statement: Update, params: dict[str, Any]) -> _Write | None:
+    """One update of a row that does what ``prior`` and then this one would (later values
+    win), or None. A job's move (_SET_JOB, checked against the state it moves from) joins
+    a move from the state ``prior`` moved it to, keeping the state checked first; a plain
+    update (_SET_PROGRESS, _SET_ATTEMPT) joins one of its own statement or a move."""
+    if statement is _SET_JOB:
+        if prior.statement is _SET_PROGRESS:
+            return _Write(_SET_JOB, {**prior.params, **params})
+        if prior.statement is _SET_JOB and params["from_"] == prior.params["state"]:
+            return _Write(_SET_JOB, {**prior.params, **params, "from_": prior.params["from_"]})
+        return None
+    if statement is _SET_PROGRESS and prior.statement is _SET_JOB:
+        return _Write(_SET_JOB, {**prior.params, **params})
+    if statement is prior.statement:
+        return _Write(statement, {**prior.params, **params})
+    return None
+
+
 class Store:
     """Jobs, attempts and events through SQLAlchemy Core; users, tokens and settings
     (cold paths) through ORM sessions.
@@ -706,6 +724,12 @@ class Store:
                     progress: dict[int, dict[str, Any]]) -> None:
         """Samples (job_id, attempt, ts, step, name, value) and each job's latest progress,
         in one transaction."""
+        if self._conn is not None:  # in a batch: the progress joins the job's held update
+            if rows:  # (new rows: no held update is about them)
+                self._conn.execute(_ADD_METRICS, list(rows))
+            for k, v in progress.items():
+                self._hold("job", k, _SET_PROGRESS, {"id_": k, "progress": v})
+            return
         with self.transaction() as c:
             if rows:
                 c.execute(_ADD_METRICS, list(rows))
@@ -913,9 +937,16 @@ class Store:
             c.execute(statement, params)
 
     def _hold(self, table: str, row_id: int, statement: Update, params: dict[str, Any]) -> None:
-        """Hold a row update for the open batch's end (one is always open here)."""
+        """Hold a row update for the open batch's end (one is always open here). A second
+        change of one row joins the first where one update does what both would (a job
+        started, read and ended within a batch: one row written), else waits for it."""
         assert self._conn is not None
-        if (table, row_id) in self._held:  # a second change of one row waits for the first
+        prior = self._held.get((table, row_id))
+        if prior is not None:
+            merged = _merged(prior, statement, params)
+            if merged is not None:
+                self._held[table, row_id] = merged
+                return
             self._flush_held()
         self._held[table, row_id] = _Write(statement, params)
 
