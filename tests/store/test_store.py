@@ -48,6 +48,12 @@ def test_write_ahead_start_and_attempts(store: Store):
            "backend": "local", "log_path": "/x.log", "status_path": "/x.json",
            "started_at": 2.0}
     assert set(store.launch_info([row.id])) == {row.id}
+    [other] = store.add_jobs([spec(name="o")], user="v", source="cli", now=1.5)
+    both = store.launch_info([row.id, other.id], spec_known={other.id})
+    assert both[row.id].spec == row.spec and both[other.id].spec is None  # (not read)
+    assert both[other.id]._replace(spec=other.spec) == \
+        store.launch_info([other.id])[other.id]
+    store.transition(other.id, JobState.PENDING, JobState.CANCELLED, now=1.7)  # (not active)
     [att_id] = store.start_attempts([(row.id, att, "attempt 1")], now=2.0)
     assert store.get_job(row.id).state == "starting"
     assert store.launch_info([row.id]) == {}  # no longer pending: not to be started

@@ -84,7 +84,8 @@ class Launcher:
         try:
             with self.store.transaction():
                 self.write_launches()
-                rows = self.store.launch_info(s.job_id for s in starts)
+                rows = self.store.launch_info((s.job_id for s in starts),
+                                              spec_known=self.table.fresh_specs)
                 runs = self._intend(starts, rows, now)
         except Exception:
             # the commit failed: no intent is stored, so none may look started
@@ -144,7 +145,8 @@ class Launcher:
         job_id, number = start.job_id, row.attempts + 1
         spec = self.table.fresh_specs.pop(job_id, None)
         if spec is None or number != 1:
-            spec = JobSpec.stored(row.spec)
+            spec = JobSpec.stored(row.spec if row.spec is not None
+                                  else self.store.get_job(job_id).spec)
         logs, status = self.logs_dir, self.status_dir
         return Running(job_id=job_id, attempt_id=0, attempt_no=number, spec=spec,
                        gpus=start.gpu_indices, milli=start.milli_per_gpu,
