@@ -1,10 +1,10 @@
 """Jobs' ends: watching their processes, and applying what ``core.outcome`` decides.
 
 Each running job's backend gives the loop an fd that turns readable at the job's end;
-exits that come in the same loop turn are recorded in one commit. The facts of the ended
-attempt (how it ended, why Rota was stopping it, GPU out-of-memory, the checkpoint it
-left) go to ``core.outcome.decide``; its outcome is carried out here: the job's
-transition and its place in the queue.
+exits that come within EXIT_GATHER_S of a first one are recorded in one commit. The facts
+of the ended attempt (how it ended, why Rota was stopping it, GPU out-of-memory, the
+checkpoint it left) go to ``core.outcome.decide``; its outcome is carried out here: the
+job's transition and its place in the queue.
 """
 
 from __future__ import annotations
