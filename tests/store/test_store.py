@@ -172,6 +172,20 @@ def test_changes_of_one_row_in_a_batch_are_written_as_one_update(
     assert f"job {b.id} is running, expected starting" in caplog.text
 
 
+def test_samples_that_cannot_be_stored_in_a_batch_fail_the_batch(store: Store):
+    """Inside a batch, a failed insert of samples is the store's failure (a StoreError the
+    daemon's batch handles), not one item's to log and pass over (``each``)."""
+    from rota.server.batch import each
+
+    [row] = store.add_jobs([spec()], user="u", source="cli", now=1.0)
+    bad = [{"job_id": 999_999, "attempt": 1, "ts": 2.0, "step": 1, "name": "loss",
+            "value": 0.5}]  # no such job
+    with pytest.raises(StoreError, match="could not write"), store.transaction():
+        store.transition(row.id, JobState.PENDING, JobState.HELD, now=2.0)
+        each(store.add_metrics, bad, {})
+    assert store.get_job(row.id).state == "pending"  # nothing of the batch stored
+
+
 def test_a_batched_transition_from_a_wrong_state_is_logged_and_the_others_stand(
         store: Store, caplog: pytest.LogCaptureFixture):
     a, b = store.add_jobs([spec(), spec()], user="u", source="cli", now=1.0)

@@ -736,7 +736,11 @@ class Store:
         in one transaction."""
         if self._conn is not None:  # in a batch: the progress joins the job's held update
             if rows:  # (new rows: no held update is about them)
-                self._conn.execute(_ADD_METRICS, list(rows))
+                try:
+                    self._conn.execute(_ADD_METRICS, list(rows))
+                except SQLAlchemyError as e:  # the batch's, not one item's (see _flush_held)
+                    raise store_error("could not write to the database", e,
+                                      self.engine.url) from e
             for k, v in progress.items():
                 self._hold("job", k, _SET_PROGRESS, {"id_": k, "progress": v})
             return
