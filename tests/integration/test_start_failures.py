@@ -72,8 +72,8 @@ def test_a_failed_commit_of_the_intents_undoes_them_all(tmp_path: Path,
             ids = _submit(d, store, 3)
             real = store.launch_info
 
-            def then_fail(job_ids: Any) -> Any:
-                got = real(job_ids)
+            def then_fail(job_ids: Any, **kw: Any) -> Any:
+                got = real(job_ids, **kw)
                 store._events.append({"job_id": None, "ts": 0.0, "kind": None,  # NOT NULL
                                       "message": None, "from_state": None, "to_state": None})
                 return got
