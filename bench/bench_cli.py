@@ -26,8 +26,12 @@ A fresh ROTA_HOME and daemon (`python -m rota server --simulate 8x80G`), then:
     private tuned Slurm's (one `sbatch` per job, sequential: bench/baselines/slurm.py).
 
 ``--yaml-only`` runs (b) and its tsp baseline alone (``--rounds N``: N times, alternating,
-with the medians). Machine load is printed with the
-figures; the daemon is stopped at the end.
+with the medians). Machine load, and what creating a file costs before each Rota run
+(bench/file_cost.py: Rota writes a log per job, `tsp -n` none), are printed with the
+figures; the daemon is stopped at the end. Every round's ROTA_HOME stays in one folder until
+all rounds are done (``--clean-between``: removed after each round, as before): removing a
+round's 2,000 logs made the next round's file creations up to 20 times dearer on this VM's
+journal-less ext4.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +55,7 @@ if str(ROOT) not in sys.path:
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
+from bench.file_cost import file_create_us, warn_if_slow  # noqa: E402
 from rota.client import RawClient  # noqa: E402
 
 ROTA = str(Path(sys.executable).with_name("rota"))
@@ -249,11 +255,14 @@ def slurm(n: int) -> dict[str, Any]:
             "gpu_model": r.get("gpu_model")}
 
 
-def _rota_part(a: argparse.Namespace, res: dict[str, Any]) -> None:
-    """(a), (b) and (c) against one fresh daemon (only (b) with --yaml-only)."""
-    with tempfile.TemporaryDirectory(prefix="rota-bench-cli-") as tmp:
-        home = Path(tmp)
+def _rota_part(a: argparse.Namespace, res: dict[str, Any], base: Path) -> None:
+    """(a), (b) and (c) against one fresh daemon (only (b) with --yaml-only), its home a
+    new folder in ``base``: removed after it only with --clean-between."""
+    home = Path(tempfile.mkdtemp(prefix="rota-bench-cli-", dir=base))
+    try:
         env = cli_env(home)
+        res["file_create_us"] = file_create_us(home)
+        warn_if_slow(res["file_create_us"])
         proc = start_daemon(home)
         try:
             if not a.yaml_only:
@@ -261,7 +270,8 @@ def _rota_part(a: argparse.Namespace, res: dict[str, Any]) -> None:
             res["yaml"] = rota_yaml(home, env, a.jobs)
             print(f"rota submit -f ({a.jobs} YAML jobs): {res['yaml']['seconds']:.2f} s, "
                   f"{res['yaml']['jobs_per_s']:.0f} jobs/s (the CLI call "
-                  f"{res['yaml']['cli_call_s']:.2f} s)", flush=True)
+                  f"{res['yaml']['cli_call_s']:.2f} s; a file creation cost "
+                  f"{res['file_create_us']:.0f} us before it)", flush=True)
             if not a.yaml_only:
                 res["loop"] = rota_loop(home, env, a.loop)
                 print(f"rota submit x{a.loop} shell loop: {res['loop']['seconds']:.2f} s, "
@@ -270,6 +280,9 @@ def _rota_part(a: argparse.Namespace, res: dict[str, Any]) -> None:
             with RawClient(home / "rota.sock") as c:
                 c.shutdown()
             proc.wait(timeout=30)
+    finally:
+        if a.clean_between:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _latency_part(home: Path, env: dict[str, str], runs: int, res: dict[str, Any]) -> None:
@@ -323,19 +336,20 @@ def _latency_target(lat: dict[str, dict[str, float]]) -> None:
               f"{'met' if got <= most else 'MISSED'}")
 
 
-def _yaml_rounds(a: argparse.Namespace) -> None:
+def _yaml_rounds(a: argparse.Namespace, base: Path) -> None:
     """(b) and its tsp baseline, alternated ``a.rounds`` times: the machine's slow and fast
     spells fall on both, and the medians compare."""
     rounds: list[dict[str, Any]] = []
     for n in range(1, a.rounds + 1):
         res: dict[str, Any] = {"load_before": loadavg()}
-        _rota_part(a, res)
+        _rota_part(a, res, base)
         res["tsp_jobs"] = tsp(a.jobs)
         res["ratio"] = res["yaml"]["jobs_per_s"] / res["tsp_jobs"]["jobs_per_s"]
         rounds.append(res)
         print(f"round {n}: rota {res['yaml']['jobs_per_s']:.0f} jobs/s (the CLI call "
               f"{res['yaml']['cli_call_s']:.2f} s), tsp {res['tsp_jobs']['jobs_per_s']:.0f} "
-              f"jobs/s: x{res['ratio']:.2f} (load {res['load_before']})", flush=True)
+              f"jobs/s: x{res['ratio']:.2f} (load {res['load_before']}; a file creation "
+              f"{res['file_create_us']:.0f} us)", flush=True)
     med = {k: statistics.median(r[k]["jobs_per_s"] for r in rounds) for k in ("yaml", "tsp_jobs")}
     ratio = statistics.median(r["ratio"] for r in rounds)
     print(f"median of {a.rounds} rounds, {a.jobs} jobs in one YAML: rota {med['yaml']:.0f} "
@@ -357,13 +371,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1,
                     help="with --yaml-only: this many rounds of Rota then tsp, each Rota on a "
                          "fresh daemon, and the median of each and of the ratio")
+    ap.add_argument("--clean-between", action="store_true",
+                    help="remove each round's ROTA_HOME right after it (see above)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="rota-bench-cli-"))
+    try:
+        _main(a, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _main(a: argparse.Namespace, base: Path) -> None:
     if a.yaml_only and a.rounds > 1:
-        _yaml_rounds(a)
+        _yaml_rounds(a, base)
         return
     res: dict[str, Any] = {"load_before": loadavg(), "cpus": os.cpu_count()}
-    _rota_part(a, res)
+    _rota_part(a, res, base)
     if not a.skip_baselines:
         _baselines(a, res)
     res["load_after"] = loadavg()

@@ -29,11 +29,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.file_cost import file_create_us, warn_if_slow  # noqa: E402
+
 SYSTEMS = ("rota", "tsp", "tsp_keep_output")
 
 
@@ -50,7 +54,9 @@ def _env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(tmp)}
 
 
-def rota(jobs: int, timeout: float, tmp: Path, keep: bool) -> float:
+def rota(jobs: int, timeout: float, tmp: Path, keep: bool) -> dict[str, float]:
+    """bench_e2e's throughput figures: ``jobs_per_s`` and the CPU per job of the daemon,
+    the local runner and the jobs themselves."""
     with tempfile.TemporaryDirectory(dir=tmp) as json_dir:
         out = Path(json_dir) / "e2e.json"
         proc = subprocess.run([sys.executable, "bench/bench_e2e.py", "--parts", "a",
@@ -63,7 +69,8 @@ def rota(jobs: int, timeout: float, tmp: Path, keep: bool) -> float:
         r = json.loads(out.read_text())["throughput_batch"]
         if not r["all_completed"]:
             raise RuntimeError(f"not every Rota job completed: {r['states']}")
-        return float(r["jobs_per_s"])
+        return {k: float(r[k]) for k in ("jobs_per_s", "daemon_cpu_ms_per_job",
+                                         "runner_cpu_ms_per_job", "jobs_cpu_ms_per_job")}
 
 
 def tsp(jobs: int, keep_output: bool, timeout: float, tmp: Path, keep: bool) -> float:
@@ -75,34 +82,32 @@ def tsp(jobs: int, keep_output: bool, timeout: float, tmp: Path, keep: bool) -> 
     return float(_run_json(argv, timeout, _env(tmp))["jobs_per_s"])
 
 
-def file_create_us(folder: Path, files: int = 200) -> float:
-    """CPU per file creation in ``folder`` now (the files are kept: removing them is dear)."""
-    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
-    started = time.process_time()
-    for i in range(files):
-        os.close(os.open(probe / f"{i}.log", os.O_CREAT | os.O_WRONLY, 0o600))
-    return (time.process_time() - started) / files * 1e6
-
-
 def run(rounds: int, jobs: int, timeout: float, clean_between: bool = False,
         log: Any = print) -> dict[str, Any]:
     per: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     create_us: list[float] = []
+    cpu: list[dict[str, float]] = []
     tmp = Path(tempfile.mkdtemp(prefix="rota-rounds-"))
     keep = not clean_between
     try:
         for n in range(1, rounds + 1):
             create_us.append(file_create_us(tmp))
-            per["rota"].append(rota(jobs, timeout, tmp, keep))
+            warn_if_slow(create_us[-1])
+            figures = rota(jobs, timeout, tmp, keep)
+            per["rota"].append(figures.pop("jobs_per_s"))
+            cpu.append(figures)
             per["tsp"].append(tsp(jobs, False, timeout, tmp, keep))
             per["tsp_keep_output"].append(tsp(jobs, True, timeout, tmp, keep))
             log(f"round {n}: " + ", ".join(f"{s} {per[s][-1]:.0f}" for s in SYSTEMS)
-                + f" jobs/s (a file creation cost {create_us[-1]:.0f} us before it)")
+                + f" jobs/s (a file creation cost {create_us[-1]:.0f} us before it; Rota's "
+                "CPU per job: " + ", ".join(f"{k.removesuffix('_cpu_ms_per_job')} {v:.2f}"
+                                            for k, v in cpu[-1].items()) + " ms)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {s: statistics.median(v) for s, v in per.items()}
     res = {"jobs": jobs, "rounds": rounds, "clean_between": clean_between,
-           "file_create_us": create_us, "jobs_per_s": per, "median": med,
+           "file_create_us": create_us, "jobs_per_s": per, "rota_cpu_ms_per_job": cpu,
+           "median": med,
            "rota_over": {s: med["rota"] / med[s] for s in SYSTEMS[1:]},
            "rota_ahead_in_rounds": {s: sum(r > t for r, t in zip(per["rota"], per[s],
                                                                  strict=True))
