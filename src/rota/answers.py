@@ -402,6 +402,28 @@ class CheckpointsAnswer(TypedDict):
     resume_from: str | None
 
 
+class ArtifactFileAnswer(TypedDict):
+    path: str  # within the job's artifacts: the output folder's name, then the file's path
+    size: int
+    sha256: str
+
+
+class ArtifactsAnswer(TypedDict):
+    """GET /v1/jobs/{id}/artifacts: what the job's ``outputs`` saved when it ended."""
+
+    id: int
+    state: Literal["pending", "saved", "failed"]
+    store: str  # the artifact store (no credentials)
+    key: str  # the job's key in it
+    sources: dict[str, str]  # name in the artifacts -> the folder it was read from
+    files: list[ArtifactFileAnswer]
+    bytes: int | None
+    notes: list[str]  # links and special files passed over, folders that were not there
+    error: str | None  # why they were not saved (failed), or the last passing trouble
+    requested_at: float
+    saved_at: float | None
+
+
 class SessionAnswer(TypedDict):
     job: int
     session: str | None

@@ -30,7 +30,7 @@ from rota.home import default_home
 from rota.pools import ENGINES, Pool, Pools, local_engine_implied
 from rota.units import parse_duration, parse_memory
 
-__all__ = ["AlertSettings", "Settings", "default_home", "load_settings"]
+__all__ = ["AlertSettings", "Settings", "StorageSettings", "default_home", "load_settings"]
 
 
 #: the largest request body the API takes by default: a submit of 10,000 jobs (the most
@@ -131,6 +131,36 @@ class AlertSettings(BaseModel):
                            "take")
 
 
+class StorageSettings(BaseModel):
+    """``[storage]``: where the bytes a job leaves go (rota.storage, docs/storage.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = Field(default=None, description="a local folder (/path) or an "
+                            "S3-compatible bucket (s3://bucket/prefix); default: the "
+                            "folder storage in the daemon's home")
+    endpoint_url: str | None = Field(default=None, description="an S3-compatible server's "
+                                     "address (MinIO, ...); default: boto3's (AWS_ENDPOINT_"
+                                     "URL_S3, else AWS)")
+    region: str | None = Field(default=None, description="the bucket's region; default: "
+                               "boto3's")
+    max_output_bytes: int = Field(default=100 << 30, gt=0, description="the most a job's "
+                                  "outputs may hold (bytes, or with a unit: 20G); past it "
+                                  "they are not saved, and the job's page says why")
+
+    @field_validator("max_output_bytes", mode="before")
+    @classmethod
+    def _bytes(cls, v: object) -> object:
+        return parse_memory(v) if isinstance(v, str) else v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("/", "file:///", "s3://")):
+            raise ValueError(f"{v!r}: a local folder (/path, file:///path) or s3://bucket")
+        return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", env_file=".env", extra="ignore")
     # (pools, default, Pools) as pool_set last made them
@@ -193,6 +223,8 @@ class Settings(BaseSettings):
     tier_required: bool = Field(default=False, description="refuse at submit a job that "
                                 "fits no tier; false: it runs untiered at price 0")
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings,
+                                     description="[storage]: where outputs are saved")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -281,6 +313,11 @@ class Settings(BaseSettings):
     @property
     def pid_path(self) -> Path:
         return self.home / "rota.pid"
+
+    @property
+    def storage_url(self) -> str:
+        """Where artifacts go: [storage] url, else the folder storage in home."""
+        return self.storage.url or str(self.home / "storage")
 
     @property
     def logs_dir(self) -> Path:

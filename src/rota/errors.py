@@ -93,6 +93,18 @@ class StoreError(RotaError):
     http_status = 503  # nothing was stored: the request may be sent again
 
 
+class StorageError(RotaError):
+    """A storage backend (a local root, an S3 bucket) refused or failed; the message names
+    the object and the cause. ``passing``: the same call may pass later (no connection, a
+    timeout, a 5xx, throttling); a refusal, a missing bucket or a corrupt object does not."""
+
+    http_status = 502
+
+    def __init__(self, message: str, *, passing: bool = False) -> None:
+        super().__init__(message)
+        self.passing = passing
+
+
 class TrackerError(RotaError):
     """An experiment tracker (MLflow, Weights & Biases) refused or could not be reached."""
 

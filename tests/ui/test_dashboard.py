@@ -201,6 +201,33 @@ def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
     expect(page.locator("figure[data-metric=acc]")).to_be_visible()
 
 
+def test_a_jobs_saved_outputs_are_listed_and_download_byte_equal(
+        open_page: Open, dashboard: Dashboard, tmp_path: Any) -> None:
+    script = ("import os\n"
+              "os.makedirs('out/sub', exist_ok=True)\n"
+              "open('out/model.bin', 'wb').write(bytes(range(256)) * 100)\n"
+              "open('out/sub/notes.txt', 'w').write('done\\n')\n"
+              "os.symlink('/etc/passwd', 'out/link')\n")
+    job = dashboard.submit(command=[sys.executable, "-c", script], name="ui-outputs", gpus=0,
+                           cwd=str(tmp_path), outputs=["out"])
+    page = open_page(hash=f"#/jobs/{job['id']}")
+    card = page.locator("section.artifacts")
+    expect(card).to_contain_text("2 files", timeout=30_000)
+    expect(card.locator("tbody tr")).to_have_count(2)
+    expect(card).to_contain_text("out/model.bin")
+    expect(card).to_contain_text("out/link: a link, not followed")
+    with page.expect_download() as got:
+        card.locator("button[data-path='out/model.bin']").click()
+    saved = tmp_path / "downloaded.bin"
+    got.value.save_as(saved)
+    assert saved.read_bytes() == bytes(range(256)) * 100
+    # a job without outputs shows no such card
+    plain = dashboard.submit(command=["true"], name="ui-no-outputs", gpus=0)
+    page = open_page(hash=f"#/jobs/{plain['id']}")
+    expect(page.locator(".page-head .badge")).to_have_text("completed")
+    expect(page.locator("section.artifacts")).to_be_hidden()
+
+
 def test_a_running_job_is_cancelled_after_a_confirmation(open_page: Open,
                                                          dashboard: Dashboard) -> None:
     job = dashboard.submit(command=["sleep", "600"], name="ui-long-sleep", gpus=0.25)

@@ -69,7 +69,7 @@ _AS_GIVEN = ("name", "gpus", "gpu_type", "llm", "priority", "allowed_gpus", "con
              "tier", "image", "cpus", "nodes", "procs_per_node", "model", "model_dir")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
-_LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"))
+_LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"), ("outputs", "output"))
 _TRACKERS = ("mlflow", "mlflow_experiment", "wandb", "wandb_project", "wandb_entity")
 
 
@@ -249,6 +249,10 @@ def submit(
     tensorboard_dir: str = typer.Option(
         None, "--tensorboard-dir",
         help="where it writes TensorBoard logs: their scalars become metrics"),
+    output: list[str] = typer.Option(
+        None, "--output", metavar="DIR",
+        help="a folder (relative to --cwd) saved with its manifest when the job ends: "
+             "`rota artifacts JOB`; repeatable"),
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),

@@ -4,16 +4,20 @@ error mapping) as the SDK's :class:`rota.Client`, which gives pydantic models in
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rota.client import _submits
 from rota.client._endpoint import DEFAULT_TIMEOUT, Endpoint
 from rota.client._wire import Timeout, WireTransport
+from rota.errors import StorageError
 
 TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import IO, Any
 
 if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from pathlib import Path
@@ -21,6 +25,7 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
     from rota.answers import (
         AlertAnswer,
         AlertsAnswer,
+        ArtifactsAnswer,
         CheckpointsAnswer,
         DrainAnswer,
         EvalResultsAnswer,
@@ -194,6 +199,32 @@ class RawClient:
 
     def checkpoints(self, job_id: int) -> CheckpointsAnswer:
         return self.request("GET", f"/v1/jobs/{job_id}/checkpoints")
+
+    def artifacts(self, job_id: int) -> ArtifactsAnswer:
+        return self.request("GET", f"/v1/jobs/{int(job_id)}/artifacts")
+
+    def download_artifact(self, job_id: int, path: str, into: IO[bytes]) -> str:
+        """One saved file's bytes written to ``into``; its sha256 as the daemon gave it,
+        checked against what arrived (StorageError when they differ)."""
+        digest = hashlib.sha256()
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/artifacts/file",
+                            params={"path": path}) as resp:
+            said = resp.headers.get("x-rota-sha256", "")
+            for chunk in resp.iter_bytes():
+                digest.update(chunk)
+                into.write(chunk)
+        if said and digest.hexdigest() != said:
+            raise StorageError(f"job {job_id}'s {path}: what arrived does not match its "
+                               f"sha256 ({digest.hexdigest()} != {said})")
+        return digest.hexdigest()
+
+    @contextmanager
+    def artifact_archive(self, job_id: int, prefix: str | None = None) -> Iterator[IO[bytes]]:
+        """The saved files (all, or those under ``prefix``) as one tar stream to read."""
+        params = {"prefix": prefix} if prefix else None
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/artifacts/archive",
+                            params=params) as resp:
+            yield io.BufferedReader(_Pieces(resp.iter_bytes()), 1 << 20)
 
     def follow_logs(self, job_id: int, offset: int = 0, *,
                     since: float | None = None) -> Iterator[bytes]:
@@ -405,3 +436,24 @@ def _user(user: str | None) -> dict[str, Any] | None:
 
 def _window(since: float | None, until: float | None) -> dict[str, float]:
     return {k: v for k, v in (("since", since), ("until", until)) if v is not None}
+
+
+class _Pieces(io.RawIOBase):
+    """A stream's pieces read as a file (for tarfile)."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces, self._left = pieces, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._left:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._left = piece
+        n = min(len(b), len(self._left))
+        b[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n

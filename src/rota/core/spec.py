@@ -41,6 +41,8 @@ MAX_ARGS = 4096
 #: (ROTA_* variables, trackers' and stored secrets' values)
 LAUNCH_MAX = (1 << 20) - 64 * 1024
 MAX_ENV = 1000
+#: output folders one job may name (outputs)
+MAX_OUTPUTS = 16
 #: characters that make a terminal act (C0 and C1 controls, DEL: ESC starts sequences that
 #: clear the screen or move the cursor) or reorder what follows (bidi overrides): a name or
 #: a tag with one could fake rows in `rota queue`
@@ -213,6 +215,11 @@ class JobSpec(BaseModel):
         default=None, max_length=4096,
         description="where it writes TensorBoard logs (relative to cwd): its scalars are "
                     "metrics too, and `rota tensorboard JOB` serves them")
+    outputs: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list, max_length=MAX_OUTPUTS,
+        description="folders (relative to cwd) whose files are saved to the artifact store "
+                    "when the job ends, with a manifest of sizes and sha256 (rota "
+                    "artifacts JOB)")
     mlflow: StrictBool | None = Field(
         default=None, description="an MLflow run for the job (params, git tags, metrics, "
                                   "log and checkpoint list); None: the daemon's setting")
@@ -304,6 +311,17 @@ class JobSpec(BaseModel):
     def _path(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and "\x00" in v and _submitted(info):
             raise ValueError("a NUL byte, which no path can hold")
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if _submitted(info):
+            for path in v:
+                if "\x00" in path:
+                    raise ValueError(f"output {path!r}: a NUL byte, which no path can hold")
+            if len(set(v)) != len(v):
+                raise ValueError("an output folder is named twice")
         return v
 
     @field_validator("gpu_mem", "memory", mode="before")

@@ -44,6 +44,7 @@ from rota.core.spec import JobSpec
 from rota.devices.base import DeviceSource, GpuReading
 from rota.errors import StoreError
 from rota.server.alert_sender import AlertSender, webhook_url
+from rota.server.artifacts import Artifacts
 from rota.server.backend_set import BackendSet
 from rota.server.batch import each
 from rota.server.device_monitor import DeviceMonitor
@@ -108,10 +109,14 @@ class Daemon:
                              alert=lambda key, text, **facts: self.alert(key, text, **facts))
         self.commands = JobCommands(store, clock, self.table, self.stopper, self.kick)
         self.backends = BackendSet(settings, simulated_gpus=devices.kind == "simulated")
+        self.artifacts = Artifacts(settings, store, clock, post=self._post,
+                                   run_as=lambda user: self.launcher.run_as(user),
+                                   later=self.later)
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),
-                           kick=self.kick, tidy=self._tidy, tidy_every=TIDY_EVERY_EXITS)
+                           kick=self.kick, tidy=self._tidy, tidy_every=TIDY_EVERY_EXITS,
+                           artifacts=self.artifacts)
         self.launcher = Launcher(settings=settings, store=store, clock=clock, table=self.table,
                                  backends=self.backends, monitor=self.monitor,
                                  tracking=self.tracking, metrics=self.metrics,
@@ -177,6 +182,7 @@ class Daemon:
         self.draining = self.store.get_setting("draining") == "1"
         with self.store.transaction():
             recover(self, pending=False)  # the pending jobs come page by page, answering
+        self.artifacts.resume()
         self._tidy()
         self.monitor.refresh()
         self.monitor.sample_history(self.clock())
@@ -205,6 +211,7 @@ class Daemon:
         await self.alerts.stop()
         self.devices.close()
         self.tracking.close()
+        self.artifacts.close()
         self.backends.on_engine_start = None
         self.backends.close()
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from prometheus_client import Histogram
 
@@ -27,6 +27,7 @@ from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
 from rota.server.accounts import check_unix_account
+from rota.server.artifacts import tar_of
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
 from rota.server.forwarding import engine_ids
@@ -47,6 +48,7 @@ from rota.server.shares_view import (
     shares_answer,
 )
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
+from rota.storage import FileEntry, Manifest
 from rota.store.db import redact_url
 from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
@@ -295,6 +297,32 @@ class DaemonPorts:
         # built from the integer id only: no client text reaches the filesystem
         return self._d.settings.logs_dir / f"{int(job_id)}.log"
 
+    async def artifact_manifest(self, job_id: int) -> Manifest:
+        # the store may be a bucket: read off the loop
+        return await asyncio.to_thread(self._d.artifacts.manifest, job_id)
+
+    async def artifact_file(self, job_id: int,
+                            path: str) -> tuple[FileEntry, AsyncIterator[bytes]]:
+        manifest = await self.artifact_manifest(job_id)
+        entry = manifest.find(path)
+        if entry is None:
+            raise NotFound(f"job {job_id} saved no file {path!r}; `rota artifacts "
+                           f"{job_id}` lists them")
+        stream = await asyncio.to_thread(self._d.artifacts.open, job_id, entry.path)
+        return entry, _chunks(stream)
+
+    async def artifact_archive(self, job_id: int, prefix: str | None
+                               ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:
+        manifest = await self.artifact_manifest(job_id)
+        wanted = [f for f in manifest.files if prefix is None or f.path == prefix
+                  or f.path.startswith(prefix.rstrip("/") + "/")]
+        if not wanted:
+            raise NotFound(f"job {job_id} saved no file or folder {prefix!r}; `rota "
+                           f"artifacts {job_id}` lists them")
+        arts = self._d.artifacts
+        pieces = tar_of(wanted, lambda path: arts.open(job_id, path), manifest.created_at)
+        return wanted, _off_loop(pieces)
+
     def jobs_file(self) -> dict[str, Any]:
         return vars(self._intake.jobs_file)
 
@@ -507,3 +535,22 @@ class DaemonPorts:
         if self._on_shutdown is not None:
             asyncio.get_running_loop().call_soon(self._on_shutdown)
 
+
+async def _chunks(stream: IO[bytes], size: int = 1 << 20) -> AsyncIterator[bytes]:
+    """A stored file's bytes, each read off the loop; closed at the end or when the
+    client leaves."""
+    try:
+        while chunk := await asyncio.to_thread(stream.read, size):
+            yield chunk
+    finally:
+        await asyncio.to_thread(stream.close)
+
+
+async def _off_loop(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A blocking generator's pieces, each made on a worker thread."""
+    done = object()
+    try:
+        while (piece := await asyncio.to_thread(next, pieces, done)) is not done:
+            yield piece  # type: ignore[misc]
+    finally:
+        await asyncio.to_thread(pieces.close)  # type: ignore[attr-defined]

@@ -44,6 +44,7 @@ from rota.core.outcome import Checkpoint as SavedCheckpoint
 from rota.core.snapshot import MILLI
 from rota.errors import StoreError
 from rota.ml import checkpoints, oom, stated
+from rota.server.artifacts import Artifacts
 from rota.server.batch import Batch, each
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.job_output import checkpoints_of, read_outputs
@@ -91,8 +92,10 @@ class Exits:
     def __init__(self, *, store: Store, clock: Callable[[], float], table: JobTable,
                  monitor: DeviceMonitor, tracking: Tracking, metrics: Metrics, batch: Batch,
                  write_launches: Callable[[], None], kick: Callable[[], None],
-                 tidy: Callable[[], bool], tidy_every: int) -> None:
+                 tidy: Callable[[], bool], tidy_every: int,
+                 artifacts: Artifacts | None = None) -> None:
         self.store, self.clock, self.table, self.monitor = store, clock, table, monitor
+        self.artifacts = artifacts  # saves a job's outputs at its end
         self.tracking, self.metrics, self.batch = tracking, metrics, batch
         # an exit may be of a job whose start is not stored yet: stored first
         self.write_launches, self.kick = write_launches, kick
@@ -220,6 +223,10 @@ class Exits:
         self.metrics.run_time.labels(outcome.record).observe(max(0.0, ended_at - run.started_at))
         if self.table.state(run.job_id).terminal:
             self.store.after_commit(lambda: self.table.notify_end(run.job_id))
+            if run.spec.outputs and self.artifacts is not None:
+                newest = self._saved(run) if run.spec.checkpoint_dir else None
+                self.artifacts.want(run.job_id, run.spec, run.user,
+                                    checkpoint=newest.path if newest else None)
         self.kick()
 
     def launch_failed(self, run: Running, why: str, passing: bool = False) -> None:

@@ -156,6 +156,11 @@ class Intake:
         and sessions do not matter; what the engine cannot honour is refused now, in its
         words, never dropped. The pool is named in the stored spec, so a later change of
         default_pool does not move it."""
+        if spec.outputs:
+            raise InvalidSpec(f"{prefix}outputs: are saved for jobs on this machine's pool "
+                              f"only; a {pool.engine} pool's job does not save them yet "
+                              "(docs/storage.md): save them from the job itself",
+                              field="outputs")
         if spec.session != "none":
             raise InvalidSpec(f"{prefix}session: a {pool.engine} pool runs no tmux or screen "
                               "sessions", field="session")

@@ -265,7 +265,7 @@ class Launcher:
         if spec.image:  # the image the job runs in, for it to record (a Kubernetes pod's
             env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
-        run_as = self._run_as(run.user)
+        run_as = self.run_as(run.user)
         if run_as is not None and not run.backend.capabilities.run_as:
             raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
                                f"another account yet ({run_as.user}); submit it to the local "
@@ -289,7 +289,7 @@ class Launcher:
                              image=spec.image, cpus=spec.cpus, memory=spec.memory,
                              network=spec.network)
 
-    def _run_as(self, user: str) -> RunAs | None:
+    def run_as(self, user: str) -> RunAs | None:
         """The account ``user``'s job runs as (None: the daemon's own); a job that cannot
         (the account is gone, the rules changed since its submit) fails its launch with the
         reason. Looked up per launch: a mapping changed by an admin applies at once."""

@@ -9,7 +9,7 @@ import no daemon code at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from rota.pipeline.config import PipelineConfig
     from rota.server.auth import Principal
     from rota.server.metrics import Totals
+    from rota.storage import FileEntry, Manifest
     from rota.store.repo import (
         AlertRecord,
+        ArtifactRecord,
         AttemptRecord,
         EventRecord,
         JobRecord,
@@ -69,6 +71,7 @@ class StoreReads(Protocol):
     def token(self, token_id: int) -> TokenRow: ...
     def secret_list(self, user: str) -> list[tuple[str, float, float]]: ...
     def alerts(self, *, user: str | None = None, limit: int = 100) -> list[AlertRecord]: ...
+    def artifacts(self, job_id: int) -> ArtifactRecord | None: ...
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,18 @@ class Reads(Protocol):
         """NotFound when the job is not running; None when it runs without a session."""
         ...
     def log_path(self, job_id: int) -> Path: ...
+    async def artifact_manifest(self, job_id: int) -> Manifest:
+        """The manifest of the job's saved outputs (NotFound: none saved)."""
+        ...
+    async def artifact_file(self, job_id: int,
+                            path: str) -> tuple[FileEntry, AsyncIterator[bytes]]:
+        """One saved file's entry and its bytes (NotFound: no such file)."""
+        ...
+    async def artifact_archive(self, job_id: int, prefix: str | None
+                               ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:
+        """The saved files (all, or the one or those under the folder ``prefix``) as one
+        tar stream (NotFound: none)."""
+        ...
     def jobs_file(self) -> dict[str, Any]: ...
     def metrics_text(self) -> bytes: ...
     def tiers(self) -> Mapping[str, Tier]:

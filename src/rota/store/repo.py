@@ -45,6 +45,7 @@ from rota.store.db import make_engine, migrate
 from rota.store.failures import store_error
 from rota.store.tables import (
     AlertRow,
+    ArtifactRow,
     AttemptRow,
     DaemonSettingRow,
     EvalScheduleRow,
@@ -76,6 +77,7 @@ _rounds = cast(Table, PipelineRoundRow.__table__)
 _quotas = cast(Table, QuotaRow.__table__)
 
 _alerts = cast(Table, AlertRow.__table__)
+_artifacts = cast(Table, ArtifactRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -201,6 +203,7 @@ ScheduleRecord = Row[Any]
 PipelineRecord = Row[Any]
 RoundRecord = Row[Any]
 AlertRecord = Row[Any]
+ArtifactRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -1182,6 +1185,33 @@ class Store:
             q = q.limit(limit)
         with self._reading() as c:
             return list(c.execute(q).all())
+
+    # --- artifacts: what a job's outputs saved (rota.server.artifacts) -------------------
+    def want_artifacts(self, job_id: int, *, key: str, store_url: str,
+                       sources: dict[str, str], user: str, now: float) -> None:
+        """The job's outputs are to be saved: a ``pending`` row, written in the open
+        transaction (the batch that records the job's end) or one of its own."""
+        a = _artifacts.c
+        with self.transaction() as c:
+            c.execute(delete(_artifacts).where(a.job_id == job_id))
+            c.execute(insert(_artifacts), {"job_id": job_id, "state": "pending", "key": key,
+                                           "store_url": store_url, "sources": sources,
+                                           "user": user, "tries": 0, "requested_at": now})
+
+    def set_artifacts(self, job_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_artifacts).where(_artifacts.c.job_id == job_id).values(**fields))
+
+    def artifacts(self, job_id: int) -> ArtifactRecord | None:
+        with self._reading() as c:
+            return c.execute(select(_artifacts).where(_artifacts.c.job_id == job_id)).first()
+
+    def artifacts_in(self, state: str) -> list[ArtifactRecord]:
+        """Rows in ``state``, oldest request first."""
+        a = _artifacts.c
+        with self._reading() as c:
+            return list(c.execute(select(_artifacts).where(a.state == state)
+                                  .order_by(a.requested_at, a.job_id)).all())
 
     # --- quotas and budgets (rota.core.quota) ---------------------------------------------
     def quotas(self) -> list[Quota]:

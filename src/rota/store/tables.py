@@ -338,3 +338,27 @@ class PipelineRoundRow(Base):
     due_at: Mapped[float] = mapped_column(Float)  # when it was due
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ArtifactRow(Base):
+    """What a job's ``outputs`` saved when it ended (rota.server.artifacts). A row is
+    written ``pending`` in the batch that records the end, so a daemon killed before the
+    save finished does it again after its restart; the store holds the files and their
+    manifest under ``key``."""
+
+    __tablename__ = "artifacts"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(String(10), index=True)  # pending | saved | failed
+    key: Mapped[str] = mapped_column(String(200))  # in the artifact store (jobs/ID)
+    store_url: Mapped[str] = mapped_column(Text)  # the store it went to
+    # what is saved: its name in the artifact -> the folder on this machine (absolute)
+    sources: Mapped[dict[str, str]] = mapped_column(JSON)
+    user: Mapped[str] = mapped_column(String(100))  # whose rights read them
+    files: Mapped[int | None] = mapped_column(Integer)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    skipped: Mapped[list[str] | None] = mapped_column(JSON)  # links and special files
+    error: Mapped[str | None] = mapped_column(Text)  # why it was not saved
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    requested_at: Mapped[float] = mapped_column(Float)
+    saved_at: Mapped[float | None] = mapped_column(Float)

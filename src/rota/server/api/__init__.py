@@ -15,6 +15,7 @@ from rota.server.admission import PointRequestsFirst
 from rota.server.api import (
     access,
     alerts,
+    artifacts,
     eval,
     gpus,
     job_outputs,
@@ -39,7 +40,7 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
            secrets.router, system.router, pools.router, eval.router, shares.router,
-           usage.router, quotas.router, alerts.router, pipelines.router)
+           usage.router, quotas.router, alerts.router, pipelines.router, artifacts.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,

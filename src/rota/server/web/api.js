@@ -125,6 +125,26 @@ export async function api(path, { method = "GET", body, signal, quiet401 = false
 
 export const post = (path, body) => api(path, { method: "POST", body });
 
+/** Download /v1/... as a file named `name` (fetch, not a link: it must send the token). */
+export async function download(path, name) {
+  let resp;
+  try {
+    resp = await fetch(path, { headers: authHeaders("application/octet-stream"), cache: "no-store",
+      credentials: "omit" });
+  } catch {
+    throw UNREACHABLE();
+  }
+  if (!resp.ok) throw await failed(resp, false);
+  const url = URL.createObjectURL(await resp.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 /** Query string from an object; arrays repeat the key; empty values are left out. */
 export function query(params) {
   const q = new URLSearchParams();

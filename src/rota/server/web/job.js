@@ -1,6 +1,6 @@
 // One job: its spec, timeline, attempts, a live log tail with search, and the actions.
 
-import { api, post, streamEvents } from "./api.js";
+import { api, download, post, streamEvents } from "./api.js";
 import { h, highlighted, replace } from "./dom.js";
 import { lineChart } from "./charts.js";
 import * as fmt from "./format.js";
@@ -75,6 +75,7 @@ export function renderJob(root, id) {
   const notFound = h("div", { class: "error-box", role: "alert", hidden: true });
   const log = logPanel(id);
   const metrics = metricsPanel(id);
+  const saved = artifactsPanel(id);
 
   replace(root, h("section", { class: "page" },
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/jobs" }, "← Queue")),
@@ -88,6 +89,7 @@ export function renderJob(root, id) {
         h("h2", { id: "h-spec" }, "Spec"),
         h("h3", null, "Command"), command, envBox, specHead, specBox)),
     metrics.el,
+    saved.el,
     log.el,
     h("div", { class: "grid-2" },
       h("section", { class: "card", "aria-labelledby": "h-timeline" },
@@ -276,7 +278,7 @@ export function renderJob(root, id) {
       paintAttempts();
       paintEvents(ev.events);
       log.jobState(j.state);
-      await metrics.refresh();
+      await Promise.all([metrics.refresh(), saved.refresh(j)]);
     } catch (e) {
       if (e.status === 401) return;
       live.fail(e);
@@ -294,6 +296,55 @@ export function renderJob(root, id) {
     log.stop();
     document.title = "Rota";
   };
+}
+
+// --- saved outputs (--output DIR) -----------------------------------------------------------
+function artifactsPanel(id) {
+  const body = h("div");
+  const el = h("section", { class: "card artifacts", "aria-labelledby": "h-artifacts", hidden: true },
+    h("h2", { id: "h-artifacts" }, "Artifacts"), body);
+  let final = false;
+
+  function fileRow(f) {
+    const b = h("button", { type: "button", class: "btn small", "data-path": f.path,
+      title: `Download ${f.path}` }, "Download");
+    b.addEventListener("click", () => act(b, () => download(
+      `/v1/jobs/${id}/artifacts/file?path=${encodeURIComponent(f.path)}`, f.path.split("/").pop())));
+    return h("tr", null,
+      h("td", null, h("code", null, f.path)),
+      h("td", { class: "num" }, fmt.bytes(f.size)),
+      h("td", null, h("code", { title: f.sha256 }, f.sha256.slice(0, 12))),
+      h("td", null, b));
+  }
+
+  function paint(a) {
+    const head = a.state === "saved"
+      ? `${a.files.length} files, ${fmt.bytes(a.bytes || 0)}, saved ${fmt.stamp(a.saved_at)} to ${a.store}`
+      : a.state === "pending" ? "Being saved…" : "Not saved";
+    const parts = [h("p", { class: a.state === "failed" ? "error-box" : "muted" },
+      head, a.error ? ` — ${a.error}` : "")];
+    if (a.files.length) {
+      parts.push(h("div", { class: "table-wrap" }, h("table", { class: "compact" },
+        h("thead", null, h("tr", null, ["File", "Size", "sha256", ""].map((x) => h("th", { scope: "col" }, x)))),
+        h("tbody", null, a.files.map(fileRow)))));
+    }
+    if (a.notes.length) parts.push(h("ul", { class: "muted small" }, a.notes.map((n) => h("li", null, n))));
+    replace(body, parts);
+  }
+
+  async function refresh(job) {
+    const outputs = (job.spec && job.spec.outputs) || [];
+    el.hidden = !outputs.length;
+    if (!outputs.length || final || !["completed", "failed", "cancelled", "timeout"].includes(job.state)) return;
+    try {
+      const a = await api(`/v1/jobs/${id}/artifacts`);
+      final = a.state !== "pending";
+      paint(a);
+    } catch (e) {
+      if (e.status !== 404) replace(body, h("p", { class: "error-box" }, e.detail));
+    }
+  }
+  return { el, refresh };
 }
 
 // --- progress and metrics ------------------------------------------------------------------

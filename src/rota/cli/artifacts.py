@@ -1,0 +1,147 @@
+"""`rota artifacts JOB` and `rota artifacts get JOB [PATH]`: what a job's ``outputs``
+saved when it ended, and bringing it here, checked against its sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import typer
+
+from rota.cli.common import client, emit, run_cli
+from rota.cli.fmt import fmt_time
+from rota.cli.job_refs import resolve
+from rota.errors import InvalidSpec, StorageError
+from rota.units import format_memory
+
+if TYPE_CHECKING:
+    from rota.answers import ArtifactsAnswer
+    from rota.client import RawClient
+
+
+def artifacts_text(data: ArtifactsAnswer) -> str:
+    head = f"job {data['id']}: outputs {data['state']}"
+    if data["state"] == "saved":
+        head += (f", {len(data['files'])} files, {format_memory(data['bytes'] or 0)}, "
+                 f"at {fmt_time(data['saved_at'], short=True)} to {data['store']}")
+    elif data["state"] == "pending":
+        head += " (saved once the daemon has read them: `rota artifacts` again)"
+    lines = [head]
+    if data["error"]:
+        lines.append(f"  {'why' if data['state'] == 'failed' else 'last trouble'}: "
+                     f"{data['error']}")
+    width = max((len(f["path"]) for f in data["files"]), default=0)
+    for f in data["files"]:
+        lines.append(f"  {f['path']:<{width}}  {format_memory(f['size']):>6}  "
+                     f"sha256:{f['sha256'][:16]}")
+    lines += [f"  note: {n}" for n in data["notes"]]
+    return "\n".join(lines)
+
+
+def artifacts(
+    first: str = typer.Argument(..., metavar="JOB | get",
+                                help="a job (id or name), or `get` to download"),
+    job: str = typer.Argument(None, metavar="[JOB]", help="with get: the job"),
+    path: str = typer.Argument(None, metavar="[PATH]",
+                               help="with get: one file or folder of the list (default: all)"),
+    output: Path = typer.Option(None, "--output", "-o",
+                                help="with get: where to (default: ./job-ID for all, the "
+                                     "file's name for one file)"),
+    force: bool = typer.Option(False, "--force", help="with get: replace existing files"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """A job's saved outputs (--output DIR), with sizes and sha256; `get` downloads them."""
+    with run_cli(json_out=json_out), client() as c:
+        if first != "get":
+            if job is not None:
+                raise InvalidSpec(f"unexpected {job!r}: `rota artifacts JOB` lists, "
+                                  "`rota artifacts get JOB [PATH]` downloads", field="job")
+            emit(c.artifacts(resolve(c, first)), json_out, artifacts_text)
+            return
+        if job is None:
+            raise InvalidSpec("rota artifacts get JOB [PATH]: which job?", field="job")
+        job_id = resolve(c, job)
+        got = get(c, job_id, path, output, force=force)
+        emit({"id": job_id, "files": got}, json_out,
+             lambda d: "\n".join(f"{p}" for p in d["files"]) or "nothing to download")
+
+
+def get(c: RawClient, job_id: int, path: str | None, output: Path | None, *,
+        force: bool) -> list[str]:
+    """Download the job's saved files (all, one, or those under a folder of the list):
+    one file in one request, several as one tar stream; each is written aside and moved
+    into place once its sha256 matches the list."""
+    data = c.artifacts(job_id)
+    if data["state"] != "saved":
+        raise InvalidSpec(f"job {job_id}'s outputs are {data['state']}"
+                          + (f": {data['error']}" if data["error"] else ""), field="job")
+    listed = {f["path"]: f["sha256"] for f in data["files"]}
+    wanted = path.strip("/") if path is not None else None
+    if wanted is not None and wanted in listed:  # one file: to its name here, or to -o
+        target = output or Path(os.path.basename(wanted))
+        _refuse_existing([target], force)
+        _place(target, lambda f: c.download_artifact(job_id, wanted, f))
+        return [str(target)]
+    names = [p for p in listed if wanted is None or p.startswith(wanted + "/")]
+    if not names:
+        raise InvalidSpec(f"job {job_id} saved no file or folder {path!r}: "
+                          f"`rota artifacts {job_id}` lists them", field="path")
+    base = os.path.dirname(wanted) if wanted else ""
+    root = output or Path(f"job-{job_id}")
+    targets = {n: root / os.path.relpath(n, base or ".") for n in names}
+    _refuse_existing(targets.values(), force)
+    written: list[str] = []
+    with c.artifact_archive(job_id, wanted) as stream, \
+            tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            place = targets.get(member.name)
+            reader = tar.extractfile(member) if member.isfile() else None
+            if place is None or reader is None:
+                raise StorageError(f"the daemon sent {member.name!r}, which is not one of "
+                                   f"the files asked for")
+            _place(place, partial(_copy_checked, reader, name=member.name,
+                                  sha256=listed[member.name]))
+            written.append(str(place))
+    missing = len(names) - len(written)
+    if missing:
+        raise StorageError(f"the download ended {missing} file(s) short; the others are in "
+                           f"{root}")
+    return written
+
+
+def _refuse_existing(targets: Iterable[Path], force: bool) -> None:
+    if force:
+        return
+    for target in targets:
+        if target.exists():
+            raise InvalidSpec(f"{target} exists; --force replaces it", field="output")
+
+
+def _place(target: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """``write`` into a file beside ``target``, moved onto it only when it succeeds."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.part-{os.getpid()}")
+    try:
+        with part.open("wb") as f:
+            write(f)
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _copy_checked(reader: IO[bytes], into: IO[bytes], *, name: str, sha256: str) -> None:
+    digest = hashlib.sha256()
+    while data := reader.read(1 << 20):
+        digest.update(data)
+        into.write(data)
+    if digest.hexdigest() != sha256:
+        raise StorageError(f"{name}: what arrived does not match its sha256 in the list")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(artifacts)

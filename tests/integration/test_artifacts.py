@@ -1,0 +1,221 @@
+"""A job's outputs (``--output DIR``), saved when it ends to the artifact store, on the
+local root and on a real S3-protocol server (moto's), through the CLI a person uses:
+the list with sizes and sha256, `rota artifacts get` byte-equal, links in the job's
+folder never followed, a size limit that says why, and a daemon SIGKILLed while it saves
+that shows nothing half-saved and finishes the save after its restart.
+
+Skipped without boto3 and moto (only the S3 test) unless the run requires them
+(ROTA_REQUIRE_TORCH, set by scripts/test.sh, which installs them)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota.storage import LocalStore
+from rota_testing import DaemonProcess, kill_job_processes, patience, running_daemon
+
+WRITER = r"""
+import os, sys
+out = sys.argv[1]
+os.makedirs(f"{out}/sub/deeper", exist_ok=True)
+open(f"{out}/a.txt", "w").write("hello from the job\n")
+open(f"{out}/empty", "wb").close()
+open(f"{out}/sub/b.bin", "wb").write(bytes(range(256)) * 12289)  # ~3 MiB
+open(f"{out}/sub/deeper/c.json", "w").write('{"loss": 0.25}')
+os.symlink("/etc/passwd", f"{out}/passwd-link")
+"""
+MANY = r"""
+import os, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+for i in range(int(sys.argv[2])):
+    open(f"{out}/f{i:05d}.txt", "w").write(f"file {i}\n" * 50)
+"""
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def artifacts(d: DaemonProcess, job: int) -> dict[str, Any]:
+    r = d.cli("artifacts", str(job), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_saved(d: DaemonProcess, job: int, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + patience(timeout)
+    while True:
+        got = artifacts(d, job)
+        if got["state"] != "pending":
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job}'s outputs still pending: {got}")
+        time.sleep(0.1)
+
+
+def run_writer(d: DaemonProcess, work: Path, script: str, *args: str) -> int:
+    job = d.submit("--gpus", "0", "--output", "out", "--name", "writer", "--", sys.executable,
+                   "-c", script, "out", *args, cwd=work)
+    with d.client() as c:
+        assert c.wait(job, timeout=patience(60))["state"] == "completed"
+    return job
+
+
+def check_round_trip(d: DaemonProcess, work: Path, job: int, tmp: Path) -> dict[str, Any]:
+    """The list matches what the job wrote, and `get` brings it back byte-equal."""
+    got = wait_saved(d, job)
+    assert got["state"] == "saved", got
+    wrote = {f"out/{k}": v for k, v in files_under(work / "out").items()}
+    assert {f["path"]: (f["size"], f["sha256"]) for f in got["files"]} == {
+        k: (len(v), sha(v)) for k, v in wrote.items()}
+    assert got["bytes"] == sum(len(v) for v in wrote.values())
+    assert "out/passwd-link: a link, not followed" in got["notes"]
+
+    dest = tmp / f"got-{job}"
+    r = d.cli("artifacts", "get", str(job), "-o", str(dest))
+    assert r.returncode == 0, r.stderr
+    assert files_under(dest) == wrote
+    one = tmp / f"one-{job}.bin"
+    r = d.cli("artifacts", "get", str(job), "out/sub/b.bin", "-o", str(one))
+    assert r.returncode == 0, r.stderr
+    assert one.read_bytes() == wrote["out/sub/b.bin"]
+    r = d.cli("artifacts", "get", str(job), "out/sub/b.bin", "-o", str(one))
+    assert r.returncode != 0 and "exists; --force replaces it" in r.stderr
+    r = d.cli("artifacts", "get", str(job), "out/nothing")
+    assert r.returncode != 0 and "saved no file or folder 'out/nothing'" in r.stderr
+    return got
+
+
+def test_outputs_are_saved_to_the_local_root_and_come_back_byte_equal(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with running_daemon(tmp_path / "home") as d:
+        job = run_writer(d, work, WRITER)
+        got = check_round_trip(d, work, job, tmp_path)
+        assert got["store"] == str(tmp_path / "home" / "storage")
+        assert (tmp_path / "home" / "storage" / "jobs" / str(job) / "MANIFEST.json").exists()
+        # the job page's events say so
+        r = d.cli("show", str(job))
+        assert "outputs saved: 4 files" in r.stdout, r.stdout
+        # a job that names no outputs has none to list
+        plain = d.submit("--gpus", "0", "--", "true", cwd=work)
+        r = d.cli("artifacts", str(plain))
+        assert r.returncode != 0 and "names no outputs" in r.stderr
+
+
+def test_outputs_over_the_limit_are_not_saved_and_say_why(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "home").mkdir()
+    with running_daemon(tmp_path / "home", "[storage]\nmax_output_bytes = \"1M\"\n") as d:
+        job = run_writer(d, work, WRITER)  # ~3 MiB
+        got = wait_saved(d, job)
+        assert got["state"] == "failed"
+        assert "max_output_bytes" in got["error"] and "none were saved" in got["error"]
+        assert got["files"] == []
+        with d.client() as c:
+            assert c.job(job)["state"] == "completed"  # the job itself is not failed for it
+        assert not (tmp_path / "home" / "storage" / "jobs" / str(job)).exists()
+
+
+def test_a_daemon_killed_while_it_saves_finishes_after_its_restart(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    d = DaemonProcess(home).start()
+    try:
+        job = d.submit("--gpus", "0", "--output", "out", "--", sys.executable, "-c", MANY,
+                       "out", "3000", cwd=work)
+        deadline = time.monotonic() + patience(60)
+        while True:  # the job has ended and its save begun: kill the daemon in its midst
+            with d.client() as c:
+                state = c.job(job)["state"]
+            if state == "completed" and artifacts(d, job)["state"] == "pending":
+                break
+            assert state not in ("failed", "cancelled"), state
+            assert time.monotonic() < deadline, "the job did not end"
+            time.sleep(0.01)
+        d.kill()
+        # nothing half-saved: a reader of the store finds no set for the job, or all of it
+        store = LocalStore(home / "storage")
+        if store.manifest(f"jobs/{job}") is not None:
+            assert len(store.fetch(f"jobs/{job}", tmp_path / "seen").files) == 3000
+        d.start()
+        got = wait_saved(d, job)
+        assert got["state"] == "saved", got
+        assert len(got["files"]) == 3000
+        dest = tmp_path / "got"
+        r = d.cli("artifacts", "get", str(job), "-o", str(dest))
+        assert r.returncode == 0, r.stderr
+        assert files_under(dest) == {f"out/{k}": v
+                                     for k, v in files_under(work / "out").items()}
+        assert list((home / "staging").iterdir()) == []  # the killed save's staging: gone
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
+# --- on an S3-protocol server -----------------------------------------------------------
+try:
+    import boto3
+    from moto.server import ThreadedMotoServer
+except ImportError:  # pragma: no cover - the test extra installs them
+    boto3 = None
+
+BUCKET = "rota-artifacts"
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    if boto3 is None:
+        if os.environ.get("ROTA_REQUIRE_TORCH"):
+            raise ImportError("boto3 and moto[server] are required here")
+        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    none = str(tmp_path_factory.mktemp("aws") / "none")
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
+           "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none,
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
+                 aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
+    try:
+        yield env
+    finally:
+        server.stop()
+
+
+def test_outputs_are_saved_to_an_s3_bucket_and_come_back_byte_equal(
+        tmp_path: Path, aws: dict[str, str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    toml = f'[storage]\nurl = "s3://{BUCKET}/team-a"\n'
+    (tmp_path / "home").mkdir()
+    with running_daemon(tmp_path / "home", toml, env=aws) as d:
+        job = run_writer(d, work, WRITER)
+        got = check_round_trip(d, work, job, tmp_path)
+        assert got["store"] == f"s3://{BUCKET}/team-a"
+    s3 = boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET,
+                                                 Prefix=f"team-a/jobs/{job}/")["Contents"]}
+    assert f"team-a/jobs/{job}/MANIFEST.json" in keys
+    assert not (tmp_path / "home" / "storage").exists()  # nothing went to the local root
