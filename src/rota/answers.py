@@ -424,6 +424,26 @@ class ArtifactsAnswer(TypedDict):
     saved_at: float | None
 
 
+class ShareLinkAnswer(TypedDict):
+    """A link to a job's saved outputs that works without an account (rota share-link)."""
+
+    id: int | None  # None: a presigned S3 URL, which is not kept (and cannot be revoked)
+    job: int
+    path: str | None  # a file or folder of the list; None: all of them
+    kind: Literal["daemon", "presigned"]
+    url: str | None  # given once, when it is made
+    created_by: str | None
+    created_at: float
+    expires_at: float
+    revoked_at: float | None
+    downloads: int | None
+    active: bool  # neither expired nor revoked
+
+
+class ShareLinksAnswer(TypedDict):
+    links: list[ShareLinkAnswer]
+
+
 class SessionAnswer(TypedDict):
     job: int
     session: str | None

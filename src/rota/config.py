@@ -188,6 +188,9 @@ class Settings(BaseSettings):
     tmux_socket: str = "rota"
     listen: str | None = Field(default=None, description="HOST:PORT for the API over TCP "
                                "(bearer tokens required there), e.g. 127.0.0.1:8787")
+    public_url: str | None = Field(default=None, description="the address people reach "
+                                   "the TCP API at, for the links the daemon gives (rota "
+                                   "share-link); default: http://HOST:PORT of listen")
     api_workers: int = Field(default=0, ge=0, le=64, description="processes that serve the "
                              "TCP listener and answer job reads from the store, so that the "
                              "API uses more than one core; 0: the daemon serves it itself")

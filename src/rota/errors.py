@@ -49,6 +49,13 @@ class Conflict(RotaError):
     http_status = 409
 
 
+class Gone(RotaError):
+    """What the request names existed but is no more to be had: a link that expired or was
+    revoked."""
+
+    http_status = 410
+
+
 class IllegalTransition(Conflict):
     """A job state change that the lifecycle table does not allow."""
 

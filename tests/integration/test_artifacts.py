@@ -10,18 +10,27 @@ Skipped without boto3 and moto (only the S3 test) unless the run requires them
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from rota.storage import LocalStore
-from rota_testing import DaemonProcess, kill_job_processes, patience, running_daemon
+from rota_testing import (
+    DaemonProcess,
+    free_port,
+    kill_job_processes,
+    patience,
+    running_daemon,
+)
 
 WRITER = r"""
 import os, sys
@@ -219,3 +228,94 @@ def test_outputs_are_saved_to_an_s3_bucket_and_come_back_byte_equal(
                                                  Prefix=f"team-a/jobs/{job}/")["Contents"]}
     assert f"team-a/jobs/{job}/MANIFEST.json" in keys
     assert not (tmp_path / "home" / "storage").exists()  # nothing went to the local root
+
+
+# --- links that need no account ---------------------------------------------------------
+def link(d: DaemonProcess, *args: str) -> dict[str, Any]:
+    r = d.cli("share-link", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def untar(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_a_share_link_works_without_an_account_until_revoked_or_expired(
+        tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    port = free_port()
+    home = tmp_path / "home"
+    with running_daemon(home) as d:
+        r = d.cli("share-link", "1")
+        assert r.returncode != 0  # no job 1 yet
+        job = run_writer(d, work, WRITER)
+        wait_saved(d, job)
+        wrote = {f"out/{k}": v for k, v in files_under(work / "out").items()}
+        # without a TCP listener there is nowhere to serve a link from: it says what to do
+        r = d.cli("share-link", str(job), "out/a.txt")
+        assert r.returncode != 0 and "--listen" in r.stderr, r.stderr
+    d = DaemonProcess(home, args=["--listen", f"127.0.0.1:{port}"]).start()
+    try:
+        one = link(d, str(job), "out/sub/b.bin", "--expires", "1h")
+        assert one["url"].startswith(f"http://127.0.0.1:{port}/share/")
+        assert one["expires_at"] - one["created_at"] == pytest.approx(3600, abs=1)
+        got = httpx.get(one["url"])  # no token: the link is the credential
+        assert got.status_code == 200
+        assert got.content == wrote["out/sub/b.bin"]
+        assert got.headers["x-rota-sha256"] == sha(wrote["out/sub/b.bin"])
+        folder = link(d, str(job), "out/sub")
+        assert untar(httpx.get(folder["url"]).content) == {
+            k: v for k, v in wrote.items() if k.startswith("out/sub/")}
+        everything = link(d, str(job))
+        assert untar(httpx.get(everything["url"]).content) == wrote
+
+        listed = link(d, "list", str(job))["links"]
+        assert [x["id"] for x in listed] == [everything["id"], folder["id"], one["id"]]
+        assert all(x["url"] is None for x in listed)  # the URL is shown once, never again
+        assert listed[-1]["downloads"] == 1 and listed[-1]["active"]
+
+        revoked = link(d, "revoke", str(one["id"]))
+        assert revoked["revoked_at"] is not None and not revoked["active"]
+        gone = httpx.get(one["url"])
+        assert gone.status_code == 410 and "revoked" in gone.json()["detail"]
+        assert httpx.get(folder["url"]).status_code == 200  # the others still work
+
+        short = link(d, str(job), "out/a.txt", "--expires", "1s")
+        time.sleep(1.5)
+        late = httpx.get(short["url"])
+        assert late.status_code == 410 and "expired" in late.json()["detail"]
+        wrong = one["url"].rsplit("/", 1)[0] + "/" + "x" * 32
+        assert httpx.get(wrong).status_code == 404
+
+        r = d.cli("share-link", str(job), "--expires", "31d")
+        assert r.returncode != 0 and "30 days" in r.stderr
+        r = d.cli("share-link", str(job), "out/nothing")
+        assert r.returncode != 0 and "no file or folder 'out/nothing'" in r.stderr
+        r = d.cli("share-link", str(job), "out/a.txt", "--presigned")
+        assert r.returncode != 0 and "needs an S3 store" in r.stderr
+    finally:
+        d.stop()
+        kill_job_processes(home)
+
+
+def test_a_presigned_link_from_the_bucket_serves_one_file(
+        tmp_path: Path, aws: dict[str, str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "home").mkdir()
+    with running_daemon(tmp_path / "home", f'[storage]\nurl = "s3://{BUCKET}/links"\n',
+                        env=aws) as d:
+        job = run_writer(d, work, WRITER)
+        wait_saved(d, job)
+        got = link(d, str(job), "out/sub/b.bin", "--presigned", "--expires", "2h")
+        assert got["kind"] == "presigned" and got["id"] is None
+        assert got["url"].startswith(aws["AWS_ENDPOINT_URL_S3"])
+        assert "X-Amz-Expires=7200" in got["url"]
+        assert httpx.get(got["url"]).content == (work / "out/sub/b.bin").read_bytes()
+        r = d.cli("share-link", str(job), "out", "--presigned")
+        assert r.returncode != 0 and "serves one file" in r.stderr
+        r = d.cli("share-link", str(job), "out/a.txt", "--presigned", "--expires", "8d")
+        assert r.returncode != 0 and "7 days" in r.stderr

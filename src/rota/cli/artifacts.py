@@ -17,10 +17,10 @@ from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
 from rota.cli.job_refs import resolve
 from rota.errors import InvalidSpec, StorageError
-from rota.units import format_memory
+from rota.units import format_memory, parse_duration
 
 if TYPE_CHECKING:
-    from rota.answers import ArtifactsAnswer
+    from rota.answers import ArtifactsAnswer, ShareLinkAnswer, ShareLinksAnswer
     from rota.client import RawClient
 
 
@@ -143,5 +143,59 @@ def _copy_checked(reader: IO[bytes], into: IO[bytes], *, name: str, sha256: str)
         raise StorageError(f"{name}: what arrived does not match its sha256 in the list")
 
 
+def links_text(data: ShareLinksAnswer) -> str:
+    if not data["links"]:
+        return "no links"
+    lines = []
+    for link in data["links"]:
+        state = ("revoked" if link["revoked_at"] else "expired" if not link["active"]
+                 else f"until {fmt_time(link['expires_at'], short=True)}")
+        lines.append(f"{link['id']:>5}  job {link['job']}  {link['path'] or '(all)'}  {state}"
+                     f"  {link['downloads']} downloads  by {link['created_by']}")
+    return "\n".join(lines)
+
+
+def link_text(link: ShareLinkAnswer) -> str:
+    until = fmt_time(link["expires_at"], short=True)
+    if link["url"]:
+        tail = ("anyone with it can download until then; S3 cannot revoke it sooner"
+                if link["kind"] == "presigned"
+                else f"`rota share-link revoke {link['id']}` stops it sooner")
+        return f"{link['url']}\n  works until {until}: {tail}"
+    return f"link {link['id']}: " + ("revoked" if link["revoked_at"] else f"until {until}")
+
+
+def share_link(
+    first: str = typer.Argument(..., metavar="JOB | list | revoke",
+                                help="a job (id or name) to share; `list [JOB]` or "
+                                     "`revoke ID`"),
+    second: str = typer.Argument(None, metavar="[PATH | JOB | ID]",
+                                 help="a file or folder of `rota artifacts JOB` (default: "
+                                      "all); with list: a job; with revoke: the link"),
+    expires: str = typer.Option("7d", "--expires", help="how long it works: 30m, 12h, 7d "
+                                "(at most 30d; --presigned at most 7d)"),
+    presigned: bool = typer.Option(False, "--presigned", help="a presigned URL of the S3 "
+                                   "store, served by the bucket (one file; it cannot be "
+                                   "revoked)"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """A link to a job's saved outputs that works without a Rota account, until it expires
+    or is revoked."""
+    with run_cli(json_out=json_out), client() as c:
+        if first == "list":
+            job = resolve(c, second) if second else None
+            emit(c.share_links(job), json_out, links_text)
+        elif first == "revoke":
+            if second is None or not second.isdigit():
+                raise InvalidSpec("rota share-link revoke ID: which link? (`rota share-link "
+                                  "list` shows them)", field="id")
+            emit(c.revoke_share_link(int(second)), json_out, link_text)
+        else:
+            seconds = parse_duration(expires, field="expires")
+            emit(c.share_link(resolve(c, first), second, expires=seconds,
+                              presigned=presigned), json_out, link_text)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(artifacts)
+    app.command("share-link")(share_link)

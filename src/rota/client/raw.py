@@ -62,6 +62,8 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         SecretsAnswer,
         SecretSetAnswer,
         SessionAnswer,
+        ShareLinkAnswer,
+        ShareLinksAnswer,
         SharesAnswer,
         ShutdownAnswer,
         SimulateAnswer,
@@ -217,6 +219,18 @@ class RawClient:
             raise StorageError(f"job {job_id}'s {path}: what arrived does not match its "
                                f"sha256 ({digest.hexdigest()} != {said})")
         return digest.hexdigest()
+
+    def share_link(self, job_id: int, path: str | None = None, *, expires: float,
+                   presigned: bool = False) -> ShareLinkAnswer:
+        return self.request("POST", f"/v1/jobs/{int(job_id)}/share-links",
+                            json={"path": path, "expires": expires, "presigned": presigned})
+
+    def share_links(self, job_id: int | None = None) -> ShareLinksAnswer:
+        return self.request("GET", "/v1/share-links",
+                            params={"job": job_id} if job_id is not None else None)
+
+    def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
+        return self.request("DELETE", f"/v1/share-links/{int(link_id)}")
 
     @contextmanager
     def artifact_archive(self, job_id: int, prefix: str | None = None) -> Iterator[IO[bytes]]:

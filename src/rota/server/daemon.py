@@ -64,6 +64,7 @@ from rota.server.queue import PendingQueue
 from rota.server.quotas import Quotas
 from rota.server.running import Running, preemption_view
 from rota.server.secrets import Secrets
+from rota.server.share_links import ShareLinks
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
 from rota.store.repo import JobRecord, Store
@@ -112,6 +113,7 @@ class Daemon:
         self.artifacts = Artifacts(settings, store, clock, post=self._post,
                                    run_as=lambda user: self.launcher.run_as(user),
                                    later=self.later)
+        self.share_links = ShareLinks(settings, store, self.artifacts, clock)
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),

@@ -41,6 +41,7 @@ from rota.server.pool_reads import (
 )
 from rota.server.ports import Fault, Submitted, UserRemoved
 from rota.server.running import Running
+from rota.server.share_links import Shared
 from rota.server.shares_view import (
     WEEK_S,
     fair_share_wait,
@@ -311,6 +312,24 @@ class DaemonPorts:
         stream = await asyncio.to_thread(self._d.artifacts.open, job_id, entry.path)
         return entry, _chunks(stream)
 
+    def share_links(self, *, job_id: int | None = None,
+                    user: str | None = None) -> list[dict[str, Any]]:
+        links = self._d.share_links
+        return [links.view(r) for r in self._d.store.share_links(job_id=job_id, user=user)]
+
+    async def shared(self, token: str) -> tuple[Shared, AsyncIterator[bytes]]:
+        links = self._d.share_links
+        link = links.find(token)
+        manifest = await self.artifact_manifest(link.job_id)
+        what = links.serve(link, manifest)
+        arts = self._d.artifacts
+        if what.single:
+            stream = await asyncio.to_thread(arts.open, what.job_id, what.files[0].path)
+            return what, _chunks(stream)
+        pieces = tar_of(what.files, lambda path: arts.open(what.job_id, path),
+                        manifest.created_at)
+        return what, _off_loop(pieces)
+
     async def artifact_archive(self, job_id: int, prefix: str | None
                                ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:
         manifest = await self.artifact_manifest(job_id)
@@ -482,6 +501,19 @@ class DaemonPorts:
         store.revoke_token(token_id, now=self._d.clock())
         self._auth.forget()
         return store.token(token_id)
+
+    async def create_share_link(self, job_id: int, path: str | None, expires_s: float, *,
+                                presigned: bool, by: str) -> dict[str, Any]:
+        links = self._d.share_links
+        links.check(job_id)
+        manifest = await self.artifact_manifest(job_id)
+        return links.create(job_id, manifest, path, expires_s, presigned=presigned, by=by)
+
+    def revoke_share_link(self, link_id: int) -> dict[str, Any]:
+        link = self._d.store.share_link(link_id=link_id)
+        if link is None:
+            raise NotFound(f"no link {link_id}")
+        return self._d.share_links.revoke(link)
 
     def put_secret(self, user: str, name: str, value: str) -> bool:
         return self._d.secrets.put(user, name, value)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rota.pipeline.config import PipelineConfig
     from rota.server.auth import Principal
     from rota.server.metrics import Totals
+    from rota.server.share_links import Shared
     from rota.storage import FileEntry, Manifest
     from rota.store.repo import (
         AlertRecord,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         PipelineRecord,
         RoundRecord,
         ScheduleRecord,
+        ShareLinkRecord,
     )
     from rota.store.tables import TokenRow, UserRow
 
@@ -72,6 +74,8 @@ class StoreReads(Protocol):
     def secret_list(self, user: str) -> list[tuple[str, float, float]]: ...
     def alerts(self, *, user: str | None = None, limit: int = 100) -> list[AlertRecord]: ...
     def artifacts(self, job_id: int) -> ArtifactRecord | None: ...
+    def share_link(self, *, link_id: int | None = None,
+                   digest: str | None = None) -> ShareLinkRecord | None: ...
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,11 @@ class Commands(Protocol):
         """The pipeline gone; an open round's jobs cancelled (its number back)."""
         ...
     def delete_secret(self, user: str, name: str) -> None: ...
+    async def create_share_link(self, job_id: int, path: str | None, expires_s: float, *,
+                                presigned: bool, by: str) -> dict[str, Any]:
+        """A link to the job's saved outputs (ShareLinkAnswer, with its url)."""
+        ...
+    def revoke_share_link(self, link_id: int) -> dict[str, Any]: ...
     def set_share(self, kind: str, name: str, shares: float) -> None:
         """Give a user or project a fair share (admin; rota.core.fairshare)."""
         ...
@@ -195,6 +204,13 @@ class Reads(Protocol):
     async def artifact_file(self, job_id: int,
                             path: str) -> tuple[FileEntry, AsyncIterator[bytes]]:
         """One saved file's entry and its bytes (NotFound: no such file)."""
+        ...
+    def share_links(self, *, job_id: int | None = None,
+                    user: str | None = None) -> list[dict[str, Any]]:
+        """Links to saved outputs (ShareLinkAnswer each), newest first."""
+        ...
+    async def shared(self, token: str) -> tuple[Shared, AsyncIterator[bytes]]:
+        """What a link serves, and its bytes (NotFound, Gone)."""
         ...
     async def artifact_archive(self, job_id: int, prefix: str | None
                                ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:

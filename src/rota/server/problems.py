@@ -29,6 +29,7 @@ MEANING = {
     403: "the caller may not do this (not an admin, or not the job's owner)",
     404: "no such job, GPU, user, token or secret",
     409: "the request conflicts with the state of what it names",
+    410: "the link expired or was revoked",
     422: "a parameter or the body is invalid (the field is named)",
     502: "a store or remote service Rota relies on refused or failed (the detail says which)",
     503: "the store or the daemon is unavailable; nothing was changed",

@@ -57,6 +57,7 @@ from rota.store.tables import (
     PipelineRow,
     QuotaRow,
     SecretRow,
+    ShareLinkRow,
     ShareRow,
     TokenRow,
     UserRow,
@@ -78,6 +79,7 @@ _quotas = cast(Table, QuotaRow.__table__)
 
 _alerts = cast(Table, AlertRow.__table__)
 _artifacts = cast(Table, ArtifactRow.__table__)
+_links = cast(Table, ShareLinkRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -204,6 +206,7 @@ PipelineRecord = Row[Any]
 RoundRecord = Row[Any]
 AlertRecord = Row[Any]
 ArtifactRecord = Row[Any]
+ShareLinkRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -1212,6 +1215,35 @@ class Store:
         with self._reading() as c:
             return list(c.execute(select(_artifacts).where(a.state == state)
                                   .order_by(a.requested_at, a.job_id)).all())
+
+    # --- links to saved outputs (rota share-link) -------------------------------------------
+    def add_share_link(self, *, digest: str, job_id: int, path: str | None, by: str,
+                       now: float, expires_at: float) -> ShareLinkRecord:
+        with self.transaction() as c:
+            return c.execute(insert(_links).returning(*_links.c), {
+                "digest": digest, "job_id": job_id, "path": path, "created_by": by,
+                "created_at": now, "expires_at": expires_at, "downloads": 0}).one()
+
+    def share_link(self, *, link_id: int | None = None,
+                   digest: str | None = None) -> ShareLinkRecord | None:
+        where = _links.c.id == link_id if link_id is not None else _links.c.digest == digest
+        with self._reading() as c:
+            return c.execute(select(_links).where(where)).first()
+
+    def share_links(self, *, job_id: int | None = None,
+                    user: str | None = None) -> list[ShareLinkRecord]:
+        """Newest first; those of one job, or made by one user."""
+        q = select(_links).order_by(_links.c.id.desc())
+        if job_id is not None:
+            q = q.where(_links.c.job_id == job_id)
+        if user is not None:
+            q = q.where(_links.c.created_by == user)
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def update_share_link(self, link_id: int, **fields: Any) -> None:
+        with self.transaction() as c:
+            c.execute(update(_links).where(_links.c.id == link_id).values(**fields))
 
     # --- quotas and budgets (rota.core.quota) ---------------------------------------------
     def quotas(self) -> list[Quota]:

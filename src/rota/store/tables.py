@@ -362,3 +362,21 @@ class ArtifactRow(Base):
     tries: Mapped[int] = mapped_column(Integer, default=0)
     requested_at: Mapped[float] = mapped_column(Float)
     saved_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ShareLinkRow(Base):
+    """A link to a job's saved outputs that works without a Rota account (rota share-link):
+    served by the daemon at /share/TOKEN until it expires or is revoked. Stored as the
+    token's SHA-256: the link itself is shown once, at creation."""
+
+    __tablename__ = "share_links"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    job_id: Mapped[int] = mapped_column(Integer, index=True)
+    path: Mapped[str | None] = mapped_column(Text)  # a file or folder of the list; None: all
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    downloads: Mapped[int] = mapped_column(Integer, default=0)

@@ -24,6 +24,7 @@ from rota.server.api import (
     pools,
     quotas,
     secrets,
+    share_links,
     shares,
     system,
     usage,
@@ -40,7 +41,8 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
            secrets.router, system.router, pools.router, eval.router, shares.router,
-           usage.router, quotas.router, alerts.router, pipelines.router, artifacts.router)
+           usage.router, quotas.router, alerts.router, pipelines.router, artifacts.router,
+           share_links.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,
@@ -53,6 +55,7 @@ def build_app(commands: Commands, reads: Reads, *,
     app.add_middleware(RequestTimer, histogram=reads.requests)
     document_problems(app)
     app.include_router(system.metrics_router)
+    app.include_router(share_links.public_router)  # no caller: the link is the credential
     routes = [r for part in ROUTERS for r in part.routes]
     document_answers(app, routes)
     for part in ROUTERS:
