@@ -265,3 +265,29 @@ def unix_accounts(*names: str) -> Iterator[dict[str, int]]:
         for name in names:
             subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, check=False)
             subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def s3_server(folder: Path, *buckets: str) -> Iterator[dict[str, str]]:
+    """A real S3-protocol server (moto's, in a thread, on a free port) holding these
+    buckets, for as long as the context lasts; yields the environment a daemon, a job or
+    boto3 needs to reach it: dummy credentials, its endpoint, and no AWS config files."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    none = str(folder / "no-aws-config")
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
+           "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none,
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    for bucket in buckets:
+        s3.create_bucket(Bucket=bucket)
+    try:
+        yield env
+    finally:
+        server.stop()

@@ -257,6 +257,7 @@ class SpecAnswer(TypedDict):
     stop_signal: str
     checkpoint_dir: str | None
     tensorboard_dir: str | None
+    outputs: list[str]
     mlflow: bool | None
     mlflow_experiment: str | None
     wandb: bool
@@ -442,6 +443,23 @@ class ShareLinkAnswer(TypedDict):
 
 class ShareLinksAnswer(TypedDict):
     links: list[ShareLinkAnswer]
+
+
+class WorkspaceAnswer(TypedDict):
+    name: str  # USER/PROJECT
+    user: str
+    project: str  # "default" for jobs without one
+    path: str  # on the daemon's machine (ROTA_WORKSPACE); /workspace in a container
+    bytes: int | None  # as last measured (None: not measured yet)
+    quota: int
+    own_quota: bool  # set by an admin (else the default)
+    over: bool  # its jobs wait until it is back under
+    measured_at: float | None
+
+
+class WorkspacesAnswer(TypedDict):
+    workspaces: list[WorkspaceAnswer]
+    default_quota: int
 
 
 class SessionAnswer(TypedDict):

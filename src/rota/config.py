@@ -147,8 +147,16 @@ class StorageSettings(BaseModel):
     max_output_bytes: int = Field(default=100 << 30, gt=0, description="the most a job's "
                                   "outputs may hold (bytes, or with a unit: 20G); past it "
                                   "they are not saved, and the job's page says why")
+    workspaces: Path | None = Field(default=None, description="the folder of the users' "
+                                    "workspaces (USER/PROJECT in it); default: workspaces in "
+                                    "the daemon's home")
+    workspace_quota: int = Field(default=100 << 30, gt=0, description="what one workspace "
+                                 "may hold unless an admin sets its own (rota workspace "
+                                 "quota); past it its jobs wait")
+    workspace_scan: float = Field(default=60.0, gt=0, description="seconds between "
+                                  "measurements of the workspaces' sizes")
 
-    @field_validator("max_output_bytes", mode="before")
+    @field_validator("max_output_bytes", "workspace_quota", mode="before")
     @classmethod
     def _bytes(cls, v: object) -> object:
         return parse_memory(v) if isinstance(v, str) else v
@@ -316,6 +324,10 @@ class Settings(BaseSettings):
     @property
     def pid_path(self) -> Path:
         return self.home / "rota.pid"
+
+    @property
+    def workspaces_root(self) -> Path:
+        return self.storage.workspaces or self.home / "workspaces"
 
     @property
     def storage_url(self) -> str:

@@ -21,7 +21,7 @@ from eval_testing import config_text, run_eval
 
 try:
     import boto3
-    from moto.server import ThreadedMotoServer
+    import moto.server  # noqa: F401 - s3_server's
 except ImportError:
     if os.environ.get("ROTA_REQUIRE_TORCH"):
         raise
@@ -29,6 +29,7 @@ except ImportError:
                 allow_module_level=True)
 
 from rota.backends.kubernetes.pod import _S3_FETCH
+from rota_testing import s3_server
 
 BUCKET = "models-bucket"
 MODEL = {"config.json": b'{"model_type": "llama", "hidden_size": 16}\n',
@@ -42,27 +43,17 @@ OTHER = {"models/tiny/../evil": b"must not be written",  # climbs out of the pre
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The environment a job gets: dummy credentials and the server's endpoint."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    none = str(tmp_path_factory.mktemp("aws") / "none")
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
-           "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none,
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
-    s3.create_bucket(Bucket=BUCKET)
-    for rel, body in MODEL.items():
-        s3.put_object(Bucket=BUCKET, Key=f"models/tiny/{rel}", Body=body)
-    for key, body in OTHER.items():
-        s3.put_object(Bucket=BUCKET, Key=key, Body=body)
-    assert "models/tiny/../evil" in [o["Key"] for o in s3.list_objects_v2(
-        Bucket=BUCKET, Prefix="models/tiny")["Contents"]]  # the server kept the key as is
-    try:
+    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+                          region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+        for rel, body in MODEL.items():
+            s3.put_object(Bucket=BUCKET, Key=f"models/tiny/{rel}", Body=body)
+        for key, body in OTHER.items():
+            s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+        assert "models/tiny/../evil" in [o["Key"] for o in s3.list_objects_v2(
+            Bucket=BUCKET, Prefix="models/tiny")["Contents"]]  # the server kept the key as is
         yield env
-    finally:
-        server.stop()
 
 
 def files(folder: Path) -> dict[str, bytes]:

@@ -30,6 +30,7 @@ from rota_testing import (
     kill_job_processes,
     patience,
     running_daemon,
+    s3_server,
 )
 
 WRITER = r"""
@@ -182,7 +183,7 @@ def test_a_daemon_killed_while_it_saves_finishes_after_its_restart(tmp_path: Pat
 # --- on an S3-protocol server -----------------------------------------------------------
 try:
     import boto3
-    from moto.server import ThreadedMotoServer
+    import moto.server  # noqa: F401 - s3_server's
 except ImportError:  # pragma: no cover - the test extra installs them
     boto3 = None
 
@@ -195,21 +196,8 @@ def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         if os.environ.get("ROTA_REQUIRE_TORCH"):
             raise ImportError("boto3 and moto[server] are required here")
         pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    none = str(tmp_path_factory.mktemp("aws") / "none")
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
-           "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none,
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                 aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
-    try:
+    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
         yield env
-    finally:
-        server.stop()
 
 
 def test_outputs_are_saved_to_an_s3_bucket_and_come_back_byte_equal(

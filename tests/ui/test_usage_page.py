@@ -52,3 +52,18 @@ def test_the_usage_page_draws_gpu_hours_stacked_by_user_with_the_table(
     row = page.locator("table.usage tr.total", has_text="bob")
     expect(row).to_contain_text(f"{totals['bob']['gpu_hours']:.2f}")
     expect(page.locator("table.usage thead")).to_contain_text("Idle GPU-h")
+
+
+def test_the_usage_page_lists_the_workspaces_with_their_size_and_quota(
+        open_page: Open, dashboard: Dashboard) -> None:
+    """A job's workspace appears with its size as measured and the default quota."""
+    script = ("import os; open(os.path.join(os.environ['ROTA_WORKSPACE'], 'w.bin'), 'wb')"
+              ".write(b'x' * 3000)")
+    job = dashboard.submit(command=["python3", "-c", script], name="ui-workspace", gpus=0,
+                           project="ui-space")
+    wait_until(lambda: dashboard.job(job["id"])["state"] == "completed", timeout=30,
+               what="the job to end")
+    page = open_page(hash="#/usage")
+    row = page.locator("section.workspaces tr[data-workspace='alice/ui-space']")
+    expect(row).to_be_visible()
+    expect(row).to_contain_text("100")  # the default quota, 100G

@@ -92,6 +92,9 @@ class LaunchRequest:
     network: bool = False  # none unless asked
     # the account it runs as, when not the daemon's own (every executor applies it)
     run_as: RunAs | None = None
+    # its user's and project's workspace on this machine (ROTA_WORKSPACE in env; a
+    # container sees it at /workspace)
+    workspace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""`rota artifacts JOB` and `rota artifacts get JOB [PATH]`: what a job's ``outputs``
-saved when it ended, and bringing it here, checked against its sha256."""
+"""Where a job's data lives, from the command line: `rota artifacts JOB` and `rota
+artifacts get JOB [PATH]` (what its ``outputs`` saved, brought here and checked against
+its sha256), `rota share-link` (links that need no account) and `rota workspace`."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
 from rota.cli.job_refs import resolve
 from rota.errors import InvalidSpec, StorageError
-from rota.units import format_memory, parse_duration
+from rota.units import format_memory, parse_duration, parse_memory
 
 if TYPE_CHECKING:
-    from rota.answers import ArtifactsAnswer, ShareLinkAnswer, ShareLinksAnswer
+    from rota.answers import (
+        ArtifactsAnswer,
+        ShareLinkAnswer,
+        ShareLinksAnswer,
+        WorkspacesAnswer,
+    )
     from rota.client import RawClient
 
 
@@ -179,8 +185,7 @@ def share_link(
                                    "revoked)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """A link to a job's saved outputs that works without a Rota account, until it expires
-    or is revoked."""
+    """A link to a job's saved outputs for people without a Rota account (expires, revocable)."""
     with run_cli(json_out=json_out), client() as c:
         if first == "list":
             job = resolve(c, second) if second else None
@@ -196,6 +201,43 @@ def share_link(
                               presigned=presigned), json_out, link_text)
 
 
+def workspaces_text(data: WorkspacesAnswer) -> str:
+    rows = data["workspaces"]
+    if not rows:
+        return (f"no workspaces yet: each user and project gets one at its first job "
+                f"(quota {format_memory(data['default_quota'])} unless an admin sets one)")
+    width = max(len(w["name"]) for w in rows)
+    lines = []
+    for w in rows:
+        used = "not measured yet" if w["bytes"] is None else format_memory(w["bytes"])
+        lines.append(f"{w['name']:<{width}}  {used:>8} of {format_memory(w['quota'])}"
+                     + (" (its own)" if w["own_quota"] else "")
+                     + ("  OVER: its jobs wait" if w["over"] else "") + f"  {w['path']}")
+    return "\n".join(lines)
+
+
+def workspace(
+    action: str = typer.Argument(None, metavar="[quota]", help="quota: set a workspace's "
+                                 "quota (admins)"),
+    name: str = typer.Argument(None, metavar="[USER/PROJECT]", help="with quota: which "
+                               "(PROJECT default: jobs without a project)"),
+    size: str = typer.Argument(None, metavar="[SIZE|default]", help="with quota: e.g. 500G, "
+                               "or default"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Your workspaces (an admin's: everyone's): size and quota; ROTA_WORKSPACE in jobs."""
+    with run_cli(json_out=json_out), client() as c:
+        if action is None:
+            emit(c.workspaces(), json_out, workspaces_text)
+            return
+        if action != "quota" or name is None or size is None:
+            raise InvalidSpec("rota workspace quota USER/PROJECT SIZE|default", field="action")
+        limit = None if size == "default" else parse_memory(size, field="size")
+        emit(c.set_workspace_quota(name, limit), json_out,
+             lambda w: workspaces_text({"workspaces": [w], "default_quota": w["quota"]}))
+
+
 def register(app: typer.Typer) -> None:
     app.command()(artifacts)
     app.command("share-link")(share_link)
+    app.command()(workspace)

@@ -78,6 +78,8 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         UsersAnswer,
         WaitAnswer,
         WhyAnswer,
+        WorkspaceAnswer,
+        WorkspacesAnswer,
     )
 
 
@@ -228,6 +230,12 @@ class RawClient:
     def share_links(self, job_id: int | None = None) -> ShareLinksAnswer:
         return self.request("GET", "/v1/share-links",
                             params={"job": job_id} if job_id is not None else None)
+
+    def workspaces(self) -> WorkspacesAnswer:
+        return self.request("GET", "/v1/workspaces")
+
+    def set_workspace_quota(self, name: str, limit: int | None) -> WorkspaceAnswer:
+        return self.request("PUT", "/v1/workspaces/quota", json={"name": name, "limit": limit})
 
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
         return self.request("DELETE", f"/v1/share-links/{int(link_id)}")

@@ -114,6 +114,11 @@ def describe(s: Standing) -> str:
     return text
 
 
+def workspace_owner(user: str, project: str | None) -> Owner:
+    """A workspace, as an owner the pass may find over its (size) quota: its jobs wait."""
+    return ("workspace", f"{user}/{project or 'default'}")
+
+
 def owners_of(record_user: str, record_project: str | None) -> tuple[Owner, ...]:
     user: Owner = ("user", record_user)
     return (user, ("project", record_project)) if record_project else (user,)
@@ -197,6 +202,14 @@ class QuotaGate:
         self.limits = {owner: limit for owner, (_, limit) in allowance.items()}
 
     def check(self, job: PendingJob) -> Reason | None:
+        """Why ``job`` may not start now, if it may not: its workspace is over its size
+        quota (any job), or, for a job that takes GPUs, one of its owners is over a quota."""
+        if self.over:
+            held = self.over.get(workspace_owner(job.user, job.project))
+            if held is not None:
+                return held
+        if not job.gpus_milli:
+            return None  # the other quotas count GPUs
         for owner in owners_of(job.user, job.project):
             reason = self.over.get(owner)
             if reason is not None:

@@ -89,7 +89,7 @@ class _Pass:
                 if blocked is not None:
                     reasons[job.id] = blocked
                     continue
-            if quota is not None and job.gpus_milli:
+            if quota is not None:
                 blocked = quota.check(job)
                 if blocked is not None:
                     reasons[job.id] = blocked
@@ -201,7 +201,7 @@ class _Pass:
         def own_reason(job: PendingJob) -> Reason | None:
             blocked = (gate(job, snapshot.dependency_states, now)
                        if job.after or job.not_before else None)
-            if blocked is None and quota is not None and job.gpus_milli:
+            if blocked is None and quota is not None:
                 blocked = quota.check(job)
             return blocked or _never(job, views, all_gpus, mem_desc, smallest, node_of)
 

@@ -67,6 +67,7 @@ from rota.server.secrets import Secrets
 from rota.server.share_links import ShareLinks
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
+from rota.server.workspaces import Workspaces
 from rota.store.repo import JobRecord, Store
 
 log = logging.getLogger("rota.daemon")
@@ -114,6 +115,8 @@ class Daemon:
                                    run_as=lambda user: self.launcher.run_as(user),
                                    later=self.later)
         self.share_links = ShareLinks(settings, store, self.artifacts, clock)
+        self.workspaces = Workspaces(settings, store, clock, post=self._post, kick=self.kick,
+                                     later=self.later)
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),
@@ -123,7 +126,7 @@ class Daemon:
                                  backends=self.backends, monitor=self.monitor,
                                  tracking=self.tracking, metrics=self.metrics,
                                  stopper=self.stopper, exits=self.exits, batch=self.batch,
-                                 record_after=LAUNCH_RECORD_S)
+                                 record_after=LAUNCH_RECORD_S, workspaces=self.workspaces)
         self.fair = FairOrder(settings.priority, store, clock)  # [priority] fair_share
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
         self.pipelines = Pipelines(self)  # recurring fine-tuning rounds
@@ -185,6 +188,7 @@ class Daemon:
         with self.store.transaction():
             recover(self, pending=False)  # the pending jobs come page by page, answering
         self.artifacts.resume()
+        self.workspaces.start()
         self._tidy()
         self.monitor.refresh()
         self.monitor.sample_history(self.clock())
@@ -214,6 +218,7 @@ class Daemon:
         self.devices.close()
         self.tracking.close()
         self.artifacts.close()
+        self.workspaces.close()
         self.backends.on_engine_start = None
         self.backends.close()
 
@@ -340,6 +345,8 @@ class Daemon:
         deps = {d: self.job_state(d) for job in self.queue.with_dependencies()
                 for d in job.after}
         over_quota, allowance = self.quotas.for_pass(self.clock())
+        if self.workspaces.over:  # workspaces over their size quota hold their jobs
+            over_quota = {**(over_quota or {}), **self.workspaces.over}
         running = preemption_view(self.running.values(), self.clock(), self.table.run_times)
         if self.fair.on:  # the multifactor order; no index by (priority, seq) then
             pending = self.fair.ordered(self.queue, len(gpus), self.running.keys())

@@ -312,6 +312,12 @@ class DaemonPorts:
         stream = await asyncio.to_thread(self._d.artifacts.open, job_id, entry.path)
         return entry, _chunks(stream)
 
+    def workspaces(self, user: str | None) -> list[dict[str, Any]]:
+        return self._d.workspaces.views(user)
+
+    def workspace_default_quota(self) -> int:
+        return self._d.workspaces.default_quota
+
     def share_links(self, *, job_id: int | None = None,
                     user: str | None = None) -> list[dict[str, Any]]:
         links = self._d.share_links
@@ -508,6 +514,9 @@ class DaemonPorts:
         links.check(job_id)
         manifest = await self.artifact_manifest(job_id)
         return links.create(job_id, manifest, path, expires_s, presigned=presigned, by=by)
+
+    def set_workspace_quota(self, name: str, limit: int | None, *, by: str) -> None:
+        self._d.workspaces.set_quota(name, limit, by=by)
 
     def revoke_share_link(self, link_id: int) -> dict[str, Any]:
         link = self._d.store.share_link(link_id=link_id)

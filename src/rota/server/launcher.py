@@ -48,6 +48,7 @@ from rota.server.pool_reads import engine_job as engine_job_of
 from rota.server.running import Running
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
+from rota.server.workspaces import WORKSPACE_ENV, Workspaces
 from rota.store.repo import LaunchInfo, Store
 
 if TYPE_CHECKING:
@@ -64,11 +65,13 @@ class Launcher:
     def __init__(self, *, settings: Settings, store: Store, clock: Callable[[], float],
                  table: JobTable, backends: BackendSet, monitor: DeviceMonitor,
                  tracking: Tracking, metrics: Metrics, stopper: Stopper, exits: Exits,
-                 batch: Batch, record_after: float) -> None:
+                 batch: Batch, record_after: float,
+                 workspaces: Workspaces | None = None) -> None:
         self.settings, self.store, self.clock = settings, store, clock
         self.table, self.backends, self.monitor = table, backends, monitor
         self.tracking, self.metrics, self.stopper, self.exits = tracking, metrics, stopper, exits
         self.batch, self.record_after = batch, record_after
+        self.workspaces = workspaces  # each job's folder of its user and project
         self.loop: asyncio.AbstractEventLoop | None = None  # set when the daemon starts
         self.in_flight = 0  # sent to a backend that answers later, not answered yet
         self.unrecorded: list[tuple[Running, LaunchOutcome]] = []  # answered, not stored
@@ -266,6 +269,10 @@ class Launcher:
             env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
         run_as = self.run_as(run.user)
+        workspace = None
+        if self.workspaces is not None and not run.backend.capabilities.engine:
+            workspace = str(self.workspaces.ensure(run.user, spec.project, run_as))
+            env[WORKSPACE_ENV] = workspace
         if run_as is not None and not run.backend.capabilities.run_as:
             raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
                                f"another account yet ({run_as.user}); submit it to the local "
@@ -287,7 +294,7 @@ class Launcher:
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
                                         f"{where}", engine_job=engine_job,
                              image=spec.image, cpus=spec.cpus, memory=spec.memory,
-                             network=spec.network)
+                             network=spec.network, workspace=workspace)
 
     def run_as(self, user: str) -> RunAs | None:
         """The account ``user``'s job runs as (None: the daemon's own); a job that cannot

@@ -61,6 +61,7 @@ from rota.store.tables import (
     ShareRow,
     TokenRow,
     UserRow,
+    WorkspaceQuotaRow,
 )
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ _quotas = cast(Table, QuotaRow.__table__)
 _alerts = cast(Table, AlertRow.__table__)
 _artifacts = cast(Table, ArtifactRow.__table__)
 _links = cast(Table, ShareLinkRow.__table__)
+_ws_quotas = cast(Table, WorkspaceQuotaRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -1244,6 +1246,21 @@ class Store:
     def update_share_link(self, link_id: int, **fields: Any) -> None:
         with self.transaction() as c:
             c.execute(update(_links).where(_links.c.id == link_id).values(**fields))
+
+    # --- workspaces' own quotas (rota.server.workspaces) --------------------------------
+    def workspace_quotas(self) -> dict[str, int]:
+        with self._reading() as c:
+            return {n: int(lim) for n, lim in c.execute(select(_ws_quotas.c.name,
+                                                               _ws_quotas.c.limit))}
+
+    def set_workspace_quota(self, name: str, limit: int | None, *, by: str,
+                            now: float) -> None:
+        """``limit`` None: back to the default."""
+        with self.transaction() as c:
+            c.execute(delete(_ws_quotas).where(_ws_quotas.c.name == name))
+            if limit is not None:
+                c.execute(insert(_ws_quotas), {"name": name, "limit": limit, "set_by": by,
+                                               "set_at": now})
 
     # --- quotas and budgets (rota.core.quota) ---------------------------------------------
     def quotas(self) -> list[Quota]:

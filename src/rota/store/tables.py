@@ -380,3 +380,15 @@ class ShareLinkRow(Base):
     expires_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
     downloads: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class WorkspaceQuotaRow(Base):
+    """A workspace's own size quota, set by an admin (rota workspace quota); the others
+    have ``[storage] workspace_quota``."""
+
+    __tablename__ = "workspace_quotas"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # USER/PROJECT
+    limit: Mapped[int] = mapped_column(BigInteger)  # bytes
+    set_by: Mapped[str] = mapped_column(String(100))
+    set_at: Mapped[float] = mapped_column(Float)

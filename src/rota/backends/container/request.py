@@ -118,10 +118,16 @@ def job_argv(req: LaunchRequest) -> list[str]:
     return list(req.argv)
 
 
+#: where a container job finds its user's and project's workspace (ROTA_WORKSPACE)
+WORKSPACE_MOUNT = "/workspace"
+
+
 def container_env(req: LaunchRequest, gpus: tuple[int, ...]) -> dict[str, str]:
     """The job's variables only (not the daemon's: its PATH and HOME mean nothing in the
     image). The container sees its GPUs numbered from 0, so CUDA_VISIBLE_DEVICES is too."""
     env = dict(req.env)
+    if req.workspace:  # mounted there (create_kwargs)
+        env["ROTA_WORKSPACE"] = WORKSPACE_MOUNT
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
     # docker-init (tini) passes signals to the job's whole process group, as killpg does
@@ -153,6 +159,9 @@ def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
     cwd = os.path.abspath(req.cwd) if req.cwd else None
     if cwd:  # the workspace, at the same path: paths in argv and checkpoints stay valid
         mounts.append(Mount(target=cwd, source=cwd, type="bind", read_only=False))
+    if req.workspace and req.workspace != cwd:  # its user's and project's folder
+        mounts.append(Mount(target=WORKSPACE_MOUNT, source=req.workspace, type="bind",
+                            read_only=False))
     kwargs: dict[str, Any] = dict(
         image=spec.image, command=job_argv(req), name=container_name(req), labels=labels(req),
         environment=container_env(req, spec.gpus), working_dir=cwd, user=user, init=True,

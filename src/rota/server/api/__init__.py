@@ -28,6 +28,7 @@ from rota.server.api import (
     shares,
     system,
     usage,
+    workspaces,
 )
 from rota.server.api._shared import caller
 from rota.server.api.answer_schemas import document_answers
@@ -42,7 +43,7 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
            secrets.router, system.router, pools.router, eval.router, shares.router,
            usage.router, quotas.router, alerts.router, pipelines.router, artifacts.router,
-           share_links.router)
+           share_links.router, workspaces.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,

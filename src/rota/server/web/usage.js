@@ -1,9 +1,11 @@
 // The usage page: GPU-hours per period as a stacked bar chart (plain inline SVG, drawn
-// here: nothing is downloaded) by the chosen grouping, and the report's table. A user sees
-// their own jobs' usage, an admin everyone's (the API decides).
+// here: nothing is downloaded) by the chosen grouping, and the report's table; then the
+// workspaces with their size and quota. A user sees their own jobs' usage and workspaces,
+// an admin everyone's (the API decides).
 
 import { api, query } from "./api.js";
 import { h, replace, s } from "./dom.js";
+import * as fmt from "./format.js";
 import { poll } from "./ui.js";
 
 const EVERY_MS = 30000;
@@ -48,6 +50,7 @@ export function renderUsage(root, params) {
   const by = ["user", "project", "pool", "tier"].includes(params.get("by")) ? params.get("by") : "user";
   const period = ["day", "week", "month"].includes(params.get("period")) ? params.get("period") : "day";
   const body = h("div", { id: "usage-body" });
+  const spaces = h("div", { id: "workspaces-body" });
   const pick = (name, value, options) => h("select", { "aria-label": name, onchange: (e) => {
     const next = new URLSearchParams({ by, period, [name]: e.target.value });
     location.hash = `#/usage?${next}`;
@@ -55,7 +58,9 @@ export function renderUsage(root, params) {
   replace(root, h("section", { class: "page" },
     h("div", { class: "page-head" }, h("h1", null, "Usage")),
     h("p", null, "Group by ", pick("by", by, ["user", "project", "pool", "tier"]),
-      " per ", pick("period", period, ["day", "week", "month"])), body));
+      " per ", pick("period", period, ["day", "week", "month"])), body,
+    h("section", { class: "card workspaces", "aria-labelledby": "h-workspaces" },
+      h("h2", { id: "h-workspaces" }, "Workspaces"), spaces)));
   return poll(async () => {
     const r = await api(`/v1/report${query({ by, period })}`);
     const groups = r.totals.map((t) => t.group);
@@ -69,5 +74,25 @@ export function renderUsage(root, params) {
         h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2))))));
     replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table)]
       : h("p", { class: "muted" }, "No GPU use in this window."));
+    await paintWorkspaces(spaces);
   }, EVERY_MS);
+}
+
+async function paintWorkspaces(spaces) {
+  let ws;
+  try {
+    ws = await api("/v1/workspaces");
+  } catch (e) {
+    replace(spaces, h("p", { class: "error-box" }, e.detail));
+    return;
+  }
+  replace(spaces, ws.workspaces.length
+    ? h("div", { class: "table-wrap" }, h("table", { class: "compact" },
+      h("thead", null, h("tr", null, ["Workspace", "Size", "Quota", ""].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", null, ws.workspaces.map((w) => h("tr", { "data-workspace": w.name },
+        h("td", null, h("code", { title: w.path }, w.name)),
+        h("td", { class: "num" }, w.bytes === null ? "–" : fmt.bytes(w.bytes)),
+        h("td", { class: "num" }, fmt.bytes(w.quota) + (w.own_quota ? " (its own)" : "")),
+        h("td", null, w.over ? h("span", { class: "warn" }, "over quota: its jobs wait") : ""))))))
+    : h("p", { class: "muted" }, `No workspaces yet: each user and project gets one at its first job (quota ${fmt.bytes(ws.default_quota)}).`));
 }

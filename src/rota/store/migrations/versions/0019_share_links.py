@@ -1,4 +1,5 @@
-"""share_links: links to a job's saved outputs that need no account (rota share-link)
+"""share_links: links to a job's saved outputs that need no account (rota share-link);
+workspace_quotas: a workspace's own size quota (rota workspace quota)
 
 Revision ID: 0019
 Revises: 0018
@@ -30,8 +31,16 @@ def upgrade() -> None:
         sa.Column("downloads", sa.Integer, nullable=False),
     )
     op.create_index("ix_share_links_job_id", "share_links", ["job_id"])
+    op.create_table(
+        "workspace_quotas",
+        sa.Column("name", sa.String(200), primary_key=True),
+        sa.Column("limit", sa.BigInteger, nullable=False),
+        sa.Column("set_by", sa.String(100), nullable=False),
+        sa.Column("set_at", sa.Float, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("workspace_quotas")
     op.drop_index("ix_share_links_job_id", table_name="share_links")
     op.drop_table("share_links")

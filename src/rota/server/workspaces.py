@@ -1,0 +1,179 @@
+"""Workspaces: a folder per user and project that each of their jobs sees, with a quota.
+
+Every job on this machine gets ``ROTA_WORKSPACE``: ``ROOT/USER/PROJECT`` (``default`` for
+a job without a project), made at its first launch and owned by the job's account (mode
+0700). A container job sees it mounted at ``/workspace``. It outlives the jobs: what one
+job leaves there, the next one of the same user and project finds.
+
+Sizes are measured every ``[storage] workspace_scan`` seconds on a worker thread (the
+regular files' sizes, links not followed). A workspace over its quota (its own, set by an
+admin, else ``[storage] workspace_quota``) holds its jobs in the queue with that reason
+until it is back under; running jobs go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rota.backends.base import RunAs
+from rota.config import Settings
+from rota.core.plan import Reason, ReasonCode
+from rota.core.quota import Owner, workspace_owner
+from rota.store.repo import Store
+from rota.units import format_memory
+
+log = logging.getLogger("rota.workspaces")
+
+WORKSPACE_ENV = "ROTA_WORKSPACE"
+CONTAINER_PATH = "/workspace"
+DEFAULT_PROJECT = "default"
+
+
+def workspace_name(user: str, project: str | None) -> str:
+    return f"{user}/{project or DEFAULT_PROJECT}"
+
+
+def folder_size(top: str) -> int:
+    """Bytes of the regular files under ``top``; links are not followed, and what
+    vanishes or cannot be read meanwhile is passed over."""
+    total = 0
+    stack = [top]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+                    elif stat.S_ISREG(st.st_mode):
+                        total += st.st_size
+        except OSError:
+            continue
+    return total
+
+
+class Workspaces:
+    def __init__(self, settings: Settings, store: Store, clock: Callable[[], float],
+                 post: Callable[..., None], kick: Callable[[], None],
+                 later: Callable[[float, Callable[[], None]], None]) -> None:
+        self.settings, self.store, self.clock = settings, store, clock
+        self.post, self.kick, self.later = post, kick, later
+        self.root = settings.workspaces_root
+        self.default_quota = settings.storage.workspace_quota
+        self.every = settings.storage.workspace_scan
+        self.ready: set[str] = set()  # made (and handed over) in this daemon's life
+        self.sizes: dict[str, int] = {}  # name -> bytes, as last measured
+        self.scanned_at: float | None = None
+        self.quotas: dict[str, int] = {}  # their own, set by an admin
+        self.over: dict[Owner, Reason] = {}
+        self._scanning = False
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-workspaces")
+
+    def start(self) -> None:
+        self.quotas = self.store.workspace_quotas()
+        self.scan()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- at launch (on the loop: cheap once made) -------------------------------------------
+    def ensure(self, user: str, project: str | None, run_as: RunAs | None) -> Path:
+        """The job's workspace, made on first use and given to its account."""
+        name = workspace_name(user, project)
+        path = self.root / name
+        if name in self.ready:
+            return path
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if run_as is not None:  # a root daemon: the account's own, and passable above it
+            # (traversable, not listable: a root daemon's home is 0711 too; home_lock)
+            os.chmod(self.root, 0o711)
+            os.chmod(path.parent, 0o711)
+            st = os.lstat(path)
+            if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
+                os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
+        self.ready.add(name)
+        return path
+
+    # --- sizes and quotas -------------------------------------------------------------------
+    def quota_of(self, name: str) -> int:
+        return self.quotas.get(name, self.default_quota)
+
+    def set_quota(self, name: str, limit: int | None, *, by: str) -> None:
+        self.store.set_workspace_quota(name, limit, by=by, now=self.clock())
+        self.quotas = self.store.workspace_quotas()
+        self._judge()
+
+    def scan(self) -> None:
+        """Measure every workspace on the worker; the sizes come back to the loop."""
+        if self._scanning:
+            return
+        self._scanning = True
+        self._pool.submit(self._measure)
+
+    def _measure(self) -> None:
+        try:
+            sizes = {name: folder_size(str(path)) for name, path in self._folders()}
+        except Exception:  # never lose the daemon over a measurement
+            log.exception("measuring the workspaces failed")
+            sizes = None
+        self.post(self._measured, sizes)
+
+    def _folders(self) -> Iterator[tuple[str, Path]]:
+        if not self.root.is_dir():
+            return
+        for user in sorted(os.listdir(self.root)):
+            top = self.root / user
+            if top.is_symlink() or not top.is_dir():
+                continue
+            for project in sorted(os.listdir(top)):
+                path = top / project
+                if not path.is_symlink() and path.is_dir():
+                    yield f"{user}/{project}", path
+
+    def _measured(self, sizes: dict[str, int] | None) -> None:
+        self._scanning = False
+        if sizes is not None:
+            self.sizes, self.scanned_at = sizes, self.clock()
+            self._judge()
+        self.later(self.every, self.scan)
+
+    def _judge(self) -> None:
+        over: dict[Owner, Reason] = {}
+        for name, used in self.sizes.items():
+            limit = self.quota_of(name)
+            if used > limit:
+                user, _, project = name.partition("/")
+                over[workspace_owner(user, None if project == DEFAULT_PROJECT else project)] \
+                    = Reason(ReasonCode.QUOTA,
+                             f"waits: its workspace {name} holds {format_memory(used)}, over "
+                             f"its quota of {format_memory(limit)}: free some space there, "
+                             "or an admin raises it (rota workspace quota)")
+        if over != self.over:
+            self.over = over
+            self.kick()  # jobs held by a workspace now under its quota start
+
+    def views(self, user: str | None) -> list[dict[str, Any]]:
+        """Each workspace with its size and quota (``user``'s only, unless None)."""
+        names = set(self.sizes) | {n for n in self.ready}
+        out = []
+        for name in sorted(names):
+            owner, _, project = name.partition("/")
+            if user is not None and owner != user:
+                continue
+            used = self.sizes.get(name)
+            limit = self.quota_of(name)
+            out.append({"name": name, "user": owner, "project": project,
+                        "path": str(self.root / name), "bytes": used, "quota": limit,
+                        "own_quota": name in self.quotas,
+                        "over": used is not None and used > limit,
+                        "measured_at": self.scanned_at})
+        return out

@@ -1,0 +1,88 @@
+"""Workspaces: every job of a user and project sees the same folder (ROTA_WORKSPACE), and a
+workspace over its quota holds its jobs, with that reason, until it is back under."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rota_testing import DaemonProcess, patience, running_daemon
+
+WRITE = ("import os; open(os.path.join(os.environ['ROTA_WORKSPACE'], 'data.bin'), 'wb')"
+         ".write(b'x' * int(os.environ['SIZE'])); print(os.environ['ROTA_WORKSPACE'])")
+READ = ("import os; print('found', len(open(os.path.join(os.environ['ROTA_WORKSPACE'], "
+        "'data.bin'), 'rb').read()))")
+
+
+def run(d: DaemonProcess, work: Path, script: str, *args: str) -> int:
+    return d.submit("--gpus", "0", *args, "--", sys.executable, "-c", script, cwd=work)
+
+
+def ended(d: DaemonProcess, job: int) -> dict[str, Any]:
+    with d.client() as c:
+        got: dict[str, Any] = c.wait(job, timeout=patience(60))
+    return got
+
+
+def workspaces(d: DaemonProcess) -> dict[str, dict[str, Any]]:
+    r = d.cli("workspace", "--json")
+    assert r.returncode == 0, r.stderr
+    return {w["name"]: w for w in json.loads(r.stdout)["workspaces"]}
+
+
+def test_jobs_of_a_user_and_project_share_a_workspace(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    me = getpass.getuser()
+    with running_daemon(tmp_path / "home") as d:
+        first = run(d, work, WRITE, "--env", "SIZE=1234")
+        assert ended(d, first)["state"] == "completed"
+        second = run(d, work, READ)
+        assert ended(d, second)["state"] == "completed"
+        assert "found 1234" in d.cli("logs", str(second)).stdout
+        other = run(d, work, READ, "--project", "vision")  # another project: another folder
+        assert ended(d, other)["state"] == "failed"
+        ws = tmp_path / "home" / "workspaces"
+        assert (ws / me / "default" / "data.bin").stat().st_size == 1234
+        assert (ws / me / "vision").is_dir()
+        assert str(ws / me / "default") in d.cli("logs", str(first)).stdout
+        assert (ws / me / "default").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_workspace_over_its_quota_holds_its_jobs_until_an_admin_raises_it(
+        tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    me = getpass.getuser()
+    toml = '[storage]\nworkspace_quota = "1M"\nworkspace_scan = 0.3\n'
+    with running_daemon(home, toml) as d:
+        filler = run(d, work, WRITE, "--env", f"SIZE={2 << 20}")
+        assert ended(d, filler)["state"] == "completed"
+        deadline = time.monotonic() + patience(20)
+        while not workspaces(d).get(f"{me}/default", {}).get("over"):
+            assert time.monotonic() < deadline, workspaces(d)
+            time.sleep(0.1)
+        seen = workspaces(d)[f"{me}/default"]
+        assert seen["bytes"] == 2 << 20 and seen["quota"] == 1 << 20
+        held = run(d, work, READ)
+        elsewhere = run(d, work, READ, "--project", "vision")  # its own workspace: runs
+        assert ended(d, elsewhere)["state"] == "failed"  # (nothing to read there)
+        time.sleep(1.0)
+        with d.client() as c:
+            assert c.job(held)["state"] == "pending"
+        why = d.cli("why", str(held)).stdout
+        assert f"workspace {me}/default holds 2M, over its quota of 1M" in why, why
+
+        r = d.cli("workspace", "quota", f"{me}/default", "10M", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["own_quota"] is True
+        got = ended(d, held)
+        assert got["state"] == "completed", got
+        assert "found 2097152" in d.cli("logs", str(held)).stdout
+        assert workspaces(d)[f"{me}/default"]["over"] is False
