@@ -462,6 +462,33 @@ class WorkspacesAnswer(TypedDict):
     default_quota: int
 
 
+class StaleFileAnswer(TypedDict):
+    path: str  # in the workspace
+    size: int
+    mtime: float
+
+
+class CleanupPlanAnswer(TypedDict):
+    """A cleanup's dry run: what applying plan ``plan`` would remove, and nothing else."""
+
+    plan: str
+    workspace: str
+    days: float
+    made_at: float
+    count: int
+    bytes: int
+    files: list[StaleFileAnswer]  # the first 1,000 (the plan holds them all)
+    more: bool
+
+
+class CleanupDoneAnswer(TypedDict):
+    plan: str
+    workspace: str
+    removed: int
+    bytes: int  # of the files removed
+    kept: list[str]  # listed files kept, each with why (changed since the dry run, ...)
+
+
 class SessionAnswer(TypedDict):
     job: int
     session: str | None

@@ -155,6 +155,8 @@ class StorageSettings(BaseModel):
                                  "quota); past it its jobs wait")
     workspace_scan: float = Field(default=60.0, gt=0, description="seconds between "
                                   "measurements of the workspaces' sizes")
+    cleanup_days: float = Field(default=30.0, gt=0, description="`rota workspace clean` "
+                                "lists files untouched for this many days by default")
 
     @field_validator("max_output_bytes", "workspace_quota", mode="before")
     @classmethod

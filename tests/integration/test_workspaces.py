@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,3 +87,51 @@ def test_a_workspace_over_its_quota_holds_its_jobs_until_an_admin_raises_it(
         assert got["state"] == "completed", got
         assert "found 2097152" in d.cli("logs", str(held)).stdout
         assert workspaces(d)[f"{me}/default"]["over"] is False
+
+
+def test_cleanup_removes_only_what_its_dry_run_listed(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    me = getpass.getuser()
+    with running_daemon(tmp_path / "home") as d:
+        assert ended(d, run(d, work, WRITE, "--env", "SIZE=10"))["state"] == "completed"
+        ws = tmp_path / "home" / "workspaces" / me / "default"
+        old = time.time() - 40 * 86400
+        files = {"old.txt": True, "deep/er/old.bin": True, "changed-later.txt": True,
+                 "fresh.txt": False}
+        for rel, aged in files.items():
+            path = ws / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(rel)
+            if aged:
+                os.utime(path, (old, old))
+        outside = tmp_path / "outside.txt"  # a link to it is never listed nor followed
+        outside.write_text("not the workspace's")
+        os.utime(outside, (old, old))
+        (ws / "link").symlink_to(outside)
+
+        r = d.cli("workspace", "clean", f"{me}/default", "--days", "30", "--json")
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        listed = {f["path"] for f in plan["files"]}
+        assert listed == {"old.txt", "deep/er/old.bin", "changed-later.txt"}
+        assert plan["count"] == 3 and plan["bytes"] == sum(len(p) for p in listed)
+        assert (ws / "old.txt").exists()  # a dry run removes nothing
+
+        (ws / "changed-later.txt").write_text("touched after the dry run")
+        late = ws / "aged-after-the-plan.txt"  # as old, but not in the plan
+        late.write_text("x")
+        os.utime(late, (old, old))
+        r = d.cli("workspace", "clean", "--apply", plan["plan"], "--json")
+        assert r.returncode == 0, r.stderr
+        done = json.loads(r.stdout)
+        assert done["removed"] == 2
+        assert done["kept"] == ["changed-later.txt: changed since the dry run"]
+        left = {p.relative_to(ws).as_posix() for p in ws.rglob("*") if not p.is_dir()}
+        assert left == {"changed-later.txt", "fresh.txt", "aged-after-the-plan.txt", "link",
+                        "data.bin"}
+        assert outside.read_text() == "not the workspace's"
+        r = d.cli("workspace", "clean", "--apply", plan["plan"])  # once only
+        assert r.returncode != 0 and "no cleanup plan" in r.stderr
+        r = d.cli("workspace", "clean", "nobody/default")
+        assert r.returncode != 0

@@ -58,6 +58,8 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("delete", "/v1/share-links/{link_id}"): a.ShareLinkAnswer,
     ("get", "/v1/workspaces"): a.WorkspacesAnswer,
     ("put", "/v1/workspaces/quota"): a.WorkspaceAnswer,
+    ("post", "/v1/workspaces/clean"): a.CleanupPlanAnswer,
+    ("post", "/v1/workspaces/clean/{plan}/apply"): a.CleanupDoneAnswer,
     ("get", "/v1/gpus"): a.GpusAnswer,
     ("post", "/v1/gpus/{index}/pause"): a.GpuPausedAnswer,
     ("post", "/v1/gpus/{index}/resume"): a.GpuPausedAnswer,

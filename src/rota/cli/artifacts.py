@@ -23,6 +23,8 @@ from rota.units import format_memory, parse_duration, parse_memory
 if TYPE_CHECKING:
     from rota.answers import (
         ArtifactsAnswer,
+        CleanupDoneAnswer,
+        CleanupPlanAnswer,
         ShareLinkAnswer,
         ShareLinksAnswer,
         WorkspacesAnswer,
@@ -216,13 +218,40 @@ def workspaces_text(data: WorkspacesAnswer) -> str:
     return "\n".join(lines)
 
 
+def plan_text(data: CleanupPlanAnswer) -> str:
+    head = (f"{data['count']} files ({format_memory(data['bytes'])}) in {data['workspace']} "
+            f"untouched for {data['days']:g} days")
+    if not data["count"]:
+        return head + ": nothing to clean"
+    lines = [head + f"; `rota workspace clean --apply {data['plan']}` removes these and "
+             "nothing else (within the hour):"]
+    lines += [f"  {f['path']}  {format_memory(f['size'])}  {fmt_time(f['mtime'], short=True)}"
+              for f in data["files"]]
+    if data["more"]:
+        lines.append(f"  ... and {data['count'] - len(data['files'])} more (--json lists "
+                     "the first 1,000)")
+    return "\n".join(lines)
+
+
+def done_text(data: CleanupDoneAnswer) -> str:
+    lines = [f"removed {data['removed']} files ({format_memory(data['bytes'])}) from "
+             f"{data['workspace']}"]
+    lines += [f"  kept {k}" for k in data["kept"]]
+    return "\n".join(lines)
+
+
 def workspace(
-    action: str = typer.Argument(None, metavar="[quota]", help="quota: set a workspace's "
-                                 "quota (admins)"),
-    name: str = typer.Argument(None, metavar="[USER/PROJECT]", help="with quota: which "
+    action: str = typer.Argument(None, metavar="[quota | clean]", help="quota: set a "
+                                 "workspace's quota (admins); clean: list the files "
+                                 "untouched for --days, then remove them with --apply"),
+    name: str = typer.Argument(None, metavar="[USER/PROJECT]", help="which workspace "
                                "(PROJECT default: jobs without a project)"),
     size: str = typer.Argument(None, metavar="[SIZE|default]", help="with quota: e.g. 500G, "
                                "or default"),
+    days: float = typer.Option(None, "--days", help="with clean: files untouched for this "
+                               "many days (default: cleanup_days, 30)"),
+    apply: str = typer.Option(None, "--apply", metavar="PLAN", help="with clean: remove what "
+                              "that dry run listed (and nothing else)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Your workspaces (an admin's: everyone's): size and quota; ROTA_WORKSPACE in jobs."""
@@ -230,8 +259,18 @@ def workspace(
         if action is None:
             emit(c.workspaces(), json_out, workspaces_text)
             return
+        if action == "clean":
+            if apply is not None:
+                emit(c.apply_cleanup(apply), json_out, done_text)
+                return
+            if name is None:
+                raise InvalidSpec("rota workspace clean USER/PROJECT [--days N] lists; "
+                                  "--apply PLAN removes", field="name")
+            emit(c.clean_workspace(name, days), json_out, plan_text)
+            return
         if action != "quota" or name is None or size is None:
-            raise InvalidSpec("rota workspace quota USER/PROJECT SIZE|default", field="action")
+            raise InvalidSpec("rota workspace [quota USER/PROJECT SIZE|default | clean "
+                              "USER/PROJECT [--days N] [--apply PLAN]]", field="action")
         limit = None if size == "default" else parse_memory(size, field="size")
         emit(c.set_workspace_quota(name, limit), json_out,
              lambda w: workspaces_text({"workspaces": [w], "default_quota": w["quota"]}))

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         AlertsAnswer,
         ArtifactsAnswer,
         CheckpointsAnswer,
+        CleanupDoneAnswer,
+        CleanupPlanAnswer,
         DrainAnswer,
         EvalResultsAnswer,
         EvalScheduleAnswer,
@@ -236,6 +238,12 @@ class RawClient:
 
     def set_workspace_quota(self, name: str, limit: int | None) -> WorkspaceAnswer:
         return self.request("PUT", "/v1/workspaces/quota", json={"name": name, "limit": limit})
+
+    def clean_workspace(self, name: str, days: float | None = None) -> CleanupPlanAnswer:
+        return self.request("POST", "/v1/workspaces/clean", json={"name": name, "days": days})
+
+    def apply_cleanup(self, plan: str) -> CleanupDoneAnswer:
+        return self.request("POST", f"/v1/workspaces/clean/{plan}/apply")
 
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
         return self.request("DELETE", f"/v1/share-links/{int(link_id)}")

@@ -49,6 +49,7 @@ from rota.server.shares_view import (
     shares_answer,
 )
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
+from rota.server.workspace_cleanup import SHOWN, Plan, remove_listed, stale_files
 from rota.storage import FileEntry, Manifest
 from rota.store.db import redact_url
 from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
@@ -317,6 +318,33 @@ class DaemonPorts:
 
     def workspace_default_quota(self) -> int:
         return self._d.workspaces.default_quota
+
+    async def cleanup_plan(self, name: str, days: float | None) -> dict[str, Any]:
+        ws = self._d.workspaces
+        root = ws.folder(name)
+        days = days or self._d.settings.storage.cleanup_days
+        now = self._d.clock()
+        files = await asyncio.to_thread(stale_files, root, now - days * 86400)
+        plan = Plan(id=secrets.token_hex(8), workspace=name, root=root, days=days,
+                    made_at=now, files=files)
+        ws.keep_plan(plan)
+        return {"plan": plan.id, "workspace": name, "days": days, "made_at": now,
+                "count": len(files), "bytes": plan.bytes, "more": len(files) > SHOWN,
+                "files": [{"path": f.path, "size": f.size, "mtime": f.mtime_ns / 1e9}
+                          for f in files[:SHOWN]]}
+
+    def cleanup_workspace_of(self, plan_id: str) -> str:
+        return self._d.workspaces.plan(plan_id).workspace
+
+    async def apply_cleanup(self, plan_id: str) -> dict[str, Any]:
+        ws = self._d.workspaces
+        plan = ws.plan(plan_id)
+        del ws.plans[plan_id]  # once: a second apply would find the same files gone
+        removed, kept = await asyncio.to_thread(remove_listed, plan.root, plan.files)
+        sizes = {f.path: f.size for f in plan.files}
+        ws.scan()  # its size, measured again
+        return {"plan": plan_id, "workspace": plan.workspace, "removed": len(removed),
+                "bytes": sum(sizes[p] for p in removed), "kept": kept}
 
     def share_links(self, *, job_id: int | None = None,
                     user: str | None = None) -> list[dict[str, Any]]:

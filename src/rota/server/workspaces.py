@@ -25,6 +25,8 @@ from rota.backends.base import RunAs
 from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.quota import Owner, workspace_owner
+from rota.errors import NotFound
+from rota.server.workspace_cleanup import Plan
 from rota.store.repo import Store
 from rota.units import format_memory
 
@@ -33,6 +35,8 @@ log = logging.getLogger("rota.workspaces")
 WORKSPACE_ENV = "ROTA_WORKSPACE"
 CONTAINER_PATH = "/workspace"
 DEFAULT_PROJECT = "default"
+#: how long a cleanup's dry run can be applied
+PLAN_KEPT_S = 3600.0
 
 
 def workspace_name(user: str, project: str | None) -> str:
@@ -77,6 +81,7 @@ class Workspaces:
         self.over: dict[Owner, Reason] = {}
         self._scanning = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-workspaces")
+        self.plans: dict[str, Plan] = {}  # cleanup dry runs, until applied or PLAN_KEPT_S
 
     def start(self) -> None:
         self.quotas = self.store.workspace_quotas()
@@ -160,6 +165,29 @@ class Workspaces:
         if over != self.over:
             self.over = over
             self.kick()  # jobs held by a workspace now under its quota start
+
+    # --- cleanup: a dry run, then only what it listed -------------------------------------
+    def folder(self, name: str) -> Path:
+        """A workspace that exists (NotFound otherwise)."""
+        user, _, project = name.partition("/")
+        path = self.root / user / project
+        if not project or "/" in project or path.is_symlink() or not path.is_dir():
+            raise NotFound(f"no workspace {name}: `rota workspace` lists them")
+        return path
+
+    def keep_plan(self, plan: Plan) -> None:
+        now = self.clock()
+        for old in [k for k, p in self.plans.items() if now - p.made_at > PLAN_KEPT_S]:
+            del self.plans[old]
+        self.plans[plan.id] = plan
+
+    def plan(self, plan_id: str) -> Plan:
+        found = self.plans.get(plan_id)
+        if found is None:
+            raise NotFound(f"no cleanup plan {plan_id!r} (plans are kept "
+                           f"{PLAN_KEPT_S / 3600:g} h, and not across a restart): run the "
+                           "dry run again")
+        return found
 
     def views(self, user: str | None) -> list[dict[str, Any]]:
         """Each workspace with its size and quota (``user``'s only, unless None)."""

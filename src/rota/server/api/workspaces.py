@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
-from rota.answers import WorkspaceAnswer, WorkspacesAnswer
+from rota.answers import CleanupDoneAnswer, CleanupPlanAnswer, WorkspaceAnswer, WorkspacesAnswer
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
+from rota.server.auth import Principal
 from rota.server.problems import errors
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
@@ -43,3 +44,35 @@ async def workspace_quota(body: QuotaBody, p: Caller, reads: ReadsPort,
         raise NotFound(f"no workspace {body.name} yet: it is made at its first job's "
                        "launch (its quota is kept for then)")
     return found[0]
+
+
+class CleanBody(BaseModel):
+    name: str = Field(pattern=_NAME, description="USER/PROJECT")
+    days: float | None = Field(default=None, gt=0, le=36500, description="files untouched "
+                               "(neither modified nor read) for this many days; default: "
+                               "[storage] cleanup_days")
+
+
+def _may_clean(p: Principal, name: str) -> None:
+    if name.partition("/")[0] != p.user:
+        p.require_admin(f"cleaning workspace {name}")
+
+
+@router.post("/workspaces/clean", responses=errors(401, 403, 404, 422, 503))
+async def workspace_clean_plan(body: CleanBody, p: Caller, reads: ReadsPort
+                               ) -> Annotated[Json, CleanupPlanAnswer]:
+    """A dry run: the files of the workspace untouched for ``days``, kept as a plan that
+    ``.../clean/{plan}/apply`` carries out (removing nothing else). Its owner's or an
+    admin's."""
+    _may_clean(p, body.name)
+    return await reads.cleanup_plan(body.name, body.days)
+
+
+@router.post("/workspaces/clean/{plan}/apply", responses=errors(401, 403, 404, 422, 503))
+async def workspace_clean_apply(p: Caller, commands: CommandsPort, reads: ReadsPort,
+                                plan: str = Path(pattern=r"^[a-f0-9]{8,32}$"),
+                                ) -> Annotated[Json, CleanupDoneAnswer]:
+    """Remove the files the plan listed that are still as it saw them; those changed or
+    moved since are kept and named."""
+    _may_clean(p, reads.cleanup_workspace_of(plan))
+    return await commands.apply_cleanup(plan)
