@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rota.errors import InvalidSpec
 from rota.storage import LocalStore
 from rota_testing import (
     DaemonProcess,
@@ -122,6 +123,9 @@ def test_outputs_are_saved_to_the_local_root_and_come_back_byte_equal(tmp_path: 
         # the job page's events say so
         r = d.cli("show", str(job))
         assert "outputs saved: 4 files" in r.stdout, r.stdout
+        # relative outputs with no cwd to be relative to are refused, with why
+        with d.client() as c, pytest.raises(InvalidSpec, match="names no cwd"):
+            c.submit([{"command": ["true"], "gpus": 0, "outputs": ["out"]}])
         # a job that names no outputs has none to list
         plain = d.submit("--gpus", "0", "--", "true", cwd=work)
         r = d.cli("artifacts", str(plain))

@@ -116,7 +116,7 @@ class Artifacts:
     # --- at a job's end (inside the batch that records it) ------------------------------
     def want(self, job_id: int, spec: JobSpec, user: str, *,
              checkpoint: str | os.PathLike[str] | None = None) -> None:
-        cwd = spec.cwd or str(self.settings.home)
+        cwd = spec.cwd or "/"  # (intake refuses relative outputs without a cwd)
         sources = sources_of(spec, cwd, os.fspath(checkpoint) if checkpoint else None)
         self.store.want_artifacts(job_id, key=key_of(job_id), store_url=redact_url(self.url),
                                   sources=sources, user=user, now=self.clock())
@@ -234,8 +234,8 @@ class Artifacts:
             found = self.objects().manifest(key_of(job_id))
             if found is None:
                 raise NotFound(f"job {job_id} has no saved outputs")
-            while len(self._manifests) >= MANIFESTS_KEPT:
-                self._manifests.pop(next(iter(self._manifests)))
+            while len(self._manifests) >= MANIFESTS_KEPT:  # (API threads share it)
+                self._manifests.pop(next(iter(self._manifests), job_id), None)
             self._manifests[job_id] = found
         return found
 

@@ -101,6 +101,9 @@ class Intake:
         if unrunnable is not None:
             where = "image" if spec.image else "session"  # a container job's backend: Docker
             raise InvalidSpec(f"{prefix}{where}: {unrunnable}", field=where)
+        if spec.outputs and not spec.cwd and not all(map(os.path.isabs, spec.outputs)):
+            raise InvalidSpec(f"{prefix}outputs: a relative folder is the job's cwd's, and "
+                              "the job names no cwd", field="outputs")
         if spec.cwd and not os.path.isdir(spec.cwd):
             raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
         self._check_dependencies(spec, prefix)

@@ -25,7 +25,7 @@ from rota.backends.base import RunAs
 from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.quota import Owner, workspace_owner
-from rota.errors import NotFound
+from rota.errors import BackendError, NotFound
 from rota.server.workspace_cleanup import Plan
 from rota.store.repo import Store
 from rota.units import format_memory
@@ -97,14 +97,20 @@ class Workspaces:
         path = self.root / name
         if name in self.ready:
             return path
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if run_as is not None:  # a root daemon: the account's own, and passable above it
-            # (traversable, not listable: a root daemon's home is 0711 too; home_lock)
-            os.chmod(self.root, 0o711)
-            os.chmod(path.parent, 0o711)
-            st = os.lstat(path)
-            if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
-                os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if path.is_symlink() or not path.is_dir():
+                raise BackendError(f"its workspace {path} is not a folder")
+            if run_as is not None:  # a root daemon: the account's own, passable above it
+                # (traversable, not listable: a root daemon's home is 0711 too; home_lock)
+                os.chmod(self.root, 0o711)
+                os.chmod(path.parent, 0o711)
+                st = os.lstat(path)
+                if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
+                    os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
+        except OSError as e:  # its launch fails with this reason (the pass goes on)
+            raise BackendError(f"cannot make its workspace {path}: "
+                               f"{e.strerror or e}") from None
         self.ready.add(name)
         return path
 
