@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rota.errors import NotFound, StorageError
 from rota.eval.config import EvalConfig, ModelSource
 from rota.eval.harnesses.base import EvalFailed
 from rota.eval.jobs import ADAPTER_DIR_ENV, MODEL_DIR_ENV, MODEL_TRACKING_ENV, needs_fetch
@@ -37,8 +38,6 @@ RETRY_WAITS_S = (5.0, 15.0)
 #: INTERNAL_ERROR); RESOURCE_DOES_NOT_EXIST and the rest do not change by waiting
 _MLFLOW_PASSING = frozenset({"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE",
                              "REQUEST_LIMIT_EXCEEDED"})
-_S3_PASSING = frozenset({"SlowDown", "Throttling", "ThrottlingException", "InternalError",
-                         "ServiceUnavailable", "RequestTimeout"})
 
 
 class FetchUnavailable(EvalFailed):
@@ -148,50 +147,23 @@ def _mlflow(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
 
 
 def _s3(uri: str, dst: Path) -> None:
-    """Every object under the URI's prefix into ``dst``, keeping the folders below it.
-    boto3 finds the credentials and the endpoint as it always does (``AWS_*``, including
-    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for an S3-compatible server)."""
+    """Every object under the URI's prefix into ``dst`` (rota.storage.s3.download_prefix:
+    the folders below the prefix kept, nothing outside it written)."""
+    from rota.storage.s3 import download_prefix
+
+    def skipped(key: str) -> None:
+        print(f"rota-eval: skipped s3://{uri.removeprefix('s3://').partition('/')[0]}/"
+              f"{key}: outside {uri}", flush=True)
+
     try:
-        import boto3
-    except ImportError:
-        raise EvalFailed(f"fetching {uri} needs boto3: pip install 'rota[eval]'") from None
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    root = dst.resolve()
-    got = 0
-    try:
-        s3 = boto3.client("s3")
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                key = obj["Key"]
-                rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
-                path = (root / rel).resolve()
-                if key.endswith("/"):
-                    continue  # a folder marker
-                if not path.is_relative_to(root) or path == root:
-                    print(f"rota-eval: skipped s3://{bucket}/{key}: outside {uri}", flush=True)
-                    continue  # another prefix's key (models/tiny2/...), or one climbing out
-                path.parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, key, str(path))
-                got += 1
-    except Exception as e:  # botocore's errors: no credentials, no bucket, denied
-        raise (FetchUnavailable if _s3_passing(e) else EvalFailed)(
-            f"cannot fetch {uri}: {type(e).__name__}: {_first_line(e)}") from None
+        got = download_prefix(uri, dst, skipped=skipped)
+    except (StorageError, NotFound) as e:  # no credentials, no bucket, denied, the network
+        passing = isinstance(e, StorageError) and e.passing
+        said = _first_line(e).removeprefix(f"{uri}: ")  # (the storage layer names it too)
+        raise (FetchUnavailable if passing else EvalFailed)(
+            f"cannot fetch {uri}: {said}") from None
     if not got:
         raise EvalFailed(f"no model at {uri}: no objects under that prefix")
-
-
-def _s3_passing(e: Exception) -> bool:
-    """Whether an S3 failure can change: no connection, a timeout, a 5xx or throttling
-    (not a missing bucket or key, missing credentials or a refusal)."""
-    from botocore import exceptions as boto
-
-    if isinstance(e, boto.ConnectionError | boto.HTTPClientError):
-        return True
-    if isinstance(e, boto.ClientError):
-        error = e.response.get("Error", {})
-        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return error.get("Code") in _S3_PASSING or int(status) >= 500
-    return False
 
 
 def _first_line(e: BaseException) -> str:

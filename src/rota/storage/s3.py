@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
@@ -290,6 +290,35 @@ class _Body(io.RawIOBase):
 
 def _timestamp(t: datetime | str) -> float:
     return t.timestamp() if isinstance(t, datetime) else datetime.fromisoformat(t).timestamp()
+
+
+def download_prefix(uri: str, dst: Path, *,
+                    skipped: Callable[[str], object] = lambda key: None) -> int:
+    """Every object under ``s3://bucket/prefix`` into ``dst``, keeping the folders below
+    the prefix; the number of files written. A key of another prefix that shares its
+    letters (``models/tiny2/...`` for ``models/tiny``) or one climbing out of it goes to
+    ``skipped`` instead; folder markers are passed over. boto3 finds the credentials and
+    the endpoint as it always does (``AWS_*``, including ``AWS_ENDPOINT_URL_S3``).
+    StorageError (``passing`` for what may change by waiting) or NotFound otherwise."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    root = dst.resolve()
+    got = 0
+    with _edge(uri):
+        s3 = _boto3(uri).client("s3")
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                if key.endswith("/"):
+                    continue  # a folder marker
+                rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
+                path = (root / rel).resolve()
+                if not path.is_relative_to(root) or path == root:
+                    skipped(key)
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, key, str(path))
+                got += 1
+    return got
 
 
 def _boto3(what: str) -> Any:
