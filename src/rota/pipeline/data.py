@@ -20,7 +20,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from rota.errors import RotaError
+from rota.errors import RotaError, StorageError
 from rota.pipeline.config import Dataset, PipelineConfig
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
@@ -131,16 +131,13 @@ def _from_s3(uri: str, client: S3Client) -> Iterator[dict[str, Any]]:
 
 
 def s3_error(what: str, e: Exception) -> RotaError:
-    """boto3's error as Rota's: a passing one (the network, 5xx, throttling) or not."""
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):
-        code = str(response.get("Error", {}).get("Code", ""))
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        message = f"{what}: {code or status}: {response.get('Error', {}).get('Message', '')}"
-        if status >= 500 or code in ("SlowDown", "Throttling", "RequestTimeout"):
-            return DataUnavailable(message)
-        return DataError(message)
-    return DataUnavailable(f"{what}: {type(e).__name__}: {e}")
+    """boto3's error as Rota's, by the storage layer's rules (rota.storage.s3):
+    DataUnavailable when it may pass (the network, 5xx, throttling), DataError otherwise."""
+    from rota.storage.s3 import translate_error
+
+    err = translate_error(e, what)
+    passing = isinstance(err, StorageError) and err.passing
+    return (DataUnavailable if passing else DataError)(str(err))
 
 
 def _from_hub(name: str) -> list[dict[str, Any]]:

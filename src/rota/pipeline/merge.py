@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota.errors import RotaError
+from rota.errors import RotaError, StorageError
 from rota.pipeline.results import write_private
+from rota.storage.s3 import translate_error
 
 MERGE_RECORD = "rota-merge.json"
 MANIFEST = "rota-manifest.json"
@@ -235,16 +236,13 @@ def _retrying(what: str, call: Any) -> Any:
     for wait in (*RETRY_WAITS_S, None):
         try:
             return call()
-        except Exception as e:
-            response = getattr(e, "response", None) or {}
-            status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
-            passing = status >= 500 or not response
-            if not passing:
-                raise MergeFailed(f"{what}: {e}") from None
+        except Exception as e:  # by the storage layer's rules (rota.storage.s3)
+            err = translate_error(e, what)
+            if not (isinstance(err, StorageError) and err.passing):
+                raise MergeFailed(str(err)) from None
             if wait is None:
-                raise PublishUnavailable(f"{what}: {e}") from None
-            print(f"merge: {what}: {e}; trying again in {wait:g} s", file=sys.stderr,
-                  flush=True)
+                raise PublishUnavailable(str(err)) from None
+            print(f"merge: {err}; trying again in {wait:g} s", file=sys.stderr, flush=True)
             time.sleep(wait)
     raise AssertionError("unreachable")
 

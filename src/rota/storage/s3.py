@@ -337,10 +337,13 @@ def _edge(what: str) -> Iterator[None]:
     except RotaError:
         raise
     except Exception as e:
-        raise _translate(e, what) from e
+        raise translate_error(e, what) from e
 
 
-def _translate(e: BaseException, what: str) -> RotaError:
+def translate_error(e: BaseException, what: str) -> RotaError:
+    """boto3's (botocore's, s3transfer's) error as Rota's, naming ``what``: NotFound for a
+    missing object, else StorageError, ``passing`` when it may change by waiting (the
+    network, a 5xx, throttling). The one set of rules for every S3 caller."""
     from botocore import exceptions as boto
 
     if type(e).__name__ == "S3UploadFailedError" and isinstance(e.__context__, Exception):
