@@ -244,6 +244,20 @@ class Artifacts:
                                    manifest=self.manifest(job_id))
 
 
+def chosen(manifest: Manifest, path: str | None) -> tuple[list[FileEntry], bool]:
+    """The files a link to ``path`` serves, and whether it is one file (else a tar)."""
+    if path is None:
+        return list(manifest.files), False
+    one = manifest.find(path)
+    if one is not None:
+        return [one], True
+    under = [f for f in manifest.files if f.path.startswith(path.rstrip("/") + "/")]
+    if not under:
+        raise NotFound(f"no file or folder {path!r} among the saved outputs; `rota "
+                       "artifacts JOB` lists them")
+    return under, False
+
+
 def tar_of(entries: list[FileEntry], open_file: Callable[[str], IO[bytes]],
            mtime: float, chunk: int = 1 << 20) -> Iterator[bytes]:
     """Saved files as one uncompressed tar, piece by piece, each checked against its

@@ -27,7 +27,7 @@ from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
 from rota.server.accounts import check_unix_account
-from rota.server.artifacts import tar_of
+from rota.server.artifacts import chosen, tar_of
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
 from rota.server.forwarding import engine_ids
@@ -49,7 +49,7 @@ from rota.server.shares_view import (
     shares_answer,
 )
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
-from rota.server.workspace_cleanup import SHOWN, Plan, remove_listed, stale_files
+from rota.server.workspace_cleanup import remove_listed, stale_files
 from rota.storage import FileEntry, Manifest
 from rota.store.db import redact_url
 from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
@@ -321,17 +321,9 @@ class DaemonPorts:
 
     async def cleanup_plan(self, name: str, days: float | None) -> dict[str, Any]:
         ws = self._d.workspaces
-        root = ws.folder(name)
-        days = days or self._d.settings.storage.cleanup_days
-        now = self._d.clock()
+        root, days, now = ws.folder(name), days or ws.cleanup_days, self._d.clock()
         files = await asyncio.to_thread(stale_files, root, now - days * 86400)
-        plan = Plan(id=secrets.token_hex(8), workspace=name, root=root, days=days,
-                    made_at=now, files=files)
-        ws.keep_plan(plan)
-        return {"plan": plan.id, "workspace": name, "days": days, "made_at": now,
-                "count": len(files), "bytes": plan.bytes, "more": len(files) > SHOWN,
-                "files": [{"path": f.path, "size": f.size, "mtime": f.mtime_ns / 1e9}
-                          for f in files[:SHOWN]]}
+        return ws.keep_plan(name, root, days, files).view()
 
     def cleanup_workspace_of(self, plan_id: str) -> str:
         return self._d.workspaces.plan(plan_id).workspace
@@ -341,10 +333,8 @@ class DaemonPorts:
         plan = ws.plan(plan_id)
         del ws.plans[plan_id]  # once: a second apply would find the same files gone
         removed, kept = await asyncio.to_thread(remove_listed, plan.root, plan.files)
-        sizes = {f.path: f.size for f in plan.files}
         ws.scan()  # its size, measured again
-        return {"plan": plan_id, "workspace": plan.workspace, "removed": len(removed),
-                "bytes": sum(sizes[p] for p in removed), "kept": kept}
+        return plan.done(removed, kept)
 
     def share_links(self, *, job_id: int | None = None,
                     user: str | None = None) -> list[dict[str, Any]]:
@@ -367,11 +357,7 @@ class DaemonPorts:
     async def artifact_archive(self, job_id: int, prefix: str | None
                                ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:
         manifest = await self.artifact_manifest(job_id)
-        wanted = [f for f in manifest.files if prefix is None or f.path == prefix
-                  or f.path.startswith(prefix.rstrip("/") + "/")]
-        if not wanted:
-            raise NotFound(f"job {job_id} saved no file or folder {prefix!r}; `rota "
-                           f"artifacts {job_id}` lists them")
+        wanted, _ = chosen(manifest, prefix)
         arts = self._d.artifacts
         pieces = tar_of(wanted, lambda path: arts.open(job_id, path), manifest.created_at)
         return wanted, _off_loop(pieces)

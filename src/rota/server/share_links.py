@@ -23,7 +23,7 @@ from typing import Any
 
 from rota.config import Settings
 from rota.errors import Conflict, Gone, InvalidSpec, NotFound
-from rota.server.artifacts import Artifacts, key_of
+from rota.server.artifacts import Artifacts, chosen, key_of
 from rota.storage import FileEntry, Manifest
 from rota.store.repo import ShareLinkRecord, Store
 
@@ -35,19 +35,6 @@ PRESIGNED_MAX_S = 7 * 86400.0
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def chosen(manifest: Manifest, path: str | None) -> tuple[list[FileEntry], bool]:
-    """The files a link to ``path`` serves, and whether it is one file (else a tar)."""
-    if path is None:
-        return list(manifest.files), False
-    one = manifest.find(path)
-    if one is not None:
-        return [one], True
-    under = [f for f in manifest.files if f.path.startswith(path.rstrip("/") + "/")]
-    if not under:
-        raise NotFound(f"no file or folder {path!r} among the saved outputs")
-    return under, False
 
 
 @dataclass(frozen=True)

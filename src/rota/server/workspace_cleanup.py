@@ -17,6 +17,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: files a plan's answer names (the plan itself keeps them all)
 SHOWN = 1000
@@ -41,6 +42,20 @@ class Plan:
     @property
     def bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+    def view(self) -> dict[str, Any]:
+        """CleanupPlanAnswer."""
+        return {"plan": self.id, "workspace": self.workspace, "days": self.days,
+                "made_at": self.made_at, "count": len(self.files), "bytes": self.bytes,
+                "more": len(self.files) > SHOWN,
+                "files": [{"path": f.path, "size": f.size, "mtime": f.mtime_ns / 1e9}
+                          for f in self.files[:SHOWN]]}
+
+    def done(self, removed: list[str], kept: list[str]) -> dict[str, Any]:
+        """CleanupDoneAnswer, once ``removed`` are gone and ``kept`` (with why) stay."""
+        sizes = {f.path: f.size for f in self.files}
+        return {"plan": self.id, "workspace": self.workspace, "removed": len(removed),
+                "bytes": sum(sizes[p] for p in removed), "kept": kept}
 
 
 def stale_files(root: Path, cutoff: float) -> list[Stale]:

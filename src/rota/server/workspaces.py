@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.quota import Owner, workspace_owner
 from rota.errors import BackendError, NotFound
-from rota.server.workspace_cleanup import Plan
+from rota.server.workspace_cleanup import Plan, Stale
 from rota.store.repo import Store
 from rota.units import format_memory
 
@@ -74,6 +75,7 @@ class Workspaces:
         self.root = settings.workspaces_root
         self.default_quota = settings.storage.workspace_quota
         self.every = settings.storage.workspace_scan
+        self.cleanup_days = settings.storage.cleanup_days
         self.ready: set[str] = set()  # made (and handed over) in this daemon's life
         self.sizes: dict[str, int] = {}  # name -> bytes, as last measured
         self.scanned_at: float | None = None
@@ -181,11 +183,15 @@ class Workspaces:
             raise NotFound(f"no workspace {name}: `rota workspace` lists them")
         return path
 
-    def keep_plan(self, plan: Plan) -> None:
+    def keep_plan(self, name: str, root: Path, days: float, files: list[Stale]) -> Plan:
+        """A dry run's list, kept to be applied (older ones than PLAN_KEPT_S dropped)."""
         now = self.clock()
         for old in [k for k, p in self.plans.items() if now - p.made_at > PLAN_KEPT_S]:
             del self.plans[old]
+        plan = Plan(id=secrets.token_hex(8), workspace=name, root=root, days=days,
+                    made_at=now, files=files)
         self.plans[plan.id] = plan
+        return plan
 
     def plan(self, plan_id: str) -> Plan:
         found = self.plans.get(plan_id)
