@@ -258,20 +258,20 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    _fsync(path, os.O_NOFOLLOW)
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_DIRECTORY)
 
 
 def _fsync_dirs(top: Path) -> None:
