@@ -394,3 +394,44 @@ def test_a_pipeline_of_another_account_is_refused_saying_why(
     assert "would run rtu-bob's jobs as rtu-bob" in r.stderr
     with root_daemon.client() as c:
         assert c.pipelines()["pipelines"] == []
+
+
+def test_a_users_outputs_are_read_with_that_users_rights_and_its_workspace_is_its_own(
+        root_daemon: DaemonProcess, accounts: dict[str, int]) -> None:
+    """A root daemon reads alice's outputs as alice: what she can read is saved; a folder
+    only root can read saves nothing but a note. Her workspace is hers alone, and bob
+    cannot list her artifacts."""
+    home = root_daemon.home
+    secret = Path(tempfile.mkdtemp(prefix="rota-mu-root-only-", dir="/tmp"))  # 0700 root
+    (secret / "key").write_text("root's own")
+    work = Path(f"/home/{ALICE}/outputs-test")
+    subprocess.run(["runuser", "-u", ALICE, "--", "mkdir", "-p", str(work)], check=True)
+    script = ("import os; os.makedirs('out', exist_ok=True); "
+              "open('out/result.txt', 'w').write('alice was here'); "
+              "open(os.path.join(os.environ['ROTA_WORKSPACE'], 'cache'), 'w').write('x'); "
+              "print('workspace', os.environ['ROTA_WORKSPACE'])")
+    try:
+        r = rota_as(ALICE, home, "submit", "--json", "--cwd", str(work), "--output", "out",
+                    "--output", str(secret), "--", SYSTEM_PYTHON, "-c", script)
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)["jobs"][0]["id"]
+        out = _wait_for_log(root_daemon, job_id)
+        ws = home / "workspaces" / ALICE / "default"
+        assert f"workspace {ws}" in out, out
+        assert ws.stat().st_uid == accounts[ALICE] and ws.stat().st_mode & 0o777 == 0o700
+        assert (ws / "cache").stat().st_uid == accounts[ALICE]
+
+        def saved() -> dict[str, object]:
+            return rota_json(ALICE, home, "artifacts", str(job_id))
+
+        wait_until(lambda: saved()["state"] != "pending", timeout=60, what="the save")
+        got = saved()
+        assert got["state"] == "saved", got
+        assert [f["path"] for f in got["files"]] == ["out/result.txt"]  # type: ignore[attr-defined]
+        notes = " ".join(got["notes"])  # type: ignore[arg-type]
+        assert secret.name in notes and "Permission denied" in notes, notes
+        r = rota_as(BOB, home, "artifacts", str(job_id))
+        assert r.returncode != 0 and "only its owner or an admin" in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
+        subprocess.run(["rm", "-rf", str(work)], check=False)

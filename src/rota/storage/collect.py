@@ -73,7 +73,12 @@ def send_folder(out: BinaryIO, name: str, folder: str) -> None:
         why = "not there" if not os.path.lexists(folder) else "not a folder"
         _record(out, b"N", _name(f"{name}: {folder} is {why}: nothing saved from it"))
         return
-    for top, dirs, files, in os.walk(folder, followlinks=False, onerror=None):
+    def unreadable(e: OSError) -> None:  # (the job's own rights: what it could not read)
+        where = os.path.relpath(e.filename, folder) if e.filename else "."
+        shown = name if where == "." else f"{name}/{where}"
+        _record(out, b"N", _name(f"{shown}: not saved: {e.strerror or e}"))
+
+    for top, dirs, files in os.walk(folder, followlinks=False, onerror=unreadable):
         rel_top = os.path.relpath(top, folder)
         prefix = name if rel_top == "." else f"{name}/{rel_top}"
         dirs.sort()
