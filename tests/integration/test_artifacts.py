@@ -43,6 +43,8 @@ open(f"{out}/empty", "wb").close()
 open(f"{out}/sub/b.bin", "wb").write(bytes(range(256)) * 12289)  # ~3 MiB
 open(f"{out}/sub/deeper/c.json", "w").write('{"loss": 0.25}')
 os.symlink("/etc/passwd", f"{out}/passwd-link")
+for step in range(1, 6):
+    print(f"step {step}/5 loss={1.0 / step:.4f}", flush=True)
 """
 MANY = r"""
 import os, sys
@@ -92,15 +94,22 @@ def check_round_trip(d: DaemonProcess, work: Path, job: int, tmp: Path) -> dict[
     got = wait_saved(d, job)
     assert got["state"] == "saved", got
     wrote = {f"out/{k}": v for k, v in files_under(work / "out").items()}
-    assert {f["path"]: (f["size"], f["sha256"]) for f in got["files"]} == {
-        k: (len(v), sha(v)) for k, v in wrote.items()}
-    assert got["bytes"] == sum(len(v) for v in wrote.values())
+    card = {f["path"] for f in got["files"] if f["path"].startswith("rota-card/")}
+    assert card == {"rota-card/card.md", "rota-card/card.html", "rota-card/loss.svg"}
+    assert {f["path"]: (f["size"], f["sha256"]) for f in got["files"]
+            if f["path"] not in card} == {k: (len(v), sha(v)) for k, v in wrote.items()}
     assert "out/passwd-link: a link, not followed" in got["notes"]
 
     dest = tmp / f"got-{job}"
     r = d.cli("artifacts", "get", str(job), "-o", str(dest))
     assert r.returncode == 0, r.stderr
-    assert files_under(dest) == wrote
+    got_back = files_under(dest)
+    saved_card = got_back.pop("rota-card/card.md").decode()
+    assert "| loss | 0.2 | 0.2 | 1 | 5 |" in saved_card, saved_card
+    assert "| out/sub/b.bin | 3145984 |" in saved_card  # what it saved, with the card
+    assert got_back.pop("rota-card/loss.svg").startswith(b"<svg")
+    assert b"<h1>writer (job" in got_back.pop("rota-card/card.html")
+    assert got_back == wrote
     one = tmp / f"one-{job}.bin"
     r = d.cli("artifacts", "get", str(job), "out/sub/b.bin", "-o", str(one))
     assert r.returncode == 0, r.stderr
@@ -122,7 +131,18 @@ def test_outputs_are_saved_to_the_local_root_and_come_back_byte_equal(tmp_path: 
         assert (tmp_path / "home" / "storage" / "jobs" / str(job) / "MANIFEST.json").exists()
         # the job page's events say so
         r = d.cli("show", str(job))
-        assert "outputs saved: 4 files" in r.stdout, r.stdout
+        assert "outputs saved: 7 files" in r.stdout, r.stdout
+        # its card now, with the saved files' sha256, as Markdown or as one HTML page
+        r = d.cli("card", str(job))
+        assert r.returncode == 0, r.stderr
+        assert "# writer (job" in r.stdout and "| loss | 0.2 | 0.2 | 1 | 5 |" in r.stdout
+        assert f"| out/a.txt | 19 | `{sha(b'hello from the job' + bytes([10]))[:16]}` |" \
+            in r.stdout, r.stdout
+        page = tmp_path / "card.html"
+        r = d.cli("card", str(job), "--html", "-o", str(page))
+        assert r.returncode == 0, r.stderr
+        assert page.read_text().startswith("<!doctype html>") and "<polyline" in \
+            page.read_text()
         # relative outputs with no cwd to be relative to are refused, with why
         with d.client() as c, pytest.raises(InvalidSpec, match="names no cwd"):
             c.submit([{"command": ["true"], "gpus": 0, "outputs": ["out"]}])
@@ -171,10 +191,10 @@ def test_a_daemon_killed_while_it_saves_finishes_after_its_restart(tmp_path: Pat
             assert len(store.fetch(f"jobs/{job}", tmp_path / "seen").files) == 3000
         d.start()
         got = wait_saved(d, job)
-        assert got["state"] == "saved", got
-        assert len(got["files"]) == 3000
+        assert got["state"] == "saved", got["error"]
+        assert len(got["files"]) == 3000 + 2  # and its card (no metrics: no curve)
         dest = tmp_path / "got"
-        r = d.cli("artifacts", "get", str(job), "-o", str(dest))
+        r = d.cli("artifacts", "get", str(job), "out", "-o", str(dest))
         assert r.returncode == 0, r.stderr
         assert files_under(dest) == {f"out/{k}": v
                                      for k, v in files_under(work / "out").items()}
@@ -262,7 +282,10 @@ def test_a_share_link_works_without_an_account_until_revoked_or_expired(
         assert untar(httpx.get(folder["url"]).content) == {
             k: v for k, v in wrote.items() if k.startswith("out/sub/")}
         everything = link(d, str(job))
-        assert untar(httpx.get(everything["url"]).content) == wrote
+        whole = untar(httpx.get(everything["url"]).content)
+        assert {k: v for k, v in whole.items() if k.startswith("out/")} == wrote
+        assert set(whole) - set(wrote) == {"rota-card/card.md", "rota-card/card.html",
+                                           "rota-card/loss.svg"}
 
         listed = link(d, "list", str(job))["links"]
         assert [x["id"] for x in listed] == [everything["id"], folder["id"], one["id"]]

@@ -427,7 +427,8 @@ def test_a_users_outputs_are_read_with_that_users_rights_and_its_workspace_is_it
         wait_until(lambda: saved()["state"] != "pending", timeout=60, what="the save")
         got = saved()
         assert got["state"] == "saved", got
-        assert [f["path"] for f in got["files"]] == ["out/result.txt"]  # type: ignore[attr-defined]
+        assert [f["path"] for f in got["files"]] == [  # type: ignore[attr-defined]
+            "out/result.txt", "rota-card/card.html", "rota-card/card.md"]
         notes = " ".join(got["notes"])  # type: ignore[arg-type]
         assert secret.name in notes and "Permission denied" in notes, notes
         r = rota_as(BOB, home, "artifacts", str(job_id))

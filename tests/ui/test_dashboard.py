@@ -212,8 +212,9 @@ def test_a_jobs_saved_outputs_are_listed_and_download_byte_equal(
                            cwd=str(tmp_path), outputs=["out"])
     page = open_page(hash=f"#/jobs/{job['id']}")
     card = page.locator("section.artifacts")
-    expect(card).to_contain_text("2 files", timeout=30_000)
-    expect(card.locator("tbody tr")).to_have_count(2)
+    expect(card).to_contain_text("4 files", timeout=30_000)  # and its card, .md and .html
+    expect(card.locator("tbody tr")).to_have_count(4)
+    expect(card).to_contain_text("rota-card/card.html")
     expect(card).to_contain_text("out/model.bin")
     expect(card).to_contain_text("out/link: a link, not followed")
     with page.expect_download() as got:

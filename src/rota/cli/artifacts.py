@@ -276,7 +276,23 @@ def workspace(
              lambda w: workspaces_text({"workspaces": [w], "default_quota": w["quota"]}))
 
 
+def card(
+    job: str = typer.Argument(..., metavar="JOB", help="a job (id or name)"),
+    html: bool = typer.Option(False, "--html", help="one HTML page with its loss curve"),
+    output: Path = typer.Option(None, "--output", "-o", help="write it to this file"),
+) -> None:
+    """A job's model card and training report: command, settings, cost, metrics, outputs."""
+    with run_cli(json_out=False), client() as c:
+        text = c.card(resolve(c, job), "html" if html else "markdown")
+        if output is None:
+            typer.echo(text, nl=False)
+            return
+        _place(output, lambda f: f.write(text.encode()))
+        typer.echo(f"wrote {output}")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(artifacts)
     app.command("share-link")(share_link)
     app.command()(workspace)
+    app.command()(card)

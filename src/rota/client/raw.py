@@ -248,6 +248,12 @@ class RawClient:
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
         return self.request("DELETE", f"/v1/share-links/{int(link_id)}")
 
+    def card(self, job_id: int, fmt: str = "markdown") -> str:
+        """The job's card as text (markdown, html or svg)."""
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/card",
+                            params={"format": fmt}) as resp:
+            return b"".join(resp.iter_bytes()).decode()
+
     @contextmanager
     def artifact_archive(self, job_id: int, prefix: str | None = None) -> Iterator[IO[bytes]]:
         """The saved files (all, or those under ``prefix``) as one tar stream to read."""

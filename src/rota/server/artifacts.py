@@ -37,6 +37,8 @@ from rota.backends.base import RunAs
 from rota.config import Settings
 from rota.core.spec import JobSpec
 from rota.errors import NotFound, RotaError, StorageError
+from rota.server import cards
+from rota.server.cards import CardFacts
 from rota.storage import (
     FileEntry,
     Manifest,
@@ -141,14 +143,22 @@ class Artifacts:
             self._failed(job_id, f"cannot read its outputs as {user}: {e}", False)
             return
         self.busy.add(job_id)
-        self._pool.submit(self._save, job_id, sources, run_as)
+        try:  # what its card tells, read here (the store is the loop's)
+            card: CardFacts | None = cards.facts(self.store, job_id, self.clock())
+        except Exception:  # never lose the save over its card
+            log.exception("job %s: reading what its card tells failed", job_id)
+            card = None
+        self._pool.submit(self._save, job_id, sources, run_as, card)
 
-    def _save(self, job_id: int, sources: dict[str, str], run_as: RunAs | None) -> None:
+    def _save(self, job_id: int, sources: dict[str, str], run_as: RunAs | None,
+              card: CardFacts | None = None) -> None:
         """On a worker thread; the outcome goes to the loop."""
         staged = self.staging / f"job-{job_id}-{uuid.uuid4().hex[:8]}"
         try:
             staged.mkdir(parents=True, mode=0o700)
             notes = self._collect(job_id, sources, run_as, staged)
+            if card is not None:
+                notes += self._card(card, staged)
             manifest = build_manifest(staged, meta={"job": job_id, "notes": notes},
                                       now=self.clock())
             self.objects().publish(key_of(job_id), staged, manifest, move=True)
@@ -189,6 +199,17 @@ class Artifacts:
                 raise StorageError(f"reading its outputs failed (exit status "
                                    f"{proc.returncode}): {said}")
         return notes
+
+    @staticmethod
+    def _card(card: CardFacts, staged: Path) -> list[str]:
+        """The job's card beside its outputs (rota-card/); a note when it cannot be."""
+        folder = staged / cards.CARD_FOLDER
+        if folder.exists():
+            return [f"{cards.CARD_FOLDER}: an output folder has that name: no card saved"]
+        card.outputs = [{"path": p.relative_to(staged).as_posix(), "size": p.stat().st_size}
+                        for p in sorted(staged.rglob("*")) if p.is_file()]
+        cards.write_card(card, str(folder))
+        return []
 
     # --- on the loop ----------------------------------------------------------------------
     def _saved(self, job_id: int, manifest: Manifest) -> None:

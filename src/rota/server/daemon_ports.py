@@ -26,6 +26,7 @@ from rota.core.tiers import Tier
 from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
+from rota.server import cards
 from rota.server.accounts import check_unix_account
 from rota.server.artifacts import chosen, tar_of
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
@@ -353,6 +354,24 @@ class DaemonPorts:
         pieces = tar_of(what.files, lambda path: arts.open(what.job_id, path),
                         manifest.created_at)
         return what, _off_loop(pieces)
+
+    async def card(self, job_id: int, fmt: str) -> tuple[str, str]:
+        d = self._d
+        row = d.store.artifacts(job_id)
+        outputs = []
+        if row is not None and row.state == "saved":
+            manifest = await self.artifact_manifest(job_id)
+            outputs = [{"path": f.path, "size": f.size, "sha256": f.sha256}
+                       for f in manifest.files]
+        facts = cards.facts(d.store, job_id, d.clock(), outputs)
+        if fmt == "html":
+            return cards.html_page(facts), "text/html; charset=utf-8"
+        if fmt == "svg":
+            name = cards.curve_metric(facts.metrics)
+            if name is None:
+                raise NotFound(f"job {job_id} has no metrics to draw")
+            return cards.curve_svg(name, facts.metrics[name]), "image/svg+xml"
+        return cards.markdown(facts, curve_file=None), "text/markdown; charset=utf-8"
 
     async def artifact_archive(self, job_id: int, prefix: str | None
                                ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:

@@ -226,6 +226,10 @@ class Reads(Protocol):
     async def shared(self, token: str) -> tuple[Shared, AsyncIterator[bytes]]:
         """What a link serves, and its bytes (NotFound, Gone)."""
         ...
+    async def card(self, job_id: int, fmt: str) -> tuple[str, str]:
+        """The job's card now (rota.server.cards) in ``fmt`` (markdown, html, svg), and
+        its media type (NotFound: svg of a job without metrics)."""
+        ...
     async def artifact_archive(self, job_id: int, prefix: str | None
                                ) -> tuple[list[FileEntry], AsyncIterator[bytes]]:
         """The saved files (all, or the one or those under the folder ``prefix``) as one

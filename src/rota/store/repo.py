@@ -632,6 +632,10 @@ class Store:
         return self._usage_rows(or_(a.id > last_id, a.id.in_(list(ids))) if ids
                                 else a.id > last_id)
 
+    def job_usage(self, job_id: int) -> list[UsageRecord]:
+        """One job's attempts, for accounting (its cost, on its card)."""
+        return self._usage_rows(_attempts.c.job_id == job_id)
+
     def _usage_rows(self, where: Any) -> list[UsageRecord]:
         j, a = _jobs.c, _attempts.c
         q = (select(a.job_id, a.number, j.user, j.project, j.pool, a.backend, j.gpus,

@@ -4,11 +4,11 @@ sizes and sha256, and each file. Its owner's and admins' only, as its log is."""
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from rota.answers import ArtifactsAnswer
 from rota.errors import NotFound
@@ -68,3 +68,17 @@ async def artifact_archive(job_id: JobId, p: Caller, reads: ReadsPort,
     _, chunks = await reads.artifact_archive(job_id, prefix)
     return StreamingResponse(chunks, media_type="application/x-tar", headers={
         "Content-Disposition": f"attachment; filename=job-{job_id}-artifacts.tar"})
+
+
+@router.get("/jobs/{job_id}/card", response_class=PlainTextResponse,
+            responses={**errors(401, 403, 404, 422, 503),
+                       200: {"content": {"text/markdown": {}, "text/html": {},
+                                         "image/svg+xml": {}},
+                             "description": "the card"}})
+async def card_of(job_id: JobId, p: Caller, reads: ReadsPort,
+                  format: Literal["markdown", "html", "svg"] = Query("markdown")) -> Response:
+    """The job's model card and training report, as it stands now: Markdown, one HTML
+    page, or its loss curve alone (SVG). Its owner's and admins' only."""
+    own(reads, p, job_id, "read the card of")
+    text, media = await reads.card(job_id, format)
+    return Response(text, media_type=media)
