@@ -51,8 +51,8 @@ def facts(store: Store, job_id: int, now: float,
     checkpoint = ((row.progress or {}).get("checkpoint") or {}).get("path")
     return CardFacts(
         job={"id": row.id, "name": row.name or f"job {row.id}", "user": row.user,
-             "project": row.project, "state": row.state, "created_at": row.created_at, "ended_at": row.ended_at,
-             "end_reason": row.end_reason},
+             "project": row.project, "state": row.state, "created_at": row.created_at,
+             "ended_at": row.ended_at, "end_reason": row.end_reason},
         spec=dict(row.spec), attempts=len(usage),
         gpu_hours=sum(gpu_seconds(u, 0.0, now, now) for u in usage) / 3600,
         cost=sum(cost(u, 0.0, now, now) for u in priced) if priced else None,
