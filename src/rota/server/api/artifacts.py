@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from rota.answers import ArtifactsAnswer
 from rota.errors import NotFound
@@ -70,7 +70,7 @@ async def artifact_archive(job_id: JobId, p: Caller, reads: ReadsPort,
         "Content-Disposition": f"attachment; filename=job-{job_id}-artifacts.tar"})
 
 
-@router.get("/jobs/{job_id}/card", response_class=PlainTextResponse,
+@router.get("/jobs/{job_id}/card", response_class=Response,
             responses={**errors(401, 403, 404, 422, 503),
                        200: {"content": {"text/markdown": {}, "text/html": {},
                                          "image/svg+xml": {}},

@@ -34,7 +34,7 @@ class LinkBody(BaseModel):
 
 
 @router.post("/jobs/{job_id}/share-links", status_code=201,
-             responses=errors(401, 403, 404, 409, 422, 502, 503))
+             responses=errors(400, 401, 403, 404, 409, 422, 502, 503))
 async def share_link_create(job_id: JobId, body: LinkBody, p: Caller, reads: ReadsPort,
                             commands: CommandsPort) -> Annotated[Json, ShareLinkAnswer]:
     """A link to the job's saved outputs that works without an account until it expires
@@ -70,7 +70,7 @@ async def share_link_revoke(p: Caller, reads: ReadsPort, commands: CommandsPort,
 
 
 @public_router.get("/share/{token}", response_class=StreamingResponse,
-                   responses={**errors(404, 410, 502, 503),
+                   responses={**errors(404, 410, 422, 502, 503),
                               200: {"content": {"application/octet-stream": {},
                                                 "application/x-tar": {}},
                                     "description": "the file, or the files as a tar"}})

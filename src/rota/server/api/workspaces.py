@@ -21,8 +21,10 @@ _NAME = r"^[a-z_][a-z0-9_.-]{0,63}/[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 class QuotaBody(BaseModel):
     name: str = Field(pattern=_NAME, description="USER/PROJECT (default: a job without a "
                                                  "project's)")
-    limit: int | None = Field(default=None, gt=0, description="bytes; none: back to the "
-                                                              "default quota")
+    # (2**53: what a JSON number holds exactly, so every client reads the bound alike)
+    limit: int | None = Field(default=None, gt=0, le=(1 << 53) - 1,
+                              description="bytes (under 8 PiB); none: back to the default "
+                                          "quota")
 
 
 @router.get("/workspaces", responses=errors(401, 422, 503))
@@ -33,7 +35,7 @@ async def workspaces_list(p: Caller, reads: ReadsPort) -> Annotated[Json, Worksp
             "default_quota": reads.workspace_default_quota()}
 
 
-@router.put("/workspaces/quota", responses=errors(401, 403, 404, 422, 503))
+@router.put("/workspaces/quota", responses=errors(400, 401, 403, 404, 422, 503))
 async def workspace_quota(body: QuotaBody, p: Caller, reads: ReadsPort,
                           commands: CommandsPort) -> Annotated[Json, WorkspaceAnswer]:
     """An admin sets a workspace's own quota (or drops it, back to the default)."""
@@ -58,7 +60,7 @@ def _may_clean(p: Principal, name: str) -> None:
         p.require_admin(f"cleaning workspace {name}")
 
 
-@router.post("/workspaces/clean", responses=errors(401, 403, 404, 422, 503))
+@router.post("/workspaces/clean", responses=errors(400, 401, 403, 404, 422, 503))
 async def workspace_clean_plan(body: CleanBody, p: Caller, reads: ReadsPort
                                ) -> Annotated[Json, CleanupPlanAnswer]:
     """A dry run: the files of the workspace untouched for ``days``, kept as a plan that
