@@ -192,6 +192,7 @@ export function renderSubmit(root, session) {
     for (const id of Object.keys(inputs)) {
       const msg = errors[id];
       errs[id].hidden = !msg;
+      errs[id].style.visibility = "";
       errs[id].textContent = msg || "";
       if (msg) inputs[id].setAttribute("aria-invalid", "true");
       else inputs[id].removeAttribute("aria-invalid");
@@ -236,13 +237,15 @@ export function renderSubmit(root, session) {
   inputs.command.addEventListener("input", paintPreview);
   shell.addEventListener("change", paintPreview);
 
-  // a field's message goes away as soon as it is fixed
+  // a field's message goes away as soon as it is fixed, keeping its room: "change" fires
+  // as the field loses focus, which a click on Submit does at its mousedown, and a form
+  // that moved up under the pointer then would swallow that click
   for (const [id, el] of Object.entries(inputs)) {
     el.addEventListener("change", () => {
       if (errs[id].hidden) return;
       const { errors } = validate(values());
       if (!errors[id]) {
-        errs[id].hidden = true;
+        errs[id].style.visibility = "hidden";
         el.removeAttribute("aria-invalid");
       }
     });
