@@ -14,7 +14,6 @@ Two kinds:
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import socket
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 from rota.config import Settings
 from rota.errors import Conflict, Gone, InvalidSpec, NotFound
 from rota.server.artifacts import Artifacts, chosen, key_of
+from rota.server.auth import token_digest
 from rota.storage import FileEntry, Manifest
 from rota.store.repo import ShareLinkRecord, Store
 
@@ -31,10 +31,6 @@ DEFAULT_EXPIRES_S = 7 * 86400.0
 MAX_EXPIRES_S = 30 * 86400.0
 #: S3's limit for a presigned URL (SigV4)
 PRESIGNED_MAX_S = 7 * 86400.0
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
