@@ -1020,3 +1020,97 @@ class PipelineRemovedAnswer(TypedDict):
     name: str
     removed: bool
     cancelled_round: int | None  # the open round whose jobs were cancelled
+
+
+class DatasetVersionAnswer(TypedDict):
+    """One version of a registered dataset (rota dataset add)."""
+
+    ref: str  # OWNER/NAME:vN, as jobs name it once resolved
+    owner: str
+    name: str
+    version: int
+    digest: str  # the manifest's content hash: the same content is the same version
+    shared: bool  # every user may read it (else its owner and admins)
+    files: int
+    bytes: int
+    source: str  # the folder it was uploaded from, or s3://...
+    description: str | None
+    created_by: str
+    created_at: float
+    store: str  # no credentials
+    key: str  # in the store
+
+
+class DatasetAnswer(DatasetVersionAnswer):
+    """A dataset as listed: its latest version, and every version's number."""
+
+    versions: list[int]
+    cached: bool  # the latest version is in this machine's cache
+
+
+class DatasetsAnswer(TypedDict):
+    datasets: list[DatasetAnswer]
+
+
+class DatasetFileAnswer(TypedDict):
+    path: str
+    size: int
+    sha256: str
+
+
+class DatasetJobAnswer(TypedDict):
+    id: int
+    state: str
+
+
+class DatasetShowAnswer(DatasetAnswer):
+    """GET /v1/datasets/{name}: one version with its files and the jobs that read it."""
+
+    contents: list[DatasetFileAnswer]
+    jobs: list[DatasetJobAnswer]  # the last 50
+    in_store: bool  # its files are in the store (False: they went missing)
+
+
+class DatasetUploadAnswer(TypedDict):
+    id: str
+    name: str
+    files: int
+    bytes: int
+    received: int
+    chunk_bytes: int  # the most one PUT of a chunk may carry
+
+
+class DatasetAddAnswer(TypedDict):
+    """An upload begun (``upload``), or the version that holds the content (``version``:
+    made now, or there already when ``made`` is false)."""
+
+    upload: DatasetUploadAnswer | None
+    version: DatasetVersionAnswer | None
+    made: bool
+
+
+class DatasetChunkAnswer(TypedDict):
+    path: str
+    received: int  # the file's bytes received so far
+
+
+class DatasetsRemovedAnswer(TypedDict):
+    removed: list[DatasetVersionAnswer]
+
+
+class DatasetCacheVersionAnswer(TypedDict):
+    digest: str
+    bytes: int
+    used_at: float
+    refs: list[str]
+
+
+class DatasetCacheAnswer(TypedDict):
+    """GET /v1/datasets/cache (admins): this machine's cache of dataset versions."""
+
+    path: str
+    limit: int | None
+    bytes: int
+    versions: list[DatasetCacheVersionAnswer]
+    fetching: list[str]  # digests
+    trouble: dict[str, str]  # digest -> why its last fetch failed

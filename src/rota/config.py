@@ -157,8 +157,17 @@ class StorageSettings(BaseModel):
                                   "measurements of the workspaces' sizes")
     cleanup_days: float = Field(default=30.0, gt=0, description="`rota workspace clean` "
                                 "lists files untouched for this many days by default")
+    max_dataset_bytes: int = Field(default=100 << 30, gt=0, description="the most one "
+                                   "dataset version may hold (rota dataset add)")
+    dataset_cache: Path | None = Field(default=None, description="this machine's cache of "
+                                       "dataset versions; default: dataset-cache in the "
+                                       "daemon's home")
+    dataset_cache_limit: int = Field(default=200 << 30, gt=0, description="the most the "
+                                     "dataset cache holds; the versions used least lately "
+                                     "(and read by no running job) make room")
 
-    @field_validator("max_output_bytes", "workspace_quota", mode="before")
+    @field_validator("max_output_bytes", "workspace_quota", "max_dataset_bytes",
+                     "dataset_cache_limit", mode="before")
     @classmethod
     def _bytes(cls, v: object) -> object:
         return parse_memory(v) if isinstance(v, str) else v
@@ -330,6 +339,10 @@ class Settings(BaseSettings):
     @property
     def workspaces_root(self) -> Path:
         return self.storage.workspaces or self.home / "workspaces"
+
+    @property
+    def dataset_cache_root(self) -> Path:
+        return self.storage.dataset_cache or self.home / "dataset-cache"
 
     @property
     def storage_url(self) -> str:

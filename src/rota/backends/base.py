@@ -95,6 +95,10 @@ class LaunchRequest:
     # its user's and project's workspace on this machine (ROTA_WORKSPACE in env; a
     # container sees it at /workspace)
     workspace: str | None = None
+    # its datasets, for a container: the path it sees each at -> the cached folder (mounted
+    # read-only there; ROTA_DATASET_<NAME> in env names the cached folder, and the container
+    # is told the mount's path instead)
+    datasets: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

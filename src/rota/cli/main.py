@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 COMMAND_MODULES = ("rota.cli.jobs", "rota.cli.machine", "rota.cli.demo", "rota.cli.access",
                    "rota.cli.ml", "rota.cli.pools", "rota.cli.eval", "rota.cli.sim",
                    "rota.cli.shares", "rota.cli.usage", "rota.cli.quota", "rota.cli.alerts",
-                   "rota.cli.pipeline", "rota.cli.artifacts")
+                   "rota.cli.pipeline", "rota.cli.artifacts",
+                   "rota.cli.datasets")
 HELP = "Rota: a GPU job scheduler. Lower priority numbers run first."
 
 

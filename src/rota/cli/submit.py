@@ -69,7 +69,8 @@ _AS_GIVEN = ("name", "gpus", "gpu_type", "llm", "priority", "allowed_gpus", "con
              "tier", "image", "cpus", "nodes", "procs_per_node", "model", "model_dir")
 #: flags that go into the spec when given; (spec field, option) of repeatable options
 _FLAGS = ("hold", "cuda_arg", "shell", "preemptible", "network")
-_LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"), ("outputs", "output"))
+_LISTS = (("metric_patterns", "metric_pattern"), ("tags", "tag"), ("outputs", "output"),
+          ("datasets", "dataset"))
 _TRACKERS = ("mlflow", "mlflow_experiment", "wandb", "wandb_project", "wandb_entity")
 
 
@@ -253,6 +254,10 @@ def submit(
         None, "--output", metavar="DIR",
         help="a folder (relative to --cwd) saved with its manifest when the job ends: "
              "`rota artifacts JOB`; repeatable"),
+    dataset: list[str] = typer.Option(
+        None, "--dataset", metavar="NAME[:VERSION]",
+        help="a registered dataset it reads, read-only at $ROTA_DATASET_<NAME> before it "
+             "starts (`rota dataset list`); repeatable"),
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),

@@ -178,13 +178,13 @@ class WireTransport:
 
     # --- one exchange ----------------------------------------------------------------
     def _head(self, method: str, path: str, params: dict[str, Any] | None,
-              body: bytes | None) -> bytes:
+              body: bytes | None, media: str = "application/json") -> bytes:
         target = self._prefix + path
         if params:
             target += "?" + _query(params)
         head = f"{method} {target} HTTP/1.1\r\n{self._fixed}"
         if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            head += f"Content-Type: {media}\r\nContent-Length: {len(body)}\r\n"
         elif method in ("POST", "PUT", "PATCH"):
             head += "Content-Length: 0\r\n"
         return (head + "\r\n").encode("latin-1") + (body or b"")
@@ -242,11 +242,17 @@ class WireTransport:
             answer._sock.close()
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                json: Any = None, timeout: Timeout = "default") -> Any:
-        """Send one request; answer its JSON body or raise Rota's error."""
+                json: Any = None, content: bytes | None = None,
+                timeout: Timeout = "default") -> Any:
+        """Send one request (a JSON body, or ``content``'s bytes); answer its JSON body
+        or raise Rota's error."""
         t = self.timeout if timeout == "default" else seconds(timeout)
-        body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
-        answer = self._exchange(self._head(method, path, params, body), t)
+        if content is not None:
+            head = self._head(method, path, params, content, "application/octet-stream")
+        else:
+            body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
+            head = self._head(method, path, params, body)
+        answer = self._exchange(head, t)
         with self._failing():
             content = answer.read()
         self._finish(answer)

@@ -17,6 +17,7 @@ from rota.errors import StorageError
 
 TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import IO, Any
 
 if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # types only: plain dicts at run time, nothing more to import
         CheckpointsAnswer,
         CleanupDoneAnswer,
         CleanupPlanAnswer,
+        DatasetAddAnswer,
+        DatasetsAnswer,
+        DatasetShowAnswer,
+        DatasetsRemovedAnswer,
         DrainAnswer,
         EvalResultsAnswer,
         EvalScheduleAnswer,
@@ -244,6 +249,49 @@ class RawClient:
 
     def apply_cleanup(self, plan: str) -> CleanupDoneAnswer:
         return self.request("POST", f"/v1/workspaces/clean/{plan}/apply")
+
+    # --- datasets ------------------------------------------------------------------------
+    def datasets(self) -> DatasetsAnswer:
+        return self.request("GET", "/v1/datasets")
+
+    def dataset(self, name: str, *, owner: str | None = None,
+                version: str = "latest") -> DatasetShowAnswer:
+        return self.request("GET", f"/v1/datasets/{name}",
+                            params={"version": version, **({"owner": owner} if owner else {})})
+
+    def remove_dataset(self, name: str, *, owner: str | None = None,
+                       version: str | None = None) -> DatasetsRemovedAnswer:
+        params = {k: v for k, v in (("owner", owner), ("version", version)) if v}
+        return self.request("DELETE", f"/v1/datasets/{name}", params=params or None)
+
+    def import_dataset(self, name: str, source: str, *, shared: bool = False,
+                       description: str | None = None) -> DatasetAddAnswer:
+        """A version copied by the daemon from ``s3://bucket/prefix`` (waits for the copy)."""
+        return self.request("POST", "/v1/datasets/imports", timeout=None, json={
+            "name": name, "source": source, "shared": shared, "description": description})
+
+    def add_dataset(self, name: str, path: Path, *, shared: bool = False,
+                    description: str | None = None,
+                    progress: Callable[[int, int], object] | None = None,
+                    ) -> DatasetAddAnswer:
+        """A version from a local folder (or one file): its manifest first, then each
+        file's bytes in chunks, then the commit, which checks every file's sha256.
+        ``progress(sent, total)`` after each chunk. Content the dataset has already is
+        not sent again."""
+        from rota.client.uploads import dataset_files, send_files
+
+        files = dataset_files(path)
+        begun: DatasetAddAnswer = self.request("POST", "/v1/datasets/uploads", json={
+            "name": name, "shared": shared, "description": description,
+            "source": str(path), "files": [f.entry for f in files]})
+        up = begun["upload"]
+        if up is None:
+            return begun
+        send_files(lambda f, offset, data: self.request(
+            "PUT", f"/v1/datasets/uploads/{up['id']}", content=data,
+            params={"path": f.entry["path"], "offset": offset}),
+            files, up["chunk_bytes"], progress)
+        return self.request("POST", f"/v1/datasets/uploads/{up['id']}/commit", timeout=None)
 
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
         return self.request("DELETE", f"/v1/share-links/{int(link_id)}")

@@ -196,14 +196,21 @@ class QuotaGate:
     its GPUs, so one pass never takes an owner over its limit."""
 
     def __init__(self, over: Mapping[Owner, Reason],
-                 allowance: Mapping[Owner, tuple[int, float]]) -> None:
+                 allowance: Mapping[Owner, tuple[int, float]],
+                 held: Mapping[int, Reason] | None = None) -> None:
         self.over = over
+        self.held = held or {}
         self.left = {owner: left for owner, (left, _) in allowance.items()}
         self.limits = {owner: limit for owner, (_, limit) in allowance.items()}
 
     def check(self, job: PendingJob) -> Reason | None:
         """Why ``job`` may not start now, if it may not: its workspace is over its size
-        quota (any job), or, for a job that takes GPUs, one of its owners is over a quota."""
+        quota (any job), or, for a job that takes GPUs, one of its owners is over a quota;
+        first, what holds it outside the pass (its datasets being fetched)."""
+        if self.held:
+            reason = self.held.get(job.id)
+            if reason is not None:
+                return reason
         if self.over:
             held = self.over.get(workspace_owner(job.user, job.project))
             if held is not None:

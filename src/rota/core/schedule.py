@@ -70,7 +70,9 @@ class _Pass:
         self.shadow: float | None = None  # the reservation's, once there is one
         self.started: list[Occupant] = []  # this pass's starts, with their expected ends
         self.quota = None if snapshot.over_quota is None and snapshot.gpu_allowance is None \
-            else QuotaGate(snapshot.over_quota or {}, snapshot.gpu_allowance or {})
+            and not snapshot.held else QuotaGate(snapshot.over_quota or {},
+                                                 snapshot.gpu_allowance or {},
+                                                 snapshot.held or {})
 
     def run(self, pending: list[PendingJob]) -> Plan:
         plan, full = self.plan, self.full

@@ -121,6 +121,9 @@ class Snapshot:
     # still start, with that limit
     over_quota: Mapping[tuple[str, str], Reason] | None = None
     gpu_allowance: Mapping[tuple[str, str], tuple[int, float]] | None = None
+    # jobs held back by what they wait for outside the pass (their datasets being fetched
+    # to this machine), with the reason; None when there are none
+    held: Mapping[int, Reason] | None = None
     # the caller's own GpuPool of these GPUs, kept up to date with its starts and ends (the
     # simulator keeps one for its whole cluster): the pass works on a copy of it instead of
     # building one from `gpus` GPU by GPU, and does not read `gpus`

@@ -43,6 +43,11 @@ LAUNCH_MAX = (1 << 20) - 64 * 1024
 MAX_ENV = 1000
 #: output folders one job may name (outputs)
 MAX_OUTPUTS = 16
+#: datasets one job may read (datasets)
+MAX_DATASETS = 16
+#: a dataset a job reads: [OWNER/]NAME[:VERSION] (rota.server.datasets)
+DATASET_REF = (r"^(?:[a-z_][a-z0-9_.-]{0,63}/)?[a-z0-9][a-z0-9._-]{0,63}"
+               r"(?::(?:v[0-9]{1,9}|[0-9a-f]{6,64}|latest))?$")
 #: characters that make a terminal act (C0 and C1 controls, DEL: ESC starts sequences that
 #: clear the screen or move the cursor) or reorder what follows (bidi overrides): a name or
 #: a tag with one could fake rows in `rota queue`
@@ -220,6 +225,12 @@ class JobSpec(BaseModel):
         description="folders (relative to cwd) whose files are saved to the artifact store "
                     "when the job ends, with a manifest of sizes and sha256 (rota "
                     "artifacts JOB)")
+    datasets: list[Annotated[str, Field(pattern=DATASET_REF, max_length=200)]] = Field(
+        default_factory=list, max_length=MAX_DATASETS,
+        description="registered datasets the job reads, [OWNER/]NAME[:VERSION] (VERSION: vN, "
+                    "a digest's first hex digits, or latest): each is in a read-only folder "
+                    "named by ROTA_DATASET_<NAME> before the job starts; stored as "
+                    "OWNER/NAME:vN")
     mlflow: StrictBool | None = Field(
         default=None, description="an MLflow run for the job (params, git tags, metrics, "
                                   "log and checkpoint list); None: the daemon's setting")
@@ -322,6 +333,13 @@ class JobSpec(BaseModel):
                     raise ValueError(f"output {path!r}: a NUL byte, which no path can hold")
             if len(set(v)) != len(v):
                 raise ValueError("an output folder is named twice")
+        return v
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if _submitted(info) and len({d.partition(":")[0] for d in v}) != len(v):
+            raise ValueError("a dataset is named twice")
         return v
 
     @field_validator("gpu_mem", "memory", mode="before")

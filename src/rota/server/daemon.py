@@ -47,6 +47,7 @@ from rota.server.alert_sender import AlertSender, webhook_url
 from rota.server.artifacts import Artifacts
 from rota.server.backend_set import BackendSet
 from rota.server.batch import each
+from rota.server.datasets import Datasets
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.eval_schedules import EvalSchedules
 from rota.server.exits import Exits
@@ -117,16 +118,21 @@ class Daemon:
         self.share_links = ShareLinks(settings, store, self.artifacts, clock)
         self.workspaces = Workspaces(settings, store, clock, post=self._post, kick=self.kick,
                                      later=self.later)
+        self.datasets = Datasets(settings, store, clock, post=self._post, kick=self.kick,
+                                 later=self.later, objects=self.artifacts.objects,
+                                 state=self.table.states.get,
+                                 run_as=lambda user: self.launcher.run_as(user))
         self.exits = Exits(store=store, clock=clock, table=self.table, monitor=self.monitor,
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),
                            kick=self.kick, tidy=self._tidy, tidy_every=TIDY_EVERY_EXITS,
-                           artifacts=self.artifacts)
+                           artifacts=self.artifacts, datasets=self.datasets)
         self.launcher = Launcher(settings=settings, store=store, clock=clock, table=self.table,
                                  backends=self.backends, monitor=self.monitor,
                                  tracking=self.tracking, metrics=self.metrics,
                                  stopper=self.stopper, exits=self.exits, batch=self.batch,
-                                 record_after=LAUNCH_RECORD_S, workspaces=self.workspaces)
+                                 record_after=LAUNCH_RECORD_S, workspaces=self.workspaces,
+                                 datasets=self.datasets)
         self.fair = FairOrder(settings.priority, store, clock)  # [priority] fair_share
         self.eval_schedules = EvalSchedules(self)  # evaluations that run by themselves
         self.pipelines = Pipelines(self)  # recurring fine-tuning rounds
@@ -189,6 +195,7 @@ class Daemon:
             recover(self, pending=False)  # the pending jobs come page by page, answering
         self.artifacts.resume()
         self.workspaces.start()
+        self.datasets.start()
         self._tidy()
         self.monitor.refresh()
         self.monitor.sample_history(self.clock())
@@ -219,6 +226,7 @@ class Daemon:
         self.tracking.close()
         self.artifacts.close()
         self.workspaces.close()
+        self.datasets.close()
         self.backends.on_engine_start = None
         self.backends.close()
 
@@ -354,7 +362,8 @@ class Daemon:
         else:
             pending, by_id = self.queue.ordered(), self.queue.index()
         return Snapshot(gpus=gpus, pending=pending, over_quota=over_quota,
-                        gpu_allowance=allowance, dependency_states=deps, presorted=True,
+                        gpu_allowance=allowance, held=self.datasets.held() or None,
+                        dependency_states=deps, presorted=True,
                         by_id=by_id, smallest_milli=self.queue.smallest_milli(),
                         running=running)
 
@@ -513,6 +522,9 @@ class Daemon:
         """Newly stored jobs join the queue and a pass runs (``specs``: what they were
         stored from, in order, kept for their first launch)."""
         self.table.accept(rows, specs)
+        if specs:  # (a cluster pool's job fetches its datasets itself)
+            self.datasets.want((r.id, s) for r, s in zip(rows, specs, strict=True)
+                               if s.datasets and r.pool is None)
 
     def enqueue(self, row: JobRecord, *, queue: bool = True) -> None:
         self.table.enqueue(row, queue=queue)

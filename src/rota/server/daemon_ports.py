@@ -31,6 +31,7 @@ from rota.server.accounts import check_unix_account
 from rota.server.artifacts import chosen, tar_of
 from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
 from rota.server.daemon import Daemon
+from rota.server.datasets import Datasets
 from rota.server.forwarding import engine_ids
 from rota.server.intake import Intake
 from rota.server.metrics import Totals
@@ -222,6 +223,10 @@ class DaemonPorts:
                  on_shutdown: Callable[[], None] | None = None) -> None:
         self._d, self._intake, self._on_shutdown = daemon, intake, on_shutdown
         self._auth = Authenticator(daemon.store, daemon.settings.user, daemon.clock)
+
+    @property
+    def datasets(self) -> Datasets:
+        return self._d.datasets
 
     # --- Reads ---------------------------------------------------------------------------
     @property

@@ -46,6 +46,7 @@ from rota.errors import StoreError
 from rota.ml import checkpoints, oom, stated
 from rota.server.artifacts import Artifacts
 from rota.server.batch import Batch, each
+from rota.server.datasets import Datasets
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.job_output import checkpoints_of, read_outputs
 from rota.server.job_table import JobTable
@@ -93,9 +94,11 @@ class Exits:
                  monitor: DeviceMonitor, tracking: Tracking, metrics: Metrics, batch: Batch,
                  write_launches: Callable[[], None], kick: Callable[[], None],
                  tidy: Callable[[], bool], tidy_every: int,
-                 artifacts: Artifacts | None = None) -> None:
+                 artifacts: Artifacts | None = None, datasets: Datasets | None = None,
+                 ) -> None:
         self.store, self.clock, self.table, self.monitor = store, clock, table, monitor
         self.artifacts = artifacts  # saves a job's outputs at its end
+        self.datasets = datasets  # a job's datasets stay in the cache while it runs
         self.tracking, self.metrics, self.batch = tracking, metrics, batch
         # an exit may be of a job whose start is not stored yet: stored first
         self.write_launches, self.kick = write_launches, kick
@@ -211,6 +214,7 @@ class Exits:
             run.stop_reason = run.stop_reason or StopReason.PREEMPT  # as Rota's preemption
         outcome = decide(self._facts(run, end), end, now)
         self._apply(run, self.table.state(run.job_id), outcome, end, ended_at)
+        self._let_go(run)
         reason = outcome.reason if isinstance(outcome, Cancelled | TimedOut | Requeue) \
             else end.how
         self.store.update_attempt(run.attempt_id, ended_at=ended_at, exit_code=info.exit_code,
@@ -245,7 +249,15 @@ class Exits:
         facts = dataclasses.replace(self._facts(run, end), lost_before=lost)
         outcome = decide(facts, end, now)
         self._apply(run, JobState.STARTING, outcome, end, now)
+        self._let_go(run)
         self.kick()
+
+    def _let_go(self, run: Running) -> None:
+        """A local job's datasets may leave the cache once it is not running."""
+        if self.datasets is not None and run.spec.datasets \
+                and not run.backend.capabilities.engine:
+            self.datasets.ended(run.job_id, run.spec, waits=self.table.state(run.job_id)
+                                in (JobState.PENDING, JobState.HELD))
 
     def _waits(self, run: Running) -> bool:
         """Whether the failed launch is a cluster job's with a dependency not completed: it

@@ -79,6 +79,8 @@ class Intake:
             account = self.accounts.account_in(self.daemon.store, user)  # Forbidden: never
         if account is not None:
             self._check_run_as(spec, account, pool_name, pool, prefix)
+        spec = self.daemon.datasets.resolve(
+            spec, user, prefix, engine=None if pool.engine == LOCAL else pool.engine)
         if pool.engine != LOCAL:
             return self._for_engine(spec, pool_name, pool, user, prefix)
         _check_this_machine(spec, prefix)

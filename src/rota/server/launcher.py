@@ -38,6 +38,7 @@ from rota.ml import checkpoints
 from rota.server.accounts import AccountRules
 from rota.server.backend_set import BackendSet
 from rota.server.batch import Batch, each
+from rota.server.datasets import Datasets
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.forwarding import engine_after
 from rota.server.job_output import checkpoints_of, reader_for
@@ -49,6 +50,7 @@ from rota.server.running import Running
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
 from rota.server.workspaces import WORKSPACE_ENV, Workspaces
+from rota.storage import job_fetch
 from rota.store.repo import LaunchInfo, Store
 
 if TYPE_CHECKING:
@@ -66,12 +68,14 @@ class Launcher:
                  table: JobTable, backends: BackendSet, monitor: DeviceMonitor,
                  tracking: Tracking, metrics: Metrics, stopper: Stopper, exits: Exits,
                  batch: Batch, record_after: float,
-                 workspaces: Workspaces | None = None) -> None:
+                 workspaces: Workspaces | None = None,
+                 datasets: Datasets | None = None) -> None:
         self.settings, self.store, self.clock = settings, store, clock
         self.table, self.backends, self.monitor = table, backends, monitor
         self.tracking, self.metrics, self.stopper, self.exits = tracking, metrics, stopper, exits
         self.batch, self.record_after = batch, record_after
         self.workspaces = workspaces  # each job's folder of its user and project
+        self.datasets = datasets  # the dataset versions jobs read
         self.loop: asyncio.AbstractEventLoop | None = None  # set when the daemon starts
         self.in_flight = 0  # sent to a backend that answers later, not answered yet
         self.unrecorded: list[tuple[Running, LaunchOutcome]] = []  # answered, not stored
@@ -273,6 +277,18 @@ class Launcher:
         if self.workspaces is not None and not run.backend.capabilities.engine:
             workspace = str(self.workspaces.ensure(run.user, spec.project, run_as))
             env[WORKSPACE_ENV] = workspace
+        datasets: dict[str, str] = {}
+        shell = spec.shell
+        if self.datasets is not None and spec.datasets:
+            if run.backend.capabilities.engine:  # the job fetches them on its node first
+                env.update(self.datasets.engine_env(spec))
+                argv = job_fetch.wrap(["/bin/sh", "-c", *argv] if shell else argv)
+                shell = False
+            else:
+                found = self.datasets.launch(run.job_id, spec)
+                env.update(found)
+                if spec.image:  # mounted read-only under /datasets
+                    datasets = self.datasets.mounts(found)
         if run_as is not None and not run.backend.capabilities.run_as:
             raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
                                f"another account yet ({run_as.user}); submit it to the local "
@@ -282,19 +298,19 @@ class Launcher:
         if run.backend.capabilities.engine:  # a cluster's engine places it
             engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env,
                                        install=self.backends.install)
-            engine_job = dataclasses.replace(engine_job, argv=tuple(argv),
+            engine_job = dataclasses.replace(engine_job, argv=tuple(argv), shell=shell,
                                              after=engine_after(run, self.table),
                                              run_as=run_as.user if run_as else None)
             where = f"handed to {run.backend.name}"
         return LaunchRequest(run_as=run_as, job_id=run.job_id,
                              attempt=run.attempt_no, argv=argv,
-                             shell=spec.shell, env=env, cwd=spec.cwd, conda=spec.conda,
+                             shell=shell, env=env, cwd=spec.cwd, conda=spec.conda,
                              log_path=run.log_path, status_path=run.status_path,
                              session_name=f"rota-{run.job_id}-gpu{gpu_tag}-{self.home_tag}",
                              log_header=f"=== rota: job {run.job_id} attempt {run.attempt_no} "
                                         f"{where}", engine_job=engine_job,
                              image=spec.image, cpus=spec.cpus, memory=spec.memory,
-                             network=spec.network, workspace=workspace)
+                             network=spec.network, workspace=workspace, datasets=datasets)
 
     def run_as(self, user: str) -> RunAs | None:
         """The account ``user``'s job runs as (None: the daemon's own); a job that cannot

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rota.core.usage import UsageRecord
     from rota.pipeline.config import PipelineConfig
     from rota.server.auth import Principal
+    from rota.server.datasets import Upload
     from rota.server.metrics import Totals
     from rota.server.share_links import Shared
     from rota.storage import FileEntry, Manifest
@@ -102,9 +103,30 @@ class UserRemoved:
     jobs_cancelled: int
 
 
+class DatasetsPort(Protocol):
+    """Registered datasets (rota.server.datasets), as the API reaches them."""
+
+    def views(self, user: str, admin: bool) -> list[dict[str, Any]]: ...
+    async def show(self, given: str, user: str, admin: bool) -> dict[str, Any]: ...
+    def cache_view(self) -> dict[str, Any]: ...
+    def begin_upload(self, *, owner: str, name: str, shared: bool, description: str | None,
+                     source: str, files: list[FileEntry]) -> dict[str, Any]: ...
+    def upload(self, upload_id: str, owner: str) -> Upload: ...
+    def upload_view(self, up: Upload) -> dict[str, Any]: ...
+    async def put_chunk(self, up: Upload, path: str, offset: int, data: bytes) -> int: ...
+    async def commit(self, up: Upload, by: str) -> dict[str, Any]: ...
+    async def import_s3(self, *, owner: str, name: str, source: str, shared: bool,
+                        description: str | None, by: str) -> dict[str, Any]: ...
+    async def remove(self, *, owner: str, name: str, version: str | None, user: str,
+                     admin: bool) -> list[dict[str, Any]]: ...
+
+
 class Commands(Protocol):
     """What the API asks the daemon to do. Each call runs on the daemon's loop thread, one
     at a time, so none races a scheduling pass."""
+
+    @property
+    def datasets(self) -> DatasetsPort: ...
 
     def submit(self, jobs: Sequence[JobSpec | dict[str, Any]], *, user: str, source: str,
                idempotency_key: str | None = None, dedup: bool = False,

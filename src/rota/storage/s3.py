@@ -293,16 +293,20 @@ def _timestamp(t: datetime | str) -> float:
 
 
 def download_prefix(uri: str, dst: Path, *,
-                    skipped: Callable[[str], object] = lambda key: None) -> int:
+                    skipped: Callable[[str], object] = lambda key: None,
+                    max_bytes: int | None = None) -> int:
     """Every object under ``s3://bucket/prefix`` into ``dst``, keeping the folders below
     the prefix; the number of files written. A key of another prefix that shares its
     letters (``models/tiny2/...`` for ``models/tiny``) or one climbing out of it goes to
     ``skipped`` instead; folder markers are passed over. boto3 finds the credentials and
     the endpoint as it always does (``AWS_*``, including ``AWS_ENDPOINT_URL_S3``).
-    StorageError (``passing`` for what may change by waiting) or NotFound otherwise."""
+    ``max_bytes``: the objects are listed first, and more than that is refused before any
+    is downloaded. StorageError (``passing`` for what may change by waiting) or NotFound
+    otherwise."""
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     root = dst.resolve()
-    got = 0
+    wanted: list[tuple[str, Path]] = []
+    total = 0
     with _edge(uri):
         s3 = _boto3(uri).client("s3")
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -315,10 +319,15 @@ def download_prefix(uri: str, dst: Path, *,
                 if not path.is_relative_to(root) or path == root:
                     skipped(key)
                     continue
-                path.parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, key, str(path))
-                got += 1
-    return got
+                wanted.append((key, path))
+                total += int(obj.get("Size") or 0)
+                if max_bytes is not None and total > max_bytes:
+                    raise StorageError(f"{uri}: holds more than {max_bytes} bytes, the most "
+                                       "allowed here")
+        for key, path in wanted:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(path))
+    return len(wanted)
 
 
 def _boto3(what: str) -> Any:

@@ -48,9 +48,11 @@ from rota.store.tables import (
     ArtifactRow,
     AttemptRow,
     DaemonSettingRow,
+    DatasetRow,
     EvalScheduleRow,
     EventRow,
     GpuSettingRow,
+    JobDatasetRow,
     JobRow,
     MetricRow,
     PipelineRoundRow,
@@ -82,6 +84,8 @@ _alerts = cast(Table, AlertRow.__table__)
 _artifacts = cast(Table, ArtifactRow.__table__)
 _links = cast(Table, ShareLinkRow.__table__)
 _ws_quotas = cast(Table, WorkspaceQuotaRow.__table__)
+_datasets = cast(Table, DatasetRow.__table__)
+_job_datasets = cast(Table, JobDatasetRow.__table__)
 
 # The hot-path statements, built once: building a statement costs several times what
 # executing it does. Without .values(), the SET clause comes from the parameters' keys.
@@ -209,6 +213,7 @@ RoundRecord = Row[Any]
 AlertRecord = Row[Any]
 ArtifactRecord = Row[Any]
 ShareLinkRecord = Row[Any]
+DatasetRecord = Row[Any]
 #: A job, attempt or event as read: a row whose attributes are the table's columns (the
 #: same names as JobRow's, AttemptRow's, EventRow's). Reads of these tables are Core
 #: statements: building ORM objects cost more than the API request around them.
@@ -422,6 +427,10 @@ class Store:
                         raise StoreError("the database gave the new jobs' ids out of order")
                 for r in rows:
                     self._event(r.id, now, "submitted", message, None, r.state)
+                uses = [{"job_id": r.id, "ref": ref}
+                        for r, spec in zip(rows, specs, strict=True) for ref in spec.datasets]
+                if uses:
+                    c.execute(insert(_job_datasets), uses)
         except StoreError as e:
             cause = e.__cause__
             if isinstance(cause, IntegrityError):
@@ -1265,6 +1274,73 @@ class Store:
             if limit is not None:
                 c.execute(insert(_ws_quotas), {"name": name, "limit": limit, "set_by": by,
                                                "set_at": now})
+
+    # --- datasets (rota.server.datasets) -------------------------------------------------
+    def add_dataset_version(self, *, owner: str, name: str, digest: str, key: str,
+                            store_url: str, shared: bool, files: int, size: int, source: str,
+                            description: str | None, by: str, now: float,
+                            ) -> tuple[DatasetRecord, bool]:
+        """The version with this content: made, numbered after every version the dataset
+        ever had, unless it exists (a removed one with this content comes back with its
+        number); True when it was made or came back."""
+        d = _datasets.c
+        with self.transaction() as c:
+            found = c.execute(select(_datasets).where(
+                d.owner == owner, d.name == name, d.digest == digest)).first()
+            if found is not None and found.removed_at is None:
+                return found, False
+            values = {"key": key, "store_url": store_url, "shared": shared, "files": files,
+                      "bytes": size, "source": source, "description": description,
+                      "created_by": by, "created_at": now, "removed_at": None}
+            if found is not None:
+                return c.execute(update(_datasets).where(d.id == found.id).values(**values)
+                                 .returning(*_datasets.c)).one(), True
+            last = c.execute(select(func.max(d.version)).where(
+                d.owner == owner, d.name == name)).scalar()
+            return c.execute(insert(_datasets).returning(*_datasets.c), {
+                **values, "owner": owner, "name": name, "version": (last or 0) + 1,
+                "digest": digest}).one(), True
+
+    def dataset_versions(self, *, owner: str | None = None, name: str | None = None,
+                         ) -> list[DatasetRecord]:
+        """Versions not removed, in (owner, name, version) order; of one owner, or one
+        dataset."""
+        d = _datasets.c
+        q = select(_datasets).where(d.removed_at.is_(None)).order_by(d.owner, d.name,
+                                                                      d.version)
+        if owner is not None:
+            q = q.where(d.owner == owner)
+        if name is not None:
+            q = q.where(d.name == name)
+        with self._reading() as c:
+            return list(c.execute(q).all())
+
+    def remove_dataset_versions(self, ids: Collection[int], *, now: float) -> None:
+        """Removed (their numbers are kept: never given to other content)."""
+        with self.transaction() as c:
+            c.execute(update(_datasets).where(_datasets.c.id.in_(list(ids)))
+                      .values(removed_at=now))
+
+    def jobs_using(self, refs: Collection[str], *, live: bool = True,
+                   ) -> list[tuple[int, str, str]]:
+        """(job id, ref, state) of the jobs that read these dataset versions; ``live``:
+        only those not ended."""
+        jd, j = _job_datasets.c, _jobs.c
+        q = (select(jd.job_id, jd.ref, j.state).join(_jobs, j.id == jd.job_id)
+             .where(jd.ref.in_(list(refs))).order_by(jd.job_id))
+        if live:
+            q = q.where(j.state.not_in([s.value for s in TERMINAL]))
+        with self._reading() as c:
+            return [(int(i), r, s) for i, r, s in c.execute(q)]
+
+    def live_dataset_uses(self) -> list[tuple[int, str, str, str | None]]:
+        """(job id, ref, state, pool) of every job not ended that reads a dataset
+        version (pool None: this machine's)."""
+        jd, j = _job_datasets.c, _jobs.c
+        q = (select(jd.job_id, jd.ref, j.state, j.pool).join(_jobs, j.id == jd.job_id)
+             .where(j.state.not_in([s.value for s in TERMINAL])).order_by(jd.job_id))
+        with self._reading() as c:
+            return [(int(i), r, s, p) for i, r, s, p in c.execute(q)]
 
     # --- quotas and budgets (rota.core.quota) ---------------------------------------------
     def quotas(self) -> list[Quota]:

@@ -15,6 +15,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -392,3 +393,41 @@ class WorkspaceQuotaRow(Base):
     limit: Mapped[int] = mapped_column(BigInteger)  # bytes
     set_by: Mapped[str] = mapped_column(String(100))
     set_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetRow(Base):
+    """One version of a registered dataset (rota dataset add): its files are in the
+    store under ``key``, and ``digest`` is its manifest's content hash. Adding the same
+    content again finds this row rather than making a version; versions are numbered per
+    dataset and a number is never given to other content (a removed version's row stays)."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("owner", "name", "version"),
+                      UniqueConstraint("owner", "name", "digest"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(300))  # in the store
+    store_url: Mapped[str] = mapped_column(Text)
+    shared: Mapped[bool] = mapped_column(Boolean)  # every user may read it
+    files: Mapped[int] = mapped_column(Integer)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(Text)  # an upload's folder, or s3://...
+    description: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+    removed_at: Mapped[float | None] = mapped_column(Float)  # its number is never reused
+
+
+class JobDatasetRow(Base):
+    """A dataset version a job reads (``--dataset``), as ``OWNER/NAME:vN``: a restarted
+    daemon finds which waiting jobs need which versions without reading their specs, and a
+    version in use cannot be removed."""
+
+    __tablename__ = "job_datasets"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ref: Mapped[str] = mapped_column(String(200), primary_key=True, index=True)

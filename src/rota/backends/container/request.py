@@ -128,6 +128,10 @@ def container_env(req: LaunchRequest, gpus: tuple[int, ...]) -> dict[str, str]:
     env = dict(req.env)
     if req.workspace:  # mounted there (create_kwargs)
         env["ROTA_WORKSPACE"] = WORKSPACE_MOUNT
+    for inside, outside in req.datasets.items():  # (mounted read-only: create_kwargs)
+        for var, value in req.env.items():
+            if value == outside and var.startswith("ROTA_DATASET_"):
+                env[var] = inside
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
     # docker-init (tini) passes signals to the job's whole process group, as killpg does
@@ -162,6 +166,8 @@ def create_kwargs(req: LaunchRequest, spec: ContainerSpec, *, user: str,
     if req.workspace and req.workspace != cwd:  # its user's and project's folder
         mounts.append(Mount(target=WORKSPACE_MOUNT, source=req.workspace, type="bind",
                             read_only=False))
+    mounts += [Mount(target=inside, source=outside, type="bind", read_only=True)
+               for inside, outside in req.datasets.items()]
     kwargs: dict[str, Any] = dict(
         image=spec.image, command=job_argv(req), name=container_name(req), labels=labels(req),
         environment=container_env(req, spec.gpus), working_dir=cwd, user=user, init=True,

@@ -16,6 +16,7 @@ from rota.server.api import (
     access,
     alerts,
     artifacts,
+    datasets,
     eval,
     gpus,
     job_outputs,
@@ -43,7 +44,8 @@ from rota.server.problems import answer_errors_as_problems, document_problems, m
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,
            secrets.router, system.router, pools.router, eval.router, shares.router,
            usage.router, quotas.router, alerts.router, pipelines.router, artifacts.router,
-           share_links.router, workspaces.router)
+           share_links.router, workspaces.router,
+           datasets.router)
 
 
 def build_app(commands: Commands, reads: Reads, *,

@@ -1,0 +1,186 @@
+"""The datasets of a job on a cluster pool (Slurm, Ray, Kubernetes), fetched on the node
+where it landed, then the job's command in this process's place.
+
+    python -m rota.storage.job_fetch -- COMMAND [ARGS...]
+
+The daemon cannot reach such a node's disk, so the job fetches for itself, with the
+credentials its environment gives (``AWS_*`` for a bucket). ``ROTA_DATASETS_FETCH`` says
+what, as JSON::
+
+    {"store": "s3://bucket/prefix", "endpoint_url": null, "region": null,
+     "datasets": [{"env": "ROTA_DATASET_IMAGENET", "key": "...", "digest": "<64 hex>",
+                   "ref": "alice/imagenet:v2"}]}
+
+Each dataset goes through the node's :class:`~rota.storage.cache.DatasetCache` (so the
+jobs of a node fetch a version once) under ``ROTA_DATASET_CACHE``, else
+``$XDG_CACHE_HOME/rota/datasets``, else ``~/.cache/rota/datasets``, holding at most
+``ROTA_DATASET_CACHE_LIMIT`` bytes (no limit when unset). Its variable ``env`` is set to
+the version's read-only folder, and COMMAND is exec'd (no shell: its arguments arrive as
+they were given, and its exit status is the job's).
+
+Exit status when it cannot: 75 (EX_TEMPFAIL) for a failure that may pass (the store could
+not be reached, throttling: worth retrying the job), 2 otherwise (a missing key, a key
+republished since the job was submitted, a cache too small, a bad setting).
+
+Standard library and rota.storage only: it starts inside every such job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rota.errors import RotaError, StorageError
+from rota.storage.cache import DatasetCache
+from rota.storage.store import open_store
+from rota.units import format_memory
+
+FETCH_ENV = "ROTA_DATASETS_FETCH"
+CACHE_ENV = "ROTA_DATASET_CACHE"
+CACHE_LIMIT_ENV = "ROTA_DATASET_CACHE_LIMIT"
+EX_TEMPFAIL = 75
+EX_USAGE = 2
+USAGE = "usage: python -m rota.storage.job_fetch -- COMMAND [ARGS...]"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    env: str  # the variable that gets the version's folder
+    key: str  # in the store
+    digest: str  # the version the job was submitted with
+    ref: str  # what the user named (owner/name:tag), for messages
+
+
+@dataclass(frozen=True)
+class Plan:
+    store: str
+    endpoint_url: str | None
+    region: str | None
+    datasets: tuple[Dataset, ...]
+
+
+def wrap(argv: list[str]) -> list[str]:
+    """``argv`` run by this module: what a cluster backend starts for a job with datasets."""
+    return ["python3", "-m", "rota.storage.job_fetch", "--", *argv]
+
+
+def read_plan(text: str | None) -> Plan:
+    """``ROTA_DATASETS_FETCH``'s JSON; ValueError naming what is wrong."""
+    if text is None:
+        raise ValueError(f"{FETCH_ENV} is not set")
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{FETCH_ENV} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{FETCH_ENV} is not a JSON object")
+    store = doc.get("store")
+    if not isinstance(store, str) or not store:
+        raise ValueError(f"{FETCH_ENV}: 'store' (the store's URL) is missing or not text")
+    endpoint_url, region = _optional(doc, "endpoint_url"), _optional(doc, "region")
+    items = doc.get("datasets")
+    if not isinstance(items, list):
+        raise ValueError(f"{FETCH_ENV}: 'datasets' is missing or not a list")
+    datasets = tuple(_dataset(i, item) for i, item in enumerate(items))
+    names = [d.env for d in datasets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{FETCH_ENV}: a variable is named by two datasets: {names}")
+    return Plan(store, endpoint_url, region, datasets)
+
+
+def cache_root(environ: Mapping[str, str]) -> Path:
+    """Where the node's cache is: ``ROTA_DATASET_CACHE``, else the XDG cache folder."""
+    if environ.get(CACHE_ENV):
+        return Path(environ[CACHE_ENV])
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: a relative
+    return base / "rota" / "datasets"  # value is ignored
+
+
+def cache_limit(environ: Mapping[str, str]) -> int | None:
+    """``ROTA_DATASET_CACHE_LIMIT`` in bytes; None (no limit) when unset or empty."""
+    text = environ.get(CACHE_LIMIT_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{CACHE_LIMIT_ENV}={text!r} is not a number of bytes")
+    return int(text)
+
+
+def main(argv: list[str]) -> int:
+    """Fetches, then execs the command; returns only when it cannot (the exit status)."""
+    if len(argv) < 2 or argv[0] != "--":
+        print(USAGE, file=sys.stderr)
+        return EX_USAGE
+    command = argv[1:]
+    try:
+        plan = read_plan(os.environ.get(FETCH_ENV))
+        cache = DatasetCache(cache_root(os.environ), cache_limit(os.environ))
+        store = open_store(plan.store, endpoint_url=plan.endpoint_url, region=plan.region)
+    except (ValueError, RotaError, OSError) as e:
+        print(f"rota: cannot fetch datasets: {e}", file=sys.stderr)
+        return _status(e)
+    with contextlib.suppress(RotaError, OSError):  # best effort: a node has no daemon
+        cache.clean_leftovers(time.time())  # to tidy its cache after killed jobs
+    keep = {d.digest for d in plan.datasets}  # none of this job's evicts another
+    for d in plan.datasets:
+        try:
+            path = cache.fetch(store, d.key, d.digest, keep=keep, now=time.time())
+        except (RotaError, OSError) as e:
+            print(f"rota: cannot fetch dataset {d.ref}: {e}", file=sys.stderr)
+            return _status(e)
+        os.environ[d.env] = str(path)
+        entry = cache.entry(d.digest)
+        what = "" if entry is None else \
+            f" ({entry.files} file{'' if entry.files == 1 else 's'}, " \
+            f"{format_memory(entry.size)})"
+        print(f"rota: dataset {d.ref} ready at {path}{what}", file=sys.stderr)
+    os.environ.pop(FETCH_ENV, None)  # the command's own children need not see it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        print(f"rota: cannot run {command[0]!r}: {e.strerror or e}", file=sys.stderr)
+        return 127 if isinstance(e, FileNotFoundError) else 126  # as a shell does
+    return 0  # not reached: exec replaced this process
+
+
+def _status(e: BaseException) -> int:
+    return EX_TEMPFAIL if isinstance(e, StorageError) and e.passing else EX_USAGE
+
+
+def _optional(doc: dict[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{FETCH_ENV}: {name!r} is not text or null: {value!r}")
+    return value or None
+
+
+def _dataset(i: int, item: Any) -> Dataset:
+    where = f"{FETCH_ENV}: datasets[{i}]"
+    if not isinstance(item, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    env, key, digest = item.get("env"), item.get("key"), item.get("digest")
+    if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
+        raise ValueError(f"{where}: 'env' {env!r} is not a variable name")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{where}: 'key' {key!r} is not a store key")
+    if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+        raise ValueError(f"{where}: 'digest' {digest!r} is not 64 lowercase hex digits")
+    ref = item.get("ref")
+    return Dataset(env, key, digest, ref if isinstance(ref, str) and ref else key)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
