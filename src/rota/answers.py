@@ -258,6 +258,7 @@ class SpecAnswer(TypedDict):
     checkpoint_dir: str | None
     tensorboard_dir: str | None
     outputs: list[str]
+    datasets: list[str]  # OWNER/NAME:vN, as resolved at submit
     mlflow: bool | None
     mlflow_experiment: str | None
     wandb: bool
@@ -1106,7 +1107,7 @@ class DatasetCacheVersionAnswer(TypedDict):
 
 
 class DatasetCacheAnswer(TypedDict):
-    """GET /v1/datasets/cache (admins): this machine's cache of dataset versions."""
+    """GET /v1/dataset-cache (admins): this machine's cache of dataset versions."""
 
     path: str
     limit: int | None

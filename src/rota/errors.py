@@ -103,13 +103,15 @@ class StoreError(RotaError):
 class StorageError(RotaError):
     """A storage backend (a local root, an S3 bucket) refused or failed; the message names
     the object and the cause. ``passing``: the same call may pass later (no connection, a
-    timeout, a 5xx, throttling); a refusal, a missing bucket or a corrupt object does not."""
+    timeout, a 5xx, throttling); a refusal, a missing bucket or a corrupt object does not.
+    ``code``: the server's own error code, when it gave one (S3's NoSuchBucket, ...)."""
 
     http_status = 502
 
-    def __init__(self, message: str, *, passing: bool = False) -> None:
+    def __init__(self, message: str, *, passing: bool = False, code: str | None = None) -> None:
         super().__init__(message)
         self.passing = passing
+        self.code = code
 
 
 class TrackerError(RotaError):

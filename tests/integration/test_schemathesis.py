@@ -23,6 +23,10 @@ not stored, a cwd that is not a directory, ...); no schema can say that, so posi
 acceptance takes 422 for POST /v1/jobs. Likewise GET /v1/report: its since and until are
 each documented by a pattern, but no schema can say that since must not come after until,
 nor that February 29th exists only in leap years; it takes 422 there too (and only there).
+
+The daemon reaches a real S3-protocol server (moto's, with no bucket), so that POST
+/v1/dataset-imports gets the bucket's own answer (no such bucket: 404) rather than
+failing for want of credentials.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rota.client import RawClient
 from rota.server.metrics import REQUESTS
-from rota_testing import DaemonProcess, free_port, kill_job_processes
+from rota_testing import DaemonProcess, free_port, kill_job_processes, s3_server
 
 SEED = 20240501
 EXAMPLES = 100
@@ -74,17 +78,23 @@ class Served:
     def __init__(self, base: Path) -> None:
         self.base, self.port = base, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.s3 = s3_server(base / "aws")
         self.daemon = DaemonProcess(base / "home", args=["--listen", f"127.0.0.1:{self.port}"])
 
     def __enter__(self) -> Served:
+        (self.base / "aws").mkdir()
+        self.daemon.env.update(self.s3.__enter__())
         self.daemon.start()
         with self.daemon.client() as c:
             c.request("POST", "/v1/users", json={"name": USER, "admin": True})
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.daemon.stop()
-        kill_job_processes(self.daemon.home)
+        try:
+            self.daemon.stop()
+            kill_job_processes(self.daemon.home)
+        finally:
+            self.s3.__exit__(None, None, None)
 
     def token(self) -> str:
         with self.daemon.client() as c:

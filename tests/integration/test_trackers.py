@@ -100,9 +100,10 @@ def test_each_job_is_an_mlflow_run(daemon_factory: type[DaemonProcess], repo: Pa
     assert [m.value for m in client.get_metric_history(run_id, "loss")] == [2.5, 2.0, 1.5]
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3]
     assert run.data.metrics["from_job"] == 7.0
-    # the log and the checkpoint list as artifacts
+    # the log, the checkpoint list and the job's card as artifacts
     arts = {a.path for a in client.list_artifacts(run_id, "rota")}
-    assert arts == {f"rota/{ok}.log", "rota/checkpoints.json"}
+    assert arts == {f"rota/{ok}.log", "rota/checkpoints.json", "rota/card.md",
+                    "rota/card.html", "rota/loss.svg"}
     local = Path(client.download_artifacts(run_id, "rota", str(tmp_path / "dl")))
     assert "step 3/3 loss: 1.5" in (local / f"{ok}.log").read_text()
     listed = json.loads((local / "checkpoints.json").read_text())["checkpoints"]
@@ -117,6 +118,53 @@ def test_each_job_is_an_mlflow_run(daemon_factory: type[DaemonProcess], repo: Pa
     # `rota show` says where the run is
     shown = d.cli("show", str(ok)).stdout
     assert f"MLflow: run {run_id}" in shown and "experiment 'rota'" in shown
+
+
+def test_a_finished_run_holds_the_jobs_card(daemon_factory: type[DaemonProcess], repo: Path,
+                                           tmp_path: Path) -> None:
+    """Its command, the dataset version it read and the commit its run was made with (the
+    tags of submit, not the tree when it ended), beside its loss curve."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    d = daemon_factory(extra_env={"ROTA_MLFLOW_TRACKING_URI": uri}).start()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("the quick brown fox\n" * 100)
+    r = d.cli("dataset", "add", "corpus", str(corpus), "--json")
+    assert r.returncode == 0, r.stderr
+    version = json.loads(r.stdout)["version"]
+    head = git(repo, "rev-parse", "HEAD")
+    job_id = d.submit("--mlflow", "--name", "carded", "--gpus", "0", "--dataset", "corpus",
+                      "--output", "ckpt", "--", sys.executable, "train.py", "0", cwd=repo)
+    with d.client() as c:
+        wait_until(lambda: "run_id" in c.job(job_id)["tracking"]["mlflow"], 30,
+                   what="the run to be made")
+        git(repo, "commit", "-qam", "after submit")  # the tree moves on while it runs
+        assert ended(d, job_id)["state"] == "completed"
+        run_id = c.job(job_id)["tracking"]["mlflow"]["run_id"]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    wait_until(lambda: client.get_run(run_id).info.status == "FINISHED", 30,
+               what="the run to be finished")
+    local = Path(client.download_artifacts(run_id, "rota", str(tmp_path / "dl")))
+    card = (local / "card.md").read_text()
+    assert card.startswith(f"# carded (job {job_id})")
+    assert f"| Command | `{sys.executable} train.py 0` |" in card
+    data = card[card.index("## Data"):card.index("## Saved outputs")]
+    assert f"| {version['ref']} | 1 | 2.0K | `{version['digest'][:16]}` |" in data
+    code = card[card.index("## Git"):card.index("## Data")]
+    assert f"| Commit | `{head}` |" in code and "| Uncommitted changes | yes |" in code
+    assert "| Remote | https://example.com/lab/repo.git |" in code and "s3cr3t" not in card
+    assert "Recorded at submit" in code
+    assert "| loss | 1.5 | 1.5 | 2.5 | 3 |" in card and "![loss by step](loss.svg)" in card
+    assert (local / "loss.svg").read_text().startswith("<svg")
+    assert f"<h1>carded (job {job_id})</h1>" in (local / "card.html").read_text()
+    assert "its output folders (ckpt) are saved" in card  # (being saved as the run ends)
+    # the card saved with its outputs tells the same, and lists them
+    saved = tmp_path / "saved-card.md"
+    wait_until(lambda: d.cli("artifacts", "get", str(job_id), "rota-card/card.md", "-o",
+                             str(saved)).returncode == 0, 60, what="its outputs to be saved")
+    with_outputs = saved.read_text()
+    assert data in with_outputs and code in with_outputs
+    assert "| ckpt/model-step3.pt | 7 |" in with_outputs
 
 
 def test_a_job_is_not_held_back_when_mlflow_cannot_be_reached(

@@ -10,7 +10,7 @@ import pytest
 from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound, RotaError
 from rota.ml import mlflow_bridge, wandb_bridge
-from rota.ml.gitinfo import git_info, strip_credentials
+from rota.ml.gitinfo import GitInfo, git_info, strip_credentials
 from rota.server.secrets import Secrets
 from rota.store.repo import Store
 
@@ -116,3 +116,48 @@ def test_secrets_are_encrypted_at_rest_and_only_their_owners(tmp_path: Path) -> 
 def test_job_spec_tracker_fields_default_off() -> None:
     spec = JobSpec(command=["x"])
     assert spec.mlflow is None and spec.wandb is False and spec.secrets == {}
+
+
+def test_a_finished_run_carries_the_card_and_gives_back_its_git_tags(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="needs mlflow (pip install 'rota[trackers]')")
+    bridge = mlflow_bridge.MlflowBridge(f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                        artifact_location=str(tmp_path / "artifacts"))
+    spec = parse_spec({"command": ["python", "train.py"]})
+    bare = bridge.create_run(experiment="rota", run_name="bare", params={}, start_ms=1000,
+                             tags=mlflow_bridge.run_tags(job_id=1, user="u", name="bare",
+                                                         spec=spec, host="h", git=None))
+    tagged = bridge.create_run(
+        experiment="rota", run_name="tagged", params={}, start_ms=1000,
+        tags=mlflow_bridge.run_tags(job_id=2, user="u", name="tagged", spec=spec, host="h",
+                                    git=GitInfo(commit="c0ffee" * 6 + "abcd", dirty=True,
+                                                branch="main", remote="https://h/x.git")))
+    assert bridge.git_of(bare.run_id) is None
+    assert bridge.git_of(tagged.run_id) == {"commit": "c0ffee" * 6 + "abcd", "dirty": True,
+                                            "branch": "main", "remote": "https://h/x.git"}
+    card = {"rota/card.md": "# tagged (job 2)\n", "rota/card.html": "<h1>tagged</h1>"}
+    bridge.finish(tagged.run_id, state="completed", end_ms=2000, log_path=None,
+                  checkpoints=[], tags={}, card=card)
+    run = bridge.client.get_run(tagged.run_id)
+    assert run.info.status == "FINISHED"
+    listed = {a.path for a in bridge.client.list_artifacts(tagged.run_id, "rota")}
+    assert listed == {"rota/card.md", "rota/card.html", "rota/checkpoints.json"}
+    got = Path(bridge.client.download_artifacts(tagged.run_id, "rota/card.md",
+                                                str(tmp_path / "dl")))
+    assert got.read_text() == "# tagged (job 2)\n"
+
+
+def test_a_card_that_cannot_be_logged_still_lets_the_run_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow", reason="needs mlflow (pip install 'rota[trackers]')")
+    bridge = mlflow_bridge.MlflowBridge(f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                        artifact_location=str(tmp_path / "artifacts"))
+    ref = bridge.create_run(experiment="rota", run_name="r", params={}, tags={}, start_ms=1)
+
+    def broken(*_: object, **__: object) -> None:
+        raise OSError("artifact store full")
+
+    monkeypatch.setattr(bridge.client, "log_text", broken)
+    bridge.finish(ref.run_id, state="failed", end_ms=2, log_path=None, checkpoints=[],
+                  tags={"rota.state": "failed"}, card={"rota/card.md": "x"})
+    run = bridge.client.get_run(ref.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["rota.state"] == "failed"

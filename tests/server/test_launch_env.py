@@ -22,6 +22,7 @@ def launch_env(tmp_path: Path, **spec: Any) -> dict[str, str]:
     launcher.tracking = cast(Any, SimpleNamespace(launch_env=lambda **kw: {}))
     launcher.home_tag = "abc123"
     launcher.workspaces = None  # (tests/integration/test_workspaces.py has them)
+    launcher.datasets = None  # (tests/integration/test_datasets.py has them)
     backend = SimpleNamespace(name="container", capabilities=Capabilities())
     run = Running(job_id=7, attempt_id=1, attempt_no=1,
                   spec=JobSpec(command=["python", "eval.py"], **spec), gpus=(0,), milli=1000,

@@ -267,7 +267,7 @@ class RawClient:
     def import_dataset(self, name: str, source: str, *, shared: bool = False,
                        description: str | None = None) -> DatasetAddAnswer:
         """A version copied by the daemon from ``s3://bucket/prefix`` (waits for the copy)."""
-        return self.request("POST", "/v1/datasets/imports", timeout=None, json={
+        return self.request("POST", "/v1/dataset-imports", timeout=None, json={
             "name": name, "source": source, "shared": shared, "description": description})
 
     def add_dataset(self, name: str, path: Path, *, shared: bool = False,
@@ -281,17 +281,17 @@ class RawClient:
         from rota.client.uploads import dataset_files, send_files
 
         files = dataset_files(path)
-        begun: DatasetAddAnswer = self.request("POST", "/v1/datasets/uploads", json={
+        begun: DatasetAddAnswer = self.request("POST", "/v1/dataset-uploads", json={
             "name": name, "shared": shared, "description": description,
             "source": str(path), "files": [f.entry for f in files]})
         up = begun["upload"]
         if up is None:
             return begun
         send_files(lambda f, offset, data: self.request(
-            "PUT", f"/v1/datasets/uploads/{up['id']}", content=data,
+            "PUT", f"/v1/dataset-uploads/{up['id']}", content=data,
             params={"path": f.entry["path"], "offset": offset}),
             files, up["chunk_bytes"], progress)
-        return self.request("POST", f"/v1/datasets/uploads/{up['id']}/commit", timeout=None)
+        return self.request("POST", f"/v1/dataset-uploads/{up['id']}/commit", timeout=None)
 
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:
         return self.request("DELETE", f"/v1/share-links/{int(link_id)}")

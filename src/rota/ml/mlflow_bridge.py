@@ -1,6 +1,7 @@
 """MLflow: a run per job. Its spec as params, tags naming the job, its user and the git
 state of its working directory, its metrics mirrored as Rota reads them, and at the end
-its log and its checkpoint list as artifacts and the run's final status.
+its log, its checkpoint list and its card (``rota/card.md``...) as artifacts and the run's
+final status.
 
 Everything here blocks on the tracking store (a database or a server), so the daemon
 calls it from its tracking thread (rota.server.tracking), never from its event loop.
@@ -9,10 +10,11 @@ calls it from its tracking thread (rota.server.tracking), never from its event l
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,8 @@ from typing import Any
 from rota.core.spec import JobSpec
 from rota.errors import TrackerError
 from rota.ml.gitinfo import GitInfo
+
+log = logging.getLogger("rota.mlflow")
 
 MAX_PARAM = 6000  # MLflow's limit on a param value
 MAX_TAG = 5000
@@ -161,8 +165,10 @@ class MlflowBridge:
                 self.client.log_batch(run_id, metrics=metrics[i:i + _BATCH])
 
     def finish(self, run_id: str, *, state: str, end_ms: int, log_path: Path | None,
-               checkpoints: list[dict[str, Any]], tags: dict[str, str]) -> None:
-        """The log and the checkpoint list as artifacts, then the final status."""
+               checkpoints: list[dict[str, Any]], tags: dict[str, str],
+               card: Mapping[str, str] | None = None) -> None:
+        """The log, the checkpoint list and the card (artifact path -> text) as artifacts,
+        then the final status; a card that cannot be logged does not keep the run open."""
         with _translated("finishing the run"):
             for k, v in tags.items():
                 self.client.set_tag(run_id, k, v[:MAX_TAG])
@@ -170,7 +176,25 @@ class MlflowBridge:
                 self.client.log_artifact(run_id, str(log_path), artifact_path="rota")
             self.client.log_dict(run_id, {"checkpoints": checkpoints},
                                  "rota/checkpoints.json")
+            for name, text in (card or {}).items():
+                try:
+                    self.client.log_text(run_id, text, name)
+                except Exception as e:
+                    log.warning("MLflow run %s: logging its card's %s failed: %s", run_id,
+                                name, e)
+                    break
             self.client.set_terminated(run_id, STATUS.get(state, "FAILED"), end_time=end_ms)
+
+    def git_of(self, run_id: str) -> dict[str, Any] | None:
+        """The git state the run was made with (its tags from ``run_tags``); None without."""
+        with _translated("reading the run's tags"):
+            tags = self.client.get_run(run_id).data.tags
+        commit = tags.get("mlflow.source.git.commit")
+        if not commit:
+            return None
+        return {"commit": commit, "dirty": tags.get("rota.git.dirty") == "true",
+                "branch": tags.get("mlflow.source.git.branch"),
+                "remote": tags.get("mlflow.source.git.repoURL")}
 
     def url(self, ref: RunRef) -> str | None:
         """A link to the run in the MLflow UI when the store is a tracking server."""

@@ -202,10 +202,12 @@ class Artifacts:
 
     @staticmethod
     def _card(card: CardFacts, staged: Path) -> list[str]:
-        """The job's card beside its outputs (rota-card/); a note when it cannot be."""
+        """The job's card beside its outputs (rota-card/); a note when it cannot be. On
+        the worker: its git state is read here when its submit recorded none."""
         folder = staged / cards.CARD_FOLDER
         if folder.exists():
             return [f"{cards.CARD_FOLDER}: an output folder has that name: no card saved"]
+        card = cards.with_git(card)
         card.outputs = [{"path": p.relative_to(staged).as_posix(), "size": p.stat().st_size}
                         for p in sorted(staged.rglob("*")) if p.is_file()]
         cards.write_card(card, str(folder))

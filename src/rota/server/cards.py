@@ -1,25 +1,34 @@
 """A job's model card and training report (`rota card JOB`): Markdown, and HTML with its
 loss curve drawn as an SVG image, from what the store holds of the job: its command and
-settings, its attempts, the metrics read from its output, its newest checkpoint, its saved
-outputs and what it cost. Saved with its outputs (``card/``) when it ends.
+settings, the git commit it ran, the dataset versions it read, its attempts, the metrics
+read from its output, its newest checkpoint, its saved outputs and what it cost. Saved with
+its outputs (``rota-card/``) and logged to its MLflow run when it ends.
 
-``facts`` reads the store; the rest is pure.
+``facts`` reads the store only (it runs on the daemon's event loop); ``with_git`` may run
+git, so it runs on a worker thread; the rest is pure.
 """
 
 from __future__ import annotations
 
 import html
+import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rota.core.usage import cost, gpu_seconds
+from rota.ml.gitinfo import git_info
 from rota.store.repo import Store
+from rota.units import format_memory
 
 #: points of the curve drawn (samples are thinned evenly past it)
 CURVE_POINTS = 400
 #: which metric the curve shows: the first of these a job reports, else its first metric
 CURVE_PREFERENCE = ("loss", "train_loss", "eval_loss", "val_loss")
+#: where a card's git state came from (CardFacts.git["source"])
+GIT_AT_SUBMIT, GIT_AT_CARD = "submit", "card"
+#: a resolved dataset reference, as intake stores it in the spec (rota.server.datasets)
+_RESOLVED_REF = re.compile(r"^(?P<owner>[^/]+)/(?P<name>[^:]+):v(?P<version>[0-9]+)$")
 
 
 @dataclass
@@ -32,10 +41,16 @@ class CardFacts:
     metrics: dict[str, list[tuple[int | None, float]]]  # name -> (step, value), in order
     checkpoint: str | None
     outputs: list[dict[str, Any]] = field(default_factory=list)  # path, size[, sha256]
+    # ref, digest, files, bytes, note ("removed": digest and sizes None)
+    datasets: list[dict[str, Any]] = field(default_factory=list)
+    # commit, branch, dirty, remote (no credentials), source (GIT_AT_SUBMIT or GIT_AT_CARD)
+    git: dict[str, Any] | None = None
 
 
 def facts(store: Store, job_id: int, now: float,
           outputs: list[dict[str, Any]] | None = None) -> CardFacts:
+    """What the store holds of the job; its git state only as recorded at submit (see
+    ``with_git``)."""
     row = store.get_job(job_id)
     usage = store.job_usage(job_id)
     priced = [u for u in usage if u.price is not None]
@@ -56,7 +71,43 @@ def facts(store: Store, job_id: int, now: float,
         spec=dict(row.spec), attempts=len(usage),
         gpu_hours=sum(gpu_seconds(u, 0.0, now, now) for u in usage) / 3600,
         cost=sum(cost(u, 0.0, now, now) for u in priced) if priced else None,
-        metrics=series, checkpoint=checkpoint, outputs=outputs or [])
+        metrics=series, checkpoint=checkpoint, outputs=outputs or [],
+        datasets=dataset_versions(store, row.spec.get("datasets") or []),
+        git=recorded_git(row.tracking))
+
+
+def dataset_versions(store: Store, refs: list[str]) -> list[dict[str, Any]]:
+    """The versions a job read, by the refs its spec holds (resolved at submit); one
+    removed since (or a ref not resolved) is listed without its digest, with a note."""
+    out = []
+    for ref in refs:
+        m = _RESOLVED_REF.match(ref)
+        rows = store.dataset_versions(owner=m["owner"], name=m["name"]) if m else []
+        row = next((r for r in rows if m and r.version == int(m["version"])), None)
+        if row is None:
+            out.append({"ref": ref, "digest": None, "files": None, "bytes": None,
+                        "note": "removed" if m else "not resolved"})
+        else:
+            out.append({"ref": ref, "digest": row.digest, "files": row.files,
+                        "bytes": row.bytes, "note": None})
+    return out
+
+
+def recorded_git(tracking: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The git state the job's MLflow run was made with (rota.server.tracking keeps it
+    beside the run's id), so the card need not ask MLflow for its tags."""
+    git = ((tracking or {}).get("mlflow") or {}).get("git")
+    return {**git, "source": GIT_AT_SUBMIT} if git else None
+
+
+def with_git(f: CardFacts) -> CardFacts:
+    """The card with its git state: as recorded at submit, else read now from its working
+    directory. Runs git (blocks up to seconds): never on the event loop."""
+    cwd = f.spec.get("cwd")
+    if f.git is not None or not cwd:
+        return f
+    found = git_info(cwd)
+    return replace(f, git={**asdict(found), "source": GIT_AT_CARD} if found else None)
 
 
 def curve_metric(metrics: dict[str, list[tuple[int | None, float]]]) -> str | None:
@@ -127,6 +178,39 @@ def _metric_rows(f: CardFacts) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
+def _git_rows(git: dict[str, Any]) -> list[tuple[str, str]]:
+    return [("Commit", f"`{git['commit']}`"), ("Branch", git.get("branch") or "-"),
+            ("Uncommitted changes", "yes" if git.get("dirty") else "no"),
+            ("Remote", git.get("remote") or "-")]
+
+
+def _git_source(git: dict[str, Any]) -> str:
+    if git.get("source") == GIT_AT_SUBMIT:
+        return "Recorded at submit (the job's MLflow run has the same tags)."
+    return ("Read when this card was made, from its working directory: it may have changed "
+            "since the job ran.")
+
+
+_NO_GIT = ("No git commit known: its working directory is not a git repository (or git "
+           "is not installed where the daemon runs).")
+
+
+def _data_rows(f: CardFacts) -> list[tuple[str, str, str, str | None, str]]:
+    """ref, files, size, the digest's first 16 hex digits (None: not known) and a note."""
+    return [(d["ref"], "-" if d["files"] is None else str(d["files"]),
+             format_memory(d["bytes"]), d["digest"][:16] if d["digest"] else None,
+             d.get("note") or "") for d in f.datasets]
+
+
+def _outputs_note(f: CardFacts) -> str:
+    """What a card without its outputs listed says (its save may be under way)."""
+    folders = f.spec.get("outputs") or []
+    if folders:
+        return (f"Not listed here: its output folders ({', '.join(folders)}) are saved to "
+                f"Rota's artifact store (`rota artifacts {f.job['id']}`).")
+    return "None saved (`--output DIR` saves a folder when the job ends)."
+
+
 def markdown(f: CardFacts, curve_file: str | None = "loss.svg") -> str:
     job = f.job
     lines = [f"# {job['name']} (job {job['id']})", "", "| | |", "|---|---|"]
@@ -140,13 +224,26 @@ def markdown(f: CardFacts, curve_file: str | None = "loss.svg") -> str:
             lines += ["", f"![{curve_metric(f.metrics)} by step]({curve_file})"]
     else:
         lines.append("No metrics were read from its output.")
+    lines += ["", "## Git", ""]
+    if f.git:
+        lines += ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _git_rows(f.git)),
+                  "", _git_source(f.git)]
+    else:
+        lines.append(_NO_GIT)
+    lines += ["", "## Data", ""]
+    if f.datasets:
+        lines += ["| dataset | files | size | sha256 |", "|---|---|---|---|"]
+        lines += [f"| {ref} | {files} | {size} | {f'`{dig}`' if dig else note} |"
+                  for ref, files, size, dig, note in _data_rows(f)]
+    else:
+        lines.append("It read no registered datasets.")
     lines += ["", "## Saved outputs", ""]
     if f.outputs:
         lines += ["| file | size | sha256 |", "|---|---|---|"]
         lines += [f"| {o['path']} | {o['size']} | `{o.get('sha256', '')[:16]}` |"
                   for o in f.outputs]
     else:
-        lines.append("None saved (`--output DIR` saves a folder when the job ends).")
+        lines.append(_outputs_note(f))
     return "\n".join(lines) + "\n"
 
 
@@ -169,10 +266,41 @@ def html_page(f: CardFacts) -> str:
             + (f"<table><tr><th>metric</th><th>last</th><th>min</th><th>max</th>"
                f"<th>samples</th></tr>{metrics}</table>{curve}" if metrics
                else "<p>No metrics were read from its output.</p>")
+            + _html_git(f.git) + _html_data(f)
             + "<h2>Saved outputs</h2>"
             + (f"<table><tr><th>file</th><th>size</th><th>sha256</th></tr>{outputs}</table>"
-               if outputs else "<p>None saved.</p>")
+               if outputs else f"<p>{html.escape(_outputs_note(f).replace('`', ''))}</p>")
             + "</body></html>\n")
+
+
+def _html_git(git: dict[str, Any] | None) -> str:
+    e = html.escape
+    if not git:
+        return f"<h2>Git</h2><p>{e(_NO_GIT)}</p>"
+    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v.strip('`'))}</td></tr>"
+                   for k, v in _git_rows(git))
+    return f"<h2>Git</h2><table>{rows}</table><p>{e(_git_source(git))}</p>"
+
+
+def _html_data(f: CardFacts) -> str:
+    e = html.escape
+    if not f.datasets:
+        return "<h2>Data</h2><p>It read no registered datasets.</p>"
+    rows = "".join(f"<tr><td>{e(ref)}</td><td>{files}</td><td>{e(size)}</td><td>"
+                   + (f"<code>{e(dig)}</code>" if dig else e(note)) + "</td></tr>"
+                   for ref, files, size, dig, note in _data_rows(f))
+    return ("<h2>Data</h2><table><tr><th>dataset</th><th>files</th><th>size</th>"
+            f"<th>sha256</th></tr>{rows}</table>")
+
+
+def card_files(f: CardFacts) -> dict[str, str]:
+    """The card's files by name: card.md, card.html and (when it has metrics) loss.svg,
+    which card.md shows from beside it."""
+    out = {"card.md": markdown(f), "card.html": html_page(f)}
+    name = curve_metric(f.metrics)
+    if name:
+        out["loss.svg"] = curve_svg(name, f.metrics[name])
+    return out
 
 
 #: the folder of a job's saved outputs its card goes in
@@ -180,14 +308,11 @@ CARD_FOLDER = "rota-card"
 
 
 def write_card(f: CardFacts, folder: str) -> list[str]:
-    """card.md, card.html and (when it has metrics) loss.svg into ``folder``; their names."""
+    """The card's files (``card_files``) into ``folder``; their names."""
     import os
 
     os.makedirs(folder, exist_ok=True)
-    written = {"card.md": markdown(f), "card.html": html_page(f)}
-    name = curve_metric(f.metrics)
-    if name:
-        written["loss.svg"] = curve_svg(name, f.metrics[name])
+    written = card_files(f)
     for file_name, text in written.items():
         with open(os.path.join(folder, file_name), "x", encoding="utf-8") as out:
             out.write(text)

@@ -368,7 +368,8 @@ class DaemonPorts:
             manifest = await self.artifact_manifest(job_id)
             outputs = [{"path": f.path, "size": f.size, "sha256": f.sha256}
                        for f in manifest.files]
-        facts = cards.facts(d.store, job_id, d.clock(), outputs)
+        facts = await asyncio.to_thread(cards.with_git, cards.facts(d.store, job_id, d.clock(),
+                                                                     outputs))
         if fmt == "html":
             return cards.html_page(facts), "text/html; charset=utf-8"
         if fmt == "svg":

@@ -547,7 +547,14 @@ class Datasets:
     def _import(self, source: str, staged: Path, owner: str, name: str) -> Manifest:
         staged.mkdir(parents=True, mode=0o700)
         skipped: list[str] = []
-        download_prefix(source, staged, skipped=skipped.append, max_bytes=self.max_bytes)
+        try:
+            download_prefix(source, staged, skipped=skipped.append, max_bytes=self.max_bytes)
+        except StorageError as e:  # the source is what the user gave: theirs to fix
+            if e.code == "NoSuchBucket":
+                raise NotFound(f"{source}: no such bucket") from None
+            if e.code == "AccessDenied":
+                raise Forbidden(f"{source}: the daemon may not read it ({e})") from None
+            raise
         manifest = build_manifest(staged, now=self.clock())
         if not manifest.files:
             raise NotFound(f"{source}: no object under that prefix")

@@ -5,9 +5,10 @@ that its first attempt already has ``MLFLOW_RUN_ID`` and code in the job that us
 ``mlflow`` logs to the same run. The job waits in the meantime ("waits for its MLflow run");
 when the tracking store cannot be reached the job is not held back: an event says so and
 it runs without a run. Metrics are mirrored as the daemon reads them, and when the job
-ends its log and checkpoint list are attached and the run gets its final status. Every
-MLflow call blocks, so they run in order on one worker thread; what they return comes
-back to the event loop, which alone writes the store.
+ends its log, its checkpoint list and its card (rota.server.cards) are attached and the run
+gets its final status. The git state the run was made with is kept with its id in the
+store, for the card. Every MLflow call blocks, so they run in order on one worker thread;
+what they return comes back to the event loop, which alone reads and writes the store.
 
 Weights & Biases (``--wandb``): see rota.ml.wandb_bridge; only environment variables and
 the run's link, found in the job's output.
@@ -19,7 +20,7 @@ import logging
 import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from rota.core.spec import JobSpec, wants_mlflow
 from rota.errors import InvalidSpec, TrackerError
 from rota.ml import checkpoints, mlflow_bridge, wandb_bridge
 from rota.ml.gitinfo import git_info
+from rota.server import cards
 from rota.server.secrets import Secrets
 from rota.store.db import redact_url
+from rota.store.repo import Store
 
 log = logging.getLogger("rota.tracking")
 #: How long a stopping daemon waits for MLflow calls still queued.
@@ -62,6 +65,7 @@ class Tracking:
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         1, thread_name_prefix="rota-tracking"))
     _bridge: mlflow_bridge.MlflowBridge | None = None
+    store: Store | None = None  # read on the loop for a run's card (None: no card)
 
     # --- at submit ------------------------------------------------------------------------
     def wants_mlflow(self, spec: JobSpec | dict[str, Any]) -> bool:
@@ -112,9 +116,11 @@ class Tracking:
                 log.exception("job %s: creating its MLflow run failed", job_id)
                 self.post(self._opened, job_id, None, None, f"MLflow: {e}", done)
                 return
-            found = {"run_id": ref.run_id, "experiment_id": ref.experiment_id,
-                     "experiment": experiment, "uri": redact_url(self.uri()),
-                     "url": bridge.url(ref)}
+            found: dict[str, Any] = {"run_id": ref.run_id, "experiment_id": ref.experiment_id,
+                                     "experiment": experiment,
+                                     "uri": redact_url(self.uri()), "url": bridge.url(ref)}
+            if git is not None:  # the run's git tags, for its card (no MLflow call then)
+                found["git"] = asdict(git)
             self.post(self._opened, job_id, Tracked(ref.run_id, spec, submitted_at, log_path),
                       found, None, done)
 
@@ -163,10 +169,17 @@ class Tracking:
             tracked.reported = reported
 
     def ended(self, job_id: int, state: str, *, now: float) -> None:
-        """The job ended for good: log and checkpoint list attached, final status set."""
+        """The job ended for good: log, checkpoint list and card attached, final status
+        set. The card's facts are read here, on the loop (the store is the loop's)."""
         tracked = self.runs.pop(job_id, None)
         if tracked is None:
             return
+        facts: cards.CardFacts | None = None
+        try:
+            if self.store is not None:
+                facts = cards.facts(self.store, job_id, now)
+        except Exception as e:  # never lose the run's finish over its card
+            log.warning("job %s: reading what its card tells failed: %s", job_id, e)
 
         def work() -> None:
             try:
@@ -179,13 +192,35 @@ class Tracking:
             listed = [{"path": c.path, "step": c.step, "size": c.size, "mtime": c.mtime,
                        "valid": c.valid} for c in found]
             tags = {"rota.state": state, "rota.attempts": str(tracked.attempts)}
+            card = self._card(job_id, tracked, facts) if facts is not None else None
             try:
                 self._mlflow().finish(tracked.run_id, state=state, end_ms=int(now * 1000),
-                                      log_path=tracked.log_path, checkpoints=listed, tags=tags)
+                                      log_path=tracked.log_path, checkpoints=listed, tags=tags,
+                                      card=card)
             except Exception as e:
                 log.warning("job %s: finishing its MLflow run failed: %s", job_id, e)
 
         self._pool.submit(work)
+
+    def _card(self, job_id: int, tracked: Tracked, facts: cards.CardFacts
+              ) -> dict[str, str] | None:
+        """On the worker: the card's files as the run's artifacts (``rota/card.md``...),
+        its git state from the run's tags when the store had none (a run made before it
+        kept them), else read now; None when it cannot be made."""
+        if facts.git is None:
+            try:
+                found = self._mlflow().git_of(tracked.run_id)
+            except Exception as e:
+                log.warning("job %s: reading its MLflow run's git tags failed: %s", job_id, e)
+                found = None
+            if found is not None:
+                facts.git = {**found, "source": cards.GIT_AT_SUBMIT}
+        try:
+            facts = cards.with_git(facts)
+            return {f"rota/{name}": text for name, text in cards.card_files(facts).items()}
+        except Exception as e:
+            log.warning("job %s: making its card for its MLflow run failed: %s", job_id, e)
+            return None
 
     # --- the job's environment --------------------------------------------------------
     def launch_env(self, *, job_id: int, user: str, spec: JobSpec) -> dict[str, str]:
@@ -225,7 +260,7 @@ class Tracking:
         out: dict[str, Any] = {}
         ml = (tracking or {}).get("mlflow")
         if ml:
-            out["mlflow"] = dict(ml)
+            out["mlflow"] = {k: v for k, v in ml.items() if k != "git"}  # (the card shows it)
         elif self.wants_mlflow(spec):
             out["mlflow"] = {"state": "creating" if job_id in self.creating else "none"}
         if spec.get("wandb"):

@@ -367,7 +367,7 @@ def translate_error(e: BaseException, what: str) -> RotaError:
             return NotFound(f"{what}: no such object")
         message = error.get("Message") or ""
         return StorageError(f"{what}: {code or status}: {message}".rstrip(": "),
-                            passing=code in _PASSING or status >= 500)
+                            passing=code in _PASSING or status >= 500, code=code or None)
     if isinstance(e, boto.NoCredentialsError | boto.PartialCredentialsError):
         return StorageError(f"{what}: no S3 credentials: set AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from rota.answers import (
     DatasetAddAnswer,
@@ -35,7 +35,7 @@ UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 
 class FileBody(BaseModel):
     path: str = Field(min_length=1, max_length=4096, description="relative, '/'-separated")
-    size: int = Field(ge=0, le=_MAX_FILE)
+    size: StrictInt = Field(ge=0, le=_MAX_FILE)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
@@ -43,16 +43,16 @@ class UploadBody(BaseModel):
     name: str = Field(pattern=_NAME)
     files: list[FileBody] = Field(max_length=200_000, description="every file, with its "
                                   "size and sha256 (the manifest the upload must match)")
-    shared: bool = Field(default=False, description="every user may read it")
+    shared: StrictBool = Field(default=False, description="every user may read it")
     description: str | None = Field(default=None, max_length=2000)
     source: str = Field(default="", max_length=4096, description="where it came from (shown)")
 
 
 class ImportBody(BaseModel):
     name: str = Field(pattern=_NAME)
-    source: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,62}(/.*)?$", max_length=4096,
+    source: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9-]{1,61}[a-z0-9](/.*)?$", max_length=4096,
                         description="s3://bucket/prefix, read with the daemon's credentials")
-    shared: bool = False
+    shared: StrictBool = False
     description: str | None = Field(default=None, max_length=2000)
 
 
@@ -63,7 +63,7 @@ async def datasets_list(p: Caller, commands: CommandsPort) -> Annotated[Json, Da
     return {"datasets": commands.datasets.views(p.user, p.admin)}
 
 
-@router.get("/datasets/cache", responses=errors(401, 403, 422, 503))
+@router.get("/dataset-cache", responses=errors(401, 403, 422, 503))
 async def datasets_cache(p: Caller, commands: CommandsPort
                          ) -> Annotated[Json, DatasetCacheAnswer]:
     """This machine's cache of dataset versions (admins)."""
@@ -94,7 +94,7 @@ async def dataset_remove(name: DatasetName, p: Caller, commands: CommandsPort,
     return {"removed": removed}
 
 
-@router.post("/datasets/uploads", responses=errors(400, 401, 422, 503))
+@router.post("/dataset-uploads", responses=errors(400, 401, 422, 503))
 async def dataset_upload(body: UploadBody, p: Caller, commands: CommandsPort
                          ) -> Annotated[Json, DatasetAddAnswer]:
     """Begin adding a version from files the client holds: their manifest first. When a
@@ -112,7 +112,7 @@ async def dataset_upload(body: UploadBody, p: Caller, commands: CommandsPort
                                           files=files)
 
 
-@router.put("/datasets/uploads/{upload_id}", responses={
+@router.put("/dataset-uploads/{upload_id}", responses={
     **errors(400, 401, 404, 409, 422, 503),
     200: {"description": "the file's bytes received so far"}},
     openapi_extra={"requestBody": {"required": True, "content": {
@@ -133,7 +133,7 @@ async def dataset_chunk(upload_id: UploadId, request: Request, p: Caller,
     return {"path": path, "received": received}
 
 
-@router.post("/datasets/uploads/{upload_id}/commit",
+@router.post("/dataset-uploads/{upload_id}/commit",
              responses=errors(401, 404, 409, 422, 502, 503))
 async def dataset_commit(upload_id: UploadId, p: Caller, commands: CommandsPort
                          ) -> Annotated[Json, DatasetAddAnswer]:
@@ -143,7 +143,7 @@ async def dataset_commit(upload_id: UploadId, p: Caller, commands: CommandsPort
     return await commands.datasets.commit(up, p.user)
 
 
-@router.post("/datasets/imports", responses=errors(400, 401, 404, 422, 502, 503))
+@router.post("/dataset-imports", responses=errors(400, 401, 404, 422, 502, 503))
 async def dataset_import(body: ImportBody, p: Caller, commands: CommandsPort
                          ) -> Annotated[Json, DatasetAddAnswer]:
     """Add a version copied from an S3 prefix (answers once it is all copied)."""

@@ -2,6 +2,7 @@
 
 import { api, ApiError, getToken, onUnauthorized, setToken } from "./api.js";
 import { h, replace } from "./dom.js";
+import { renderDatasets } from "./datasets.js";
 import { renderEvals } from "./evals.js";
 import { renderGpus } from "./gpus.js";
 import { renderJob } from "./job.js";
@@ -25,6 +26,15 @@ export function parseHash(hash = location.hash) {
   return { parts: path.split("/").filter(Boolean), query: new URLSearchParams(qs) };
 }
 
+/** A part of the address as written, or as is when it is not valid percent-encoding. */
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function route() {
   const { parts, query } = parseHash();
   const [first = "jobs", second] = parts;
@@ -35,6 +45,7 @@ function route() {
   if (first === "usage") return ["usage", (el) => renderUsage(el, query)];
   if (first === "evals") return ["evals", (el) => renderEvals(el, query)];
   if (first === "pipelines") return ["pipelines", (el) => renderPipelines(el, second && decodeURIComponent(second))];
+  if (first === "datasets") return ["datasets", (el) => renderDatasets(el, parts.slice(1).map(decoded), query)];
   if (first === "submit") return ["submit", (el) => renderSubmit(el, session)];
   return [null, (el) => replace(el, h("section", { class: "page" },
     h("h1", null, "Not found"),

@@ -3,6 +3,7 @@
 import { api, download, post, streamEvents } from "./api.js";
 import { h, highlighted, replace } from "./dom.js";
 import { lineChart } from "./charts.js";
+import { refLink } from "./datasets.js";
 import * as fmt from "./format.js";
 import { act, confirmDialog, liveIndicator, poll, stateBadge, toast } from "./ui.js";
 
@@ -220,6 +221,8 @@ export function renderJob(root, id) {
       ["Time limit", sp.time_limit ? fmt.duration(sp.time_limit) : null],
       ["Grace (SIGTERM→SIGKILL)", fmt.duration(sp.grace)],
       ["Retries", sp.retries ? `${sp.retries}, backoff ${fmt.duration(sp.retry_backoff)}–${fmt.duration(sp.retry_backoff_max)}` : null],
+      ["Datasets", sp.datasets && sp.datasets.length
+        ? h("ul", { class: "job-datasets" }, sp.datasets.map((ref) => h("li", null, refLink(ref)))) : null],
       ["After jobs", sp.after && sp.after.length ? sp.after.map((a) => h("a", { href: `#/jobs/${Number(a)}` }, `#${a} `)) : null],
       ["--cuda argument", sp.cuda_arg ? "yes" : null],
       ["Tags", sp.tags && sp.tags.length ? sp.tags.join(", ") : null],
