@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -282,7 +283,10 @@ class Launcher:
         if self.datasets is not None and spec.datasets:
             if run.backend.capabilities.engine:  # the job fetches them on its node first
                 env.update(self.datasets.engine_env(spec))
-                argv = job_fetch.wrap(["/bin/sh", "-c", *argv] if shell else argv)
+                # (the daemon's own Python where the cluster shares its install, as an
+                # evaluation's jobs do; the image's in a container)
+                argv = job_fetch.wrap(["/bin/sh", "-c", *argv] if shell else argv,
+                                      "python3" if spec.image else sys.executable)
                 shell = False
             else:
                 found = self.datasets.launch(run.job_id, spec)

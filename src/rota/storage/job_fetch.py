@@ -69,9 +69,10 @@ class Plan:
     datasets: tuple[Dataset, ...]
 
 
-def wrap(argv: list[str]) -> list[str]:
-    """``argv`` run by this module: what a cluster backend starts for a job with datasets."""
-    return ["python3", "-m", "rota.storage.job_fetch", "--", *argv]
+def wrap(argv: list[str], python: str = "python3") -> list[str]:
+    """``argv`` run by this module: what a cluster backend starts for a job with datasets
+    (``python``: an interpreter with Rota installed where the job runs)."""
+    return [python, "-m", "rota.storage.job_fetch", "--", *argv]
 
 
 def read_plan(text: str | None) -> Plan:

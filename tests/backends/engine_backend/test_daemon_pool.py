@@ -208,3 +208,29 @@ def test_a_token_users_job_runs_on_slurm_as_their_unix_account(slurm: PrivateSlu
         d.stop()
         kill_job_processes(home)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_job_on_slurm_fetches_its_dataset_itself_before_its_command(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """The cluster's node has no daemon: the job's own first step (rota.storage.job_fetch)
+    fetches the version from the store, verified, into the node's cache, and the command
+    finds it at ROTA_DATASET_<NAME>. This store is a local folder the cluster shares."""
+    data = tmp_path / "corpus"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.txt").write_text("hello from the dataset\n")
+    (data / "sub" / "b.bin").write_bytes(bytes(range(256)) * 100)
+    r = daemon.cli("dataset", "add", "slurm-corpus", str(data), "--json")
+    assert r.returncode == 0, r.stderr
+    version = json.loads(r.stdout)["version"]
+    cache = tmp_path / "node-cache"
+    job = daemon.submit("--pool", "hpc", "--gpus", "0", "--dataset", "slurm-corpus",
+                        "--env", f"ROTA_DATASET_CACHE={cache}", "--shell", "--",
+                        'cat "$ROTA_DATASET_SLURM_CORPUS/a.txt"; '
+                        'wc -c < "$ROTA_DATASET_SLURM_CORPUS/sub/b.bin"', cwd=tmp_path)
+    done = wait_end(daemon, job)
+    logs = daemon.cli("logs", str(job)).stdout
+    assert done["state"] == "completed", logs
+    assert f"rota: dataset {version['ref']} ready at {cache / version['digest']}" in logs, logs
+    assert "hello from the dataset" in logs and "25600" in logs, logs
+    assert (cache / version["digest"] / "a.txt").read_text() == "hello from the dataset\n"
+    assert done["spec"]["datasets"] == [version["ref"]]
