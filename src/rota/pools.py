@@ -63,6 +63,11 @@ def _object_name(v: str, example: str) -> str:
     return v
 
 
+#: how a pool's jobs see their workspace: this machine's folder (here), the same path on
+#: the cluster's nodes (shared), a Kubernetes volume's folder (claim), or none
+WorkspaceKind = Literal["here", "shared", "claim"] | None
+
+
 class _Pool(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,6 +84,10 @@ class LocalPool(_Pool):
     """This machine: Rota places jobs on its GPUs itself."""
 
     engine: Literal["local"] = "local"
+
+    @property
+    def workspaces(self) -> WorkspaceKind:
+        return "here"
     docker_host: str | None = Field(default=None, description="the Docker daemon of `--image` "
                                     "jobs (default: DOCKER_HOST, else the system socket)")
     container_network_mode: str = Field(default="bridge", description="the network of a "
@@ -129,6 +138,13 @@ class SlurmPool(_Pool):
     work_dir: str | None = Field(default=None, description="a folder every node sees, for "
                                  "scripts and logs (default: ROTA_HOME/slurm)")
     slurm_conf: str | None = Field(default=None, description="SLURM_CONF for the commands")
+    shared_workspaces: bool = Field(default=False, description="the nodes see the daemon's "
+                                    "workspaces folder at the same path (a shared "
+                                    "filesystem): jobs get ROTA_WORKSPACE there; else none")
+
+    @property
+    def workspaces(self) -> WorkspaceKind:
+        return "shared" if self.shared_workspaces else None
     bin_dir: str | None = Field(default=None, description="where sbatch, squeue, sacct "
                                 "and scancel are (default: PATH)")
 
@@ -139,6 +155,13 @@ class RayPool(_Pool):
                          description="the Ray head's dashboard (Jobs API) address")
     runtime_env: dict[str, object] = Field(default_factory=dict,
                                            description="merged into every job's runtime_env")
+    shared_workspaces: bool = Field(default=False, description="the cluster's nodes see the "
+                                    "daemon's workspaces folder at the same path: jobs get "
+                                    "ROTA_WORKSPACE there; else none")
+
+    @property
+    def workspaces(self) -> WorkspaceKind:
+        return "shared" if self.shared_workspaces else None
 
 
 class PriorityClassRule(BaseModel):
@@ -173,6 +196,10 @@ class KubernetesPool(_Pool):
     checkpoint_claim: str | None = Field(default=None, description="a ReadWriteMany "
                                          "PersistentVolumeClaim for checkpoints of "
                                          "multi-node jobs")
+    workspace_claim: str | None = Field(default=None, description="a ReadWriteMany "
+                                        "PersistentVolumeClaim holding the workspaces "
+                                        "(USER/PROJECT in it): each job's is mounted at "
+                                        "/workspace (ROTA_WORKSPACE); else jobs get none")
     multi_node: Literal["pytorchjob", "trainjob"] = Field(
         default="pytorchjob", description="the form of a multi-node job: a Kubeflow "
         "PyTorchJob (training operator v1) or a TrainJob (Kubeflow Trainer v2)")
@@ -183,6 +210,10 @@ class KubernetesPool(_Pool):
         "(which Kueue reads too): a job gets the first class, in rising up_to, whose up_to "
         "is at least its priority; above them all, the cluster's default. E.g. "
         "[{up_to = -1, name = \"urgent\"}, {up_to = 10, name = \"normal\"}]")
+
+    @property
+    def workspaces(self) -> WorkspaceKind:
+        return "claim" if self.workspace_claim else None
 
     @field_validator("priority_classes")
     @classmethod

@@ -71,6 +71,10 @@ class EngineJob:
     after: tuple[str, ...] = ()
     # the Unix account the job runs as, when not the daemon's (capabilities.run_as)
     run_as: str | None = None
+    # its user's and project's workspace, as USER/PROJECT, where the pool gives one (a
+    # Kubernetes pool's workspace_claim: mounted at /workspace; a Slurm or Ray pool with
+    # shared_workspaces has ROTA_WORKSPACE in env, the same path as on the daemon's machine)
+    workspace: str | None = None
 
     @property
     def key(self) -> str:

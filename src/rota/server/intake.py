@@ -239,7 +239,19 @@ class Intake:
         """What a person who just submitted these should know: the daemon drains, or a
         request far from what the last job of the same name used."""
         out = [DRAINING] if rows and self.daemon.draining else []
-        return out + self.sizing_warnings(rows)
+        return out + self.workspace_warnings(rows) + self.sizing_warnings(rows)
+
+    def workspace_warnings(self, rows: list[JobRecord]) -> list[str]:
+        """Jobs on a cluster pool that gives no workspace: said once per pool."""
+        out = []
+        for name in sorted({r.pool for r in rows if r.pool}):
+            pool = self.settings.pool_set.pools.get(name)
+            if pool is not None and pool.workspaces is None:
+                what = ("workspace_claim" if pool.engine == "kubernetes"
+                        else "shared_workspaces")
+                out.append(f"pool {name} gives its jobs no workspace (no {what} in "
+                           f"[pools.{name}]): ROTA_WORKSPACE is not set there")
+        return out
 
     def sizing_warnings(self, rows: list[JobRecord]) -> list[str]:
         """Jobs named like an earlier one whose request is far from what that one used."""

@@ -50,7 +50,7 @@ from rota.server.pool_reads import engine_job as engine_job_of
 from rota.server.running import Running
 from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
-from rota.server.workspaces import WORKSPACE_ENV, Workspaces
+from rota.server.workspaces import WORKSPACE_ENV, Workspaces, workspace_name
 from rota.storage import job_fetch
 from rota.store.repo import LaunchInfo, Store
 
@@ -274,10 +274,16 @@ class Launcher:
             env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
         run_as = self.run_as(run.user)
-        workspace = None
-        if self.workspaces is not None and not run.backend.capabilities.engine:
-            workspace = str(self.workspaces.ensure(run.user, spec.project, run_as))
-            env[WORKSPACE_ENV] = workspace
+        workspace = None  # this machine's folder, for a container to mount
+        engine_workspace = None  # USER/PROJECT, for a cluster pool that gives one
+        if self.workspaces is not None:
+            kind = self.settings.pool_set.get(spec.pool)[1].workspaces
+            if kind in ("here", "shared"):  # the same path, here or on the nodes
+                env[WORKSPACE_ENV] = str(self.workspaces.ensure(run.user, spec.project,
+                                                                 run_as))
+                workspace = env[WORKSPACE_ENV] if kind == "here" else None
+            if kind in ("shared", "claim"):
+                engine_workspace = workspace_name(run.user, spec.project)
         datasets: dict[str, str] = {}
         shell = spec.shell
         if self.datasets is not None and spec.datasets:
@@ -303,6 +309,7 @@ class Launcher:
             engine_job = engine_job_of(run.job_id, run.user, spec, run.attempt_no, env,
                                        install=self.backends.install)
             engine_job = dataclasses.replace(engine_job, argv=tuple(argv), shell=shell,
+                                             workspace=engine_workspace,
                                              after=engine_after(run, self.table),
                                              run_as=run_as.user if run_as else None)
             where = f"handed to {run.backend.name}"

@@ -29,6 +29,11 @@ TOML = """
 engine = "slurm"
 slurm_conf = "{conf}"
 max_in_flight = 2
+
+[pools.hpc-shared]
+engine = "slurm"
+slurm_conf = "{conf}"
+shared_workspaces = true
 """
 
 
@@ -116,7 +121,7 @@ def test_a_yaml_file_sends_the_items_naming_a_pool_there_and_the_others_here(
 
 @pytest.mark.parametrize(("args", "words"), [
     (["--gpus", "0.5"], "pool hpc: "),
-    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, local"),
+    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, hpc-shared, local"),
     (["--session", "tmux"], "a slurm pool runs no tmux or screen sessions"),
 ])
 def test_what_the_pool_cannot_honour_is_refused_at_submit(
@@ -234,3 +239,27 @@ def test_a_job_on_slurm_fetches_its_dataset_itself_before_its_command(
     assert "hello from the dataset" in logs and "25600" in logs, logs
     assert (cache / version["digest"] / "a.txt").read_text() == "hello from the dataset\n"
     assert done["spec"]["datasets"] == [version["ref"]]
+
+
+def test_a_pool_that_shares_workspaces_gives_its_jobs_the_same_folder_as_here(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """On a pool whose nodes see the workspaces folder, a Slurm job and a job on this
+    machine of the same user and project share ROTA_WORKSPACE; a pool that does not share
+    it says so at submit, and its jobs get none."""
+    first = daemon.submit("--pool", "hpc-shared", "--gpus", "0", "--project", "slurmws",
+                          "--", "sh", "-c", 'echo from-slurm > "$ROTA_WORKSPACE/note"',
+                          cwd=tmp_path)
+    assert wait_end(daemon, first)["state"] == "completed"
+    here = daemon.submit("--gpus", "0", "--project", "slurmws", "--", "sh", "-c",
+                         'cat "$ROTA_WORKSPACE/note"', cwd=tmp_path)
+    assert wait_end(daemon, here)["state"] == "completed"
+    assert "from-slurm" in daemon.cli("logs", str(here)).stdout
+    r = daemon.cli("submit", "--json", "--pool", "hpc", "--gpus", "0", "--", "sh", "-c",
+                   'echo "workspace=[${ROTA_WORKSPACE:-}]"', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert any("pool hpc gives its jobs no workspace (no shared_workspaces" in w
+               for w in answer["warnings"]), answer
+    bare = int(answer["jobs"][0]["id"])
+    assert wait_end(daemon, bare)["state"] == "completed"
+    assert "workspace=[]" in daemon.cli("logs", str(bare)).stdout

@@ -537,3 +537,20 @@ def test_a_trainjob_refuses_a_priority_class_it_cannot_carry() -> None:
     reason = refusal(a_job(nodes=2, priority=3), pool)
     assert reason is not None and "the PriorityClass normal of priority 3" in reason
     assert refusal(a_job(nodes=2, priority=50), pool) is None  # the cluster's default
+
+
+def test_a_pools_workspace_claim_mounts_the_jobs_own_folder_at_workspace() -> None:
+    """Each job sees its user's and project's folder of the claim (a subPath), as the
+    daemon's machine gives ROTA_WORKSPACE; without a claim, no workspace at all."""
+    pool = a_pool(workspace_claim="team-workspaces", checkpoint_claim="ckpt-rwx")
+    for doc in (workload(a_job(workspace="alice/vision"), pool),
+                workload(a_job(workspace="alice/vision", nodes=2), pool)):
+        pod, c = pod_of(doc), main(doc)
+        assert {"name": "workspace", "persistentVolumeClaim": {
+            "claimName": "team-workspaces"}} in pod["volumes"]
+        assert {"name": "workspace", "subPath": "alice/vision",
+                "mountPath": "/workspace"} in c["volumeMounts"]
+        assert env_of(c)["ROTA_WORKSPACE"] == "/workspace"
+    bare = workload(a_job(workspace="alice/vision"))  # a pool without a claim
+    assert all(v["name"] != "workspace" for v in pod_of(bare)["volumes"])
+    assert "ROTA_WORKSPACE" not in env_of(main(bare))

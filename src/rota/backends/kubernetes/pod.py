@@ -15,6 +15,7 @@ from rota.backends.kubernetes.refusal import model_fetch_kind
 from rota.pools import KubernetesPool
 
 SCRATCH = "/scratch"
+WORKSPACE_MOUNT = "/workspace"  # the job's folder of the pool's workspace_claim
 #: the MLflow server a ``runs:/`` or ``models:/`` model is fetched from, when it is not the
 #: one the job reports to (MLFLOW_TRACKING_URI)
 MODEL_TRACKING_ENV = "ROTA_MODEL_TRACKING_URI"
@@ -89,6 +90,8 @@ def env(job: EngineJob, pool: KubernetesPool) -> list[dict[str, Any]]:
                                  if k != IMAGE_ENV]
     if image(job, pool):
         out.append({"name": IMAGE_ENV, "value": literal(image(job, pool))})
+    if pool.workspace_claim and job.workspace:
+        out.append({"name": "ROTA_WORKSPACE", "value": WORKSPACE_MOUNT})
     if job.model_uri and "ROTA_MODEL_DIR" not in job.env:
         out.append({"name": "ROTA_MODEL_DIR", "value": literal(job.model_dir)})
     if job.procs_per_node and job.nodes == 1:  # torchrun reads PET_* as its defaults
@@ -149,6 +152,11 @@ def volumes(job: EngineJob, pool: KubernetesPool, files_map: str | None
         vols.append({"name": "files", "configMap": {"name": files_map}})
         mounts += [{"name": "files", "mountPath": path, "subPath": file_key(i, path),
                     "readOnly": True} for i, path in enumerate(sorted(job.files))]
+    if pool.workspace_claim and job.workspace:  # its user's and project's folder of it
+        vols.append({"name": "workspace",
+                     "persistentVolumeClaim": {"claimName": pool.workspace_claim}})
+        mounts.append({"name": "workspace", "subPath": job.workspace,
+                       "mountPath": WORKSPACE_MOUNT})
     if pool.checkpoint_claim and (job.checkpoint_dir or job.nodes > 1):
         vols.append({"name": "checkpoints",
                      "persistentVolumeClaim": {"claimName": pool.checkpoint_claim}})
