@@ -66,6 +66,11 @@ RETRY_PASSING_S = 30.0
 RETRY_OTHER_S = 300.0
 
 
+class DatasetMissing(BackendError):
+    """A version a job was to read left the cache before its launch: nothing started, and
+    the job waits again (not a failure of the job's)."""
+
+
 def env_name(name: str) -> str:
     """The variable a job finds a dataset's folder in: ROTA_DATASET_ and the name in
     capitals, other characters as ``_``."""
@@ -258,7 +263,8 @@ class Datasets:
         out: dict[int, Reason] = {}
         for job_id in list(self.waiting):
             state = self.state(job_id)
-            if state not in (JobState.PENDING, JobState.HELD):
+            # (None: not read yet; a restart reads the pending jobs page by page)
+            if state is not None and state not in (JobState.PENDING, JobState.HELD):
                 del self.waiting[job_id]
                 continue
             missing = [ref for ref in self.waiting[job_id] if self._digest(ref) not in self.ready]
@@ -374,8 +380,12 @@ class Datasets:
         for ref in spec.datasets:
             row = self.versions.get(ref)
             if row is None or not self.cache.present(row.digest):
-                self.ready.discard(row.digest if row else "")
-                raise BackendError(f"its dataset {ref} is not on this machine (any more)")
+                if row is not None:  # (gone from the cache meanwhile: fetched again)
+                    self.ready.discard(row.digest)
+                    self.waiting[job_id] = tuple(spec.datasets)
+                    self._pump()
+                raise DatasetMissing(f"its dataset {ref} is not on this machine (any more); "
+                                     "it waits for it again")
             out[env_name(row.name)] = str(self.cache.path(row.digest))
         self.waiting.pop(job_id, None)
         self.pinned[job_id] = tuple(spec.datasets)

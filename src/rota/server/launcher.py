@@ -39,7 +39,7 @@ from rota.ml import checkpoints
 from rota.server.accounts import AccountRules
 from rota.server.backend_set import BackendSet
 from rota.server.batch import Batch, each
-from rota.server.datasets import Datasets
+from rota.server.datasets import DatasetMissing, Datasets
 from rota.server.device_monitor import DeviceMonitor
 from rota.server.forwarding import engine_after
 from rota.server.job_output import checkpoints_of, reader_for
@@ -179,6 +179,9 @@ class Launcher:
         for run in runs:
             try:
                 req = self._request(run)
+            except DatasetMissing as e:  # nothing started: it waits for it again
+                outcomes[run.job_id] = LaunchFailed(str(e), lost=True)
+                continue
             except (BackendError, TrackerError) as e:
                 outcomes[run.job_id] = LaunchFailed(str(e))
                 continue
