@@ -109,7 +109,8 @@ class _Pass:
             positions[job.id] = waiting
             waiting += 1
             if not self.policy.backfill and reason.code is not ReasonCode.UNSATISFIABLE:
-                _block_rest(plan, pending, job, self.snapshot, self.now, self._never)
+                _block_rest(plan, pending, job, self.snapshot, self.now, self._never,
+                            self.quota)
                 break
             if smallest and checked_at != self.pool.version:
                 checked_at = self.pool.version
@@ -157,8 +158,12 @@ class _Pass:
             gated = job.after or job.not_before is not None
             if gated and gate(job, self.snapshot.dependency_states, self.now) is not None:
                 continue
+            if self.quota is not None and self.quota.check(job) is not None:
+                continue  # held, or its owner at a quota: the lazy tail gives its reason
             if self._never(job) is None and self._backfill(job):
                 started.add(job.id)
+                if self.quota is not None:
+                    self.quota.spend(job)
             else:
                 failed.add(job.shape)  # capacity only shrinks: the shape fails from now on
         return [j for j in rest if j.id not in started] if started else rest
@@ -361,11 +366,12 @@ def gate(job: PendingJob, dependency_states: Mapping[int, JobState],
 
 def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
                 snapshot: Snapshot, now: float,
-                never: Callable[[PendingJob], Reason | None]) -> None:
+                never: Callable[[PendingJob], Reason | None],
+                quota: QuotaGate | None = None) -> None:
     """Strict priority (no backfill): everything behind the first blocked job waits for it.
 
-    A job's own reasons come first: a gate, or UNSATISFIABLE (waiting behind the blocker
-    would not help it), as they would in the lazy tail.
+    A job's own reasons come first: a gate, what holds it or a quota, or UNSATISFIABLE
+    (waiting behind the blocker would not help it), as they would in the lazy tail.
     """
     behind = Reason(ReasonCode.PRIORITY, f"waits behind job {blocker.id}, first in the queue",
                     blocker=blocker.id)
@@ -373,6 +379,7 @@ def _block_rest(plan: Plan, pending: list[PendingJob], blocker: PendingJob,
     for j in pending:
         if j.id not in plan.reasons and j.id not in started:
             plan.reasons[j.id] = (gate(j, snapshot.dependency_states, now)
+                                  or (quota.check(j) if quota is not None else None)
                                   or (never(j) if j.gpus_milli else None) or behind)
 
 
