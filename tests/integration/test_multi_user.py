@@ -8,6 +8,7 @@ code and packages on PYTHONPATH.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -436,3 +437,119 @@ def test_a_users_outputs_are_read_with_that_users_rights_and_its_workspace_is_it
     finally:
         shutil.rmtree(secret, ignore_errors=True)
         subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+# --- datasets: a private one is its owner's, a shared one everyone's ----------------------
+
+ALICES_NOTES = "alice's private notes: the launch code is 0000\n"
+SHARED_CORPUS = "a corpus every user may read\n"
+
+
+def _dataset_folders(base: Path, owner: str, **folders: dict[str, str]) -> dict[str, Path]:
+    """Folders of files the owner's `rota dataset add` reads (root's tmp_path is 0700)."""
+    out = {}
+    for name, files in folders.items():
+        for rel, text in files.items():
+            (base / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / name / rel).write_text(text)
+        out[name] = base / name
+    subprocess.run(["chown", "-R", f"{owner}:{owner}", str(base)], check=True)
+    return out
+
+
+@pytest.fixture
+def dataset_base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rota-mu-data-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_private_dataset_is_its_owners_alone_and_a_shared_one_everyones(
+        root_daemon: DaemonProcess, accounts: dict[str, int], dataset_base: Path) -> None:
+    """Alice adds a private dataset and a shared one. Bob does not see the private one and
+    cannot name it; his job reads the shared one. On this root daemon the cached copy of
+    the private one is alice's, 0500, and bob's job cannot read it even by its path."""
+    home = root_daemon.home
+    folders = _dataset_folders(dataset_base, ALICE,
+                               notes={"notes.txt": ALICES_NOTES, "sub/more.txt": "more\n"},
+                               corpus={"train.txt": SHARED_CORPUS})
+    notes = rota_json(ALICE, home, "dataset", "add", "notes", str(folders["notes"]))
+    assert notes["made"] is True
+    private = notes["version"]
+    assert private["ref"] == f"{ALICE}/notes:v1" and private["shared"] is False  # type: ignore[index]
+    shared = rota_json(ALICE, home, "dataset", "add", "corpus", str(folders["corpus"]),
+                       "--shared")["version"]
+    assert shared["shared"] is True  # type: ignore[index]
+
+    # bob: the private one is not listed, not shown, and not his to name
+    listed = rota_json(BOB, home, "dataset", "list")["datasets"]
+    assert [(d["owner"], d["name"]) for d in listed] == [(ALICE, "corpus")]  # type: ignore[index,union-attr]
+    assert [d["name"] for d in rota_json(ALICE, home, "dataset", "list")["datasets"]] == [  # type: ignore[index,union-attr]
+        "corpus", "notes"]
+    r = rota_as(BOB, home, "dataset", "show", f"{ALICE}/notes")
+    assert r.returncode != 0 and "no dataset" in r.stderr, r.stderr
+    for given in ("notes", f"{ALICE}/notes", f"{ALICE}/notes:v1"):
+        r = rota_as(BOB, home, "submit", "--gpus", "0", "--dataset", given, "--", "true")
+        assert r.returncode == 2, (given, r.stdout, r.stderr)
+        assert f"no dataset {given.partition(':')[0]!r} you may read" in r.stderr, r.stderr
+    r = rota_as(BOB, home, "dataset", "rm", f"{ALICE}/corpus")
+    assert r.returncode != 0 and "only they or an admin" in r.stderr, r.stderr
+    with root_daemon.client() as c:
+        assert c.jobs(user=BOB) == []  # nothing queued
+
+    # alice's job reads her private one: now it is in the cache, hers alone
+    r = rota_as(ALICE, home, "submit", "--json", "--gpus", "0", "--dataset", "notes", "--",
+                "sh", "-c", 'id -u; cat "$ROTA_DATASET_NOTES/notes.txt"; '
+                'echo "at $ROTA_DATASET_NOTES"')
+    assert r.returncode == 0, r.stderr
+    out = _wait_for_log(root_daemon, json.loads(r.stdout)["jobs"][0]["id"])
+    # a private copy is cached apart from the same content's others: its name is the
+    # digest and its owner's uid, hashed (rota.server.datasets.Datasets._slot)
+    slot = hashlib.sha256(f"{private['digest']}:{accounts[ALICE]}".encode()).hexdigest()  # type: ignore[index]
+    cached = home / "dataset-cache" / slot
+    assert ALICES_NOTES in out and f"at {cached}" in out, out
+    st = cached.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (
+        accounts[ALICE], accounts[ALICE], 0o500)
+    for f in ("notes.txt", "sub/more.txt"):
+        fst = (cached / f).stat()
+        assert (fst.st_uid, fst.st_mode & 0o777) == (accounts[ALICE], 0o400), f
+    assert (cached / "sub").stat().st_mode & 0o777 == 0o500
+
+    # bob's job reads the shared one, and not alice's private copy though it knows where
+    r = rota_as(BOB, home, "submit", "--json", "--gpus", "0", "--dataset", "corpus",
+                "--env", f"PRIVATE={cached}", "--", "sh", "-c",
+                'id -u; cat "$ROTA_DATASET_CORPUS/train.txt"; '
+                'if cat "$PRIVATE/notes.txt"; then echo READ-PRIVATE; '
+                'else echo denied-private; fi; ls "$PRIVATE" || echo denied-list')
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["jobs"][0]["id"]
+    out = _wait_for_log(root_daemon, job)
+    assert f"{accounts[BOB]}\n" in out and SHARED_CORPUS in out, out
+    assert "denied-private" in out and "denied-list" in out, out
+    assert "READ-PRIVATE" not in out and "launch code" not in out, out
+    with root_daemon.client() as c:
+        assert c.job(job)["spec"]["datasets"] == [f"{ALICE}/corpus:v1"]
+    public = home / "dataset-cache" / str(shared["digest"])  # type: ignore[index]
+    assert (public.stat().st_uid, public.stat().st_mode & 0o777) == (0, 0o555)
+    assert (public / "train.txt").stat().st_mode & 0o777 == 0o444
+
+
+def test_two_users_private_datasets_of_the_same_content_are_each_readable_by_its_owner(
+        root_daemon: DaemonProcess, accounts: dict[str, int], dataset_base: Path) -> None:
+    home = root_daemon.home
+    for user in (ALICE, BOB):
+        folder = _dataset_folders(dataset_base / user, user,
+                                  corpus={"train.txt": SHARED_CORPUS})["corpus"]
+        added = rota_json(user, home, "dataset", "add", "corpus", str(folder))
+        assert added["version"]["ref"] == f"{user}/corpus:v1"  # type: ignore[index]
+    outs = []
+    for user in (ALICE, BOB):
+        r = rota_as(user, home, "submit", "--json", "--gpus", "0", "--dataset", "corpus",
+                    "--", "sh", "-c", 'cat "$ROTA_DATASET_CORPUS/train.txt"')
+        assert r.returncode == 0, r.stderr
+        job = json.loads(r.stdout)["jobs"][0]["id"]
+        state = _wait_end(root_daemon, job)["state"]
+        outs.append((user, state, _log(root_daemon, job)))
+    assert all(state == "completed" and SHARED_CORPUS in out for _, state, out in outs), outs

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -141,11 +142,12 @@ class Datasets:
         self.versions: dict[str, DatasetRecord] = {}  # OWNER/NAME:vN -> its row
         self.waiting: dict[int, tuple[str, ...]] = {}  # a waiting local job's versions
         self.pinned: dict[int, tuple[str, ...]] = {}  # a starting or running job's
-        self.ready: set[str] = set()  # digests in the cache
+        self.ready: set[str] = set()  # cache slots here (_slot: a digest, or a private copy's)
         self.fetching: set[str] = set()
-        self.trouble: dict[str, str] = {}  # digest -> why its last fetch failed
+        self.trouble: dict[str, str] = {}  # slot -> why its last fetch failed
         self.full: set[str] = set()  # of those, the ones the cache had no room for
         self.uploads: dict[str, Upload] = {}
+        self._slots: dict[int, tuple[str, tuple[int, int] | None]] = {}  # version id ->
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-datasets")
         self._closed = False
 
@@ -267,7 +269,7 @@ class Datasets:
             if state is not None and state not in (JobState.PENDING, JobState.HELD):
                 del self.waiting[job_id]
                 continue
-            missing = [ref for ref in self.waiting[job_id] if self._digest(ref) not in self.ready]
+            missing = [ref for ref in self.waiting[job_id] if self._slot_of(ref) not in self.ready]
             if missing:
                 out[job_id] = Reason(ReasonCode.DATA, self._why(missing))
         return out
@@ -279,17 +281,30 @@ class Datasets:
             if row is None:
                 parts.append(f"{ref} was removed")
                 continue
-            trouble = self.trouble.get(row.digest)
+            slot = self._slot(row)
+            trouble = self.trouble.get(slot)
             size = format_memory(row.bytes)
             parts.append(f"{ref} ({size}) cannot be fetched yet: {trouble}" if trouble
                          else f"{ref} ({size}) is being fetched to this machine"
-                         if row.digest in self.fetching else f"{ref} ({size}) is queued "
+                         if slot in self.fetching else f"{ref} ({size}) is queued "
                          "to be fetched to this machine")
         return "waits for its datasets: " + "; ".join(parts)
 
-    def _digest(self, ref: str) -> str | None:
+    def _slot_of(self, ref: str) -> str | None:
         row = self.versions.get(ref)
-        return row.digest if row is not None else None
+        return self._slot(row) if row is not None else None
+
+    def _slot(self, row: DatasetRecord) -> str:
+        """The version's name in the cache: its digest, or, for a root daemon's private
+        dataset (a copy only its owner reads), the digest and the owner's uid hashed: the
+        same content in another's private dataset, or a shared one, is another copy."""
+        got = self._slots.get(row.id)
+        if got is None:
+            owner = self._owner_of(row)
+            slot = row.digest if owner is None else hashlib.sha256(
+                f"{row.digest}:{owner[0]}".encode()).hexdigest()
+            got = self._slots[row.id] = (slot, owner)
+        return got[0]
 
     def _pump(self) -> None:
         """Fetch what waiting jobs need, one version at a time, in the order they came."""
@@ -298,20 +313,21 @@ class Datasets:
         for refs in list(self.waiting.values()):
             for ref in refs:
                 row = self.versions.get(ref)
-                if row is None or row.digest in self.ready or row.digest in self.trouble:
+                if row is None:
                     continue
-                self.fetching.add(row.digest)
-                keep = self._kept()
-                owner = self._owner_of(row)
-                self._pool.submit(self._fetch, row, keep, owner)
+                slot = self._slot(row)
+                if slot in self.ready or slot in self.trouble:
+                    continue
+                self.fetching.add(slot)
+                self._pool.submit(self._fetch, row, slot, self._kept(), self._slots[row.id][1])
                 return
 
     def _kept(self) -> set[str]:
         """Digests never evicted now: those of starting and running jobs, and those
         waiting jobs will read that are here already."""
-        keep = {d for refs in self.pinned.values() for r in refs if (d := self._digest(r))}
+        keep = {d for refs in self.pinned.values() for r in refs if (d := self._slot_of(r))}
         keep |= {d for refs in self.waiting.values() for r in refs
-                 if (d := self._digest(r)) in self.ready}
+                 if (d := self._slot_of(r)) in self.ready}
         return keep
 
     def _owner_of(self, row: DatasetRecord) -> tuple[int, int] | None:
@@ -324,44 +340,44 @@ class Datasets:
             return None
         return (run_as.uid, run_as.gid) if run_as is not None else None
 
-    def _fetch(self, row: DatasetRecord, keep: set[str], owner: tuple[int, int] | None
-               ) -> None:
+    def _fetch(self, row: DatasetRecord, slot: str, keep: set[str],
+               owner: tuple[int, int] | None) -> None:
         """On the worker; the outcome goes to the loop."""
         try:
             self.cache.fetch(self.objects(), row.key, row.digest, keep=keep, now=self.clock(),
-                             owner=owner)
+                             owner=owner, slot=slot)
         except CacheFull as e:  # tried again when a job lets go of its versions
-            self.post(self._fetched, row.digest, str(e), None, True)
+            self.post(self._fetched, slot, str(e), None, True)
         except (StorageError, NotFound, OSError) as e:
             passing = bool(getattr(e, "passing", False))
-            self.post(self._fetched, row.digest, str(e),
+            self.post(self._fetched, slot, str(e),
                       RETRY_PASSING_S if passing else RETRY_OTHER_S)
         except Exception as e:  # never lose the daemon over one fetch
             log.exception("fetching dataset %s failed", ref_of(row))
-            self.post(self._fetched, row.digest, f"{type(e).__name__}: {e}", RETRY_OTHER_S)
+            self.post(self._fetched, slot, f"{type(e).__name__}: {e}", RETRY_OTHER_S)
         else:
-            self.post(self._fetched, row.digest, None, None)
+            self.post(self._fetched, slot, None, None)
 
-    def _fetched(self, digest: str, error: str | None, retry: float | None,
+    def _fetched(self, slot: str, error: str | None, retry: float | None,
                  full: bool = False) -> None:
-        self.fetching.discard(digest)
-        self.full.discard(digest)
+        self.fetching.discard(slot)
+        self.full.discard(slot)
         if error is None:
-            self.ready.add(digest)
-            self.trouble.pop(digest, None)
+            self.ready.add(slot)
+            self.trouble.pop(slot, None)
             self._evicted()
             self.kick()
         else:
-            log.warning("dataset version %s not fetched: %s", digest[:12], error)
-            self.trouble[digest] = error
+            log.warning("dataset version %s not fetched: %s", slot[:12], error)
+            self.trouble[slot] = error
             if full:
-                self.full.add(digest)
+                self.full.add(slot)
             elif retry is not None:
-                self.later(retry, lambda: self._retry(digest))
+                self.later(retry, lambda: self._retry(slot))
         self._pump()
 
-    def _retry(self, digest: str) -> None:
-        self.trouble.pop(digest, None)
+    def _retry(self, slot: str) -> None:
+        self.trouble.pop(slot, None)
         self._pump()
 
     def _evicted(self) -> None:
@@ -379,26 +395,26 @@ class Datasets:
         out: dict[str, str] = {}
         for ref in spec.datasets:
             row = self.versions.get(ref)
-            if row is None or not self.cache.present(row.digest):
+            if row is None or not self.cache.present(self._slot(row)):
                 if row is not None:  # (gone from the cache meanwhile: fetched again)
-                    self.ready.discard(row.digest)
+                    self.ready.discard(self._slot(row))
                     self.waiting[job_id] = tuple(spec.datasets)
                     self._pump()
                 raise DatasetMissing(f"its dataset {ref} is not on this machine (any more); "
                                      "it waits for it again")
-            out[env_name(row.name)] = str(self.cache.path(row.digest))
+            out[env_name(row.name)] = str(self.cache.path(self._slot(row)))
         self.waiting.pop(job_id, None)
         self.pinned[job_id] = tuple(spec.datasets)
         now = self.clock()
-        digests = [self.versions[r].digest for r in spec.datasets]
-        self._pool.submit(self._touch, digests, now)
+        slots = [self._slot(self.versions[r]) for r in spec.datasets]
+        self._pool.submit(self._touch, slots, now)
         return out
 
-    def _touch(self, digests: list[str], now: float) -> None:
+    def _touch(self, slots: list[str], now: float) -> None:
         """A use, for least-recently-used eviction (on the worker)."""
-        for digest in digests:
+        for slot in slots:
             with contextlib.suppress(OSError, StorageError):
-                self.cache.touch(digest, now)
+                self.cache.touch(slot, now)
 
     def mounts(self, found: Mapping[str, str]) -> dict[str, str]:
         """A container's read-only mounts for ``launch``'s variables: its path -> ours."""
@@ -411,8 +427,8 @@ class Datasets:
         if waits and spec.datasets:
             self.waiting[job_id] = tuple(spec.datasets)
         if self.pinned.pop(job_id, None) is not None and self.full:
-            for digest in self.full:  # room may be there now
-                self.trouble.pop(digest, None)
+            for slot in self.full:  # room may be there now
+                self.trouble.pop(slot, None)
             self.full.clear()
             self._pump()
 
@@ -616,22 +632,23 @@ class Datasets:
         self.store.remove_dataset_versions([r.id for r in rows], now=self.clock())
         for ref in refs:
             self.versions.pop(ref, None)
-        keep = {r.digest for r in self.versions.values()}
-        await asyncio.to_thread(self._drop_files, rows, keep)
+        keep = {self._slot(r) for r in self.versions.values()}
+        await asyncio.to_thread(self._drop_files, [(r, self._slot(r)) for r in rows], keep)
         return [version_view(r) for r in rows]
 
-    def _drop_files(self, rows: list[DatasetRecord], keep: Collection[str]) -> None:
-        for row in rows:
+    def _drop_files(self, rows: list[tuple[DatasetRecord, str]], keep: Collection[str]
+                    ) -> None:
+        for row, slot in rows:
             try:
                 self.objects().delete(row.key)
             except (StorageError, NotFound) as e:
                 log.warning("dataset %s: its files stay in the store: %s", ref_of(row), e)
-            if row.digest not in keep:
+            if slot not in keep:
                 try:
-                    self.cache.remove(row.digest)
+                    self.cache.remove(slot)
                 except (OSError, StorageError) as e:
                     log.warning("dataset %s: its cached copy stays: %s", ref_of(row), e)
-                self.ready.discard(row.digest)
+                self.ready.discard(slot)
 
     # --- what people see ----------------------------------------------------------------
     def views(self, user: str, admin: bool) -> list[dict[str, Any]]:
@@ -645,7 +662,7 @@ class Datasets:
             rows.sort(key=lambda r: r.version)
             latest = rows[-1]
             out.append({**version_view(latest), "versions": [r.version for r in rows],
-                        "cached": latest.digest in self.ready})
+                        "cached": self._slot(latest) in self.ready})
         return out
 
     async def show(self, given: str, user: str, admin: bool) -> dict[str, Any]:
@@ -659,7 +676,7 @@ class Datasets:
         jobs = [{"id": j, "state": s} for j, _, s in
                 self.store.jobs_using([ref_of(row)], live=False)[-50:]]
         return {**version_view(row), "versions": others, "contents": files,
-                "cached": row.digest in self.ready, "jobs": jobs,
+                "cached": self._slot(row) in self.ready, "jobs": jobs,
                 "in_store": manifest is not None}
 
     def _find_any(self, given: str, user: str) -> DatasetRecord:
@@ -680,13 +697,13 @@ class Datasets:
             entries = self.cache.entries()
         except (OSError, StorageError):
             entries = []
-        by_digest: dict[str, list[str]] = {}
+        by_slot: dict[str, list[str]] = {}
         for ref, row in self.versions.items():
-            by_digest.setdefault(row.digest, []).append(ref)
+            by_slot.setdefault(self._slot(row), []).append(ref)
         return {"path": str(self.cache.root), "limit": self.cache.limit,
                 "bytes": sum(e.size for e in entries),
                 "versions": [{"digest": e.digest, "bytes": e.size, "used_at": e.used_at,
-                              "refs": by_digest.get(e.digest, [])} for e in entries],
+                              "refs": by_slot.get(e.digest, [])} for e in entries],
                 "fetching": sorted(self.fetching), "trouble": dict(self.trouble)}
 
 

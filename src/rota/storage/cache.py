@@ -61,7 +61,7 @@ class CacheFull(StorageError):
 
 @dataclass(frozen=True)
 class CacheEntry:
-    digest: str
+    digest: str  # its name in the cache: the content's digest, or a private copy's slot
     size: int  # bytes of its files
     files: int
     used_at: float  # the last fetch or touch (epoch seconds)
@@ -144,19 +144,23 @@ class DatasetCache:
 
     def fetch(self, store: ObjectStore, key: str, digest: str, *,
               keep: Collection[str] = (), now: float,
-              owner: tuple[int, int] | None = None) -> Path:
+              owner: tuple[int, int] | None = None, slot: str | None = None) -> Path:
         """The version ``digest`` of ``key``, from the cache or fetched into it; returns its
         read-only folder. ``keep``: versions that must not be evicted to make room (the
         others the same job uses). ``owner`` (uid, gid): the version is that account's
         alone (a root daemon fetching a private dataset): chowned, modes 0400/0500.
 
+        ``slot``: the name it is cached under (64 hex digits) when not ``digest``: the same
+        content as one account's private copy and as another's, or as a shared one.
+
         The key must still hold that version: a key republished with other files since the
         digest was chosen is refused rather than served under the old name."""
-        target = self.path(digest)
+        name = slot or digest
+        target = self.path(name)
         where = f"dataset cache {self.root}: {store.url}: {key}"
         with self._locked():
             if target.is_dir():
-                self._touch_locked(digest, now)
+                self._touch_locked(name, now)
                 return target
         manifest = store.manifest(key)
         if manifest is None:
@@ -165,11 +169,11 @@ class DatasetCache:
             raise _republished(where, digest, manifest.digest())
         with self._locked():
             if target.is_dir():  # another process brought it meanwhile
-                self._touch_locked(digest, now)
+                self._touch_locked(name, now)
                 return target
-            removed = self._make_room_locked(manifest.total_size, {*keep, digest}, now)
+            removed = self._make_room_locked(manifest.total_size, {*keep, name}, now)
         self._empty_trash(removed)
-        return self._download(store, key, digest, where, now, owner)
+        return self._download(store, key, digest, where, now, owner, name)
 
     def clean_leftovers(self, now: float) -> list[str]:
         """Removes what interrupted processes left: downloads and evicted versions older
@@ -259,12 +263,12 @@ class DatasetCache:
             _remove(aside)
 
     def _download(self, store: ObjectStore, key: str, digest: str, where: str,
-                  now: float, owner: tuple[int, int] | None) -> Path:
-        target = self.path(digest)
+                  now: float, owner: tuple[int, int] | None, name: str) -> Path:
+        target = self.path(name)
         incoming = self.root / _INCOMING
         with _oserrors(where):
             incoming.mkdir(mode=_PRIVATE, exist_ok=True)
-            dest = incoming / f"{digest}-{uuid.uuid4().hex}"
+            dest = incoming / f"{name}-{uuid.uuid4().hex}"
             lock = dest.with_name(f"{dest.name}.lock")
             # held while this process lives: clean_leftovers spares a download however long
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -278,10 +282,10 @@ class DatasetCache:
                     _seal(dest, owner)
                     with self._locked():
                         if target.is_dir():  # another process won: theirs is the same
-                            self._touch_locked(digest, now)
+                            self._touch_locked(name, now)
                         else:
-                            self._write_meta(digest, CacheEntry(
-                                digest, got.total_size, len(got.files), now))
+                            self._write_meta(name, CacheEntry(
+                                name, got.total_size, len(got.files), now))
                             os.rename(dest, target)
             finally:
                 if dest.exists():  # failed, or lost to another process
