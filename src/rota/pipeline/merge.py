@@ -30,7 +30,7 @@ from typing import Any
 
 from rota.errors import RotaError, StorageError
 from rota.pipeline.results import write_private
-from rota.storage.s3 import translate_error
+from rota.storage.s3 import translate_error, upload_prefix
 
 MERGE_RECORD = "rota-merge.json"
 MANIFEST = "rota-manifest.json"
@@ -179,20 +179,10 @@ def _manifest(out: Path) -> list[dict[str, Any]]:
 
 
 def _to_s3(out: Path, dest: str) -> str:
-    import boto3
-
-    bucket, _, prefix = dest.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    client = boto3.client("s3")
+    """Every file (each retried alone), then the manifest (rota.storage.s3.upload_prefix)."""
     manifest = _manifest(out)
-    for f in manifest:
-        key = f"{prefix}/{f['name']}" if prefix else f["name"]
-        _retrying(f"upload of s3://{bucket}/{key}",
-                  lambda key=key, f=f: client.upload_file(str(out / f["name"]), bucket, key))
     body = json.dumps({"files": manifest}, indent=1).encode()
-    key = f"{prefix}/{MANIFEST}" if prefix else MANIFEST
-    _retrying(f"upload of s3://{bucket}/{key}",
-              lambda: client.put_object(Bucket=bucket, Key=key, Body=body))
+    upload_prefix(out, dest, last={MANIFEST: body}, attempt=_retrying)
     print(f"merge: published to {dest} ({len(manifest)} files, manifest last)", flush=True)
     return dest
 

@@ -32,6 +32,7 @@ from rota.pipeline import data
 from rota.pipeline.config import PipelineConfig
 from rota.pipeline.results import write_private
 from rota.pipeline.steps import CONFIG_ENV, HELDOUT_FILE
+from rota.storage import s3
 
 RETRY_WAITS_S = (2.0, 8.0)  # a passing S3 error gets two more tries
 
@@ -142,25 +143,14 @@ class _S3:
 
     def get(self) -> Any:
         if self._client is None:
-            try:
-                import boto3
-            except ImportError:
-                raise data.DataError("S3 needs boto3 (pip install 'rota[pipeline]')") \
-                    from None
             up = self.cfg.upload
-            endpoint = (up.endpoint_url if up is not None else None) or \
-                os.environ.get("S3_COMPATIBLE_ENDPOINT") or None
-            keys = {}
-            if os.environ.get("S3_COMPATIBLE_ACCESS_KEY"):
-                keys = {"aws_access_key_id": os.environ["S3_COMPATIBLE_ACCESS_KEY"],
-                        "aws_secret_access_key": os.environ.get("S3_COMPATIBLE_SECRET_KEY")}
-            from botocore.config import Config
-
-            self._client = boto3.client("s3", endpoint_url=endpoint,
-                                        config=Config(signature_version="s3v4"),
-                                        region_name=(up.region if up else None) or
-                                        os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-                                        **keys)
+            self._client = s3.make_client(
+                endpoint_url=(up.endpoint_url if up is not None else None)
+                or os.environ.get("S3_COMPATIBLE_ENDPOINT") or None,
+                region=(up.region if up else None) or os.environ.get("AWS_DEFAULT_REGION")
+                or "us-east-1",
+                access_key=os.environ.get("S3_COMPATIBLE_ACCESS_KEY") or None,
+                secret_key=os.environ.get("S3_COMPATIBLE_SECRET_KEY"))
         return self._client
 
 
@@ -181,14 +171,13 @@ def upload(cfg: PipelineConfig, number: int, files: dict[str, list[dict[str, Any
         key = "/".join(p for p in (up.prefix.strip("/"), cfg.name, f"round-{number}",
                                    f"{tag}_{names[kind]}.json") if p)
         body = json.dumps(rows, ensure_ascii=False, default=str).encode()
-        _with_retries(f"upload of s3://{bucket}/{key}",
-                      lambda key=key, body=body: client.get().put_object(
-                          Bucket=bucket, Key=key, Body=body,
-                          ContentType="application/json"))
-        url = _with_retries(f"a URL for s3://{bucket}/{key}",
-                            lambda key=key: client.get().generate_presigned_url(
-                                "get_object", Params={"Bucket": bucket, "Key": key},
-                                ExpiresIn=int(up.expires)))
+        uri = f"s3://{bucket}/{key}"
+        _with_retries(f"upload of {uri}",
+                      lambda uri=uri, body=body: s3.upload_bytes(
+                          body, uri, client=client.get(), content_type="application/json"))
+        url = _with_retries(f"a URL for {uri}",
+                            lambda uri=uri: s3.presigned_get(uri, up.expires,
+                                                             client=client.get()))
         urls["dataset" if names[kind] == "dataset" else kind] = url
         objects.append(f"s3://{bucket}/{key}")
         print(f"uploaded s3://{bucket}/{key} ({len(rows)} examples, {len(body)} bytes)",
