@@ -111,6 +111,18 @@ def test_a_job_reads_a_registered_dataset_and_its_outputs_come_back(tmp_path: Pa
         assert [(x["name"], x["version"], x["versions"]) for x in listed] == [
             ("text-mini", 2, [1, 2])]
         assert cli_json(d, "dataset", "show", "text-mini:v1")["digest"] == v1["digest"]
+        # a spec file names them too (YAML `datasets:`); a bad item is named by its line
+        specs, bad = tmp_path / "jobs.yaml", tmp_path / "bad.yaml"
+        specs.write_text("- command: [sh, -c, 'ls \"$ROTA_DATASET_TEXT_MINI\"']\n"
+                         "  gpus: 0\n  datasets: [text-mini:v1]\n")
+        bad.write_text("- command: ['true']\n  gpus: 0\n  datasets: [no-such-set]\n")
+        r = d.cli("submit", "-f", str(bad))
+        assert r.returncode == 2 and "bad.yaml:1" in r.stderr \
+            and "no dataset 'no-such-set'" in r.stderr, r.stderr
+        from_file = int(cli_json(d, "submit", "-f", str(specs))["jobs"][0]["id"])
+        assert cli_json(d, "show", str(from_file))["spec"]["datasets"] == [v1["ref"]]
+        assert ended(d, from_file)["state"] == "completed"
+        assert "train.txt" in d.cli("logs", str(from_file)).stdout
         assert cli_json(d, "dataset", "show", f"text-mini:{v1['digest'][:8]}")["version"] == 1
         # what cannot be: said, naming it, and nothing is queued
         for bad, said in ((["--dataset", "nope"], "no dataset 'nope'"),
