@@ -155,6 +155,11 @@ class StorageSettings(BaseModel):
                                  "quota); past it its jobs wait")
     workspace_scan: float = Field(default=60.0, gt=0, description="seconds between "
                                   "measurements of the workspaces' sizes")
+    workspace_url: str | None = Field(default=None, description="an S3 prefix "
+                                      "(s3://bucket/prefix) that is the workspaces' home: "
+                                      "USER/PROJECT/... objects in it, brought here before a "
+                                      "job starts and sent back when the last one ends; "
+                                      "default: none, the local folders alone")
     cleanup_days: float = Field(default=30.0, gt=0, description="`rota workspace clean` "
                                 "lists files untouched for this many days by default")
     max_dataset_bytes: int = Field(default=100 << 30, gt=0, description="the most one "
@@ -177,6 +182,13 @@ class StorageSettings(BaseModel):
     def _url(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith(("/", "file:///", "s3://")):
             raise ValueError(f"{v!r}: a local folder (/path, file:///path) or s3://bucket")
+        return v
+
+    @field_validator("workspace_url")
+    @classmethod
+    def _workspace_url(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("s3://") or not v[5:].partition("/")[0]):
+            raise ValueError(f"{v!r}: an S3 prefix, s3://bucket or s3://bucket/prefix")
         return v
 
 

@@ -117,7 +117,8 @@ class Daemon:
                                    later=self.later)
         self.share_links = ShareLinks(settings, store, self.artifacts, clock)
         self.workspaces = Workspaces(settings, store, clock, post=self._post, kick=self.kick,
-                                     later=self.later)
+                                     later=self.later,
+                                     run_as=lambda user: self.launcher.run_as(user))
         self.datasets = Datasets(settings, store, clock, post=self._post, kick=self.kick,
                                  later=self.later, objects=self.artifacts.objects,
                                  state=self.table.states.get,
@@ -126,7 +127,8 @@ class Daemon:
                            tracking=self.tracking, metrics=self.metrics, batch=self.batch,
                            write_launches=lambda: self.launcher.write_launches(),
                            kick=self.kick, tidy=self._tidy, tidy_every=TIDY_EVERY_EXITS,
-                           artifacts=self.artifacts, datasets=self.datasets)
+                           artifacts=self.artifacts, datasets=self.datasets,
+                           workspaces=self.workspaces)
         self.launcher = Launcher(settings=settings, store=store, clock=clock, table=self.table,
                                  backends=self.backends, monitor=self.monitor,
                                  tracking=self.tracking, metrics=self.metrics,
@@ -194,7 +196,7 @@ class Daemon:
         with self.store.transaction():
             recover(self, pending=False)  # the pending jobs come page by page, answering
         self.artifacts.resume()
-        self.workspaces.start()
+        self.workspaces.start(self.running.values())  # (a bucket's copies: see held)
         self.datasets.start()
         self._tidy()
         self.monitor.refresh()
@@ -361,8 +363,11 @@ class Daemon:
             by_id = None
         else:
             pending, by_id = self.queue.ordered(), self.queue.index()
+        # held back outside the pass: datasets being fetched, workspaces being brought
+        held = self.workspaces.held(self.datasets.held(), self.queue.get,
+                                    lambda: list(self.queue.index()))
         return Snapshot(gpus=gpus, pending=pending, over_quota=over_quota,
-                        gpu_allowance=allowance, held=self.datasets.held() or None,
+                        gpu_allowance=allowance, held=held,
                         dependency_states=deps, presorted=True,
                         by_id=by_id, smallest_milli=self.queue.smallest_milli(),
                         running=running)
@@ -382,6 +387,7 @@ class Daemon:
             self.job_state, plan, now=now, draining=self.draining)
         if starts:
             self.launcher.start(starts, now)
+            self.workspaces.started(self.running.get(s.job_id) for s in plan.starts)
         for p in plan.preemptions:
             victim = self.running.get(p.victim)
             if victim is not None and victim.stop_reason is None:
@@ -446,6 +452,7 @@ class Daemon:
                 self.launcher.forget_unrecorded()
                 self.table.forget()
                 recover(self)
+                self.workspaces.resume(self.running.values())
         except Exception:
             self._resync_wait = min(max(2 * self._resync_wait, 0.5), RESYNC_MAX_S)
             log.exception("taking the work up again failed; next try in %.1f s",

@@ -54,6 +54,7 @@ from rota.server.logstream import read_tail
 from rota.server.metrics import Metrics
 from rota.server.running import Running
 from rota.server.tracking import Tracking
+from rota.server.workspaces import Workspaces
 from rota.store.repo import Store
 
 #: how long the exits after a first one are gathered before they are recorded in one
@@ -95,10 +96,11 @@ class Exits:
                  write_launches: Callable[[], None], kick: Callable[[], None],
                  tidy: Callable[[], bool], tidy_every: int,
                  artifacts: Artifacts | None = None, datasets: Datasets | None = None,
-                 ) -> None:
+                 workspaces: Workspaces | None = None) -> None:
         self.store, self.clock, self.table, self.monitor = store, clock, table, monitor
         self.artifacts = artifacts  # saves a job's outputs at its end
         self.datasets = datasets  # a job's datasets stay in the cache while it runs
+        self.workspaces = workspaces  # a bucket's workspace goes back when its last job ends
         self.tracking, self.metrics, self.batch = tracking, metrics, batch
         # an exit may be of a job whose start is not stored yet: stored first
         self.write_launches, self.kick = write_launches, kick
@@ -253,7 +255,10 @@ class Exits:
         self.kick()
 
     def _let_go(self, run: Running) -> None:
-        """A local job's datasets may leave the cache once it is not running."""
+        """A local job's datasets may leave the cache once it is not running; its
+        workspace, if a bucket is its home, goes back there once none of its jobs is."""
+        if self.workspaces is not None:
+            self.workspaces.ended(run.job_id)
         if self.datasets is not None and run.spec.datasets \
                 and not run.backend.capabilities.engine:
             self.datasets.ended(run.job_id, run.spec, waits=self.table.state(run.job_id)

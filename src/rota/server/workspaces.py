@@ -5,6 +5,10 @@ a job without a project), made at its first launch and owned by the job's accoun
 0700). A container job sees it mounted at ``/workspace``. It outlives the jobs: what one
 job leaves there, the next one of the same user and project finds.
 
+With ``[storage] workspace_url`` (an S3 prefix) the bucket is each workspace's home and
+this folder a synced copy: brought before a job starts, sent back when the last one ends
+(rota.server.workspace_sync).
+
 Sizes are measured every ``[storage] workspace_scan`` seconds on a worker thread (the
 regular files' sizes, links not followed). A workspace over its quota (its own, set by an
 admin, else ``[storage] workspace_quota``) holds its jobs in the queue with that reason
@@ -17,19 +21,24 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rota.backends.base import RunAs
 from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.quota import Owner, workspace_owner
+from rota.core.snapshot import PendingJob
 from rota.errors import BackendError, NotFound
 from rota.server.workspace_cleanup import Plan, Stale
+from rota.server.workspace_sync import WorkspaceSync
 from rota.store.repo import Store
 from rota.units import format_memory
+
+if TYPE_CHECKING:
+    from rota.server.running import Running
 
 log = logging.getLogger("rota.workspaces")
 
@@ -69,7 +78,8 @@ def folder_size(top: str) -> int:
 class Workspaces:
     def __init__(self, settings: Settings, store: Store, clock: Callable[[], float],
                  post: Callable[..., None], kick: Callable[[], None],
-                 later: Callable[[float, Callable[[], None]], None]) -> None:
+                 later: Callable[[float, Callable[[], None]], None],
+                 run_as: Callable[[str], RunAs | None] | None = None) -> None:
         self.settings, self.store, self.clock = settings, store, clock
         self.post, self.kick, self.later = post, kick, later
         self.root = settings.workspaces_root
@@ -84,13 +94,43 @@ class Workspaces:
         self._scanning = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-workspaces")
         self.plans: dict[str, Plan] = {}  # cleanup dry runs, until applied or PLAN_KEPT_S
+        url = settings.storage.workspace_url
+        self.sync = WorkspaceSync(settings, url, clock, post=post, kick=kick, later=later,
+                                  run_as=run_as) if url else None
 
-    def start(self) -> None:
+    def start(self, running: Iterable[Running] = ()) -> None:
+        """After recovery (``running``: the jobs it took up again)."""
         self.quotas = self.store.workspace_quotas()
         self.scan()
+        if self.sync is not None:
+            self.sync.start(running)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.sync is not None:
+            self.sync.close()
+
+    # --- a bucket's copies: jobs starting and ending here (rota.server.workspace_sync) ----
+    def held(self, first: Mapping[int, Reason], pending: Callable[[int], PendingJob | None],
+             ids: Callable[[], Iterable[int]]) -> Mapping[int, Reason] | None:
+        """What the pass holds back: ``first`` (datasets), and with a bucket, the waiting
+        jobs whose workspace copy is not current here."""
+        if self.sync is None:
+            return first or None
+        return self.sync.held(first, pending, ids)
+
+    def started(self, runs: Iterable[Running | None]) -> None:
+        if self.sync is not None:
+            self.sync.started(runs)
+
+    def ended(self, job_id: int) -> None:
+        if self.sync is not None:
+            self.sync.ended(job_id)
+
+    def resume(self, running: Iterable[Running]) -> None:
+        """The jobs running here after the daemon took its work up again."""
+        if self.sync is not None:
+            self.sync.resume(running)
 
     # --- at launch (on the loop: cheap once made) -------------------------------------------
     def ensure(self, user: str, project: str | None, run_as: RunAs | None) -> Path:
@@ -145,7 +185,7 @@ class Workspaces:
             return
         for user in sorted(os.listdir(self.root)):
             top = self.root / user
-            if top.is_symlink() or not top.is_dir():
+            if user.startswith(".") or top.is_symlink() or not top.is_dir():  # (.sync)
                 continue
             for project in sorted(os.listdir(top)):
                 path = top / project
@@ -179,7 +219,8 @@ class Workspaces:
         """A workspace that exists (NotFound otherwise)."""
         user, _, project = name.partition("/")
         path = self.root / user / project
-        if not project or "/" in project or path.is_symlink() or not path.is_dir():
+        if not project or "/" in project or user.startswith(".") or path.is_symlink() \
+                or not path.is_dir():
             raise NotFound(f"no workspace {name}: `rota workspace` lists them")
         return path
 

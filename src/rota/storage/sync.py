@@ -1,0 +1,492 @@
+"""A folder kept in step with an S3 prefix, file by file, as plain objects (what ``aws s3``
+sees): ``<prefix>/<path below the folder>``. Beside the folder lives an index (path ->
+size, ETag, local mtime_ns) of how both sides were when they last matched; a sync
+compares each side with it to learn what changed where, so nothing unchanged is sent
+again, and a deletion is carried over only for a file the index knew.
+
+- :func:`sync_down` brings what changed in the bucket since the index: new or changed
+  objects are downloaded, files the index had that the bucket no longer has are removed.
+  A file changed here too is never overwritten nor removed: it is kept (and goes up at the
+  next :func:`sync_up`), unless both sides hold the same bytes.
+- :func:`sync_up` sends what changed here since the index: new or changed files are
+  uploaded, objects of files the index had that are gone here are deleted (only while
+  the object is still the one the index knew: a newer one comes down next time).
+
+Links are never followed (nor uploaded), and neither special files; every local path is
+walked through directory descriptors opened with ``O_NOFOLLOW``, so a link swapped in
+meanwhile cannot lead a sync outside the folder. A download is written aside (in
+``staging``) and renamed into place: a file is whole or absent. Both functions change
+``index`` in place as each file is done, so that an index saved after a failure is still
+true of what was done. Errors are Rota's (``rota.storage.s3.translate_error``)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rota.errors import StorageError
+from rota.storage.manifest import CHUNK
+from rota.storage.s3 import MULTIPART_THRESHOLD, _edge
+
+#: how deep a workspace's folders are walked (deeper ones are passed over, and named)
+MAX_DEPTH = 256
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+INDEX_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """A file as both sides last held it: the object's size and ETag, the local file's
+    mtime (ns)."""
+
+    size: int
+    etag: str
+    mtime_ns: int
+
+
+Index = dict[str, Indexed]
+
+
+@dataclass
+class Counts:
+    """What one sync did (tests count transfers with it; the log tells it)."""
+
+    downloaded: int = 0
+    uploaded: int = 0
+    moved_bytes: int = 0
+    removed_here: int = 0  # local files removed: gone from the bucket
+    removed_there: int = 0  # objects deleted: gone from here
+    adopted: int = 0  # the same bytes on both sides: indexed without a transfer
+    kept: list[str] = field(default_factory=list)  # changed on both sides: this copy kept
+    skipped: list[str] = field(default_factory=list)  # links, special files, ... (why)
+
+    @property
+    def transfers(self) -> int:
+        return self.downloaded + self.uploaded
+
+    def text(self) -> str:
+        parts = [f"{n} {what}" for n, what in (
+            (self.downloaded, "downloaded"), (self.uploaded, "uploaded"),
+            (self.removed_here, "removed here"), (self.removed_there, "removed there"),
+            (self.adopted, "found equal"), (len(self.kept), "kept (changed on both sides)"),
+            (len(self.skipped), "skipped")) if n]
+        return ", ".join(parts) or "nothing to do"
+
+
+# --- the index ------------------------------------------------------------------------------
+
+def load_index(path: Path) -> Index:
+    """The index kept at ``path``; empty when there is none. A damaged one counts as none:
+    every file is then new to both sides, so nothing is removed on either side for it, and
+    a file on both sides is kept as it is here unless the bytes are the same."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        files = doc["files"]
+        return {str(k): Indexed(int(v[0]), str(v[1]), int(v[2])) for k, v in files.items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return {}
+
+
+def save_index(path: Path, index: Index) -> None:
+    """Write the index atomically (aside, then renamed over the old one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    doc = {"version": INDEX_VERSION,
+           "files": {k: [v.size, v.etag, v.mtime_ns] for k, v in sorted(index.items())}}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# --- the bucket -----------------------------------------------------------------------------
+
+class Remote:
+    """The objects under ``s3://bucket/prefix/`` through boto3's ``client``."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+        self.client, self.bucket = client, bucket
+        self.prefix = prefix.strip("/")
+        self.base = f"{self.prefix}/" if self.prefix else ""
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, rel: str) -> str:
+        return self.base + rel
+
+    def name(self, rel: str) -> str:
+        return f"s3://{self.bucket}/{self.key(rel)}"
+
+    def listing(self, skipped: list[str] | None = None) -> dict[str, tuple[int, str]]:
+        """Path below the prefix -> (size, ETag) of every object; folder markers and keys
+        that are no plain relative path (``..``, ``//``) are passed over."""
+        found: dict[str, tuple[int, str]] = {}
+        with _edge(f"{self.url}: list"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.base)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    rel = obj["Key"][len(self.base):]
+                    if not rel or rel.endswith("/"):
+                        continue  # a folder marker
+                    if not _plain(rel):
+                        if skipped is not None:
+                            skipped.append(f"{rel}: not a plain path")
+                        continue
+                    found[rel] = (int(obj.get("Size") or 0), str(obj.get("ETag") or ""))
+        return found
+
+    def get(self, rel: str) -> tuple[Any, int, str]:
+        """(streamed body, size, ETag) of the object now: the ETag of the bytes read."""
+        with _edge(self.name(rel)):
+            got = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))
+        return got["Body"], int(got.get("ContentLength") or 0), str(got.get("ETag") or "")
+
+    def put(self, rel: str, f: Any, size: int) -> str:
+        """Upload the open file ``f`` (``size`` bytes) as the object; its ETag."""
+        where = self.name(rel)
+        with _edge(where):
+            if size < MULTIPART_THRESHOLD:  # one request, which answers the ETag
+                got = self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=f)
+                return str(got.get("ETag") or "")
+            from rota.storage.s3 import transfer_config
+
+            self.client.upload_fileobj(f, self.bucket, self.key(rel), Config=transfer_config())
+            head = self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
+            return str(head.get("ETag") or "")
+
+    def delete(self, rels: list[str]) -> None:
+        """Delete these objects, a thousand a request."""
+        for i in range(0, len(rels), 1000):
+            batch = rels[i:i + 1000]
+            with _edge(f"{self.url}: delete"):
+                got = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self.key(r)} for r in batch], "Quiet": True})
+            if got.get("Errors"):
+                e = got["Errors"][0]
+                raise StorageError(f"s3://{self.bucket}/{e.get('Key')}: cannot delete: "
+                                   f"{e.get('Code')}: {e.get('Message')} "
+                                   f"({len(got['Errors'])} objects not deleted)")
+
+
+def _plain(rel: str) -> bool:
+    parts = rel.split("/")
+    return "\0" not in rel and all(p not in ("", ".", "..") for p in parts)
+
+
+# --- the folder -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    size: int
+    mtime_ns: int
+    uid: int
+
+
+def walk(folder: Path, skipped: list[str] | None = None) -> dict[str, Local]:
+    """Path -> (size, mtime_ns, uid) of the regular files under ``folder``; links and
+    special files are passed over (named in ``skipped``), as are names that cannot be an
+    object's key (not UTF-8). An absent folder holds nothing."""
+    found: dict[str, Local] = {}
+    try:
+        top = os.open(folder, _DIR_FLAGS)
+    except FileNotFoundError:
+        return found
+    except OSError as e:
+        raise StorageError(f"{folder}: cannot be read: {e.strerror or e}") from None
+    note = skipped.append if skipped is not None else (lambda _: None)
+
+    def visit(fd: int, rel: str, depth: int) -> None:
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for entry in entries:
+            name = entry.name
+            path = rel + name
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                note(f"{path.encode('utf-8', 'replace').decode()}: not a UTF-8 name")
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(st.st_mode):
+                found[path] = Local(st.st_size, st.st_mtime_ns, st.st_uid)
+            elif stat.S_ISDIR(st.st_mode):
+                if depth >= MAX_DEPTH:
+                    note(f"{path}/: deeper than {MAX_DEPTH} folders")
+                    continue
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as e:  # swapped for a link meanwhile (ELOOP), unreadable
+                    note(f"{path}/: {e.strerror or e}")
+                    continue
+                try:
+                    visit(sub, path + "/", depth + 1)
+                except OSError as e:  # unreadable: passed over, and named
+                    note(f"{path}/: {e.strerror or e}")
+                finally:
+                    os.close(sub)
+            else:
+                note(f"{path}: a link, not followed" if stat.S_ISLNK(st.st_mode)
+                     else f"{path}: not a regular file")
+
+    try:
+        visit(top, "", 0)
+    except OSError as e:
+        raise StorageError(f"{folder}: cannot be read: {e.strerror or e}") from None
+    finally:
+        os.close(top)
+    return found
+
+
+@contextlib.contextmanager
+def _parent(folder: Path, rel: str, *, make: bool = False,
+            owner: tuple[int, int] | None = None) -> Iterator[int | None]:
+    """A descriptor of the folder that holds ``rel`` (each step opened without following
+    a link; made when ``make``, given to ``owner``), or None when the way there is not
+    folders (a link, a file) or, without ``make``, does not exist."""
+    parts = rel.split("/")[:-1]
+    fd = os.open(folder, _DIR_FLAGS)
+    try:
+        for part in parts:
+            try:
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not make:
+                    yield None
+                    return
+                os.mkdir(part, 0o700, dir_fd=fd)
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                if owner is not None:
+                    os.fchown(sub, *owner)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    yield None
+                    return
+                raise
+            os.close(fd)
+            fd = sub
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _same(st: os.stat_result, was: Indexed | Local) -> bool:
+    return stat.S_ISREG(st.st_mode) and st.st_size == was.size \
+        and st.st_mtime_ns == was.mtime_ns
+
+
+def _md5_matches(folder: Path, rel: str, size: int, etag: str) -> bool:
+    """Whether the local file holds the bytes of an object with this ETag (an ETag is the
+    MD5 of a single-part upload's bytes; a multipart one's says nothing: False)."""
+    tag = etag.strip('"')
+    if "-" in tag or len(tag) != 32:
+        return False
+    try:
+        with _parent(folder, rel) as fd:
+            if fd is None:
+                return False
+            f = os.open(rel.rpartition("/")[2], _READ_FLAGS, dir_fd=fd)
+    except OSError:
+        return False
+    with os.fdopen(f, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            return False
+        h, n = hashlib.md5(usedforsecurity=False), 0
+        while chunk := src.read(CHUNK):
+            h.update(chunk)
+            n += len(chunk)
+    return n == size and h.hexdigest() == tag
+
+
+# --- down ----------------------------------------------------------------------------------
+
+def sync_down(remote: Remote, folder: Path, index: Index, *, staging: Path,
+              owner: tuple[int, int] | None = None) -> Counts:
+    """Bring to ``folder`` what changed in the bucket since ``index`` (see the module's
+    text); ``staging``: a folder on the same file system for downloads under way;
+    ``owner``: (uid, gid) the files and folders made are given to."""
+    counts = Counts()
+    folder = Path(folder)
+    if not folder.is_dir():
+        folder.mkdir(parents=True, mode=0o700)
+        if owner is not None:
+            os.chown(folder, *owner, follow_symlinks=False)
+    objects = remote.listing(counts.skipped)
+    local = walk(folder, counts.skipped)
+    staging.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for rel in sorted(objects.keys() | index.keys()):
+        obj, was, here = objects.get(rel), index.get(rel), local.get(rel)
+        if obj is not None:
+            size, etag = obj
+            if was is not None and (was.size, was.etag) == (size, etag):
+                continue  # the bucket's is the one indexed: what changed here goes up later
+            if here is None or (was is not None and (here.size, here.mtime_ns)
+                                == (was.size, was.mtime_ns)):
+                _download(remote, folder, rel, index, counts, staging, owner, was=was)
+            elif here.size == size and _md5_matches(folder, rel, size, etag):
+                index[rel] = Indexed(size, etag, here.mtime_ns)
+                counts.adopted += 1
+            else:  # changed here and there: this copy is kept, and goes up next
+                counts.kept.append(rel)
+        elif was is not None:  # gone from the bucket
+            if here is not None and (here.size, here.mtime_ns) == (was.size, was.mtime_ns):
+                if _remove_local(folder, rel, was):
+                    counts.removed_here += 1
+                else:
+                    counts.kept.append(rel)
+            elif here is not None:
+                counts.kept.append(rel)  # changed here: a new file to the bucket now
+            del index[rel]
+    return counts
+
+
+def _download(remote: Remote, folder: Path, rel: str, index: Index, counts: Counts,
+              staging: Path, owner: tuple[int, int] | None, *, was: Indexed | None) -> None:
+    name = rel.rpartition("/")[2]
+    with _parent(folder, rel, make=True, owner=owner) as fd:
+        if fd is None:
+            counts.skipped.append(f"{rel}: a link or a file is in the way of its folder")
+            return
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not (stat.S_ISREG(st.st_mode)
+                                   and (was is None or _same(st, was))):
+            # a folder, a link or a special file; or a file changed since it was walked
+            counts.skipped.append(f"{rel}: something else is in its place here")
+            return
+        tmp = str(staging / f"down-{os.urandom(8).hex()}")
+        # (0666 less the umask, as any new file; its owner's alone when it has one)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                      0o600 if owner is not None else 0o666)
+        try:
+            body, size, etag = remote.get(rel)
+            with os.fdopen(out, "wb") as f:
+                with _edge(remote.name(rel)):
+                    try:
+                        while chunk := body.read(CHUNK):
+                            f.write(chunk)
+                    finally:
+                        body.close()
+                f.flush()
+                if owner is not None:
+                    os.fchown(f.fileno(), *owner)
+                got = os.fstat(f.fileno())
+            if got.st_size != size:
+                raise StorageError(f"{remote.name(rel)}: {got.st_size} bytes came of the "
+                                   f"{size} announced")
+            os.replace(tmp, name, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    index[rel] = Indexed(size, etag, got.st_mtime_ns)
+    counts.downloaded += 1
+    counts.moved_bytes += size
+
+
+def _remove_local(folder: Path, rel: str, was: Indexed) -> bool:
+    """Remove the file if it is still as indexed; False when it is not (kept)."""
+    name = rel.rpartition("/")[2]
+    with _parent(folder, rel) as fd:
+        if fd is None:
+            return False
+        try:
+            if not _same(os.stat(name, dir_fd=fd, follow_symlinks=False), was):
+                return False
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return True
+    return True
+
+
+# --- up ------------------------------------------------------------------------------------
+
+def sync_up(remote: Remote, folder: Path, index: Index, *,
+            owner_uid: int | None = None) -> Counts:
+    """Send to the bucket what changed in ``folder`` since ``index`` (see the module's
+    text). ``owner_uid``: files of another account are not sent (a root daemon syncing a
+    user's folder never uploads a file the user could not read: a hard link to one).
+    A file that cannot be read is skipped and named; the bucket's errors raise."""
+    counts = Counts()
+    folder = Path(folder)
+    local = walk(folder, counts.skipped)
+    objects = remote.listing(counts.skipped)
+    gone: list[str] = []
+    for rel in sorted(local.keys() | index.keys()):
+        here, was, obj = local.get(rel), index.get(rel), objects.get(rel)
+        if here is not None:
+            if was is not None and (here.size, here.mtime_ns) == (was.size, was.mtime_ns):
+                continue  # unchanged here: what changed in the bucket comes down later
+            if owner_uid is not None and here.uid != owner_uid:
+                counts.skipped.append(f"{rel}: not its owner's file")
+                continue
+            if obj is not None and obj[0] == here.size \
+                    and _md5_matches(folder, rel, here.size, obj[1]):
+                index[rel] = Indexed(here.size, obj[1], here.mtime_ns)
+                counts.adopted += 1
+                continue
+            _upload(remote, folder, rel, here, index, counts)
+        elif was is not None:  # gone from here
+            if obj is not None and obj == (was.size, was.etag):
+                gone.append(rel)
+            else:  # already gone there, or a newer object: that comes down next
+                del index[rel]
+    if gone:
+        remote.delete(gone)
+        for rel in gone:
+            del index[rel]
+        counts.removed_there += len(gone)
+    return counts
+
+
+def _upload(remote: Remote, folder: Path, rel: str, here: Local, index: Index,
+            counts: Counts) -> None:
+    name = rel.rpartition("/")[2]
+    try:
+        with _parent(folder, rel) as fd:
+            if fd is None:
+                counts.skipped.append(f"{rel}: its folder turned into a link")
+                return
+            f = os.open(name, _READ_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        return  # gone meanwhile: its deletion goes up next time
+    except OSError as e:
+        counts.skipped.append(f"{rel}: {e.strerror or e}")
+        return
+    with os.fdopen(f, "rb") as src:
+        before = os.fstat(src.fileno())
+        if not stat.S_ISREG(before.st_mode):
+            counts.skipped.append(f"{rel}: not a regular file")
+            return
+        etag = remote.put(rel, src, before.st_size)
+        after = os.fstat(src.fileno())
+    # changed while it was sent: indexed so that it goes up again next time
+    mtime = before.st_mtime_ns if (after.st_size, after.st_mtime_ns) \
+        == (before.st_size, before.st_mtime_ns) else -1
+    index[rel] = Indexed(before.st_size, etag, mtime)
+    counts.uploaded += 1
+    counts.moved_bytes += before.st_size
