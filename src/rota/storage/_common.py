@@ -3,16 +3,17 @@ never-half-present fetch."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from rota.errors import NotFound, StorageError
+from rota.errors import NotFound, RotaError, StorageError
 from rota.storage.manifest import CHUNK, MANIFEST_NAME, FileEntry, safe_relpath
 
 #: a key's files live under ``<key>/files/<manifest digest>/``; like MANIFEST.json, the
@@ -142,3 +143,17 @@ def select(entries: tuple[FileEntry, ...], find: Callable[[str], FileEntry | Non
             raise NotFound(f"{where}: no file {p!r} in its manifest")
         chosen[entry.path] = entry
     return list(chosen.values())
+
+
+@contextmanager
+def oserrors(where: str) -> Iterator[None]:
+    """The filesystem's errors as StorageError naming the place and the cause (an
+    interrupted call is passing trouble)."""
+    try:
+        yield
+    except RotaError:
+        raise
+    except OSError as e:
+        name = f" {e.filename}" if e.filename else ""
+        raise StorageError(f"{where}:{name}: {e.strerror or e}",
+                           passing=e.errno in (errno.EINTR, errno.EAGAIN)) from e

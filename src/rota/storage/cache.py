@@ -26,7 +26,6 @@ versions may overshoot it until the next eviction.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -39,7 +38,8 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rota.errors import NotFound, RotaError, StorageError
+from rota.errors import NotFound, StorageError
+from rota.storage._common import oserrors
 from rota.storage.store import ObjectStore
 from rota.units import format_memory
 
@@ -78,7 +78,7 @@ class DatasetCache:
         self.root = Path(root).absolute()
         self.limit = limit
         self._thread_lock = threading.Lock()
-        with _oserrors(f"dataset cache {self.root}"):
+        with oserrors(f"dataset cache {self.root}"):
             if not self.root.is_dir():
                 self.root.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(FileExistsError):  # another process made it
@@ -181,7 +181,7 @@ class DatasetCache:
         and sidecars without their version. Returns them, as paths under the root."""
         cutoff = now - LEFTOVER_AGE_S
         removed: list[str] = []
-        with _oserrors(f"dataset cache {self.root}: clean leftovers"):
+        with oserrors(f"dataset cache {self.root}: clean leftovers"):
             incoming = self.root / _INCOMING
             names = _listdir(incoming)
             live = {_download_id(n) for n in names if n.endswith(".lock")
@@ -212,10 +212,10 @@ class DatasetCache:
         """This process's threads, then other processes (flock on ``.lock``), one at a
         time. A new descriptor each time: a fork never inherits a held lock by mistake."""
         with self._thread_lock:
-            with _oserrors(f"dataset cache {self.root}: lock"):
+            with oserrors(f"dataset cache {self.root}: lock"):
                 fd = os.open(self.root / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                with _oserrors(f"dataset cache {self.root}: lock"):
+                with oserrors(f"dataset cache {self.root}: lock"):
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
@@ -238,7 +238,7 @@ class DatasetCache:
                 f"{_size(self.limit)}: versions kept for the same job hold {_size(kept)} "
                 "(raise the limit, or use fewer or smaller datasets at once)")
         removed: list[tuple[str, Path]] = []
-        with _oserrors(f"dataset cache {self.root}: evict"):
+        with oserrors(f"dataset cache {self.root}: evict"):
             for e in entries:  # least recently used first
                 if used + need <= self.limit:
                     break
@@ -266,7 +266,7 @@ class DatasetCache:
                   now: float, owner: tuple[int, int] | None, name: str) -> Path:
         target = self.path(name)
         incoming = self.root / _INCOMING
-        with _oserrors(where):
+        with oserrors(where):
             incoming.mkdir(mode=_PRIVATE, exist_ok=True)
             dest = incoming / f"{name}-{uuid.uuid4().hex}"
             lock = dest.with_name(f"{dest.name}.lock")
@@ -278,7 +278,7 @@ class DatasetCache:
                 got = store.fetch(key, dest)
                 if got.digest() != digest:  # republished between manifest() and fetch()
                     raise _republished(where, digest, got.digest())
-                with _oserrors(where):
+                with oserrors(where):
                     _seal(dest, owner)
                     with self._locked():
                         if target.is_dir():  # another process won: theirs is the same
@@ -414,14 +414,3 @@ def _held(lock: Path) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def _oserrors(where: str) -> Iterator[None]:
-    """The filesystem's errors as StorageError naming the place and the cause."""
-    try:
-        yield
-    except RotaError:
-        raise
-    except OSError as e:
-        name = f" {e.filename}" if e.filename else ""
-        raise StorageError(f"{where}:{name}: {e.strerror or e}",
-                           passing=e.errno in (errno.EINTR, errno.EAGAIN)) from e

@@ -14,17 +14,17 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from rota.errors import NotFound, RotaError, StorageError
+from rota.errors import NotFound, StorageError
 from rota.storage._common import (
     FILES_DIR,
     check_key,
     copy_verified,
     fetch_into,
     open_staged,
+    oserrors,
     select,
 )
 from rota.storage.manifest import MANIFEST_NAME, FileEntry, Manifest, safe_relpath
@@ -41,7 +41,7 @@ class LocalStore:
 
     def manifest(self, key: str) -> Manifest | None:
         doc = self.root / check_key(key) / MANIFEST_NAME
-        with _oserrors(f"{self.url}: {key}"):
+        with oserrors(f"{self.url}: {key}"):
             try:
                 data = doc.read_bytes()
             except (FileNotFoundError, NotADirectoryError):
@@ -56,7 +56,7 @@ class LocalStore:
         where = f"{self.url}: {key}"
         entries = select(m.files, m.find, paths, where)
         version = self.root / key / FILES_DIR / m.digest()
-        with _oserrors(where):
+        with oserrors(where):
             fetch_into(Path(dest), entries, lambda e: _open_file(version, e.path, where), where)
         return m
 
@@ -87,7 +87,7 @@ class LocalStore:
         copy (same filesystem; ``staged`` loses them)."""
         key, staged = check_key(key), Path(staged)
         where = f"{self.url}: publish {key}"
-        with _oserrors(where):
+        with oserrors(where):
             old = self.manifest(key)
             version = manifest.digest()
             keydir = self.root / key
@@ -126,7 +126,7 @@ class LocalStore:
     def delete(self, key: str) -> None:
         self._published(key)
         keydir = self.root / key
-        with _oserrors(f"{self.url}: delete {key}"):
+        with oserrors(f"{self.url}: delete {key}"):
             gone = self._aside("-deleted.json")
             os.rename(keydir / MANIFEST_NAME, gone)  # the moment it is gone
             gone.unlink()
@@ -159,7 +159,7 @@ class LocalStore:
     def remove_orphans(self, older_than_s: float, now: float) -> list[str]:
         """Removes what :meth:`orphans` finds; returns it."""
         found = self.orphans(older_than_s, now)
-        with _oserrors(f"{self.url}: remove orphans"):
+        with oserrors(f"{self.url}: remove orphans"):
             for rel in found:
                 path = self.root / rel
                 if path.is_dir() and not path.is_symlink():
@@ -280,13 +280,3 @@ def _fsync_dirs(top: Path) -> None:
         _fsync_dir(Path(folder))
 
 
-@contextmanager
-def _oserrors(where: str) -> Iterator[None]:
-    """The filesystem's errors as StorageError naming the object and the cause."""
-    try:
-        yield
-    except RotaError:
-        raise
-    except OSError as e:
-        name = f" {e.filename}" if e.filename else ""
-        raise StorageError(f"{where}:{name}: {e.strerror or e}") from e
