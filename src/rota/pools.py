@@ -124,7 +124,19 @@ class LocalPool(_Pool):
         return v
 
 
-class SlurmPool(_Pool):
+class _NodesPool(_Pool):
+    """A cluster whose nodes may share this machine's filesystem (Slurm, Ray)."""
+
+    shared_workspaces: bool = Field(default=False, description="the nodes see the daemon's "
+                                    "workspaces folder at the same path (a shared "
+                                    "filesystem): jobs get ROTA_WORKSPACE there; else none")
+
+    @property
+    def workspaces(self) -> WorkspaceKind:
+        return "shared" if self.shared_workspaces else None
+
+
+class SlurmPool(_NodesPool):
     engine: Literal["slurm"]
     partition: str | None = None
     account: str | None = None
@@ -138,30 +150,16 @@ class SlurmPool(_Pool):
     work_dir: str | None = Field(default=None, description="a folder every node sees, for "
                                  "scripts and logs (default: ROTA_HOME/slurm)")
     slurm_conf: str | None = Field(default=None, description="SLURM_CONF for the commands")
-    shared_workspaces: bool = Field(default=False, description="the nodes see the daemon's "
-                                    "workspaces folder at the same path (a shared "
-                                    "filesystem): jobs get ROTA_WORKSPACE there; else none")
-
-    @property
-    def workspaces(self) -> WorkspaceKind:
-        return "shared" if self.shared_workspaces else None
     bin_dir: str | None = Field(default=None, description="where sbatch, squeue, sacct "
                                 "and scancel are (default: PATH)")
 
 
-class RayPool(_Pool):
+class RayPool(_NodesPool):
     engine: Literal["ray"]
     address: str = Field(default="http://127.0.0.1:8265",
                          description="the Ray head's dashboard (Jobs API) address")
     runtime_env: dict[str, object] = Field(default_factory=dict,
                                            description="merged into every job's runtime_env")
-    shared_workspaces: bool = Field(default=False, description="the cluster's nodes see the "
-                                    "daemon's workspaces folder at the same path: jobs get "
-                                    "ROTA_WORKSPACE there; else none")
-
-    @property
-    def workspaces(self) -> WorkspaceKind:
-        return "shared" if self.shared_workspaces else None
 
 
 class PriorityClassRule(BaseModel):
