@@ -284,4 +284,5 @@ def test_eval_heldout_with_mlflow_logs_to_the_run_rota_made(
     assert "rota.templates.eval_heldout" in run.data.params["command"]
     assert "results.json" in {a.path for a in client.list_artifacts(run_id)}
     assert {a.path for a in client.list_artifacts(run_id, "rota")} == \
-        {f"rota/{job_id}.log", "rota/checkpoints.json"}
+        {f"rota/{job_id}.log", "rota/checkpoints.json", "rota/card.md", "rota/card.html",
+         "rota/loss.svg"}  # (its card: rota.server.cards; its eval_loss drawn)

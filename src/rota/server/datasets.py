@@ -137,7 +137,8 @@ class Datasets:
         self.objects, self.state, self.run_as = objects, state, run_as
         st = settings.storage
         self.max_bytes = st.max_dataset_bytes
-        self.cache = DatasetCache(settings.dataset_cache_root, st.dataset_cache_limit)
+        self.cache_limit = st.dataset_cache_limit
+        self._cache: DatasetCache | None = None  # made at its first use
         self.uploads_dir = settings.home / "staging" / "uploads"
         self.versions: dict[str, DatasetRecord] = {}  # OWNER/NAME:vN -> its row
         self.waiting: dict[int, tuple[str, ...]] = {}  # a waiting local job's versions
@@ -151,17 +152,27 @@ class Datasets:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-datasets")
         self._closed = False
 
+    @property
+    def cache(self) -> DatasetCache:
+        """This machine's cache, made at its first use: in the daemon's home, private,
+        unless a root daemon's other accounts' jobs read from it (0711: passable)."""
+        if self._cache is None:
+            self._cache = DatasetCache(self.settings.dataset_cache_root, self.cache_limit,
+                                       mode=0o711 if os.geteuid() == 0 else 0o700)
+        return self._cache
+
     # --- life ---------------------------------------------------------------------------
     def start(self) -> None:
         """The versions, the cache's contents, and the jobs not ended that read some."""
         self.versions = {ref_of(r): r for r in self.store.dataset_versions()}
         shutil.rmtree(self.uploads_dir, ignore_errors=True)  # none outlives a restart
-        try:
-            self.cache.clean_leftovers(self.clock())
-            self.ready = {e.digest for e in self.cache.entries()
-                          if self.cache.present(e.digest)}
-        except (OSError, StorageError) as e:
-            log.warning("the dataset cache %s could not be read: %s", self.cache.root, e)
+        if self.settings.dataset_cache_root.is_dir():
+            try:
+                self.cache.clean_leftovers(self.clock())
+                self.ready = {e.digest for e in self.cache.entries()
+                              if self.cache.present(e.digest)}
+            except (OSError, StorageError) as e:
+                log.warning("the dataset cache %s could not be read: %s", self.cache.root, e)
         refs: dict[int, list[str]] = {}
         states: dict[int, str] = {}
         for job_id, ref, state, pool in self.store.live_dataset_uses():
@@ -203,8 +214,8 @@ class Datasets:
             names[var] = given
             out.append(ref_of(row))
             total += row.bytes
-        limit = self.cache.limit
-        if engine is None and limit is not None and total > limit:
+        limit = self.cache_limit
+        if engine is None and total > limit:
             raise InvalidSpec(f"{prefix}datasets: they hold {format_memory(total)}, more than "
                               f"this machine's dataset cache ({format_memory(limit)}, "
                               "[storage] dataset_cache_limit)", field="datasets")

@@ -71,7 +71,9 @@ class DatasetCache:
     """The cache under ``root``; ``limit``: the bytes its versions may hold (None: no limit).
     Safe to share between processes and between threads of one process."""
 
-    def __init__(self, root: Path, limit: int | None) -> None:
+    def __init__(self, root: Path, limit: int | None, *, mode: int = _ROOT_MODE) -> None:
+        """``mode``: the root's, when it is made (0711: other accounts' jobs pass through
+        to the versions they may read; 0700 where every job is the owner's)."""
         if limit is not None and (isinstance(limit, bool) or limit < 0):
             raise StorageError(f"dataset cache {root}: limit {limit!r} is not a number of "
                                "bytes >= 0")
@@ -83,7 +85,7 @@ class DatasetCache:
                 self.root.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(FileExistsError):  # another process made it
                     self.root.mkdir()
-                    os.chmod(self.root, _ROOT_MODE)  # exactly, whatever the umask
+                    os.chmod(self.root, mode)  # exactly, whatever the umask
 
     # -- reading
 
