@@ -606,6 +606,22 @@ def test_a_job_that_left_the_queue_is_no_longer_held(reg: Registry) -> None:
     assert reg.ds.held() == {}
 
 
+def test_a_job_not_read_back_yet_after_a_restart_stays_held(reg: Registry) -> None:
+    """A restart reads the pending jobs page by page after the first pass: one whose state
+    is not known yet is held, not forgotten, and so cannot start without its version."""
+    add(reg.ds, "alice", "text-mini", corpus())
+    job = a_job(reg.store, "alice/text-mini:v1")
+    reg.ds.close()
+    reg.states.pop(job, None)  # (its page not read yet)
+    reg.ds = reg.make()
+    first = reg.ds.held()
+    assert first[job].code is ReasonCode.DATA and job in reg.ds.waiting
+    reg.states[job] = JobState.PENDING  # its page read
+    assert job in reg.ds.held()
+    reg.loop.run_posted()
+    assert reg.ds.held() == {}
+
+
 def test_a_restarted_registry_holds_the_waiting_jobs_of_the_store(reg: Registry) -> None:
     """After a restart the jobs not ended that read a version are found in the store: the
     waiting ones are held until it is fetched."""
