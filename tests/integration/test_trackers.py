@@ -217,6 +217,33 @@ def test_refusals_name_what_is_missing(daemon: DaemonProcess) -> None:
     assert r.returncode != 0 and "no value" in r.stderr
 
 
+def wandb_records(path: Path) -> list[Any]:
+    """The records of a run's ``.wandb`` transaction log (wandb 0.31 ships no reader of
+    its own in Python): after a 7-byte header, LevelDB's log format, 32 KiB blocks of
+    chunks (crc32, length, type: 1 full, 2 first, 3 middle, 4 last), each record a
+    ``wandb_internal_pb2.Record``."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B", data[:8]
+    out, part, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk: padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        part += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = Record()
+            record.ParseFromString(part)
+            out.append(record)
+            part = b""
+        elif kind == 0:  # zeros: the rest of the block is unused
+            pos += block - pos % block if pos % block else 0
+    return out
+
+
 WANDB_JOB = textwrap.dedent("""
     import hashlib, os
     import wandb
@@ -264,13 +291,40 @@ def test_wandb_offline_run_named_by_rota_with_the_stored_key(daemon: DaemonProce
     db = (daemon.home / "rota.db").read_bytes() + (daemon.home / "rota.db-wal").read_bytes()
     assert key.encode() not in db and hf.encode() not in db
     # W&B wrote the run offline under the id Rota chose, and Rota found where
-    runs = list((work / "wandb").glob(f"offline-run-*-{wb['run_id']}"))
-    assert len(runs) == 1 and (runs[0] / f"run-{wb['run_id']}.wandb").exists()
-    assert wb["url"] == f"https://wandb.ai/lab/tiny-proj/runs/{wb['run_id']}"
-    wait_until(lambda: daemon.client().job(job_id)["tracking"]["wandb"].get("offline_dir"),
-               10, what="the offline dir to be read from the log")
+    rid = wb["run_id"]
+    assert wb["url"] == f"https://wandb.ai/lab/tiny-proj/runs/{rid}"
+    job_run = Path(wait_until(
+        lambda: daemon.client().job(job_id)["tracking"]["wandb"].get("offline_dir"), 10,
+        what="the offline dir to be read from the log"))
+    assert job_run.parent == work / "wandb" and (job_run / f"run-{rid}.wandb").exists()
+    # its card went to the same run: a second offline run folder beside the job's, which
+    # the same `wandb sync` of that wandb folder uploads
+    card = wait_until(lambda: daemon.client().job(job_id)["tracking"]["wandb"].get("card"),
+                      60, what="the card to be added to the W&B run")
+    assert card == "attached", card
+    runs = sorted((work / "wandb").glob(f"offline-run-*-{rid}*"))
+    assert len(runs) == 2 and job_run in runs
+    card_run = next(r for r in runs if r != job_run)
+    files = card_run / "files" / "rota"
+    assert sorted(p.name for p in files.iterdir()) == ["card.html", "card.md", "loss.svg"]
+    assert "wb-run" in (files / "card.md").read_text()
+    assert "<svg" in (files / "loss.svg").read_text()
+    records = wandb_records(card_run / f"run-{rid}.wandb")
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert (run.run_id, run.project, run.entity) == (rid, "tiny-proj", "lab")
+    saved = {f.path for r in records if r.WhichOneof("record_type") == "files"
+             for f in r.files.files}
+    assert {"rota/card.md", "rota/card.html", "rota/loss.svg"} <= saved
+    assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
+    sync = subprocess.run([sys.executable, "-m", "wandb", "sync", "--dry-run",
+                           str(work / "wandb")], capture_output=True, text=True, cwd=work)
+    assert "Would sync 2 run(s)" in sync.stdout + sync.stderr, sync.stdout + sync.stderr
     shown = daemon.cli("show", str(job_id)).stdout
-    assert wb["url"] in shown and "wandb sync" in shown
+    assert wb["url"] in shown and "wandb sync" in shown and "card attached" in shown
+    with daemon.client() as c:
+        assert "card added to its W&B run" in json.dumps(c.events(job_id))
+    # the key went to that process through its environment only: never to the log
+    assert key not in (daemon.home / "daemon-test.log").read_text(errors="replace")
     # a deleted secret: a job that needs it fails to start and says which
     held = daemon.submit("--hold", "--secret", "HF_TOKEN=hf_token", "--gpus", "0", "--", "true")
     assert daemon.cli("secret", "rm", "hf_token").returncode == 0

@@ -11,6 +11,8 @@ ask the backend; they never read process tables or a backend's records themselve
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,40 @@ class RunAs:
     def login_env(self) -> dict[str, str]:
         """What a run-as job's environment starts from: a login's, never the daemon's."""
         return login_env(self.user, self.home, self.shell)
+
+    def popen_args(self) -> dict[str, Any]:
+        """``subprocess.Popen``'s arguments that run a helper as this account, in its home,
+        with umask 077 (what it writes stays the account's own)."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups),
+                "umask": 0o077, "cwd": self.home if os.path.isdir(self.home) else "/"}
+
+
+def python_for(run_as: RunAs | None) -> str | None:
+    """An interpreter the account can run (for a helper started as it): this one's, else
+    Debian's /usr/bin/python3 (a pyenv build in root's 0700 home is this one's for root
+    only); None when there is none."""
+    mine = sys.executable  # not resolved: a virtualenv's is one through its own path
+    if run_as is None or (_world_runnable(mine) and _world_runnable(os.path.realpath(mine))):
+        return mine
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if _world_runnable(os.path.realpath(candidate)):
+            return candidate
+    return None
+
+
+def _world_runnable(path: str) -> bool:
+    """Whether any account can execute ``path`` (every folder above it passable)."""
+    try:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        parent = os.path.dirname(path)
+        while parent and parent != "/":
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+            parent = os.path.dirname(parent)
+    except OSError:
+        return False
+    return True
 
 
 #: a run-as job's PATH unless it sets its own (a login's, as runuser -l gives)

@@ -6,6 +6,7 @@ reasons, commands) wraps between words.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 
@@ -195,7 +196,12 @@ def _tracking(t: TrackingAnswer) -> list[tuple[str, str]]:
         where = wb["url"] or (f"run {wb['run_id']} in project {wb['project']}"
                               + (f" of {wb['entity']}" if wb["entity"] else ""))
         if wb.get("offline_dir"):
-            where += f" (offline: `wandb sync {wb['offline_dir']}` uploads it)"
+            where += f" (offline: `wandb sync {wb['offline_dir']}` uploads it"
+            if wb.get("card") == "attached":  # its card is a second run folder beside it
+                where += f"; `wandb sync {os.path.dirname(wb['offline_dir'])}` its card too"
+            where += ")"
+        if wb.get("card"):
+            where += f"; card {wb['card']}"
         out.append(("W&B", where))
     return out
 

@@ -77,7 +77,8 @@ class Job(Model):
     reason: Reason | None = None
     progress: Progress | None = None
     #: its experiment-tracker runs: {"mlflow": {"run_id", "experiment_id", "uri", "url"},
-    #: "wandb": {"run_id", "project", "entity", "url", "offline_dir"}}
+    #: "wandb": {"run_id", "project", "entity", "url", "offline_dir", "card"}} ("card":
+    #: "attached" or "failed: why", once the job ended)
     tracking: dict[str, Any] | None = None
     pool: str | None = None  # a cluster pool it runs in (None: the default pool)
     #: a job handed to a cluster's engine: {"backend", "id", "state", "reason"}

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from rota.backends.base import RunAs
+from rota.backends.base import RunAs, python_for
 from rota.config import Settings
 from rota.core.spec import JobSpec
 from rota.errors import NotFound, RotaError, StorageError
@@ -176,9 +176,7 @@ class Artifacts:
                  staged: Path) -> list[str]:
         argv = [_python_for(run_as), "-I", "-S", "-c", _COLLECTOR,
                 *(f"{name}={path}" for name, path in sources.items())]
-        extra: dict[str, Any] = {} if run_as is None else {
-            "user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups),
-            "umask": 0o077, "cwd": run_as.home if os.path.isdir(run_as.home) else "/"}
+        extra: dict[str, Any] = {} if run_as is None else run_as.popen_args()
         with tempfile.TemporaryFile() as err:  # a file: a full pipe would stall it
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=err, env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},
@@ -370,28 +368,9 @@ _COLLECTOR = Path(collector.__file__).read_text()
 
 
 def _python_for(run_as: RunAs | None) -> str:
-    """An interpreter the account can run: this one's, else Debian's /usr/bin/python3
-    (a pyenv build in root's 0700 home is this one's for root only)."""
-    mine = os.path.realpath(sys.executable)
-    if run_as is None or _world_runnable(mine):
-        return mine
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if _world_runnable(os.path.realpath(candidate)):
-            return candidate
-    raise StorageError(f"no Python interpreter {run_as.user} can run to read its outputs "
-                       f"({mine} is not open to other accounts)")
-
-
-def _world_runnable(path: str) -> bool:
-    """Whether any account can execute ``path`` (every folder above it passable)."""
-    try:
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            return False
-        parent = os.path.dirname(path)
-        while parent and parent != "/":
-            if not os.stat(parent).st_mode & stat.S_IXOTH:
-                return False
-            parent = os.path.dirname(parent)
-    except OSError:
-        return False
-    return True
+    found = python_for(run_as)
+    if found is None:
+        raise StorageError(f"no Python interpreter {run_as.user if run_as else 'it'} can run "
+                           f"to read its outputs ({os.path.realpath(sys.executable)} is not "
+                           "open to other accounts)")
+    return found

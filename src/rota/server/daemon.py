@@ -100,7 +100,8 @@ class Daemon:
         self._resync_wait = RESYNC_FIRST_S
         self.metrics = Metrics()
         self.secrets = Secrets(store, settings.secrets_key_path, clock)
-        self.tracking = Tracking(settings, self.secrets, post=self._post, store=store)
+        self.tracking = Tracking(settings, self.secrets, post=self._post, store=store,
+                                 run_as=lambda user: self.launcher.run_as(user), clock=clock)
         self.table = JobTable(settings, store, clock, self.tracking, self.kick)
         self.stopper = Stopper(store, clock, self.table.running)
         self.monitor = DeviceMonitor(devices, store, clock, self.table.running,

@@ -11,33 +11,47 @@ store, for the card. Every MLflow call blocks, so they run in order on one worke
 what they return comes back to the event loop, which alone reads and writes the store.
 
 Weights & Biases (``--wandb``): see rota.ml.wandb_bridge; only environment variables and
-the run's link, found in the job's output.
+the run's link, found in the job's output. When the job ends for good its card is added to
+its W&B run's files by a process of its own (rota.ml.wandb_card: the daemon never imports
+wandb), as the job's account, on the same worker thread; how that went comes back to the
+loop (an event, and ``card`` in the job's W&B view).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import signal
 import socket
+import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rota.backends.base import SAFE_PATH, RunAs, python_for
 from rota.config import Settings
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, wants_mlflow
-from rota.errors import InvalidSpec, TrackerError
-from rota.ml import checkpoints, mlflow_bridge, wandb_bridge
+from rota.errors import InvalidSpec, RotaError, TrackerError
+from rota.ml import checkpoints, mlflow_bridge, wandb_bridge, wandb_card
 from rota.ml.gitinfo import git_info
 from rota.server import cards
 from rota.server.secrets import Secrets
 from rota.store.db import redact_url
-from rota.store.repo import Store
+from rota.store.repo import JobRecord, Store
 
 log = logging.getLogger("rota.tracking")
 #: How long a stopping daemon waits for MLflow calls still queued.
 CLOSE_WAIT_S = 15.0
+#: rota.ml.wandb_card's source, run with ``python -I -c``: the interpreter a job's account
+#: can run need not have Rota, nor read the daemon's install
+_WANDB_CARD = Path(wandb_card.__file__).read_text()
 
 
 @dataclass
@@ -54,6 +68,28 @@ class Tracked:
 
 
 @dataclass
+class WandbCard:
+    """What adding a job's card to its W&B run needs, read on the loop."""
+
+    job_env: dict[str, str]  # the job's env, sealed values opened (only WANDB_* is taken)
+    rota_env: dict[str, str]  # what Rota gives the job for W&B, the API key among them
+    offline_dir: str | None  # the job's offline run, as its output said
+    cwd: str | None
+    run_as: RunAs | None
+    exit_code: int  # the run finishes again: failed unless the job completed
+
+    def secrets(self) -> list[str]:
+        """Values never to be shown (the API key), longest first."""
+        found = {env[k] for env in (self.job_env, self.rota_env) for k in env
+                 if k == wandb_bridge.KEY_SECRET and env[k]}
+        return sorted(found, key=len, reverse=True)
+
+
+def _daemons_account(user: str) -> RunAs | None:
+    return None
+
+
+@dataclass
 class Tracking:
     settings: Settings
     secrets: Secrets
@@ -66,6 +102,13 @@ class Tracking:
         1, thread_name_prefix="rota-tracking"))
     _bridge: mlflow_bridge.MlflowBridge | None = None
     store: Store | None = None  # read on the loop for a run's card (None: no card)
+    # the account a user's job runs as (a root daemon's jobs: their users'); on the loop
+    run_as: Callable[[str], RunAs | None] = _daemons_account
+    clock: Callable[[], float] = time.time
+    _card_proc: subprocess.Popen[bytes] | None = None  # adding a card to a W&B run
+    # --wandb jobs launched (or found running after a restart): their card goes to their
+    # run when they end; a job that never ran has no run to add it to
+    wandb_jobs: set[int] = field(default_factory=set)
 
     # --- at submit ------------------------------------------------------------------------
     def wants_mlflow(self, spec: JobSpec | dict[str, Any]) -> bool:
@@ -138,6 +181,8 @@ class Tracking:
               submitted_at: float, log_path: Path, attempts: int) -> bool:
         """After a restart: a job whose run exists is mirrored again; False when a job that
         wants a run has none yet (its creation was cut short)."""
+        if spec.wandb:
+            self.wandb_jobs.add(job_id)
         run_id = ((tracking or {}).get("mlflow") or {}).get("run_id")
         if run_id:
             self.runs[job_id] = Tracked(run_id, spec, submitted_at, log_path, attempts)
@@ -169,10 +214,17 @@ class Tracking:
             tracked.reported = reported
 
     def ended(self, job_id: int, state: str, *, now: float) -> None:
-        """The job ended for good: log, checkpoint list and card attached, final status
-        set. The card's facts are read here, on the loop (the store is the loop's)."""
+        """The job ended for good: its MLflow run gets its log, checkpoint list and card
+        and its final status; its W&B run gets its card. What they need is read here, on
+        the loop (the store is the loop's); the card is made once, on the worker."""
         tracked = self.runs.pop(job_id, None)
-        if tracked is None:
+        ran_wandb = job_id in self.wandb_jobs
+        self.wandb_jobs.discard(job_id)
+        if tracked is None and not ran_wandb:  # (most jobs: no store read)
+            return
+        row = self._row(job_id) if ran_wandb else None
+        wb = self._wandb_card(job_id, row, state) if row is not None else None
+        if tracked is None and wb is None:
             return
         facts: cards.CardFacts | None = None
         try:
@@ -180,34 +232,50 @@ class Tracking:
                 facts = cards.facts(self.store, job_id, now)
         except Exception as e:  # never lose the run's finish over its card
             log.warning("job %s: reading what its card tells failed: %s", job_id, e)
+        if facts is not None and facts.attempts == 0:
+            wb = None  # it never ran: it has no W&B run to add to
 
         def work() -> None:
-            try:
-                found = checkpoints.of_job(tracked.spec.checkpoint_dir, tracked.spec.cwd,
-                                           reported=tracked.reported,
-                                           since=tracked.submitted_at,
-                                           now=now + checkpoints.SETTLE_S)
-            except OSError:
-                found = []
-            listed = [{"path": c.path, "step": c.step, "size": c.size, "mtime": c.mtime,
-                       "valid": c.valid} for c in found]
-            tags = {"rota.state": state, "rota.attempts": str(tracked.attempts)}
             card = self._card(job_id, tracked, facts) if facts is not None else None
-            try:
-                self._mlflow().finish(tracked.run_id, state=state, end_ms=int(now * 1000),
-                                      log_path=tracked.log_path, checkpoints=listed, tags=tags,
-                                      card=card)
-            except Exception as e:
-                log.warning("job %s: finishing its MLflow run failed: %s", job_id, e)
+            if tracked is not None:
+                self._finish_mlflow(job_id, tracked, state, now, card)
+            if wb is not None and card is not None:
+                self._attach_wandb(job_id, wb, card)
 
         self._pool.submit(work)
 
-    def _card(self, job_id: int, tracked: Tracked, facts: cards.CardFacts
+    def _row(self, job_id: int) -> JobRecord | None:
+        try:
+            return self.store.get_job(job_id) if self.store is not None else None
+        except RotaError as e:
+            log.warning("job %s: reading it for its trackers failed: %s", job_id, e)
+            return None
+
+    def _finish_mlflow(self, job_id: int, tracked: Tracked, state: str, now: float,
+                       card: dict[str, str] | None) -> None:
+        """On the worker: the run's log, checkpoint list, card and final status."""
+        try:
+            found = checkpoints.of_job(tracked.spec.checkpoint_dir, tracked.spec.cwd,
+                                       reported=tracked.reported, since=tracked.submitted_at,
+                                       now=now + checkpoints.SETTLE_S)
+        except OSError:
+            found = []
+        listed = [{"path": c.path, "step": c.step, "size": c.size, "mtime": c.mtime,
+                   "valid": c.valid} for c in found]
+        tags = {"rota.state": state, "rota.attempts": str(tracked.attempts)}
+        try:
+            self._mlflow().finish(tracked.run_id, state=state, end_ms=int(now * 1000),
+                                  log_path=tracked.log_path, checkpoints=listed, tags=tags,
+                                  card=card)
+        except Exception as e:
+            log.warning("job %s: finishing its MLflow run failed: %s", job_id, e)
+
+    def _card(self, job_id: int, tracked: Tracked | None, facts: cards.CardFacts
               ) -> dict[str, str] | None:
-        """On the worker: the card's files as the run's artifacts (``rota/card.md``...),
-        its git state from the run's tags when the store had none (a run made before it
+        """On the worker: the card's files as the runs' files (``rota/card.md``...), its
+        git state from the MLflow run's tags when the store had none (a run made before it
         kept them), else read now; None when it cannot be made."""
-        if facts.git is None:
+        if facts.git is None and tracked is not None:
             try:
                 found = self._mlflow().git_of(tracked.run_id)
             except Exception as e:
@@ -219,8 +287,102 @@ class Tracking:
             facts = cards.with_git(facts)
             return {f"rota/{name}": text for name, text in cards.card_files(facts).items()}
         except Exception as e:
-            log.warning("job %s: making its card for its MLflow run failed: %s", job_id, e)
+            log.warning("job %s: making its card for its runs failed: %s", job_id, e)
             return None
+
+    # --- the card on the W&B run ----------------------------------------------------------
+    def _wandb_card(self, job_id: int, row: JobRecord, state: str) -> WandbCard | None:
+        """On the loop: the job's W&B environment as at its launch (the API key from its
+        user's stored secret), its account and its offline run; None when W&B is off in
+        the job or what it needs cannot be had (said once, in the log)."""
+        try:
+            spec = JobSpec.stored(dict(row.spec))
+            job_env = self.secrets.launch_env(spec, job_id)
+            name = spec.secrets.get(wandb_bridge.KEY_SECRET, wandb_bridge.KEY_SECRET)
+            key = self.secrets.values(row.user, {name}).get(name)
+            run_as = self.run_as(row.user)
+        except Exception as e:  # never lose the job's end over its card
+            log.warning("job %s: its card cannot be added to its W&B run: %s", job_id, e)
+            return None
+        if wandb_card.is_disabled(job_env):
+            return None
+        found = ((row.progress or {}).get("links") or {}).get("wandb") or {}
+        return WandbCard(job_env=job_env, rota_env=self._wandb_env(spec, job_id, key),
+                         offline_dir=found.get("offline_dir"), cwd=spec.cwd, run_as=run_as,
+                         exit_code=0 if state == "completed" else 1)
+
+    def _attach_wandb(self, job_id: int, wb: WandbCard, card: dict[str, str]) -> None:
+        """On the worker: rota.ml.wandb_card run as the job's account, bounded by its
+        timeout; the outcome goes to the loop."""
+        private = Path(tempfile.mkdtemp(prefix=f"rota-wandb-card-{job_id}-"))
+        try:
+            card_dir = private / "card"
+            for rel, text in card.items():  # rota/card.md...: the names the run gets
+                (card_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+                (card_dir / rel).write_text(text)
+            if wb.run_as is not None:  # its account reads the card and writes beside it
+                for p in [private, *private.rglob("*")]:
+                    os.chown(p, wb.run_as.uid, wb.run_as.gid, follow_symlinks=False)
+            said = self._run_wandb_card(wb, card_dir, private)
+        except Exception as e:
+            said = f"{type(e).__name__}: {e}"
+            ok = False
+        else:
+            ok = said.startswith("/")  # the card run's folder, else why not
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        for secret in wb.secrets():  # whatever wandb said, the key is never repeated
+            said = said.replace(secret, "***")
+        if not ok:
+            log.warning("job %s: adding its card to its W&B run failed: %s", job_id, said)
+        self.post(self._wandb_attached, job_id, ok, said)
+
+    def _run_wandb_card(self, wb: WandbCard, card_dir: Path, private: Path) -> str:
+        """The card run's folder (its exit status 0), else why it failed."""
+        python = python_for(wb.run_as)
+        if python is None:
+            return "no Python interpreter the job's account can run"
+        home = wb.run_as.home if wb.run_as is not None else os.environ.get("HOME", "/")
+        path = SAFE_PATH if wb.run_as is not None else os.environ.get("PATH", os.defpath)
+        env = wandb_card.environment(wb.job_env, wb.rota_env, offline_dir=wb.offline_dir,
+                                     cwd=wb.cwd, private=str(private), home=home, path=path)
+        argv = [python, "-I", "-c", _WANDB_CARD, str(card_dir),
+                "--exit-code", str(wb.exit_code)]
+        extra: dict[str, Any] = {} if wb.run_as is None else wb.run_as.popen_args()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                **extra)
+        self._card_proc = proc
+        try:
+            out, err = proc.communicate(timeout=wandb_card.TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)  # wandb's service process too
+            proc.communicate()
+            return f"it took over {wandb_card.TIMEOUT_S:.0f} s and was stopped"
+        finally:
+            self._card_proc = None
+        lines = out.decode(errors="replace").strip().splitlines()
+        if proc.returncode == 0 and lines:
+            return lines[-1]
+        said = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
+        ours = [ln[len(wandb_card.SAID):] for ln in said if ln.startswith(wandb_card.SAID)]
+        return (ours or said or [f"exit status {proc.returncode}"])[-1].strip()
+
+    def _wandb_attached(self, job_id: int, ok: bool, said: str) -> None:
+        """On the loop: an event, and the outcome kept for the job's W&B view."""
+        if self.store is None:
+            return
+        record = {"card": "attached", "card_run": said} if ok \
+            else {"card": "failed", "card_error": said}
+        try:
+            row = self.store.get_job(job_id)
+            self.store.set_tracking(job_id, {**(row.tracking or {}), "wandb": record})
+            self.store.add_event(
+                job_id=job_id, kind="wandb" if ok else "wandb_error", now=self.clock(),
+                message="card added to its W&B run" if ok
+                else f"card not added to its W&B run: {said}")
+        except RotaError as e:
+            log.warning("job %s: recording its W&B card failed: %s", job_id, e)
 
     # --- the job's environment --------------------------------------------------------
     def launch_env(self, *, job_id: int, user: str, spec: JobSpec) -> dict[str, str]:
@@ -244,14 +406,17 @@ class Tracking:
         if tracked is not None:
             tracked.attempts += 1
             env.update(MLFLOW_TRACKING_URI=self.uri(), MLFLOW_RUN_ID=tracked.run_id)
-        if spec.wandb:
-            env.update(wandb_bridge.environment(
-                spec, job_id=job_id, instance=self.instance, entity=self.settings.wandb_entity,
-                default_project=self.settings.wandb_project,
-                api_key=None if wandb_bridge.KEY_SECRET in spec.secrets
-                else values.get(wandb_bridge.KEY_SECRET)))
+        if spec.wandb:  # (a key the job maps from a secret of its own: set just below)
+            self.wandb_jobs.add(job_id)
+            env.update(self._wandb_env(spec, job_id, None if wandb_bridge.KEY_SECRET in
+                                       spec.secrets else values.get(wandb_bridge.KEY_SECRET)))
         env.update({var: values[name] for var, name in spec.secrets.items()})
         return env
+
+    def _wandb_env(self, spec: JobSpec, job_id: int, api_key: str | None) -> dict[str, str]:
+        return wandb_bridge.environment(
+            spec, job_id=job_id, instance=self.instance, entity=self.settings.wandb_entity,
+            default_project=self.settings.wandb_project, api_key=api_key)
 
     # --- what people see ---------------------------------------------------------------
     def view(self, job_id: int, spec: dict[str, Any], tracking: dict[str, Any] | None,
@@ -268,12 +433,25 @@ class Tracking:
                 JobSpec.stored(spec), job_id=job_id, instance=self.instance,
                 entity=self.settings.wandb_entity, default_project=self.settings.wandb_project,
                 found=((progress or {}).get("links") or {}).get("wandb"))
+            card = (tracking or {}).get("wandb") or {}
+            if card.get("card"):  # how adding its card went, once it ended
+                out["wandb"]["card"] = card["card"] if card["card"] != "failed" \
+                    else f"failed: {card.get('card_error')}"
         return out or None
 
     def close(self, wait: float = CLOSE_WAIT_S) -> None:
-        """Let queued MLflow calls finish (a bounded wait), then stop the worker."""
+        """Let queued MLflow calls finish (a bounded wait), then stop the worker; a card
+        being added to a W&B run is stopped (the daemon is going)."""
         import threading
 
+        if self._card_proc is not None:
+            _kill_group(self._card_proc)
         t = threading.Thread(target=self._pool.shutdown, kwargs={"wait": True}, daemon=True)
         t.start()
         t.join(wait)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` and what it started (its own session: wandb's service process)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
