@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -291,3 +291,26 @@ def s3_server(folder: Path, *buckets: str) -> Iterator[dict[str, str]]:
         yield env
     finally:
         server.stop()
+
+
+def moto_s3(factory: pytest.TempPathFactory, *buckets: str) -> Iterator[dict[str, str]]:
+    """A module's S3 fixture: :func:`s3_server` holding ``buckets``; the module's tests
+    are skipped without boto3 and moto unless the run requires them (ROTA_REQUIRE_TORCH)."""
+    try:
+        import boto3  # noqa: F401 - s3_server's
+        import moto.server  # noqa: F401 - s3_server's
+    except ImportError:
+        if os.environ.get("ROTA_REQUIRE_TORCH"):
+            raise
+        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
+    with s3_server(factory.mktemp("aws"), *buckets) as env:
+        yield env
+
+
+def s3_client(env: dict[str, str]) -> Any:
+    """A boto3 client of the server :func:`s3_server` started (its dummy keys)."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+                        region_name="us-east-1", aws_access_key_id="testing",
+                        aws_secret_access_key="testing")

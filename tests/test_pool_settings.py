@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from rota.config import load_settings
 from rota.errors import InvalidSpec
-from rota.pools import KubernetesPool, LocalPool, Pools, SlurmPool
+from rota.pools import KubernetesPool, LocalPool, Pools, SlurmPool, no_workspace
 
 
 def test_local_is_always_there_and_the_default() -> None:
@@ -88,3 +88,30 @@ def test_a_bad_container_default_names_the_setting(
     with pytest.raises(InvalidSpec, match=re.escape(words)) as e:
         _settings_from_toml(tmp_path, monkeypatch, f"[pools.local]\n{line}\n")
     assert e.value.field is not None and e.value.field.startswith("pools.local.container_")
+
+
+def test_how_each_pool_gives_its_jobs_a_workspace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's folder; the same path on nodes that share it; a claim's folder; a
+    copy synced with the workspaces' bucket where the pool gives none; else none, and
+    submit's reason names the setting that would give one."""
+    (tmp_path / "rota.toml").write_text(
+        '[pools.hpc]\nengine = "slurm"\n[pools.nfs]\nengine = "slurm"\n'
+        'shared_workspaces = true\n[pools.rc]\nengine = "ray"\n'
+        '[pools.k8s]\nengine = "kubernetes"\n'
+        '[pools.pvc]\nengine = "kubernetes"\nworkspace_claim = "team-ws"\n')
+    monkeypatch.setenv("ROTA_HOME", str(tmp_path))
+    s = load_settings()
+    assert {p: s.workspace_kind(p) for p in ("local", "hpc", "nfs", "rc", "k8s", "pvc")} == {
+        "local": "here", "hpc": None, "nfs": "shared", "rc": None, "k8s": None,
+        "pvc": "claim"}
+    (tmp_path / "rota.toml").write_text(
+        (tmp_path / "rota.toml").read_text() + '[storage]\nworkspace_url = "s3://ws/team"\n')
+    s = load_settings()
+    assert {p: s.workspace_kind(p) for p in ("local", "hpc", "nfs", "rc", "k8s", "pvc")} == {
+        "local": "here", "hpc": "synced", "nfs": "shared", "rc": "synced", "k8s": "synced",
+        "pvc": "claim"}
+    why = no_workspace("k8s", s.pool_set.get("k8s")[1])
+    assert why.startswith('pool k8s gives its jobs no workspace: it needs workspace_claim = '
+                          '"PVC" (a ReadWriteMany claim holding the workspaces) in [pools.k8s]')
+    assert "shared_workspaces = true" in no_workspace("rc", s.pool_set.get("rc")[1])

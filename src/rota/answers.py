@@ -157,6 +157,7 @@ class WandbRun(TypedDict):
     entity: str | None
     url: str | None
     offline_dir: NotRequired[str]
+    card: NotRequired[str]  # once it ended: "attached", or "failed: why"
 
 
 class TrackingAnswer(TypedDict, total=False):
@@ -259,6 +260,7 @@ class SpecAnswer(TypedDict):
     tensorboard_dir: str | None
     outputs: list[str]
     datasets: list[str]  # OWNER/NAME:vN, as resolved at submit
+    workspace: bool  # False: it needs none (no ROTA_WORKSPACE)
     mlflow: bool | None
     mlflow_experiment: str | None
     wandb: bool

@@ -27,7 +27,7 @@ from rota.core.tiers import CRUCIBLE, Tier
 from rota.core.tiers import NAME as TIER_NAME
 from rota.errors import InvalidSpec
 from rota.home import default_home
-from rota.pools import ENGINES, Pool, Pools, local_engine_implied
+from rota.pools import ENGINES, Pool, Pools, WorkspaceKind, local_engine_implied, workspace_kind
 from rota.units import parse_duration, parse_memory
 
 __all__ = ["AlertSettings", "Settings", "StorageSettings", "default_home", "load_settings"]
@@ -351,6 +351,11 @@ class Settings(BaseSettings):
     @property
     def workspaces_root(self) -> Path:
         return self.storage.workspaces or self.home / "workspaces"
+
+    def workspace_kind(self, pool: str | None) -> WorkspaceKind:
+        """How the jobs of ``pool`` (None: the default) see their workspace."""
+        return workspace_kind(self.pool_set.get(pool)[1],
+                              bucket_home=bool(self.storage.workspace_url))
 
     @property
     def dataset_cache_root(self) -> Path:

@@ -64,8 +64,9 @@ def _object_name(v: str, example: str) -> str:
 
 
 #: how a pool's jobs see their workspace: this machine's folder (here), the same path on
-#: the cluster's nodes (shared), a Kubernetes volume's folder (claim), or none
-WorkspaceKind = Literal["here", "shared", "claim"] | None
+#: the cluster's nodes (shared), a Kubernetes volume's folder (claim), a copy the job
+#: brings from the workspaces' bucket and sends back (synced), or none
+WorkspaceKind = Literal["here", "shared", "claim", "synced"] | None
 
 
 class _Pool(BaseModel):
@@ -285,3 +286,20 @@ class Pools(BaseModel):
             raise InvalidSpec(f"no pool {key!r}; the pools are: {', '.join(sorted(self.pools))}",
                               field="pool")
         return key, pool
+
+
+def workspace_kind(pool: Pool, *, bucket_home: bool) -> WorkspaceKind:
+    """How ``pool``'s jobs see their workspace: what the pool gives, else, where the
+    workspaces' home is a bucket, a copy each job of a cluster pool syncs itself."""
+    return pool.workspaces or ("synced" if bucket_home else None)
+
+
+def no_workspace(pool_name: str, pool: Pool) -> str:
+    """Why ``pool``'s jobs get no workspace, and the ways out."""
+    what = ("workspace_claim = \"PVC\" (a ReadWriteMany claim holding the workspaces)"
+            if pool.engine == "kubernetes" else
+            "shared_workspaces = true (its nodes see the workspaces folder at the same path)")
+    return (f"pool {pool_name} gives its jobs no workspace: it needs {what} in "
+            f"[pools.{pool_name}], or [storage] workspace_url (a bucket its jobs sync "
+            "from); a job that needs none says so (--no-workspace, workspace: false)")
+

@@ -30,6 +30,7 @@ from rota_testing import DaemonProcess, running_daemon, wait_until, without_modu
 TOML = """
 [pools.k8s]
 engine = "kubernetes"
+workspace_claim = "team-workspaces"
 namespace = "ml"
 image = "python:3.11-slim"
 kubeconfig = "{home}/no-kubeconfig"

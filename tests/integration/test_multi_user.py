@@ -289,7 +289,7 @@ def test_a_place_that_cannot_run_a_job_as_its_owner_refuses_it_at_submit(
         accounts: dict[str, int], shared_home: Path) -> None:
     shared_home.mkdir()
     (shared_home / "rota.toml").write_text(  # never reached: refused before
-        '[pools.rc]\nengine = "ray"\naddress = "http://127.0.0.1:9"\n')
+        '[pools.rc]\nengine = "ray"\nshared_workspaces = true\naddress = "http://127.0.0.1:9"\n')
     d = DaemonProcess(shared_home, extra_env={"ROTA_SHARED_ACCOUNT": "false"}).start()
     try:
         r = rota_as(BOB, d.home, "submit", "--pool", "rc", "--", "true")

@@ -21,15 +21,18 @@ SECRET = "tok-9f8e7d-do-not-show"
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 partition = "gpu"
 bin_dir = "{bin_dir}"
 
 [pools.ray]
 engine = "ray"
+shared_workspaces = true
 address = "http://127.0.0.1:{dead_port}"
 
 [pools.k8s]
 engine = "kubernetes"
+workspace_claim = "team-workspaces"
 namespace = "ml"
 image = "python:3.11-slim"
 kueue_queue = "team-a"

@@ -11,7 +11,6 @@ Skipped without boto3 and moto unless the run requires them (ROTA_REQUIRE_TORCH)
 from __future__ import annotations
 
 import getpass
-import os
 import shutil
 import sys
 import time
@@ -24,19 +23,12 @@ import pytest
 from rota_testing import (
     DaemonProcess,
     kill_job_processes,
+    moto_s3,
     patience,
     running_daemon,
-    s3_server,
+    s3_client,
     wait_until,
 )
-
-try:
-    import boto3
-    import moto.server  # noqa: F401 - s3_server's
-except ImportError:  # pragma: no cover - the test extra installs them
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    boto3 = None
 
 BUCKET = "rota-ws"
 WRITE = ("import os, sys; w = os.environ['ROTA_WORKSPACE']; name, text = sys.argv[1:3]; "
@@ -51,16 +43,12 @@ LATE = ("import os, time; [time.sleep(0.05) for _ in range(2400) if not os.path.
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if boto3 is None:
-        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
-    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
-        yield env
+    yield from moto_s3(tmp_path_factory, BUCKET)
 
 
 @pytest.fixture
 def s3(aws: dict[str, str]) -> Any:
-    return boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return s3_client(aws)
 
 
 def toml(prefix: str, bucket: str = BUCKET) -> str:

@@ -26,6 +26,7 @@ import pytest
 from rota.errors import NotFound, StorageError
 from rota.storage import LocalStore, Manifest, ObjectStore, S3Store, build_manifest
 from rota.storage.cache import LEFTOVER_AGE_S, CacheEntry, CacheFull, DatasetCache
+from rota_testing import moto_s3
 
 try:
     import boto3
@@ -43,12 +44,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if boto3 is None:
-        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
-    from rota_testing import s3_server
-
-    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
-        yield env
+    yield from moto_s3(tmp_path_factory, BUCKET)
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -24,14 +24,7 @@ from rota.errors import StorageError
 from rota.storage import LocalStore, Manifest, ObjectStore, build_manifest
 from rota.storage import job_fetch as jf
 from rota.storage.cache import DatasetCache
-
-try:
-    import boto3
-    import moto.server  # noqa: F401 - s3_server's
-except ImportError:
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    boto3 = None
+from rota_testing import moto_s3
 
 BUCKET = "rota-job-fetch"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -41,12 +34,7 @@ PRINT_A = ("import os, sys; print(open(os.environ['ROTA_DATASET_X'] + '/a.txt').
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if boto3 is None:
-        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
-    from rota_testing import s3_server
-
-    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
-        yield env
+    yield from moto_s3(tmp_path_factory, BUCKET)
 
 
 def publish(store: ObjectStore, tmp_path: Path, key: str, files: dict[str, bytes]) -> Manifest:
@@ -261,7 +249,7 @@ def test_an_unset_fetch_setting_or_a_command_not_found(
     monkeypatch.delenv(jf.FETCH_ENV, raising=False)
     assert jf.main(["--", "true"]) == 2
     assert capsys.readouterr().err == \
-        "rota: cannot fetch datasets: ROTA_DATASETS_FETCH is not set\n"
+        "rota: nothing to bring: neither ROTA_DATASETS_FETCH nor ROTA_WORKSPACE_SYNC is set\n"
     monkeypatch.setenv(jf.FETCH_ENV, plan(str(tmp_path / "store")))  # no datasets
     monkeypatch.setenv(jf.CACHE_ENV, str(tmp_path / "cache"))
     assert jf.main(["--", str(tmp_path / "no-such-program")]) == 127

@@ -18,15 +18,7 @@ from typing import Any
 import pytest
 
 from rota.storage.sync import Remote, load_index, save_index, sync_down, sync_up
-from rota_testing import s3_server
-
-try:
-    import boto3
-    import moto.server  # noqa: F401 - s3_server's
-except ImportError:  # pragma: no cover - the test extra installs them
-    if os.environ.get("ROTA_REQUIRE_TORCH"):
-        raise
-    boto3 = None
+from rota_testing import moto_s3, s3_client
 
 BUCKET = "rota-workspaces"
 BIG = random.Random(3).randbytes(2 * (1 << 20) + 5)  # over the multipart threshold
@@ -36,16 +28,12 @@ FILES = {"a.txt": b"hello\n", "empty": b"", "sub/deeper/c.json": b'{"x": 1}',
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if boto3 is None:
-        pytest.skip("needs boto3 and moto[server] (pip install 'rota[test]')")
-    with s3_server(tmp_path_factory.mktemp("aws"), BUCKET) as env:
-        yield env
+    yield from moto_s3(tmp_path_factory, BUCKET)
 
 
 @pytest.fixture
 def s3(aws: dict[str, str]) -> Any:
-    return boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return s3_client(aws)
 
 
 @pytest.fixture

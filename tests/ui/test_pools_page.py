@@ -39,16 +39,19 @@ esac""",
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 partition = "gpu"
 bin_dir = "{bin_dir}"
 description = "the lab's Slurm cluster"
 
 [pools.lab]
 engine = "slurm"
+shared_workspaces = true
 bin_dir = "{fake_slurm}"
 
 [pools.k8s]
 engine = "kubernetes"
+workspace_claim = "team-workspaces"
 namespace = "ml"
 image = "python:3.11-slim"
 max_in_flight = 7

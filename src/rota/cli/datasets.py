@@ -3,7 +3,6 @@ jobs name with `--dataset NAME[:VERSION]` (rota.server.datasets)."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ import typer
 
 from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
+from rota.core.spec import DATASET_REF_PARTS
 from rota.errors import InvalidSpec
 from rota.units import format_memory
 
@@ -28,15 +28,12 @@ dataset_app = typer.Typer(help="Datasets: registered once, versioned by content,
                                "each machine before the jobs that name them start "
                                "(docs/storage.md).", no_args_is_help=True)
 
-_REF = re.compile(r"^(?:(?P<owner>[a-z_][a-z0-9_.-]{0,63})/)?(?P<name>[^:/]+)"
-                  r"(?::(?P<version>[^:/]+))?$")
-
-
 def split(given: str) -> tuple[str | None, str, str | None]:
     """(owner, name, version) of ``[OWNER/]NAME[:VERSION]``."""
-    m = _REF.match(given)
+    m = DATASET_REF_PARTS.match(given)
     if m is None:
-        raise InvalidSpec(f"{given!r}: expected [OWNER/]NAME[:VERSION]", field="dataset")
+        raise InvalidSpec(f"{given!r}: expected [OWNER/]NAME[:VERSION] (VERSION: vN, a "
+                          "digest's first hex digits, or latest)", field="dataset")
     return m["owner"], m["name"], m["version"]
 
 

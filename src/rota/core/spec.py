@@ -45,9 +45,15 @@ MAX_ENV = 1000
 MAX_OUTPUTS = 16
 #: datasets one job may read (datasets)
 MAX_DATASETS = 16
-#: a dataset a job reads: [OWNER/]NAME[:VERSION] (rota.server.datasets)
-DATASET_REF = (r"^(?:[a-z_][a-z0-9_.-]{0,63}/)?[a-z0-9][a-z0-9._-]{0,63}"
-               r"(?::(?:v[0-9]{1,9}|[0-9a-f]{6,64}|latest))?$")
+#: a dataset a job reads: [OWNER/]NAME[:VERSION] (rota.server.datasets), VERSION vN, a
+#: digest's first 6-64 hex digits, or latest (the default)
+DATASET_OWNER = r"[a-z_][a-z0-9_.-]{0,63}"
+DATASET_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
+DATASET_VERSION = r"v[0-9]{1,9}|[0-9a-f]{6,64}|latest"
+DATASET_REF = rf"^(?:{DATASET_OWNER}/)?{DATASET_NAME}(?::(?:{DATASET_VERSION}))?$"
+#: the same, its parts named (owner, name, version); JSON Schema's patterns name no groups
+DATASET_REF_PARTS = re.compile(rf"^(?:(?P<owner>{DATASET_OWNER})/)?(?P<name>{DATASET_NAME})"
+                               rf"(?::(?P<version>{DATASET_VERSION}))?$")
 #: characters that make a terminal act (C0 and C1 controls, DEL: ESC starts sequences that
 #: clear the screen or move the cursor) or reorder what follows (bidi overrides): a name or
 #: a tag with one could fake rows in `rota queue`
@@ -231,6 +237,10 @@ class JobSpec(BaseModel):
                     "a digest's first hex digits, or latest): each is in a read-only folder "
                     "named by ROTA_DATASET_<NAME> before the job starts; stored as "
                     "OWNER/NAME:vN")
+    workspace: StrictBool = Field(
+        default=True, description="the job gets its user's and project's workspace "
+                                  "(ROTA_WORKSPACE; /workspace in a container); false: it "
+                                  "needs none, so it may run on a cluster pool that gives none")
     mlflow: StrictBool | None = Field(
         default=None, description="an MLflow run for the job (params, git tags, metrics, "
                                   "log and checkpoint list); None: the daemon's setting")

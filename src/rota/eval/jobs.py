@@ -173,7 +173,7 @@ def eval_jobs(config: EvalConfig, src: Source, *, pool_engine: str, python: str,
         env[ADAPTER_DIR_ENV] = posixpath.join(work_dir, "adapter")
     fetch = {"name": f"eval-{config.name}-fetch", "command": [*run, "--fetch-only"],
              "cwd": work_dir, "env": dict(env), "gpus": 0, "pool": config.compute.pool,
-             "priority": config.compute.priority,
+             "priority": config.compute.priority, "workspace": False,
              # what can change is tried again inside (rota.eval.fetch); what cannot (a run
              # that does not exist) must not wait through retries before it is reported
              "tags": [FETCH_TAG, f"{FETCH_TAG}:{config.name}"]}
@@ -205,6 +205,8 @@ def _base(config: EvalConfig, pool_engine: str) -> dict[str, Any]:
         # with tracking, Rota opens the run (params, git, the log) and the evaluation logs
         # into it; without, no run (whatever the daemon's default): nothing waits for one
         "mlflow": t is not None,
+        # it works in its own folder (work_dir, a pod's): no workspace, so any pool runs it
+        "workspace": False,
     }
     optional = {"gpu_type": c.gpu_type, "gpu_mem": c.gpu_mem, "time_limit": c.time_limit,
                 "pool": c.pool, "image": c.image}

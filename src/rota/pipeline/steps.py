@@ -53,7 +53,7 @@ class Round:
 
 def _base(r: Round, step: str, compute: Any = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": r.name(step), "cwd": r.folder, "tags": r.tags(),
-                            "gpus": 0}
+                            "gpus": 0, "workspace": False}  # (the round's folder is its own)
     if compute is not None:
         spec.update(gpus=compute.gpus, priority=compute.priority)
         spec.update({k: v for k, v in (("gpu_type", compute.gpu_type),

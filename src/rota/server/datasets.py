@@ -37,7 +37,7 @@ from rota.backends.base import RunAs
 from rota.config import Settings
 from rota.core.lifecycle import JobState
 from rota.core.plan import Reason, ReasonCode
-from rota.core.spec import JobSpec
+from rota.core.spec import DATASET_NAME, DATASET_OWNER, DATASET_REF_PARTS, JobSpec
 from rota.errors import BackendError, Conflict, Forbidden, InvalidSpec, NotFound, StorageError
 from rota.storage import FileEntry, Manifest, ObjectStore, build_manifest, job_fetch, safe_relpath
 from rota.storage.cache import CacheFull, DatasetCache
@@ -50,12 +50,9 @@ log = logging.getLogger("rota.datasets")
 
 ENV_PREFIX = "ROTA_DATASET_"
 CONTAINER_ROOT = "/datasets"
-NAME_RE = r"[a-z0-9][a-z0-9._-]{0,63}"
-OWNER_RE = r"[a-z_][a-z0-9_.-]{0,63}"
-#: what a job may name: [OWNER/]NAME[:VERSION], VERSION vN, a digest's first 6-64 hex
-#: digits, or latest (the default)
-REF = re.compile(rf"^(?:(?P<owner>{OWNER_RE})/)?(?P<name>{NAME_RE})"
-                 r"(?::(?P<version>v[0-9]{1,9}|[0-9a-f]{6,64}|latest))?$")
+NAME_RE = DATASET_NAME
+OWNER_RE = DATASET_OWNER
+REF = DATASET_REF_PARTS  # what a job may name: [OWNER/]NAME[:VERSION]
 #: the most bytes one upload chunk carries (under the smallest request bound worth having)
 CHUNK_BYTES = 8 << 20
 #: the most files one dataset version holds

@@ -20,7 +20,7 @@ from rota.core.tiers import choose, no_fit
 from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileEntry, JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
-from rota.pools import LOCAL, Pool
+from rota.pools import LOCAL, Pool, no_workspace
 from rota.server.accounts import AccountRules
 from rota.server.daemon import Daemon
 from rota.server.pool_reads import engine_job
@@ -179,6 +179,9 @@ class Intake:
                               f"picked on this machine; on a {pool.engine} pool the engine "
                               "picks them, and the job sees only those (CUDA devices 0 to "
                               "n-1): drop cuda_arg", field="cuda_arg")
+        if spec.workspace and self.settings.workspace_kind(pool_name) is None:
+            raise InvalidSpec(f"{prefix}workspace: {no_workspace(pool_name, pool)}",
+                              field="workspace")
         why = engines.refusal(pool, engine_job(0, user, spec, attempt=1),
                               work_dir=self.settings.home)
         if why is not None:
@@ -239,19 +242,7 @@ class Intake:
         """What a person who just submitted these should know: the daemon drains, or a
         request far from what the last job of the same name used."""
         out = [DRAINING] if rows and self.daemon.draining else []
-        return out + self.workspace_warnings(rows) + self.sizing_warnings(rows)
-
-    def workspace_warnings(self, rows: list[JobRecord]) -> list[str]:
-        """Jobs on a cluster pool that gives no workspace: said once per pool."""
-        out = []
-        for name in sorted({r.pool for r in rows if r.pool}):
-            pool = self.settings.pool_set.pools.get(name)
-            if pool is not None and pool.workspaces is None:
-                what = ("workspace_claim" if pool.engine == "kubernetes"
-                        else "shared_workspaces")
-                out.append(f"pool {name} gives its jobs no workspace (no {what} in "
-                           f"[pools.{name}]): ROTA_WORKSPACE is not set there")
-        return out
+        return out + self.sizing_warnings(rows)
 
     def sizing_warnings(self, rows: list[JobRecord]) -> list[str]:
         """Jobs named like an earlier one whose request is far from what that one used."""

@@ -279,29 +279,34 @@ class Launcher:
         run_as = self.run_as(run.user)
         workspace = None  # this machine's folder, for a container to mount
         engine_workspace = None  # USER/PROJECT, for a cluster pool that gives one
-        if self.workspaces is not None:
-            kind = self.settings.pool_set.get(spec.pool)[1].workspaces
+        brings = False  # a cluster job brings its datasets or workspace to its node first
+        if self.workspaces is not None and spec.workspace:
+            kind = self.settings.workspace_kind(spec.pool)
             if kind in ("here", "shared"):  # the same path, here or on the nodes
                 env[WORKSPACE_ENV] = str(self.workspaces.ensure(run.user, spec.project,
                                                                  run_as))
                 workspace = env[WORKSPACE_ENV] if kind == "here" else None
             if kind in ("shared", "claim"):
                 engine_workspace = workspace_name(run.user, spec.project)
+            if kind == "synced":  # the job brings its copy from the bucket, sends it back
+                env.update(self.workspaces.job_sync_env(run.user, spec.project))
+                brings = True
         datasets: dict[str, str] = {}
         shell = spec.shell
         if self.datasets is not None and spec.datasets:
             if run.backend.capabilities.engine:  # the job fetches them on its node first
                 env.update(self.datasets.engine_env(spec))
-                # (the daemon's own Python where the cluster shares its install, as an
-                # evaluation's jobs do; the image's in a container)
-                argv = job_fetch.wrap(["/bin/sh", "-c", *argv] if shell else argv,
-                                      "python3" if spec.image else sys.executable)
-                shell = False
+                brings = True
             else:
                 found = self.datasets.launch(run.job_id, spec)
                 env.update(found)
                 if spec.image:  # mounted read-only under /datasets
                     datasets = self.datasets.mounts(found)
+        if brings:  # with the daemon's own Python where the cluster shares its install
+            # (as an evaluation's jobs do), the image's in a container
+            argv = job_fetch.wrap(["/bin/sh", "-c", *argv] if shell else argv,
+                                  "python3" if spec.image else sys.executable)
+            shell = False
         if run_as is not None and not run.backend.capabilities.run_as:
             raise BackendError(f"job {run.job_id}: {run.backend.name} cannot start a job as "
                                f"another account yet ({run_as.user}); submit it to the local "

@@ -19,8 +19,9 @@ SkyPilot's COPY storage mode copies a bucket to a node and back.
 
 Machines that run jobs of one workspace at the same time each send their own changes: a
 file changed on two of them is the last sender's (a copy is never overwritten by a sync
-down while it holds changes of its own; rota.storage.sync). Jobs of cluster pools are not
-concerned: they get the workspaces their pool gives.
+down while it holds changes of its own; rota.storage.sync). Jobs of cluster pools get the
+workspaces their pool gives; where it gives none, each syncs its own copy with the bucket
+on its node (:meth:`WorkspaceSync.job_plan`, rota.storage.job_workspace).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.snapshot import PendingJob
 from rota.errors import StorageError
+from rota.storage.job_workspace import WorkspacePlan
 from rota.storage.s3 import S3Store, split_uri
 from rota.storage.sync import Counts, Remote, load_index, save_index, sync_down, sync_up
 
@@ -235,6 +237,14 @@ class WorkspaceSync:
 
     def _remote_url(self, key: Key) -> str:
         return f"{self.url}/{key[0]}/{key[1]}"
+
+    def job_plan(self, user: str, project: str | None) -> WorkspacePlan:
+        """What a job on a cluster pool whose nodes share no folder with this machine
+        syncs itself (rota.storage.job_workspace): the workspace's prefix, not this
+        machine's copy."""
+        key = key_of(user, project)
+        return WorkspacePlan(self._remote_url(key), f"{key[0]}/{key[1]}",
+                             endpoint_url=self.endpoint_url, region=self.region)
 
     # --- syncs, on worker threads ------------------------------------------------------------
     def _pump_later(self) -> None:

@@ -31,7 +31,7 @@ from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.quota import Owner, workspace_owner
 from rota.core.snapshot import PendingJob
-from rota.errors import BackendError, NotFound
+from rota.errors import BackendError, NotFound, StorageError
 from rota.server.workspace_cleanup import Plan, Stale
 from rota.server.workspace_sync import WorkspaceSync
 from rota.store.repo import Store
@@ -133,6 +133,13 @@ class Workspaces:
             self.sync.resume(running)
 
     # --- at launch (on the loop: cheap once made) -------------------------------------------
+    def job_sync_env(self, user: str, project: str | None) -> dict[str, str]:
+        """A cluster job that syncs its own copy with the bucket: what tells it which."""
+        if self.sync is None:
+            raise StorageError("no [storage] workspace_url: no bucket to sync a workspace "
+                               "with")
+        return self.sync.job_plan(user, project).env()
+
     def ensure(self, user: str, project: str | None, run_as: RunAs | None) -> Path:
         """The job's workspace, made on first use and given to its account."""
         name = workspace_name(user, project)

@@ -1,11 +1,12 @@
-"""The datasets of a job on a cluster pool (Slurm, Ray, Kubernetes), fetched on the node
-where it landed, then the job's command in this process's place.
+"""What a job on a cluster pool (Slurm, Ray, Kubernetes) needs on the node where it
+landed, brought there by the job itself before its command: its datasets, and its
+workspace when the pool's nodes share none with the daemon (rota.storage.job_workspace).
 
     python -m rota.storage.job_fetch -- COMMAND [ARGS...]
 
 The daemon cannot reach such a node's disk, so the job fetches for itself, with the
 credentials its environment gives (``AWS_*`` for a bucket). ``ROTA_DATASETS_FETCH`` says
-what, as JSON::
+which datasets, as JSON::
 
     {"store": "s3://bucket/prefix", "endpoint_url": null, "region": null,
      "datasets": [{"env": "ROTA_DATASET_IMAGENET", "key": "...", "digest": "<64 hex>",
@@ -15,12 +16,17 @@ Each dataset goes through the node's :class:`~rota.storage.cache.DatasetCache` (
 jobs of a node fetch a version once) under ``ROTA_DATASET_CACHE``, else
 ``$XDG_CACHE_HOME/rota/datasets``, else ``~/.cache/rota/datasets``, holding at most
 ``ROTA_DATASET_CACHE_LIMIT`` bytes (no limit when unset). Its variable ``env`` is set to
-the version's read-only folder, and COMMAND is exec'd (no shell: its arguments arrive as
-they were given, and its exit status is the job's).
+the version's read-only folder. ``ROTA_WORKSPACE_SYNC`` names a workspace to bring from
+its bucket (``ROTA_WORKSPACE`` is then its copy here).
+
+COMMAND runs without a shell (its arguments arrive as they were given): exec'd in this
+process's place, or, with a workspace to send back when it ends, as a child that gets the
+signals this process gets; either way its exit status is the job's (128+N for a signal N).
 
 Exit status when it cannot: 75 (EX_TEMPFAIL) for a failure that may pass (the store could
 not be reached, throttling: worth retrying the job), 2 otherwise (a missing key, a key
-republished since the job was submitted, a cache too small, a bad setting).
+republished since the job was submitted, a cache too small, a bad setting). A command
+that succeeded and whose workspace could not be sent back ends with one of those.
 
 Standard library and rota.storage only: it starts inside every such job.
 """
@@ -31,6 +37,8 @@ import contextlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -39,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.errors import RotaError, StorageError
+from rota.storage import job_workspace
 from rota.storage.cache import DatasetCache
 from rota.storage.store import open_store
 from rota.units import format_memory
@@ -49,6 +58,9 @@ CACHE_LIMIT_ENV = "ROTA_DATASET_CACHE_LIMIT"
 EX_TEMPFAIL = 75
 EX_USAGE = 2
 USAGE = "usage: python -m rota.storage.job_fetch -- COMMAND [ARGS...]"
+#: what an engine sends a job it stops (or a person at a terminal): passed on to the command
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -119,11 +131,52 @@ def cache_limit(environ: Mapping[str, str]) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    """Fetches, then execs the command; returns only when it cannot (the exit status)."""
+    """Fetches, then runs the command: exec'd in this process's place, or, with a workspace
+    to send back, as a child whose exit status becomes this one's."""
     if len(argv) < 2 or argv[0] != "--":
         print(USAGE, file=sys.stderr)
         return EX_USAGE
     command = argv[1:]
+    if not os.environ.get(FETCH_ENV) and not os.environ.get(job_workspace.SYNC_ENV):
+        print(f"rota: nothing to bring: neither {FETCH_ENV} nor {job_workspace.SYNC_ENV} "
+              "is set", file=sys.stderr)
+        return EX_USAGE
+    try:
+        workspace = _workspace_copy(os.environ)
+    except (ValueError, RotaError, OSError) as e:
+        print(f"rota: cannot bring the workspace: {e}", file=sys.stderr)
+        return _status(e)
+    if FETCH_ENV in os.environ:
+        status = _fetch_datasets()
+        if status is not None:
+            return status
+    if workspace is not None:
+        try:
+            counts = workspace.bring()
+        except (RotaError, OSError) as e:
+            print(f"rota: cannot bring workspace {workspace.plan.name}: {e}", file=sys.stderr)
+            return _status(e)
+        os.environ[job_workspace.WORKSPACE_ENV] = str(workspace.folder)
+        os.environ.pop(job_workspace.SYNC_ENV, None)
+        print(f"rota: workspace {workspace.plan.name} at {workspace.folder} "
+              f"({counts.text()})", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if workspace is None:
+        return _exec(command)
+    return _run_then_send_back(command, workspace)
+
+
+def _workspace_copy(environ: Mapping[str, str]) -> job_workspace.NodeCopy | None:
+    text = environ.get(job_workspace.SYNC_ENV)
+    if not text:
+        return None
+    return job_workspace.NodeCopy(job_workspace.read_plan(text),
+                                  job_workspace.cache_root(environ))
+
+
+def _fetch_datasets() -> int | None:
+    """Each dataset fetched and its variable set; the exit status when one cannot be."""
     try:
         plan = read_plan(os.environ.get(FETCH_ENV))
         cache = DatasetCache(cache_root(os.environ), cache_limit(os.environ))
@@ -147,14 +200,52 @@ def main(argv: list[str]) -> int:
             f"{format_memory(entry.size)})"
         print(f"rota: dataset {d.ref} ready at {path}{what}", file=sys.stderr)
     os.environ.pop(FETCH_ENV, None)  # the command's own children need not see it
-    sys.stdout.flush()
-    sys.stderr.flush()
+    return None
+
+
+def _exec(command: list[str]) -> int:
     try:
         os.execvp(command[0], command)
     except OSError as e:
         print(f"rota: cannot run {command[0]!r}: {e.strerror or e}", file=sys.stderr)
         return 127 if isinstance(e, FileNotFoundError) else 126  # as a shell does
     return 0  # not reached: exec replaced this process
+
+
+def _run_then_send_back(command: list[str], workspace: job_workspace.NodeCopy) -> int:
+    """The command as a child, the signals an engine sends to stop the job passed on to
+    it (a Kubernetes pod's are this process's alone), then the workspace sent back, even
+    when the command failed or was stopped: what it wrote so far is kept."""
+    child: subprocess.Popen[bytes] | None = None
+    early: list[int] = []  # signals that came before the child was there
+
+    def forward(signum: int, _frame: object) -> None:
+        if child is None:
+            early.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    try:
+        child = subprocess.Popen(command)
+    except OSError as e:
+        print(f"rota: cannot run {command[0]!r}: {e.strerror or e}", file=sys.stderr)
+        return 127 if isinstance(e, FileNotFoundError) else 126
+    for signum in early:
+        child.send_signal(signum)
+    returncode = child.wait()  # (retried by Python when a forwarded signal interrupts it)
+    status = 128 - returncode if returncode < 0 else returncode  # as a shell tells a signal
+    try:
+        counts = workspace.send_back()
+    except (RotaError, OSError) as e:
+        print(f"rota: cannot send workspace {workspace.plan.name} back: {e}; its copy stays "
+              f"at {workspace.folder} on this node", file=sys.stderr)
+        return status or _status(e)
+    print(f"rota: workspace {workspace.plan.name} sent back ({counts.text()})",
+          file=sys.stderr)
+    return status
 
 
 def _status(e: BaseException) -> int:

@@ -15,10 +15,12 @@ from rota_testing import DaemonProcess, kill_job_processes
 
 
 @contextlib.contextmanager
-def daemon_over(slurm: PrivateSlurm, home: Path, toml: str) -> Iterator[DaemonProcess]:
-    """A daemon in ``home``; ``toml``'s ``{conf}`` is the cluster's slurm.conf."""
+def daemon_over(slurm: PrivateSlurm, home: Path, toml: str,
+                env: dict[str, str] | None = None) -> Iterator[DaemonProcess]:
+    """A daemon in ``home`` (``env``: more of its environment); ``toml``'s ``{conf}`` is the
+    cluster's slurm.conf."""
     (home / "rota.toml").write_text(toml.format(conf=slurm.env["SLURM_CONF"]))
-    d = DaemonProcess(home).start()
+    d = DaemonProcess(home, extra_env=env).start()
     try:
         yield d
     finally:

@@ -25,11 +25,13 @@ from .daemon_slurm import daemon_over, job_view, wait_end
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 max_in_flight = 10
 
 [pools.second]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 sbatch_args = ["--nodelist={node}"]
 """

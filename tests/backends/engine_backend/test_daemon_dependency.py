@@ -20,11 +20,13 @@ from .daemon_slurm import daemon_over, job_view, wait_end
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 max_in_flight = 8
 
 [pools.hpc2]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 max_in_flight = 8
 """

@@ -41,7 +41,8 @@ def daemon(slurm: PrivateSlurm, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("lora-pool")
     (home / "rota.toml").write_text(
-        f'[pools.hpc]\nengine = "slurm"\nslurm_conf = "{slurm.env["SLURM_CONF"]}"\n')
+        f'[pools.hpc]\nengine = "slurm"\nshared_workspaces = true\n'
+        f'slurm_conf = "{slurm.env["SLURM_CONF"]}"\n')
     # the private nodes' names do not resolve here: rank 0's address for the rendezvous
     d = DaemonProcess(home, extra_env={**OFFLINE, "MASTER_ADDR": "127.0.0.1"}).start()
     try:

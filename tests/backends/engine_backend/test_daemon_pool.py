@@ -6,6 +6,7 @@ honour it. Against the private Slurm of tests/backends/slurm."""
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import shutil
@@ -29,11 +30,11 @@ TOML = """
 engine = "slurm"
 slurm_conf = "{conf}"
 max_in_flight = 2
+shared_workspaces = true
 
-[pools.hpc-shared]
+[pools.hpc-bare]
 engine = "slurm"
 slurm_conf = "{conf}"
-shared_workspaces = true
 """
 
 
@@ -121,7 +122,7 @@ def test_a_yaml_file_sends_the_items_naming_a_pool_there_and_the_others_here(
 
 @pytest.mark.parametrize(("args", "words"), [
     (["--gpus", "0.5"], "pool hpc: "),
-    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, hpc-shared, local"),
+    (["--pool", "nope"], "no pool 'nope'; the pools are: hpc, hpc-bare, local"),
     (["--session", "tmux"], "a slurm pool runs no tmux or screen sessions"),
 ])
 def test_what_the_pool_cannot_honour_is_refused_at_submit(
@@ -244,9 +245,10 @@ def test_a_job_on_slurm_fetches_its_dataset_itself_before_its_command(
 def test_a_pool_that_shares_workspaces_gives_its_jobs_the_same_folder_as_here(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     """On a pool whose nodes see the workspaces folder, a Slurm job and a job on this
-    machine of the same user and project share ROTA_WORKSPACE; a pool that does not share
-    it says so at submit, and its jobs get none."""
-    first = daemon.submit("--pool", "hpc-shared", "--gpus", "0", "--project", "slurmws",
+    machine of the same user and project share ROTA_WORKSPACE; a pool that shares none
+    refuses a job at submit, with the reason and the ways out, unless the job needs no
+    workspace (--no-workspace), which then runs there without one."""
+    first = daemon.submit("--pool", "hpc", "--gpus", "0", "--project", "slurmws",
                           "--", "sh", "-c", 'echo from-slurm > "$ROTA_WORKSPACE/note"',
                           cwd=tmp_path)
     assert wait_end(daemon, first)["state"] == "completed"
@@ -254,12 +256,59 @@ def test_a_pool_that_shares_workspaces_gives_its_jobs_the_same_folder_as_here(
                          'cat "$ROTA_WORKSPACE/note"', cwd=tmp_path)
     assert wait_end(daemon, here)["state"] == "completed"
     assert "from-slurm" in daemon.cli("logs", str(here)).stdout
-    r = daemon.cli("submit", "--json", "--pool", "hpc", "--gpus", "0", "--", "sh", "-c",
-                   'echo "workspace=[${ROTA_WORKSPACE:-}]"', cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    answer = json.loads(r.stdout)
-    assert any("pool hpc gives its jobs no workspace (no shared_workspaces" in w
-               for w in answer["warnings"]), answer
-    bare = int(answer["jobs"][0]["id"])
-    assert wait_end(daemon, bare)["state"] == "completed"
+    before = len(daemon.client().jobs(limit=1000))
+    r = daemon.cli("submit", "--pool", "hpc-bare", "--gpus", "0", "--", "true",
+                   cwd=tmp_path)
+    assert r.returncode != 0, r.stdout
+    assert ("workspace: pool hpc-bare gives its jobs no workspace: it needs "
+            "shared_workspaces = true") in r.stderr, r.stderr
+    assert "--no-workspace" in r.stderr and "workspace_url" in r.stderr, r.stderr
+    assert len(daemon.client().jobs(limit=1000)) == before  # nothing queued
+    bare = daemon.submit("--pool", "hpc-bare", "--gpus", "0", "--no-workspace", "--", "sh",
+                         "-c", 'echo "workspace=[${ROTA_WORKSPACE:-}]"', cwd=tmp_path)
+    done = wait_end(daemon, bare)
+    assert done["state"] == "completed" and done["spec"]["workspace"] is False, done
     assert "workspace=[]" in daemon.cli("logs", str(bare)).stdout
+
+
+def test_with_a_bucket_home_a_slurm_job_brings_its_workspace_and_sends_it_back(
+        slurm: PrivateSlurm, tmp_path: Path) -> None:
+    """A pool whose nodes share no folder, and workspaces whose home is a bucket (a real
+    S3-protocol server): the job syncs its own copy on its node (rota.storage.job_workspace)
+    before its command, and sends back what the command wrote after it, also when the
+    command fails; a job on this machine of the same workspace then reads it."""
+    pytest.importorskip("moto.server")
+    from rota_testing import s3_server
+
+    with s3_server(tmp_path / "aws", "ws-slurm") as aws:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL_S3"],
+                          region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+        s3.put_object(Bucket="ws-slurm", Key=f"team/{getpass.getuser()}/sync/seed.txt",
+                      Body=b"seeded in the bucket\n")
+        toml = (f'[storage]\nworkspace_url = "s3://ws-slurm/team"\n'
+                f'endpoint_url = "{aws["AWS_ENDPOINT_URL_S3"]}"\n'
+                '[pools.hpc]\nengine = "slurm"\nslurm_conf = "{conf}"\n')
+        node = tmp_path / "node"
+        creds = [f"--env={k}={v}" for k, v in aws.items()]
+        (tmp_path / "home").mkdir()
+        with daemon_over(slurm, tmp_path / "home", toml, env=aws) as d:
+            job = d.submit("--pool", "hpc", "--gpus", "0", "--project", "sync",
+                           f"--env=ROTA_WORKSPACE_CACHE={node}", *creds, "--shell", "--",
+                           'cat "$ROTA_WORKSPACE/seed.txt" && echo "at=$ROTA_WORKSPACE" && '
+                           'echo "made on slurm" > "$ROTA_WORKSPACE/out.txt" && exit 3',
+                           cwd=tmp_path)
+            done = wait_end(d, job)
+            logs = d.cli("logs", str(job)).stdout
+            assert (done["state"], done["exit_code"]) == ("failed", 3), logs
+            me = done["user"]
+            assert "seeded in the bucket" in logs and f"at={node / me / 'sync'}" in logs, logs
+            assert f"rota: workspace {me}/sync sent back (1 uploaded)" in logs, logs
+            got = s3.get_object(Bucket="ws-slurm", Key=f"team/{me}/sync/out.txt")["Body"].read()
+            assert got == b"made on slurm\n"
+            here = d.submit("--gpus", "0", "--project", "sync", "--", "sh", "-c",
+                            'cat "$ROTA_WORKSPACE/out.txt"', cwd=tmp_path)
+            assert wait_end(d, here)["state"] == "completed"
+            assert "made on slurm" in d.cli("logs", str(here)).stdout

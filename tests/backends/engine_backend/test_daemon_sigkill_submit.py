@@ -27,6 +27,7 @@ from .daemon_slurm import daemon_over, wait_end
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 bin_dir = "{bin_dir}"
 poll_every = 0.5

@@ -17,6 +17,7 @@ from .daemon_slurm import daemon_over, wait_end
 TOML = """
 [pools.hpc]
 engine = "slurm"
+shared_workspaces = true
 slurm_conf = "{conf}"
 
 [tiers.small]

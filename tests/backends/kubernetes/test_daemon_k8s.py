@@ -28,6 +28,7 @@ from rota_testing import DaemonProcess, kill_job_processes, wait_until
 TOML = """
 [pools.k8s]
 engine = "kubernetes"
+workspace_claim = "team-workspaces"
 kubeconfig = "{kubeconfig}"
 context = "replay"
 namespace = "ml"

@@ -25,6 +25,7 @@ from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool, Pools
 from rota.server.pool_reads import engine_job
+from rota.storage.job_workspace import WorkspacePlan
 
 
 def a_job(**kw: Any) -> EngineJob:
@@ -554,3 +555,15 @@ def test_a_pools_workspace_claim_mounts_the_jobs_own_folder_at_workspace() -> No
     bare = workload(a_job(workspace="alice/vision"))  # a pool without a claim
     assert all(v["name"] != "workspace" for v in pod_of(bare)["volumes"])
     assert "ROTA_WORKSPACE" not in env_of(main(bare))
+
+
+def test_a_job_that_syncs_its_workspace_keeps_its_copy_on_the_pods_scratch() -> None:
+    """Workspaces in a bucket and no claim: the pod's command brings the copy itself
+    (rota.storage.job_fetch), into the scratch volume unless the job says where."""
+    plan = WorkspacePlan("s3://team-ws/ws/alice/vision", "alice/vision").env()
+    c = main(workload(a_job(env=plan)))
+    assert env_of(c)["ROTA_WORKSPACE_CACHE"] == "/scratch/rota-workspaces"
+    assert "ROTA_WORKSPACE" not in env_of(c)  # (the copy's folder: the job's to set)
+    own = main(workload(a_job(env={**plan, "ROTA_WORKSPACE_CACHE": "/data/ws"})))
+    assert env_of(own)["ROTA_WORKSPACE_CACHE"] == "/data/ws"
+    assert "ROTA_WORKSPACE_CACHE" not in env_of(main(workload(a_job())))

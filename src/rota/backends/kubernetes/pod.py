@@ -13,6 +13,7 @@ from typing import Any
 from rota.backends.engine import EngineJob
 from rota.backends.kubernetes.refusal import model_fetch_kind
 from rota.pools import KubernetesPool
+from rota.storage import job_workspace
 
 SCRATCH = "/scratch"
 WORKSPACE_MOUNT = "/workspace"  # the job's folder of the pool's workspace_claim
@@ -92,6 +93,9 @@ def env(job: EngineJob, pool: KubernetesPool) -> list[dict[str, Any]]:
         out.append({"name": IMAGE_ENV, "value": literal(image(job, pool))})
     if pool.workspace_claim and job.workspace:
         out.append({"name": "ROTA_WORKSPACE", "value": WORKSPACE_MOUNT})
+    elif job_workspace.SYNC_ENV in job.env and job_workspace.CACHE_ENV not in job.env:
+        # the copy a job brings from the workspaces' bucket: on the pod's scratch volume
+        out.append({"name": job_workspace.CACHE_ENV, "value": f"{SCRATCH}/rota-workspaces"})
     if job.model_uri and "ROTA_MODEL_DIR" not in job.env:
         out.append({"name": "ROTA_MODEL_DIR", "value": literal(job.model_dir)})
     if job.procs_per_node and job.nodes == 1:  # torchrun reads PET_* as its defaults
