@@ -448,6 +448,18 @@ class ShareLinksAnswer(TypedDict):
     links: list[ShareLinkAnswer]
 
 
+class WorkspaceSyncAnswer(TypedDict):
+    """This machine's copy of a workspace whose home is a bucket ([storage] workspace_url)."""
+
+    url: str  # s3://bucket/prefix/USER/PROJECT
+    # sending, bringing, "sending, then bringing", failed, "to send", "in use", synced,
+    # "not synced yet"
+    state: str
+    synced_at: float | None  # the last sync that went through, in this daemon's life
+    error: NotRequired[str]  # why the last one failed
+    retry_in: NotRequired[float]  # seconds until it is tried again
+
+
 class WorkspaceAnswer(TypedDict):
     name: str  # USER/PROJECT
     user: str
@@ -458,6 +470,7 @@ class WorkspaceAnswer(TypedDict):
     own_quota: bool  # set by an admin (else the default)
     over: bool  # its jobs wait until it is back under
     measured_at: float | None
+    sync: WorkspaceSyncAnswer | None  # None: its home is this machine's folder
 
 
 class WorkspacesAnswer(TypedDict):

@@ -91,6 +91,11 @@ def test_a_workspace_goes_to_its_bucket_and_comes_back_to_a_fresh_copy(
         assert (ws / "a.txt").read_text() == "from job one"  # the copy here stays
         assert (home / "workspaces" / ".sync" / me / "default.json").is_file()
         assert f"{me}/default" in {w["name"] for w in _workspaces(d)}  # (.sync is none)
+        [sync] = [w["sync"] for w in _workspaces(d) if w["name"] == f"{me}/default"]
+        assert sync["url"] == f"s3://{BUCKET}/{base}" and sync["state"] == "synced", sync
+        assert sync["synced_at"] is not None and "error" not in sync
+        shown = d.cli("workspace").stdout
+        assert f"synced (s3://{BUCKET}/{base}), last synced " in shown, shown
 
         # a fresh machine's copy: neither the folder nor its index
         shutil.rmtree(ws)
@@ -153,6 +158,10 @@ def test_a_job_waits_with_the_reason_while_its_workspace_cannot_be_brought(
         with d.client() as c:
             assert c.job(job)["state"] == "pending"
         assert not (tmp_path / "home" / "workspaces" / me / "default" / "a.txt").exists()
+        [sync] = [w["sync"] for w in _workspaces(d) if w["name"] == f"{me}/default"]
+        assert sync["state"] == "failed" and "NoSuchBucket" in sync["error"], sync
+        assert 0 < sync["retry_in"] <= 300, sync  # (a missing bucket: tried in 5 minutes)
+        assert "NoSuchBucket" in d.cli("workspace").stdout
 
 
 def test_what_a_job_wrote_while_its_daemon_was_killed_reaches_the_bucket_after_restart(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         ShareLinkAnswer,
         ShareLinksAnswer,
         WorkspacesAnswer,
+        WorkspaceSyncAnswer,
     )
     from rota.client import RawClient
 
@@ -215,7 +216,19 @@ def workspaces_text(data: WorkspacesAnswer) -> str:
         lines.append(f"{w['name']:<{width}}  {used:>8} of {format_memory(w['quota'])}"
                      + (" (its own)" if w["own_quota"] else "")
                      + ("  OVER: its jobs wait" if w["over"] else "") + f"  {w['path']}")
+        if w["sync"] is not None:
+            lines.append(" " * (width + 2) + sync_text(w["sync"]))
     return "\n".join(lines)
+
+
+def sync_text(sync: WorkspaceSyncAnswer) -> str:
+    """How this machine's copy stands with the bucket."""
+    said = f"{sync['state']} ({sync['url']})"
+    if sync["synced_at"] is not None:
+        said += f", last synced {fmt_time(sync['synced_at'], short=True)}"
+    if "error" in sync:
+        said += f": {sync['error']} (tried again in {sync.get('retry_in', 0):.0f} s)"
+    return said
 
 
 def plan_text(data: CleanupPlanAnswer) -> str:

@@ -238,6 +238,34 @@ class WorkspaceSync:
     def _remote_url(self, key: Key) -> str:
         return f"{self.url}/{key[0]}/{key[1]}"
 
+    def known(self) -> set[str]:
+        """USER/PROJECT of every workspace a sync concerned or concerns (one whose copy was
+        never made here too: its trouble is worth showing)."""
+        keys = set(self.synced_at) | set(self.trouble) | set(self.busy) | self.dirty \
+            | self.wanted
+        return {f"{user}/{project}" for user, project in keys}
+
+    def view(self, user: str, project: str) -> dict[str, Any]:
+        """How this machine's copy stands with the bucket, for ``rota workspace``."""
+        key = key_of(user, project)
+        now = self.clock()
+        busy, trouble = self.busy.get(key), self.trouble.get(key)
+        if busy is not None:
+            state = {"up": "sending", "down": "bringing"}.get(busy, "sending, then bringing")
+        elif trouble is not None:
+            state = "failed"
+        elif key in self.dirty:
+            state = "to send"  # its last job here ended, or a restart found changes
+        elif key in self.active:
+            state = "in use"  # a job of it runs here: sent when the last one ends
+        else:
+            state = "synced" if key in self.synced_at else "not synced yet"
+        out: dict[str, Any] = {"url": self._remote_url(key), "state": state,
+                               "synced_at": self.synced_at.get(key)}
+        if busy is None and trouble is not None:
+            out.update(error=trouble[0], retry_in=max(0.0, round(trouble[1] - now, 1)))
+        return out
+
     def job_plan(self, user: str, project: str | None) -> WorkspacePlan:
         """What a job on a cluster pool whose nodes share no folder with this machine
         syncs itself (rota.storage.job_workspace): the workspace's prefix, not this

@@ -251,7 +251,7 @@ class Workspaces:
 
     def views(self, user: str | None) -> list[dict[str, Any]]:
         """Each workspace with its size and quota (``user``'s only, unless None)."""
-        names = set(self.sizes) | {n for n in self.ready}
+        names = set(self.sizes) | self.ready | (self.sync.known() if self.sync else set())
         out = []
         for name in sorted(names):
             owner, _, project = name.partition("/")
@@ -263,5 +263,6 @@ class Workspaces:
                         "path": str(self.root / name), "bytes": used, "quota": limit,
                         "own_quota": name in self.quotas,
                         "over": used is not None and used > limit,
-                        "measured_at": self.scanned_at})
+                        "measured_at": self.scanned_at,
+                        "sync": None if self.sync is None else self.sync.view(owner, project)})
         return out

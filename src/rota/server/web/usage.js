@@ -86,13 +86,24 @@ async function paintWorkspaces(spaces) {
     replace(spaces, h("p", { class: "error-box" }, e.detail));
     return;
   }
+  // workspaces whose home is a bucket: how this machine's copy stands with it
+  const synced = ws.workspaces.some((w) => w.sync);
+  const heads = ["Workspace", "Size", "Quota", ...(synced ? ["Bucket"] : []), ""];
   replace(spaces, ws.workspaces.length
     ? h("div", { class: "table-wrap" }, h("table", { class: "compact" },
-      h("thead", null, h("tr", null, ["Workspace", "Size", "Quota", ""].map((x) => h("th", { scope: "col" }, x)))),
+      h("thead", null, h("tr", null, heads.map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, ws.workspaces.map((w) => h("tr", { "data-workspace": w.name },
         h("td", null, h("code", { title: w.path }, w.name)),
         h("td", { class: "num" }, w.bytes === null ? "–" : fmt.bytes(w.bytes)),
         h("td", { class: "num" }, fmt.bytes(w.quota) + (w.own_quota ? " (its own)" : "")),
+        synced ? h("td", { class: "sync", title: w.sync ? w.sync.url : "" }, w.sync ? syncText(w.sync) : "–") : null,
         h("td", null, w.over ? h("span", { class: "warn" }, "over quota: its jobs wait") : ""))))))
     : h("p", { class: "muted" }, `No workspaces yet: each user and project gets one at its first job (quota ${fmt.bytes(ws.default_quota)}).`));
+}
+
+function syncText(sync) {
+  let said = sync.state;
+  if (sync.synced_at !== null) said += `, last synced ${fmt.ago(sync.synced_at)}`;
+  if (sync.error) said += `: ${sync.error} (tried again in ${Math.round(sync.retry_in || 0)} s)`;
+  return sync.error ? h("span", { class: "warn" }, said) : said;
 }
