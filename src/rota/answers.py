@@ -1094,6 +1094,9 @@ class DatasetUploadAnswer(TypedDict):
     bytes: int
     received: int
     chunk_bytes: int  # the most one PUT of a chunk may carry
+    # path -> bytes it has of that file: an upload of the same content cut off earlier
+    # goes on from there
+    received_files: dict[str, int]
 
 
 class DatasetAddAnswer(TypedDict):

@@ -257,6 +257,25 @@ def test_a_commit_while_a_file_is_short_is_refused_and_the_upload_goes_on(
         reg.ds.upload(up.id, "alice")
 
 
+def test_an_upload_of_the_same_content_cut_off_goes_on_from_what_arrived(
+        reg: Registry) -> None:
+    """`rota dataset add` again after a cut: the same owner, name and content get the
+    upload that has part of it, which says what it has; other content or another owner
+    gets a new one."""
+    files = corpus()
+    first = begin(reg.ds, "alice", "text-mini", files)["upload"]
+    up = reg.ds.upload(first["id"], "alice")
+    asyncio.run(reg.ds.put_chunk(up, "train.txt", 0, files["train.txt"][:100]))
+    again = begin(reg.ds, "alice", "text-mini", files, shared=True)["upload"]
+    assert again["id"] == first["id"] and again["received"] == 100
+    assert again["received_files"] == {"train.txt": 100}
+    assert up.shared is True  # the latest call's settings
+    assert begin(reg.ds, "bob", "text-mini", files)["upload"]["id"] != first["id"]
+    other = {**files, "train.txt": files["train.txt"] + b"more"}
+    assert begin(reg.ds, "alice", "text-mini", other)["upload"]["id"] != first["id"]
+    assert first["received_files"] == {}
+
+
 def test_content_that_does_not_match_its_sha256_is_refused_and_nothing_is_published(
         reg: Registry) -> None:
     announced = {"a.txt": b"what was announced\n", "b.txt": b"fine\n"}

@@ -277,7 +277,7 @@ class RawClient:
         """A version from a local folder (or one file): its manifest first, then each
         file's bytes in chunks, then the commit, which checks every file's sha256.
         ``progress(sent, total)`` after each chunk. Content the dataset has already is
-        not sent again."""
+        not sent again, nor what the daemon has of an upload of it cut off earlier."""
         from rota.client.uploads import dataset_files, send_files
 
         files = dataset_files(path)
@@ -290,7 +290,7 @@ class RawClient:
         send_files(lambda f, offset, data: self.request(
             "PUT", f"/v1/dataset-uploads/{up['id']}", content=data,
             params={"path": f.entry["path"], "offset": offset}),
-            files, up["chunk_bytes"], progress)
+            files, up["chunk_bytes"], progress, up.get("received_files"))
         return self.request("POST", f"/v1/dataset-uploads/{up['id']}/commit", timeout=None)
 
     def revoke_share_link(self, link_id: int) -> ShareLinkAnswer:

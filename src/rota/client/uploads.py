@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,14 +77,20 @@ def _listed(local: Path, rel: str) -> LocalFile:
 
 
 def send_files(put: Callable[[LocalFile, int, bytes], object], files: Sequence[LocalFile],
-               chunk_bytes: int, progress: Callable[[int, int], object] | None) -> None:
+               chunk_bytes: int, progress: Callable[[int, int], object] | None,
+               received: Mapping[str, int] | None = None) -> None:
     """Each file's bytes, ``chunk_bytes`` at a time, through ``put(file, offset, data)``
-    (an empty file needs none)."""
+    (an empty file needs none), from what the daemon has of it already (``received``:
+    path -> bytes, an upload cut off earlier)."""
     total = sum(f.entry["size"] for f in files)
-    sent = 0
+    have = received or {}
+    sent = sum(min(have.get(f.entry["path"], 0), f.entry["size"]) for f in files)
+    if progress is not None and sent:
+        progress(sent, total)
     for f in files:
-        offset = 0
+        offset = min(have.get(f.entry["path"], 0), f.entry["size"])
         with open(f.local, "rb") as src:
+            src.seek(offset)
             while data := src.read(chunk_bytes):
                 put(f, offset, data)
                 offset += len(data)

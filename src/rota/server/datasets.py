@@ -459,8 +459,9 @@ class Datasets:
 
     def begin_upload(self, *, owner: str, name: str, shared: bool, description: str | None,
                      source: str, files: list[FileEntry]) -> dict[str, Any]:
-        """An upload of these files (their sizes and sha256), or the version that has
-        this content already (nothing to send)."""
+        """An upload of these files (their sizes and sha256): a new one, or the one of the
+        same content cut off earlier (kept UPLOAD_KEPT_S, in this daemon's life), which
+        says what it has; or the version that has this content already (nothing to send)."""
         _check_name(name)
         if len(files) > MAX_FILES:
             raise InvalidSpec(f"files: {len(files)} files, more than the {MAX_FILES} one "
@@ -486,6 +487,11 @@ class Datasets:
             return {"upload": None, "version": version_view(existing[0]), "made": False}
         now = self.clock()
         self._drop_old_uploads(now)
+        digest = manifest.digest()
+        for up in self.uploads.values():  # the same content cut off: sent on from there
+            if (up.owner, up.name) == (owner, name) and up.manifest.digest() == digest:
+                up.shared, up.description, up.made_at = shared, description, now
+                return {"upload": self.upload_view(up), "version": None, "made": False}
         up = Upload(id=uuid.uuid4().hex, owner=owner, name=name, shared=shared,
                     description=description, source=source, manifest=manifest,
                     staged=self.uploads_dir / uuid.uuid4().hex, made_at=now)
@@ -494,7 +500,8 @@ class Datasets:
 
     def upload_view(self, up: Upload) -> dict[str, Any]:
         return {"id": up.id, "name": up.name, "files": len(up.manifest.files),
-                "bytes": up.total, "received": up.done, "chunk_bytes": self.chunk_bytes()}
+                "bytes": up.total, "received": up.done, "chunk_bytes": self.chunk_bytes(),
+                "received_files": {p: n for p, n in up.received.items() if n}}
 
     def chunk_bytes(self) -> int:
         return max(1 << 16, min(CHUNK_BYTES, self.settings.max_request_bytes - (64 << 10)))
