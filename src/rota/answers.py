@@ -1113,6 +1113,10 @@ class DatasetChunkAnswer(TypedDict):
     received: int  # the file's bytes received so far
 
 
+class DatasetFilesAnswer(TypedDict):
+    received: dict[str, int]  # path -> the file's bytes received so far
+
+
 class DatasetsRemovedAnswer(TypedDict):
     removed: list[DatasetVersionAnswer]
 

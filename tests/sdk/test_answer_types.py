@@ -66,6 +66,7 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("delete", "/v1/datasets/{name}"): a.DatasetsRemovedAnswer,
     ("post", "/v1/dataset-uploads"): a.DatasetAddAnswer,
     ("put", "/v1/dataset-uploads/{upload_id}"): a.DatasetChunkAnswer,
+    ("put", "/v1/dataset-uploads/{upload_id}/files"): a.DatasetFilesAnswer,
     ("post", "/v1/dataset-uploads/{upload_id}/commit"): a.DatasetAddAnswer,
     ("post", "/v1/dataset-imports"): a.DatasetAddAnswer,
     ("get", "/v1/gpus"): a.GpusAnswer,

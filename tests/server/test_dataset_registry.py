@@ -236,6 +236,51 @@ def test_chunks_are_taken_in_order_and_again_on_a_retry(reg: Registry) -> None:
     assert (reg.home.parent / "back" / "blob.bin").read_bytes() == data
 
 
+def tar_of(members: list[tuple[str, bytes]], link: str | None = None) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if link is not None:
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return out.getvalue()
+
+
+def test_small_files_arrive_whole_many_in_one_tar(reg: Registry) -> None:
+    """Each member a regular file named by its manifest path at its manifest size; any
+    other member refuses the whole request, naming it, and nothing of it is written."""
+    files = corpus()
+    up = reg.ds.upload(begin(reg.ds, "alice", "text-mini", files)["upload"]["id"], "alice")
+    valid, train = files["sub/valid.jsonl"], files["train.txt"]
+
+    def put(tar: bytes) -> dict[str, int]:
+        return asyncio.run(reg.ds.put_files(up, tar))
+
+    for bad, said, kind in (
+            (tar_of([("sub/valid.jsonl", valid), ("other.txt", b"x")]),
+             "'other.txt' is not one of its files", NotFound),
+            (tar_of([("sub/valid.jsonl", valid), ("train.txt", train[:10])]),
+             "train.txt: not the whole file (10 bytes; its manifest says", InvalidSpec),
+            (tar_of([("sub/valid.jsonl", valid)], link="train.txt"),
+             "train.txt: not a regular file", InvalidSpec),
+            (b"not a tar at all" * 40, "the body is not a tar", InvalidSpec)):
+        with pytest.raises(kind) as e:
+            put(bad)
+        assert said in str(e.value), str(e.value)
+        assert up.received == {}  # nothing of a refused request is written
+    assert put(tar_of([("sub/valid.jsonl", valid), ("train.txt", train)])) == {
+        "sub/valid.jsonl": len(valid), "train.txt": len(train)}
+    got = asyncio.run(reg.ds.commit(up, "alice"))  # every sha256 checked
+    assert got["made"] is True and got["version"]["digest"] == digest_of(files)
+
+
 def test_a_commit_while_a_file_is_short_is_refused_and_the_upload_goes_on(
         reg: Registry) -> None:
     files = corpus()

@@ -8,8 +8,10 @@ a folder is not (it could loop); fifos, sockets and devices are refused, by name
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
+import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,13 @@ from typing import Any
 from rota.errors import InvalidSpec
 
 READ_BYTES = 1 << 20
+#: files of at most this many bytes go whole, many in one request (one request per file
+#: costs more than such a file: about 0.75 ms)
+SMALL_FILE = 256 << 10
+#: the most files one such request carries
+BATCH_FILES = 1000
+#: room left in a request for the tar's long-name headers and its end
+TAR_SLACK = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -76,19 +85,41 @@ def _listed(local: Path, rel: str) -> LocalFile:
     return LocalFile(local, {"path": rel, "size": size, "sha256": digest.hexdigest()})
 
 
-def send_files(put: Callable[[LocalFile, int, bytes], object], files: Sequence[LocalFile],
+def send_files(put: Callable[[LocalFile, int, bytes], object],
+               put_files: Callable[[bytes], object], files: Sequence[LocalFile],
                chunk_bytes: int, progress: Callable[[int, int], object] | None,
                received: Mapping[str, int] | None = None) -> None:
-    """Each file's bytes, ``chunk_bytes`` at a time, through ``put(file, offset, data)``
-    (an empty file needs none), from what the daemon has of it already (``received``:
-    path -> bytes, an upload cut off earlier)."""
+    """Each file's bytes the daemon does not have yet (``received``: path -> bytes, of an
+    upload cut off earlier): a file of at most SMALL_FILE bytes whole, with others, in one
+    tar through ``put_files(tar)``; a larger one ``chunk_bytes`` at a time through
+    ``put(file, offset, data)``. An empty file needs none."""
     total = sum(f.entry["size"] for f in files)
     have = received or {}
     sent = sum(min(have.get(f.entry["path"], 0), f.entry["size"]) for f in files)
     if progress is not None and sent:
         progress(sent, total)
+    budget = chunk_bytes - TAR_SLACK
+    batch: list[tuple[LocalFile, bytes]] = []
+
+    def flush() -> None:
+        nonlocal sent
+        if batch:
+            put_files(_tar(batch))
+            sent += sum(len(data) - have.get(f.entry["path"], 0) for f, data in batch)
+            batch.clear()
+            if progress is not None:
+                progress(sent, total)
+
     for f in files:
-        offset = min(have.get(f.entry["path"], 0), f.entry["size"])
+        size = f.entry["size"]
+        offset = min(have.get(f.entry["path"], 0), size)
+        if offset == size:
+            continue
+        if size <= SMALL_FILE:
+            if _tar_size(batch) + _member_size(size) > budget or len(batch) >= BATCH_FILES:
+                flush()
+            batch.append((f, _whole(f)))
+            continue
         with open(f.local, "rb") as src:
             src.seek(offset)
             while data := src.read(chunk_bytes):
@@ -97,7 +128,42 @@ def send_files(put: Callable[[LocalFile, int, bytes], object], files: Sequence[L
                 sent += len(data)
                 if progress is not None:
                     progress(sent, total)
-        if offset != f.entry["size"]:
-            raise InvalidSpec(f"{f.local}: changed while it was sent ({offset} bytes, "
-                              f"{f.entry['size']} when listed); add the dataset again",
-                              field="path")
+        if offset != size:
+            raise _changed(f, offset)
+    flush()
+
+
+def _changed(f: LocalFile, size: int) -> InvalidSpec:
+    return InvalidSpec(f"{f.local}: changed while it was sent ({size} bytes, "
+                       f"{f.entry['size']} when listed); add the dataset again", field="path")
+
+
+def _whole(f: LocalFile) -> bytes:
+    try:
+        data = f.local.read_bytes()
+    except OSError as e:
+        raise InvalidSpec(f"{f.local}: {e.strerror or e}", field="path") from None
+    if len(data) != f.entry["size"]:
+        raise _changed(f, len(data))
+    return data
+
+
+def _member_size(size: int) -> int:
+    """A file's bytes in a tar: its header and its data, in 512-byte blocks (a long name's
+    extra header is in TAR_SLACK)."""
+    return 512 + -(-size // 512) * 512
+
+
+def _tar_size(batch: Sequence[tuple[LocalFile, bytes]]) -> int:
+    return sum(_member_size(len(data)) for _, data in batch)
+
+
+def _tar(batch: Sequence[tuple[LocalFile, bytes]]) -> bytes:
+    """The files as an uncompressed tar, each named by its manifest path."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for f, data in batch:
+            info = tarfile.TarInfo(f.entry["path"])
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()

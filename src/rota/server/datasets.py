@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
 import re
 import shutil
+import tarfile
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -528,6 +530,39 @@ class Datasets:
             raise Conflict(f"upload {up.id}: {path}: {have} bytes received so far; send from "
                            f"there (offset {have})")
         return await asyncio.to_thread(self._write, up, entry, offset, data)
+
+    async def put_files(self, up: Upload, tar: bytes) -> dict[str, int]:
+        """Small files whole, many in one request: ``tar`` (an uncompressed tar) holds
+        each as a regular file named by its manifest path, at its manifest size. What each
+        file has now; InvalidSpec naming the first member that is not such a file, and
+        then none of them is written."""
+        return await asyncio.to_thread(self._write_files, up, tar)
+
+    def _write_files(self, up: Upload, tar: bytes) -> dict[str, int]:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as archive:
+                members = archive.getmembers()
+                wanted: list[tuple[FileEntry, tarfile.TarInfo]] = []
+                for m in members:
+                    entry = up.manifest.find(m.name)
+                    if entry is None:
+                        raise NotFound(f"upload {up.id}: {m.name!r} is not one of its files")
+                    if not m.isreg() or m.size != entry.size:
+                        raise InvalidSpec(f"upload {up.id}: {m.name}: not the whole file "
+                                          f"({m.size} bytes; its manifest says {entry.size})"
+                                          if m.isreg() else
+                                          f"upload {up.id}: {m.name}: not a regular file",
+                                          field="body")
+                    wanted.append((entry, m))
+                out = {}
+                for entry, m in wanted:
+                    f = archive.extractfile(m)
+                    assert f is not None  # (a regular member)
+                    out[entry.path] = self._write(up, entry, 0, f.read())
+                return out
+        except tarfile.TarError as e:
+            raise InvalidSpec(f"upload {up.id}: the body is not a tar: {e}",
+                              field="body") from None
 
     @staticmethod
     def _write(up: Upload, entry: FileEntry, offset: int, data: bytes) -> int:

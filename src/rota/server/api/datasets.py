@@ -12,10 +12,12 @@ from rota.answers import (
     DatasetAddAnswer,
     DatasetCacheAnswer,
     DatasetChunkAnswer,
+    DatasetFilesAnswer,
     DatasetsAnswer,
     DatasetShowAnswer,
     DatasetsRemovedAnswer,
 )
+from rota.core.spec import DATASET_VERSION
 from rota.errors import InvalidSpec, StorageError
 from rota.server.api._shared import Caller, CommandsPort, Json
 from rota.server.datasets import NAME_RE, OWNER_RE
@@ -27,7 +29,7 @@ router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 
 _NAME = f"^{NAME_RE}$"
 _OWNER = f"^{OWNER_RE}$"
-_VERSION = r"^(?:v[0-9]{1,9}|[0-9a-f]{6,64}|latest)$"
+_VERSION = rf"^(?:{DATASET_VERSION})$"
 _MAX_FILE = (1 << 53) - 1  # what a JSON number holds exactly
 DatasetName = Annotated[str, Path(pattern=_NAME, description="the dataset's name")]
 UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
@@ -131,6 +133,24 @@ async def dataset_chunk(upload_id: UploadId, request: Request, p: Caller,
         raise InvalidSpec(f"a chunk carries at most {limit} bytes", field="body")
     received = await commands.datasets.put_chunk(up, path, offset, data)
     return {"path": path, "received": received}
+
+
+@router.put("/dataset-uploads/{upload_id}/files", responses={
+    **errors(400, 401, 404, 422, 503),
+    200: {"description": "each file's bytes received so far"}},
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+async def dataset_files(upload_id: UploadId, request: Request, p: Caller,
+                        commands: CommandsPort) -> Annotated[Json, DatasetFilesAnswer]:
+    """Small files whole, many in one request: an uncompressed tar whose members are
+    regular files named by their manifest paths, each at its manifest size (one request
+    per file costs more than the file)."""
+    up = commands.datasets.upload(upload_id, p.user)
+    data = await request.body()
+    limit = commands.datasets.upload_view(up)["chunk_bytes"]
+    if len(data) > limit:
+        raise InvalidSpec(f"a request carries at most {limit} bytes", field="body")
+    return {"received": await commands.datasets.put_files(up, data)}
 
 
 @router.post("/dataset-uploads/{upload_id}/commit",
