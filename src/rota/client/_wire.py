@@ -243,13 +243,12 @@ class WireTransport:
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                 json: Any = None, content: bytes | None = None,
-                content_type: str = "application/octet-stream",
                 timeout: Timeout = "default") -> Any:
-        """Send one request (a JSON body, or ``content``'s bytes of ``content_type``);
-        answer its JSON body or raise Rota's error."""
+        """Send one request (a JSON body, or ``content``'s bytes); answer its JSON body
+        or raise Rota's error."""
         t = self.timeout if timeout == "default" else seconds(timeout)
         if content is not None:
-            head = self._head(method, path, params, content, content_type)
+            head = self._head(method, path, params, content, "application/octet-stream")
         else:
             body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
             head = self._head(method, path, params, body)

@@ -290,9 +290,8 @@ class RawClient:
         send_files(lambda f, offset, data: self.request(
             "PUT", f"/v1/dataset-uploads/{up['id']}", content=data,
             params={"path": f.entry["path"], "offset": offset}),
-            lambda tar: self.request(
-                "PUT", f"/v1/dataset-uploads/{up['id']}/files", content=tar,
-                content_type="application/x-tar"),
+            lambda tar: self.request("PUT", f"/v1/dataset-uploads/{up['id']}/files",
+                                     content=tar),
             files, up["chunk_bytes"], progress, up.get("received_files"))
         return self.request("POST", f"/v1/dataset-uploads/{up['id']}/commit", timeout=None)
 

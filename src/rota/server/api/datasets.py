@@ -139,7 +139,9 @@ async def dataset_chunk(upload_id: UploadId, request: Request, p: Caller,
     **errors(400, 401, 404, 422, 503),
     200: {"description": "each file's bytes received so far"}},
     openapi_extra={"requestBody": {"required": True, "content": {
-        "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+        "application/octet-stream": {"schema": {
+            "type": "string", "format": "binary",
+            "description": "an uncompressed tar (application/x-tar)"}}}}})
 async def dataset_files(upload_id: UploadId, request: Request, p: Caller,
                         commands: CommandsPort) -> Annotated[Json, DatasetFilesAnswer]:
     """Small files whole, many in one request: an uncompressed tar whose members are
