@@ -20,7 +20,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from rota.errors import RotaError, StorageError
+from rota.errors import NotFound, RotaError, StorageError
 from rota.pipeline.config import Dataset, PipelineConfig
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
@@ -112,22 +112,23 @@ def _parse(file_name: str, body: bytes, dataset: str) -> list[dict[str, Any]]:
 
 
 def _from_s3(uri: str, client: S3Client) -> Iterator[dict[str, Any]]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    keys = []
+    from rota.storage.s3 import list_objects, read_object
+
+    bucket = uri.removeprefix("s3://").partition("/")[0]
+    what = f"dataset {uri}"
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                     Prefix=prefix):
-            keys += [o["Key"] for o in page.get("Contents", [])
-                     if Path(o["Key"]).suffix in FORMATS]
-        if not keys:
-            raise DataError(f"dataset {uri}: no {', '.join(FORMATS)} object under the prefix")
-        for key in sorted(keys):
-            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-            yield from _parse(key, body, uri)
-    except RotaError:
-        raise
-    except Exception as e:
-        raise s3_error(f"dataset {uri}", e) from None
+        keys = sorted(k for k, _ in list_objects(uri, client=client, what=what)
+                      if Path(k).suffix in FORMATS)
+    except (StorageError, NotFound) as e:
+        raise _data_error(e) from None
+    if not keys:
+        raise DataError(f"dataset {uri}: no {', '.join(FORMATS)} object under the prefix")
+    for key in keys:
+        try:
+            body = read_object(f"s3://{bucket}/{key}", client=client, what=what)
+        except (StorageError, NotFound) as e:
+            raise _data_error(e) from None
+        yield from _parse(key, body, uri)
 
 
 def s3_error(what: str, e: Exception) -> RotaError:
@@ -135,7 +136,10 @@ def s3_error(what: str, e: Exception) -> RotaError:
     DataUnavailable when it may pass (the network, 5xx, throttling), DataError otherwise."""
     from rota.storage.s3 import translate_error
 
-    err = translate_error(e, what)
+    return _data_error(translate_error(e, what))
+
+
+def _data_error(err: RotaError) -> RotaError:
     passing = isinstance(err, StorageError) and err.passing
     return (DataUnavailable if passing else DataError)(str(err))
 

@@ -309,25 +309,44 @@ def download_prefix(uri: str, dst: Path, *,
     total = 0
     with _edge(uri):
         s3 = _boto3(uri).client("s3")
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                key = obj["Key"]
-                if key.endswith("/"):
-                    continue  # a folder marker
-                rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
-                path = (root / rel).resolve()
-                if not path.is_relative_to(root) or path == root:
-                    skipped(key)
-                    continue
-                wanted.append((key, path))
-                total += int(obj.get("Size") or 0)
-                if max_bytes is not None and total > max_bytes:
-                    raise StorageError(f"{uri}: holds more than {max_bytes} bytes, the most "
-                                       "allowed here")
+        for key, size in list_objects(uri, client=s3):
+            rel = os.path.basename(key) if key == prefix else os.path.relpath(key, prefix)
+            path = (root / rel).resolve()
+            if not path.is_relative_to(root) or path == root:
+                skipped(key)
+                continue
+            wanted.append((key, path))
+            total += size
+            if max_bytes is not None and total > max_bytes:
+                raise StorageError(f"{uri}: holds more than {max_bytes} bytes, the most "
+                                   "allowed here")
         for key, path in wanted:
             path.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, key, str(path))
     return len(wanted)
+
+
+def list_objects(uri: str, *, client: Any = None, what: str | None = None,
+                 ) -> list[tuple[str, int]]:
+    """(key, size) of every object whose key starts with ``s3://bucket/PREFIX``'s PREFIX
+    as written (``data/`` is a folder, ``data`` also matches ``data2/...``); folder
+    markers are passed over. Errors as :func:`translate_error`'s, naming ``what`` (else
+    the URI)."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    with _edge(what or uri):
+        s3 = client if client is not None else _boto3(uri).client("s3")
+        return [(o["Key"], int(o.get("Size") or 0))
+                for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                         Prefix=prefix)
+                for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+
+
+def read_object(uri: str, *, client: Any = None, what: str | None = None) -> bytes:
+    """The bytes of the object ``s3://bucket/key``; errors as :func:`list_objects`'."""
+    bucket, key = split_uri(uri)
+    with _edge(what or uri):
+        s3 = client if client is not None else _boto3(uri).client("s3")
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
 
 def _boto3(what: str) -> Any:
