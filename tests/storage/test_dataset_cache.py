@@ -288,6 +288,44 @@ def test_cache_full_when_kept_versions_fill_it_and_nothing_is_evicted(tmp_path: 
     assert [x.digest for x in cache.entries()] == [d["a"], d["c"]]
 
 
+HOLD = ("import sys, time; from pathlib import Path; from rota.storage.cache import "
+        "DatasetCache; DatasetCache(Path(sys.argv[1]), None).hold(sys.argv[2]); "
+        "print('held', flush=True); sys.stdin.read()")
+
+
+def test_a_version_another_process_reads_is_never_evicted(tmp_path: Path) -> None:
+    """Another job of the node holds its version (rota.storage.job_fetch does, through its
+    command): eviction passes it over, and says it may fit later when only held versions
+    stand in the way; once that process ends, the version may go."""
+    store = LocalStore(tmp_path / "store")
+    d = sized(tmp_path, store, "a", "b", "c")
+    cache = DatasetCache(tmp_path / "cache", 250)
+    cache.fetch(store, "ds/a", d["a"], now=1.0)
+    cache.fetch(store, "ds/b", d["b"], now=2.0)
+    reader = subprocess.Popen([sys.executable, "-c", HOLD, str(cache.root), d["a"]],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "held\n"
+        cache.fetch(store, "ds/c", d["c"], now=3.0)  # a is older, but read: b goes
+        assert [e.digest for e in cache.entries()] == [d["a"], d["c"]]
+        with pytest.raises(StorageError) as e:  # c is this job's; a is the other's
+            cache.make_room(100, keep={d["c"]}, now=4.0)
+        assert e.value.passing and not isinstance(e.value, CacheFull)
+        assert "while other jobs here read 100 bytes of it; it may once they end" \
+            in str(e.value)
+        assert cache.present(d["a"])
+    finally:
+        reader.communicate("")  # ends: its lock goes with it
+    assert cache.make_room(100, keep={d["c"]}, now=5.0) == [d["a"]]
+    mine = cache.hold(d["c"])  # this process's own hold counts too
+    try:
+        with pytest.raises(StorageError, match="other jobs here read"):
+            cache.make_room(200, keep=(), now=6.0)
+    finally:
+        os.close(mine)
+    assert cache.make_room(200, keep=(), now=7.0) == [d["c"]]
+
+
 def test_a_need_over_the_limit_is_refused_at_once(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     d = sized(tmp_path, store, "a")

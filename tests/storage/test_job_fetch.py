@@ -255,3 +255,22 @@ def test_an_unset_fetch_setting_or_a_command_not_found(
     assert jf.main(["--", str(tmp_path / "no-such-program")]) == 127
     assert capsys.readouterr().err == \
         f"rota: cannot run {str(tmp_path / 'no-such-program')!r}: No such file or directory\n"
+
+
+def test_the_command_holds_its_versions_so_no_other_job_evicts_them(tmp_path: Path) -> None:
+    """The hold is inherited through the exec: while the command runs, the version's
+    ``.inuse`` lock is held (another process's eviction passes it over); after, not."""
+    store = LocalStore(tmp_path / "store")
+    m = publish(store, tmp_path, "ds/alice/x", {"a.txt": b"x" * 100})
+    lock = tmp_path / "cache" / ".inuse" / m.digest()
+    probe = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('free')\n"
+             "except BlockingIOError:\n    print('held')\n")
+    env = {jf.FETCH_ENV: plan(f"file://{store.root}",
+                              ("ROTA_DATASET_X", "ds/alice/x", m.digest(), "alice/x:v1")),
+           jf.CACHE_ENV: str(tmp_path / "cache")}
+    done = run(["--", sys.executable, "-c", probe, str(lock)], env)
+    assert done.returncode == 0 and done.stdout == "held\n", done.stderr
+    after = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True,
+                           text=True, timeout=60)
+    assert after.stdout == "free\n"

@@ -15,10 +15,14 @@ of versions cannot be read):
 - ``.lock``: flock'ed by whoever evicts, places a version or writes a sidecar, so several
   processes (the jobs of one node) can share the root. It is not held during downloads.
 
+- ``.inuse/<digest>``: flock'ed shared by each process reading that version
+  (:meth:`DatasetCache.hold`: a cluster job's fetch, held through its command); a version
+  so held is never evicted, by any process sharing the root.
+
 A root belongs to one account (a user's jobs, or a root daemon that hands versions to
-their owners): the hidden folders are that account's alone. Evicting a version does not
-know whether a job of another process still reads it: callers name what they need in
-``keep``; a limit sized for several concurrent jobs' datasets avoids evicting in use.
+their owners): the hidden folders are that account's alone. Callers in one process name
+what they need in ``keep`` (the daemon: the versions of its starting and running jobs);
+other processes' readers hold theirs.
 Downloads under way are not counted against the limit, so concurrent fetches of new
 versions may overshoot it until the next eviction.
 """
@@ -50,6 +54,7 @@ __all__ = ["LEFTOVER_AGE_S", "CacheEntry", "CacheFull", "DatasetCache"]
 LEFTOVER_AGE_S = 3600.0
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _META, _INCOMING, _TRASH, _LOCK = ".meta", ".incoming", ".trash", ".lock"
+_INUSE = ".inuse"
 _ROOT_MODE = 0o711
 _PRIVATE = 0o700
 
@@ -133,6 +138,24 @@ class DatasetCache:
             removed = self._make_room_locked(need, keep, now)
         self._empty_trash(removed)
         return [digest for digest, _ in removed]
+
+    def hold(self, digest: str) -> int:
+        """A descriptor whose shared flock on ``.inuse/<digest>`` keeps the version from
+        eviction by any process sharing the root while it is open: in the reader itself,
+        and in what it execs when inheritable (a cluster job's command). Closing it (or the
+        end of every process holding it) lets the version go. Taken under the cache's lock,
+        so an eviction never slips between the open and the flock."""
+        _check_digest(digest)
+        with self._locked(), oserrors(f"dataset cache {self.root}: hold {digest[:12]}"):
+            (self.root / _INUSE).mkdir(mode=_PRIVATE, exist_ok=True)
+            fd = os.open(self.root / _INUSE / digest, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
 
     def remove(self, digest: str, now: float = 0.0) -> bool:
         """The version out of the cache (its dataset was removed); False when it was not
@@ -239,13 +262,20 @@ class DatasetCache:
                 f"dataset cache {self.root}: {_size(need)} cannot fit under its limit of "
                 f"{_size(self.limit)}: versions kept for the same job hold {_size(kept)} "
                 "(raise the limit, or use fewer or smaller datasets at once)")
+        evictable = [e for e in entries if e.digest not in keep
+                     and not _held(self.root / _INUSE / e.digest)]  # (others' readers)
+        freeable = sum(e.size for e in evictable)
+        if used - freeable + need > self.limit:
+            busy = used - kept - freeable
+            raise StorageError(
+                f"dataset cache {self.root}: {_size(need)} cannot fit under its limit of "
+                f"{_size(self.limit)} while other jobs here read {_size(busy)} of it; it "
+                "may once they end", passing=True)
         removed: list[tuple[str, Path]] = []
         with oserrors(f"dataset cache {self.root}: evict"):
-            for e in entries:  # least recently used first
+            for e in evictable:  # least recently used first
                 if used + need <= self.limit:
                     break
-                if e.digest in keep:
-                    continue
                 removed.append((e.digest, self._evict_locked(e.digest, now)))
                 used -= e.size
         return removed

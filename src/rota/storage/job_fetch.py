@@ -189,6 +189,9 @@ def _fetch_datasets() -> int | None:
     keep = {d.digest for d in plan.datasets}  # none of this job's evicts another
     for d in plan.datasets:
         try:
+            # held until the command ends (inherited through its exec): no other job on
+            # this node evicts it meanwhile
+            os.set_inheritable(cache.hold(d.digest), True)
             path = cache.fetch(store, d.key, d.digest, keep=keep, now=time.time())
         except (RotaError, OSError) as e:
             print(f"rota: cannot fetch dataset {d.ref}: {e}", file=sys.stderr)
