@@ -11,6 +11,7 @@ Skipped without boto3 and moto unless the run requires them (ROTA_REQUIRE_TORCH)
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
 import sys
 import time
@@ -197,3 +198,32 @@ def test_what_a_job_wrote_while_its_daemon_was_killed_reaches_the_bucket_after_r
     finally:
         d.stop()
         kill_job_processes(home)
+
+
+def test_a_cleanup_of_a_bucket_workspace_removes_its_objects_at_once(
+        tmp_path: Path, aws: dict[str, str], s3: Any) -> None:
+    """What a cleanup removes from this machine's copy leaves the bucket right after (no
+    job of it runs here), and only that: the bucket is the workspace's home."""
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    me = getpass.getuser()
+    (tmp_path / "home").mkdir()
+    with running_daemon(tmp_path / "home", toml("clean"), env=aws) as d:
+        for name in ("old.txt", "fresh.txt"):
+            assert ended(d, submit(d, work, WRITE, name, name))["state"] == "completed"
+        base = f"clean/{me}/default"
+        wait_until(lambda: body(s3, f"{base}/fresh.txt") == b"fresh.txt",
+                   what="fresh.txt in the bucket")
+        ws = tmp_path / "home" / "workspaces" / me / "default"
+        old = time.time() - 40 * 86400
+        os.utime(ws / "old.txt", (old, old))
+        plan = json.loads(d.cli("workspace", "clean", f"{me}/default", "--json").stdout)
+        assert [f["path"] for f in plan["files"]] == ["old.txt"]
+        assert body(s3, f"{base}/old.txt") == b"old.txt"  # a dry run removes nothing
+        r = d.cli("workspace", "clean", "--apply", plan["plan"], "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["removed"] == 1, r.stderr
+        wait_until(lambda: body(s3, f"{base}/old.txt") is None,
+                   what="old.txt gone from the bucket")
+        assert body(s3, f"{base}/fresh.txt") == b"fresh.txt"

@@ -340,6 +340,9 @@ class DaemonPorts:
         del ws.plans[plan_id]  # once: a second apply would find the same files gone
         removed, kept = await asyncio.to_thread(remove_listed, plan.root, plan.files)
         ws.scan()  # its size, measured again
+        if ws.sync is not None and removed:  # the bucket is its home: removed there too
+            user, _, project = plan.workspace.partition("/")
+            ws.sync.changed(user, project)
         return plan.done(removed, kept)
 
     def share_links(self, *, job_id: int | None = None,

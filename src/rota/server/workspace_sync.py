@@ -190,6 +190,13 @@ class WorkspaceSync:
             del self.active[key]
             self._idle(key)
 
+    def changed(self, user: str, project: str) -> None:
+        """Files of its copy here were removed outside a job (a cleanup): sent up now,
+        unless a job of it runs here (then when the last one ends)."""
+        key = key_of(user, project)
+        if key not in self.active:
+            self._idle(key)
+
     def _idle(self, key: Key) -> None:
         self.fresh_at.pop(key, None)  # others may change the bucket from now on
         self.dirty.add(key)
