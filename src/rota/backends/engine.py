@@ -73,7 +73,8 @@ class EngineJob:
     run_as: str | None = None
     # its user's and project's workspace, as USER/PROJECT, where the pool gives one (a
     # Kubernetes pool's workspace_claim: mounted at /workspace; a Slurm or Ray pool with
-    # shared_workspaces has ROTA_WORKSPACE in env, the same path as on the daemon's machine)
+    # shared_workspaces has ROTA_WORKSPACE in env, the same path as on the daemon's machine;
+    # a copy synced with a bucket home is the job's own doing: ROTA_WORKSPACE_SYNC in env)
     workspace: str | None = None
 
     @property
