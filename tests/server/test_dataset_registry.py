@@ -298,8 +298,14 @@ def test_a_commit_while_a_file_is_short_is_refused_and_the_upload_goes_on(
     assert got["made"] is True and got["version"]["ref"] == "alice/text-mini:v1"
     assert got["version"]["files"] == 3
     assert got["version"]["bytes"] == sum(len(d) for d in files.values())
-    with pytest.raises(NotFound):  # committed: gone
-        reg.ds.upload(up.id, "alice")
+    # committed: another client of the same content may still commit it (the version,
+    # not made again); what it sends is dropped, the published files untouched
+    assert reg.ds.upload(up.id, "alice") is up and up.sealed
+    assert asyncio.run(reg.ds.put_chunk(up, "train.txt", 0, b"late bytes")) == len(train)
+    again = asyncio.run(reg.ds.commit(up, "alice"))
+    assert again["made"] is False and again["version"] == got["version"]
+    with pytest.raises(NotFound):  # nor anyone else's
+        reg.ds.upload(up.id, "bob")
 
 
 def test_an_upload_of_the_same_content_cut_off_goes_on_from_what_arrived(
@@ -347,9 +353,11 @@ def test_the_same_content_twice_is_the_same_version(reg: Registry) -> None:
     again = begin(reg.ds, "alice", "text-mini", corpus())  # found at once: nothing to send
     assert again["upload"] is None and again["made"] is False
     assert again["version"] == first["version"]
-    # two uploads of the same content begun before either was committed: one version
+    # two clients adding the same content at once (two terminals): one upload, which
+    # both send to and both commit; one version, made once
     a = begin(reg.ds, "alice", "other", corpus("x"))
     b = begin(reg.ds, "alice", "other", corpus("x"))
+    assert a["upload"]["id"] == b["upload"]["id"]
     ups = [reg.ds.upload(x["upload"]["id"], "alice") for x in (a, b)]
     for up in ups:
         send_all(reg.ds, up, corpus("x"))

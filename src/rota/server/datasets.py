@@ -115,6 +115,11 @@ class Upload:
     made_at: float
     received: dict[str, int] = field(default_factory=dict)  # path -> bytes written so far
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # its commit: under way or done (a second client of the same content waits for it,
+    # and its writes are dropped: the staged files are being published); the version made
+    committed: asyncio.Event | None = None
+    sealed: bool = False
+    result: dict[str, Any] | None = None
 
     @property
     def total(self) -> int:
@@ -147,6 +152,7 @@ class Datasets:
         self.trouble: dict[str, str] = {}  # slot -> why its last fetch failed
         self.full: set[str] = set()  # of those, the ones the cache had no room for
         self.uploads: dict[str, Upload] = {}
+        self.finished: dict[str, Upload] = {}  # committed: for a second client's commit
         self._slots: dict[int, tuple[str, tuple[int, int] | None]] = {}  # version id ->
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rota-datasets")
         self._closed = False
@@ -509,7 +515,7 @@ class Datasets:
         return max(1 << 16, min(CHUNK_BYTES, self.settings.max_request_bytes - (64 << 10)))
 
     def upload(self, upload_id: str, owner: str) -> Upload:
-        up = self.uploads.get(upload_id)
+        up = self.uploads.get(upload_id) or self.finished.get(upload_id)
         if up is None or up.owner != owner:
             raise NotFound(f"no upload {upload_id!r} (uploads are kept "
                            f"{UPLOAD_KEPT_S / 3600:g} h, and not across a restart): start "
@@ -526,7 +532,7 @@ class Datasets:
             raise InvalidSpec(f"upload {up.id}: {path}: {offset + len(data)} bytes, more than "
                               f"the {entry.size} its manifest said", field="offset")
         have = up.received.get(path, 0)
-        if offset > have:
+        if offset > have and not up.sealed:
             raise Conflict(f"upload {up.id}: {path}: {have} bytes received so far; send from "
                            f"there (offset {have})")
         return await asyncio.to_thread(self._write, up, entry, offset, data)
@@ -568,6 +574,8 @@ class Datasets:
     def _write(up: Upload, entry: FileEntry, offset: int, data: bytes) -> int:
         target = up.staged / safe_relpath(entry.path)
         with up.lock:
+            if up.sealed:  # being published: what was checked stays as it was
+                return entry.size
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:  # (bytes sent again overwrite theirs: the commit checks every sha256)
@@ -581,17 +589,35 @@ class Datasets:
     async def commit(self, up: Upload, by: str) -> dict[str, Any]:
         """Every file arrived and matches its manifest entry: the version is published
         and recorded (or found, when the same content arrived meanwhile)."""
+        if up.committed is not None:  # another client of the same content committed it
+            await up.committed.wait()
+            if up.result is None:
+                raise Conflict(f"upload {up.id}: its commit failed; add the dataset again")
+            return {**up.result, "made": False}
         short = [f.path for f in up.manifest.files if up.received.get(f.path, 0) != f.size]
         if short:
             raise Conflict(f"upload {up.id}: {len(short)} files not complete yet, "
                            f"{short[0]!r} first")
+        up.committed = asyncio.Event()
+        await asyncio.to_thread(self._seal, up)
         self.uploads.pop(up.id, None)
+        self.finished[up.id] = up
         try:
             await asyncio.to_thread(self._publish, up.staged, up.manifest, up.owner, up.name)
+            up.result = self._record(up.owner, up.name, up.manifest, shared=up.shared,
+                                     description=up.description, source=up.source, by=by)
         finally:
+            up.committed.set()
+            if up.result is None:  # failed: gone (a client waiting on it is told)
+                self.finished.pop(up.id, None)
             await asyncio.to_thread(shutil.rmtree, up.staged, True)
-        return self._record(up.owner, up.name, up.manifest, shared=up.shared,
-                            description=up.description, source=up.source, by=by)
+        return up.result
+
+    @staticmethod
+    def _seal(up: Upload) -> None:
+        """No more writes: one under way ends first (the lock), later ones are dropped."""
+        with up.lock:
+            up.sealed = True
 
     def _publish(self, staged: Path, manifest: Manifest, owner: str, name: str) -> None:
         for entry in manifest.files:  # (empty files are never sent)
@@ -660,6 +686,8 @@ class Datasets:
         for old in [u for u in self.uploads.values() if now - u.made_at > UPLOAD_KEPT_S]:
             del self.uploads[old.id]
             shutil.rmtree(old.staged, ignore_errors=True)
+        for done in [u for u in self.finished.values() if now - u.made_at > UPLOAD_KEPT_S]:
+            del self.finished[done.id]
 
     async def remove(self, *, owner: str, name: str, version: str | None, user: str,
                      admin: bool) -> list[dict[str, Any]]:
