@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -157,3 +157,14 @@ def oserrors(where: str) -> Iterator[None]:
         name = f" {e.filename}" if e.filename else ""
         raise StorageError(f"{where}:{name}: {e.strerror or e}",
                            passing=e.errno in (errno.EINTR, errno.EAGAIN)) from e
+
+
+def node_cache(environ: Mapping[str, str], variable: str, name: str) -> Path:
+    """A cache folder of a job's node: ``environ[variable]``, else
+    ``$XDG_CACHE_HOME/rota/NAME`` (a relative value is ignored, as XDG says), else
+    ``~/.cache/rota/NAME``."""
+    if environ.get(variable):
+        return Path(environ[variable])
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "rota" / name

@@ -48,6 +48,7 @@ from typing import Any
 
 from rota.errors import RotaError, StorageError
 from rota.storage import job_workspace
+from rota.storage._common import node_cache
 from rota.storage.cache import DatasetCache
 from rota.storage.store import open_store
 from rota.units import format_memory
@@ -113,11 +114,7 @@ def read_plan(text: str | None) -> Plan:
 
 def cache_root(environ: Mapping[str, str]) -> Path:
     """Where the node's cache is: ``ROTA_DATASET_CACHE``, else the XDG cache folder."""
-    if environ.get(CACHE_ENV):
-        return Path(environ[CACHE_ENV])
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: a relative
-    return base / "rota" / "datasets"  # value is ignored
+    return node_cache(environ, CACHE_ENV, "datasets")
 
 
 def cache_limit(environ: Mapping[str, str]) -> int | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rota.errors import StorageError
+from rota.storage._common import node_cache
 from rota.storage.s3 import make_client, split_uri
 from rota.storage.sync import Counts, Remote, load_index, save_index, sync_down, sync_up
 
@@ -82,11 +83,7 @@ def read_plan(text: str) -> WorkspacePlan:
 
 def cache_root(environ: Mapping[str, str]) -> Path:
     """Where the node's copies are: ``ROTA_WORKSPACE_CACHE``, else the XDG cache folder."""
-    if environ.get(CACHE_ENV):
-        return Path(environ[CACHE_ENV])
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "rota" / "workspaces"
+    return node_cache(environ, CACHE_ENV, "workspaces")
 
 
 class NodeCopy:
