@@ -1,13 +1,18 @@
 """The local runner's keeper: a job outlives its runner's SIGKILL with its exit status;
-an end lost with the keeper too is not counted as the job's failure."""
+an end lost with the keeper too is not counted as the job's failure; a runner killed at any
+point of a launch leaves the job started once and known, or not started at all."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from rota.backends.base import Backend, Handle, TakenBack
+from rota.backends.base import Backend, Handle, Launched, LaunchFailed, TakenBack
 
 from .conftest import Env, wait_exit, wait_for
 
@@ -57,3 +62,84 @@ def test_an_end_lost_with_the_keeper_too_is_not_the_jobs_failure(env: Env,
     go.touch()
     info = wait_exit(backend, h)
     assert isinstance(info, TakenBack) and "not recorded" in info.why, info
+
+
+#: The runner and its keeper (``main``), with the runner made to SIGKILL itself once, at the
+#: point named by argv[1]: on a daemon's hello, before answering it ("greeting"); in a
+#: launch, after telling the keeper it is about to start a job ("announced"), after the
+#: spawn ("spawned"), after journaling the start ("journaled"), after telling the keeper the
+#: job started ("told"), before sending the answer ("answering"). The next runner, forked
+#: from the same keeper, lives (the marker file).
+_DIES_AT = """
+import os, signal, sys
+from rota.backends.local import runner as r
+
+point, marker, sock = sys.argv[1:4]
+
+def die(here):
+    if here == point and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+tell, spawn, write, launch, handle = r.Runner._tell_keeper, r.Runner._spawn, \\
+    r._Journal.write, r.Runner._launch, r.Runner._handle
+
+def _handle(self, conn, msg, fds):
+    die("greeting" if msg.get("op") == "hello" else None)
+    return handle(self, conn, msg, fds)
+
+def _tell(self, msg):
+    tell(self, msg)
+    die({b"I": "announced", b"L": "told"}.get(msg[:1]))
+
+def _spawn(self, *args):
+    pid = spawn(self, *args)
+    die("spawned")
+    return pid
+
+def _write(self, record):
+    line = write(self, record)
+    die("journaled" if "runner" in record else None)
+    return line
+
+def _launch(self, *args):
+    answer = launch(self, *args)
+    die("answering")
+    return answer
+
+r.Runner._tell_keeper, r.Runner._spawn, r._Journal.write, r.Runner._launch, \\
+    r.Runner._handle = _tell, _spawn, _write, _launch, _handle
+sys.exit(r.main(["runner", sock]))
+"""
+
+
+@pytest.mark.parametrize("point", ["greeting", "announced", "spawned", "journaled", "told",
+                                   "answering"])
+def test_a_runner_killed_in_a_launch_leaves_the_job_started_once_or_not_at_all(
+        env: Env, tmp_path: Path, point: str) -> None:
+    sock, marker, runs = Path(env.screendir) / "runner.sock", tmp_path / "died", tmp_path / "runs"
+    with (tmp_path / "runner.log").open("wb") as log:
+        keeper = subprocess.Popen([sys.executable, "-c", _DIES_AT, point, str(marker), str(sock)],
+                         stdout=log, stderr=log, start_new_session=True)
+    wait_for(sock.exists, what="the runner's socket")
+    backend = env.backend("local")
+    [got] = backend.launch_many([env.req(["sh", "-c", f"echo $$ >> {runs}; sleep 0.3; exit 3"])])
+    assert marker.exists()  # the runner died where it was told to
+    if point == "announced":  # nothing was started: the daemon queues it again
+        assert isinstance(got, LaunchFailed) and got.retryable and got.lost, got
+        time.sleep(0.5)
+        assert not runs.exists()
+    else:  # started: the daemon knows it (by the journal, if the answer was lost)
+        assert isinstance(got, Launched), got
+        env.handles.append(got.handle)
+        info = wait_exit(backend, got.handle)
+        assert (info.exit_code, info.signal) == (3, None), info
+        assert runs.read_text().split() == [str(got.handle.pid)]  # once, and that job
+    # the next runner, of the same keeper, starts the next job
+    [after] = backend.launch_many([env.req(["sh", "-c", "exit 4"])])
+    assert isinstance(after, Launched), after
+    env.handles.append(after.handle)
+    assert wait_exit(backend, after.handle).exit_code == 4
+    # asked again, not replaced: a second keeper would have started (and read the
+    # journal) before the first one recorded a job its dead runner had started
+    assert backend.runner is not None and backend.runner.pid == keeper.pid

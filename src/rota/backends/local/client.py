@@ -205,16 +205,38 @@ class RunnerClient:
         return sock
 
     def _connect(self) -> socket.socket | None:
-        """A connection to a runner of our protocol; None when there is none."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            sock.connect(str(self.path))
-            sock.send(json.dumps({"op": "hello"}).encode())
-            data = sock.recv(1 << 16)
-            hello = json.loads(data) if data else {}
-        except (OSError, ValueError):
+        """A connection to a runner of our protocol; None when there is none (nothing
+        listens, or a runner of another protocol, whose path then goes to a new one).
+
+        A connection that gets no answer is not "none": a runner killed after it took the
+        connection leaves its keeper (which holds the socket, and the jobs) to start the
+        next one, which is asked again. Starting a second keeper instead would read the
+        journal before the first had recorded a job the dead runner had started, and start
+        that job again."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                sock.connect(str(self.path))  # waits while its backlog is full
+            except TimeoutError:
+                pass
+            except OSError:  # no such socket, or nothing listens on it
+                sock.close()
+                return None
+            try:
+                sock.send(json.dumps({"op": "hello"}).encode())
+                data = sock.recv(1 << 16)
+                hello = json.loads(data) if data else None
+            except (OSError, ValueError):
+                hello = None
+            if isinstance(hello, dict):
+                break
             sock.close()
-            return None
+            if time.monotonic() > deadline:
+                raise BackendError(f"the local runner on {self.path} did not answer in "
+                                   f"{START_TIMEOUT_S:g} s; see {self._log_path()}")
+            time.sleep(0.01)
         if hello.get("protocol") != PROTOCOL:
             # an older runner: it keeps its jobs (and this socket) until they end; the path
             # goes to a new one
@@ -222,6 +244,7 @@ class RunnerClient:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             return None
+        sock.settimeout(None)
         self.pid = int(hello["pid"])
         sock.send(json.dumps({"op": "env", "env": self.env}).encode())
         sock.recv(1 << 16)

@@ -18,10 +18,11 @@ had not read yet for the next one. A job's own processes that outlive it are rea
 too, silently.
 
 A runner killed between ``I`` and ``L`` (in the middle of the spawn, often, under a burst
-of launches) leaves a job the daemon was not told of: the keeper finds it among its
-children (the one it does not know that started after ``I``) and journals its start before
-the next runner answers; the daemon, which lost that launch's answer, reaches the next
-runner before it reads the journal, so it adopts the job instead of starting it again.
+of launches) leaves a job the keeper was not told of: it finds it among its children (the
+one it does not know that started after ``I``) and journals its start (again, if the
+runner had: ``L`` follows the runner's own record) before the next runner answers; the
+daemon, which lost that launch's answer, reaches the next runner before it reads the
+journal, so it adopts the job instead of starting it again.
 Only the keeper's own death loses ends: the daemon then requeues such an attempt, once its
 process has gone, as no failure of the job's (``LocalBackend.collect``).
 """
@@ -213,7 +214,7 @@ class Keeper:
             self.own.send(f"D {pid} ".encode() + line)
 
     def _start_runner(self) -> None:
-        if self.runner and time.monotonic() - self.runner_since < QUICK_DEATH_S:
+        if self.runner_since and time.monotonic() - self.runner_since < QUICK_DEATH_S:
             time.sleep(self.pause)
             self.pause = min(self.pause * 2, 5.0)
         else:

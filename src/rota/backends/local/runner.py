@@ -22,13 +22,16 @@ starts is the keeper (``rota.backends.local.keeper``), a child subreaper that ow
 listening socket and forks the runner: a dead runner's jobs become the keeper's children,
 it journals their ends, and forks the next runner at once, which takes them over
 (``watch`` answers for them; their ends reach it from the keeper). The runner tells the
-keeper of each start (before journaling it) and end (after), and looks at a child's end
-with ``WNOWAIT`` and reaps it only once the end is journaled, so a runner killed at any
-point leaves each job's end to exactly one of them. ``hello``'s ``pid`` and ``started_at``,
+keeper that it is about to start a job, that it has (once the start is journaled: a daemon
+that lost the answer finds it there) and of its end (once journaled too), and looks at a
+child's end with ``WNOWAIT`` and reaps it only once the end is journaled, so a runner
+killed at any point leaves each job's start and end recorded, and its end to exactly one
+of them. ``hello``'s ``pid`` and ``started_at``,
 and the journal's ``runner``, are the keeper's: it is what holds the jobs.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
-message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at"}``; ``{"op": "env",
+message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at", "runner"}`` (``runner``:
+this runner's own pid); ``{"op": "env",
 "env"}``, once per connection: the daemon's environment; ``{"op": "launch", "argv", "env",
 "cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's;
 ``status``: the attempt's key in the journal, in whose directory's ``journal/`` the
@@ -240,7 +243,7 @@ class Runner:
         op = msg.get("op")
         if op == "hello":
             return {"protocol": PROTOCOL, "pid": self.holder_pid,
-                    "started_at": self.holder_started}
+                    "started_at": self.holder_started, "runner": os.getpid()}
         if op == "env":  # the daemon's environment, once: launches carry only their own
             self.base_env[conn] = msg["env"]
             return {}
@@ -288,13 +291,15 @@ class Runner:
         key: str = msg["status"]
         job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=journal)
         try:
-            # the keeper first: should this runner die now, it records the job's end
-            self._tell_keeper(started(pid, key, journal.segment()))
+            # the journal first: a daemon that loses this answer reads it there. Should this
+            # runner die before the keeper hears ``started``, the keeper finds the job as
+            # the child it was not told of (and journals the start again, the same record)
             job.journal.write({"key": key, "shim_pid": pid, "pgid": pid,
                                "runner": self.holder_pid,
                                "runner_started": self.holder_started})
         except OSError as e:  # the job runs and is watched; only a restart cannot find it
             print(f"rota runner: job {pid}: cannot record its start: {e}", file=sys.stderr)
+        self._tell_keeper(started(pid, key, journal.segment()))
         self.jobs[pid] = job
         self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
         fds.append(self._watcher(job))
