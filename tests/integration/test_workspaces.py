@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota_testing import DaemonProcess, patience, running_daemon
+from rota_testing import DaemonProcess, patience, running_daemon, wait_until
 
 WRITE = ("import os; open(os.path.join(os.environ['ROTA_WORKSPACE'], 'data.bin'), 'wb')"
          ".write(b'x' * int(os.environ['SIZE'])); print(os.environ['ROTA_WORKSPACE'])")
@@ -87,6 +87,43 @@ def test_a_workspace_over_its_quota_holds_its_jobs_until_an_admin_raises_it(
         assert got["state"] == "completed", got
         assert "found 2097152" in d.cli("logs", str(held)).stdout
         assert workspaces(d)[f"{me}/default"]["over"] is False
+
+
+def test_a_job_that_needs_no_workspace_never_waits_for_one_over_its_quota(
+        tmp_path: Path) -> None:
+    """``--no-workspace``: no ROTA_WORKSPACE, and its workspace's quota does not hold it,
+    also after a restart (the queue is then read from the store, without the specs)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    me = getpass.getuser()
+    toml = '[storage]\nworkspace_quota = "1M"\nworkspace_scan = 0.3\n'
+    plain = "import os; print('workspace:', os.environ.get('ROTA_WORKSPACE'))"
+    gate = "import os, time; [time.sleep(0.05) for _ in range(2400) if not os.path.exists('go')]"
+    with running_daemon(home, toml) as d:
+        filler = run(d, work, WRITE, "--env", f"SIZE={2 << 20}")
+        assert ended(d, filler)["state"] == "completed"
+        wait_over = time.monotonic() + patience(20)
+        while not workspaces(d).get(f"{me}/default", {}).get("over"):
+            assert time.monotonic() < wait_over, workspaces(d)
+            time.sleep(0.1)
+        held = run(d, work, READ)
+        free = run(d, work, plain, "--no-workspace")
+        assert ended(d, free)["state"] == "completed"
+        assert "workspace: None" in d.cli("logs", str(free)).stdout
+        first = run(d, work, gate, "--no-workspace")
+        then = run(d, work, plain, "--no-workspace", "--after", str(first))
+        with d.client() as c:
+            wait_until(lambda: c.job(first)["state"] == "running", what="the gate to run")
+        d.stop()  # `then` waits in the store; `first` goes on under the runner
+        d.start()
+        (work / "go").touch()
+        assert ended(d, first)["state"] == "completed"
+        assert ended(d, then)["state"] == "completed", d.cli("why", str(then)).stdout
+        with d.client() as c:
+            assert c.job(held)["state"] == "pending"  # the quota still holds the others
+        assert "over its quota" in d.cli("why", str(held)).stdout
 
 
 def test_cleanup_removes_only_what_its_dry_run_listed(tmp_path: Path) -> None:

@@ -158,6 +158,12 @@ def test_a_job_waits_with_the_reason_while_its_workspace_cannot_be_brought(
         assert "tried again in" in why, why
         with d.client() as c:
             assert c.job(job)["state"] == "pending"
+        # a job of the same workspace that needs none does not wait for it
+        free = d.submit("--gpus", "0", "--no-workspace", "--", sys.executable, "-c",
+                        "import os; print('workspace:', os.environ.get('ROTA_WORKSPACE'))",
+                        cwd=work)
+        assert ended(d, free)["state"] == "completed"
+        assert "workspace: None" in d.cli("logs", str(free)).stdout
         assert not (tmp_path / "home" / "workspaces" / me / "default" / "a.txt").exists()
         [sync] = [w["sync"] for w in _workspaces(d) if w["name"] == f"{me}/default"]
         assert sync["state"] == "failed" and "NoSuchBucket" in sync["error"], sync

@@ -296,9 +296,10 @@ def test_metrics_and_progress_are_stored_and_paged(store: Store) -> None:
 def test_the_queue_is_read_in_queue_order_with_the_schedulers_facts(store: Store) -> None:
     from rota.core.snapshot import PendingJob
 
-    a, b, c, held, d = store.add_jobs(
+    a, b, c, held, d, e = store.add_jobs(
         [spec(priority=2), spec(gpus=0.25, gpu_mem=5 << 30, allowed_gpus=[3, 1]),
-         spec(priority=-1, after=[1, 2]), spec(hold=True), spec(priority=2)],
+         spec(priority=-1, after=[1, 2]), spec(hold=True), spec(priority=2),
+         spec(priority=3, workspace=False)],
         user="u", source="cli", now=1.0)
     store.transition(d.id, JobState.PENDING, JobState.HELD, now=2.0)  # no longer pending
     store.update_job(a.id, not_before=9.5)
@@ -307,7 +308,10 @@ def test_the_queue_is_read_in_queue_order_with_the_schedulers_facts(store: Store
         PendingJob(c.id, -1, c.id, 1000, None, None, (1, 2), None, None, "u", None, 1.0),
         PendingJob(b.id, 0, b.id, 250, 5 << 30, frozenset({1, 3}), (), None, None, "u",
                    None, 1.0),
-        PendingJob(a.id, 2, a.id, 1000, None, None, (), 9.5, None, "u", None, 1.0)]
+        PendingJob(a.id, 2, a.id, 1000, None, None, (), 9.5, None, "u", None, 1.0),
+        PendingJob(e.id, 3, e.id, 1000, None, None, (), None, None, "u", None, 1.0)]
+    # a job that needs no workspace is not held for it
+    assert [j.workspace for j in got.pending] == [True, True, True, False]
     assert got.held == [held.id, d.id] and got.tracked == []
 
 
@@ -335,9 +339,10 @@ def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them
 
     url = db_url
     store = Store.open(url)
-    [a, b] = store.add_jobs([spec(allowed_gpus=[0, 2], after=[7], mlflow=False,
-                                  time_limit="90m"), spec()],
-                            user="u", source="cli", now=1.0)
+    [a, b, free] = store.add_jobs([spec(allowed_gpus=[0, 2], after=[7], mlflow=False,
+                                        time_limit="90m"), spec(),
+                                   spec(mlflow=False, workspace=False)],
+                                  user="u", source="cli", now=1.0)
     store.close()
     engine = make_engine(url)
     cfg = Config()
@@ -350,8 +355,9 @@ def test_the_queue_columns_are_filled_from_the_specs_of_a_store_made_before_them
     store = Store.open(url)  # upgrades again
     try:
         got = store.queued(mlflow_default=True)
-        assert [(j.id, j.allowed, j.after, j.expected) for j in got.pending] == [
-            (a.id, frozenset({0, 2}), (7,), 5400.0)]  # 0016: the time limit too
+        assert [(j.id, j.allowed, j.after, j.expected, j.workspace) for j in got.pending] \
+            == [(a.id, frozenset({0, 2}), (7,), 5400.0, True),  # 0016: the time limit too
+                (free.id, None, (), None, False)]  # 0021: a job that needs no workspace
         assert got.tracked == [b.id]  # its spec leaves it to the daemon's setting
     finally:
         store.close()

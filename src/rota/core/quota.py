@@ -205,13 +205,13 @@ class QuotaGate:
 
     def check(self, job: PendingJob) -> Reason | None:
         """Why ``job`` may not start now, if it may not: its workspace is over its size
-        quota (any job), or, for a job that takes GPUs, one of its owners is over a quota;
-        first, what holds it outside the pass (its datasets being fetched)."""
+        quota (any job that gets it), or, for a job that takes GPUs, one of its owners is
+        over a quota; first, what holds it outside the pass (its datasets being fetched)."""
         if self.held:
             reason = self.held.get(job.id)
             if reason is not None:
                 return reason
-        if self.over:
+        if self.over and job.workspace:
             held = self.over.get(workspace_owner(job.user, job.project))
             if held is not None:
                 return held

@@ -75,6 +75,24 @@ class PendingJob(NamedTuple):
     def shape(self) -> tuple[int, int | None, frozenset[int] | None]:
         return (self.gpus_milli, self.gpu_mem, self.allowed)
 
+    @property
+    def workspace(self) -> bool:
+        """It gets its user's and project's workspace (spec.workspace), and so waits for
+        it (its size quota, its copy from a bucket). Not a field: a job that needs none is
+        a WorkspacelessJob, so the tuples of a million-job queue are no bigger (8 MB)."""
+        return True
+
+
+class WorkspacelessJob(PendingJob):
+    """A waiting job that needs no workspace (spec ``workspace: false``). Equal to the
+    PendingJob of the same fields: compare ``workspace`` where it matters."""
+
+    __slots__ = ()
+
+    @property
+    def workspace(self) -> bool:
+        return False
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from rota.config import Settings
 from rota.core.lifecycle import JobState
-from rota.core.snapshot import PendingJob, to_milli
+from rota.core.snapshot import PendingJob, WorkspacelessJob, to_milli
 from rota.core.spec import JobSpec
 from rota.errors import NotFound
 from rota.server.queue import PendingQueue
@@ -39,7 +39,8 @@ def pending_of(row: JobRecord, run_times: RunTimes | None = None) -> PendingJob:
     expected = (float(limit) if limit is not None else None) if run_times is None \
         else run_times.expected(limit, row.name)
     allowed = spec.get("allowed_gpus")
-    return PendingJob(id=row.id, priority=row.priority, seq=row.id,
+    kind = PendingJob if spec.get("workspace", True) is not False else WorkspacelessJob
+    return kind(id=row.id, priority=row.priority, seq=row.id,
                       gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
                       allowed=frozenset(allowed) if allowed else None,
                       after=tuple(spec.get("after") or ()), not_before=row.not_before,

@@ -147,7 +147,7 @@ class WorkspaceSync:
         them uses any more is sent up."""
         before = set(self.active)
         self.jobs = {run.job_id: key_of(run.user, run.spec.project) for run in running
-                     if not run.backend.capabilities.engine}
+                     if _uses_copy(run)}
         self.active = Counter(self.jobs.values())
         for key in before - set(self.active):
             self._idle(key)
@@ -174,7 +174,7 @@ class WorkspaceSync:
     def started(self, runs: Iterable[Running | None]) -> None:
         """Jobs launched here: their workspace's copy is the live one while they run."""
         for run in runs:
-            if run is None or run.backend.capabilities.engine or run.job_id in self.jobs:
+            if run is None or not _uses_copy(run) or run.job_id in self.jobs:
                 continue
             key = key_of(run.user, run.spec.project)
             self.jobs[run.job_id] = key
@@ -211,7 +211,7 @@ class WorkspaceSync:
 
         def reason(job_id: int) -> Reason | None:
             job = pending(job_id)
-            if job is None or job.pool is not None:
+            if job is None or job.pool is not None or not job.workspace:
                 return None
             key = key_of(job.user, job.project)
             if key not in reasons:
@@ -392,3 +392,9 @@ class WorkspaceSync:
             self.later(wait, self._pump)
             self.kick()  # its waiting jobs' reason names the trouble now
         self._pump()
+
+
+def _uses_copy(run: Running) -> bool:
+    """Whether the job works in this machine's copy of its workspace (one of a cluster
+    pool syncs its own, and one that needs no workspace gets none)."""
+    return run.spec.workspace and not run.backend.capabilities.engine

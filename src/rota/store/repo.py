@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
 from rota.core.quota import Quota
-from rota.core.snapshot import MILLI, PendingJob
+from rota.core.snapshot import MILLI, PendingJob, WorkspacelessJob
 from rota.core.spec import JobSpec
 from rota.core.usage import UsageRecord
 from rota.errors import Conflict, NotFound, StoreError
@@ -147,7 +147,8 @@ def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool,
                after: tuple[int, int] | None = None, limit: int | None = None) -> str:
     """Pending jobs in queue order, (priority, id), from ix_jobs_queue alone: those that
     want no MLflow run as (id, priority, gpus in thousandths, gpu_mem, allowed GPUs,
-    after ids, not_before, pool, user, project, submitted, time limit, name), ``limit`` of
+    after ids, not_before, pool, user, project, submitted, time limit, name, workspace:
+    false or NULL), ``limit`` of
     them after the job at ``after`` (priority, id); or, ``tracked``, the ids of those that
     want one."""
     j = _jobs.c
@@ -155,7 +156,7 @@ def _queue_sql(dialect: Dialect, mlflow_default: bool, *, tracked: bool,
         else j.mlflow.is_(True)
     q = (select(j.id, j.priority, sql_cast(func.round(j.gpus * MILLI), Integer), j.gpu_mem,
                 j.allowed_gpus, j.after_ids, j.not_before, j.pool, j.user, j.project,
-                j.created_at, j.time_limit, j.name)
+                j.created_at, j.time_limit, j.name, j.workspace)
          if not tracked else select(j.id))
     q = (q.where(j.state == JobState.PENDING.value, wants if tracked else ~wants)
          .order_by(j.priority, j.id))
@@ -413,6 +414,7 @@ class Store:
                 "tags": f",{','.join(spec.tags)}," if spec.tags else "",
                 "allowed_gpus": _id_list(spec.allowed_gpus), "after_ids": _id_list(spec.after),
                 "mlflow": spec.mlflow, "time_limit": spec.time_limit,
+                "workspace": None if spec.workspace else False,
                 "pool": spec.pool if spec.pool != LOCAL_POOL else None})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:
@@ -595,13 +597,14 @@ class Store:
             names = [r[12] for r in rows if r[11] is None and r[12]]
             guess = (predicted(names) if predicted is not None and names else {}).get
             return [
-                PendingJob(i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
-                           tl if tl is not None else guess(nm))
+                (PendingJob if w is None else WorkspacelessJob)(
+                    i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
+                    tl if tl is not None else guess(nm))
                 if a is None and f is None
-                else PendingJob(i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl,
-                                one(u, u), one(pr, pr), t,
-                                tl if tl is not None else guess(nm))
-                for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm in rows]
+                else (PendingJob if w is None else WorkspacelessJob)(
+                    i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl, one(u, u),
+                    one(pr, pr), t, tl if tl is not None else guess(nm))
+                for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm, w in rows]
 
     def count_in_state(self, state: str) -> int:
         """How many jobs are in ``state`` (through ix_jobs_state: cheap for a rare state,

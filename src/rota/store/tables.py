@@ -33,7 +33,8 @@ class JobRow(Base):
         # with its spec) took minutes. Partial: it holds the waiting jobs only.
         Index("ix_jobs_queue", "priority", "id", "gpus", "gpu_mem", "not_before",
               "allowed_gpus", "after_ids", "mlflow", "state", "pool", "user", "project",
-              "created_at", "time_limit", "name", sqlite_where=text("state = 'pending'"),
+              "created_at", "time_limit", "name", "workspace",
+              sqlite_where=text("state = 'pending'"),
               postgresql_where=text("state = 'pending'")),
     )
 
@@ -80,6 +81,9 @@ class JobRow(Base):
     # the spec's time limit in seconds (NULL: none), with the name: a restarted daemon's
     # queue knows how long each job is expected to run (backfill) without the specs
     time_limit: Mapped[float | None] = mapped_column(Float)
+    # false: the spec says the job needs no workspace (it is not held for one's quota or
+    # copy); NULL: it gets one (the default; never stored as true)
+    workspace: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class AttemptRow(Base):
