@@ -275,27 +275,31 @@ def test_a_share_link_serves_outputs_made_from_a_dataset(tmp_path: Path) -> None
 
 
 def test_an_add_cut_off_goes_on_from_what_the_daemon_has(tmp_path: Path) -> None:
-    """The first 3 MiB of a file arrived before the connection was cut: adding the same
-    folder again (the SDK's add_dataset, as `rota dataset add` does) sends the rest only,
-    and the version is byte-equal."""
+    """The first 3 MiB of a file arrived before the connection was cut, and the daemon was
+    SIGKILLed: adding the same folder again (the SDK's add_dataset, as `rota dataset add`
+    does) sends the rest only, and the version is byte-equal."""
     source = tmp_path / "big"
     source.mkdir()
     blob = os.urandom(5 << 20)
     (source / "blob.bin").write_bytes(blob)
     (source / "small.txt").write_text("small\n")
-    with running_daemon(tmp_path / "home") as d, d.client() as c:
+    with running_daemon(tmp_path / "home") as d:
         from rota.client.uploads import dataset_files
 
         files = dataset_files(source)
-        begun = c.request("POST", "/v1/dataset-uploads", json={
-            "name": "big", "shared": False, "description": None, "source": str(source),
-            "files": [f.entry for f in files]})
-        up = begun["upload"]
-        c.request("PUT", f"/v1/dataset-uploads/{up['id']}", content=blob[:3 << 20],
-                  params={"path": "blob.bin", "offset": 0})
+        with d.client() as c:
+            begun = c.request("POST", "/v1/dataset-uploads", json={
+                "name": "big", "shared": False, "description": None, "source": str(source),
+                "files": [f.entry for f in files]})
+            up = begun["upload"]
+            c.request("PUT", f"/v1/dataset-uploads/{up['id']}", content=blob[:3 << 20],
+                      params={"path": "blob.bin", "offset": 0})
+        d.kill()
+        d.start()
         seen: list[tuple[int, int]] = []
-        added = c.add_dataset("big", source, progress=lambda sent, total: seen.append(
-            (sent, total)))
+        with d.client() as c:
+            added = c.add_dataset("big", source, progress=lambda sent, total: seen.append(
+                (sent, total)))
         assert seen[0] == (3 << 20, (5 << 20) + 6), seen[:3]  # it had that much already
         assert seen[-1] == ((5 << 20) + 6, (5 << 20) + 6)
         assert added["made"] is True and added["version"]["files"] == 2

@@ -109,8 +109,9 @@ def entries(files: dict[str, bytes]) -> list[FileEntry]:
 
 def begin(ds: Datasets, owner: str, name: str, files: dict[str, bytes], *,
           shared: bool = False) -> dict[str, Any]:
-    return ds.begin_upload(owner=owner, name=name, shared=shared, description=None,
-                           source="/data/" + name, files=entries(files))
+    return asyncio.run(ds.begin_upload(owner=owner, name=name, shared=shared,
+                                       description=None, source="/data/" + name,
+                                       files=entries(files)))
 
 
 def send_all(ds: Datasets, up: Upload, files: dict[str, bytes], chunk: int = 1000) -> None:
@@ -325,6 +326,53 @@ def test_an_upload_of_the_same_content_cut_off_goes_on_from_what_arrived(
     other = {**files, "train.txt": files["train.txt"] + b"more"}
     assert begin(reg.ds, "alice", "text-mini", other)["upload"]["id"] != first["id"]
     assert first["received_files"] == {}
+
+
+def test_an_upload_a_restart_cut_off_goes_on_and_others_are_dropped(reg: Registry) -> None:
+    """A restarted daemon takes its uploads up again, each with what its files received
+    (read from the staged files); one older than a day, one whose content made a version
+    (the daemon stopped in its commit) and an import's leftovers are dropped."""
+    from rota.server import dataset_uploads
+
+    files = corpus()
+    first = begin(reg.ds, "alice", "text-mini", files)["upload"]
+    up = reg.ds.upload(first["id"], "alice")
+    asyncio.run(reg.ds.put_chunk(up, "train.txt", 0, files["train.txt"][:100]))
+    valid = files["sub/valid.jsonl"]
+    asyncio.run(reg.ds.put_files(up, tar_of([("sub/valid.jsonl", valid)])))
+    old = begin(reg.ds, "bob", "old", corpus("b"))["upload"]
+    record = reg.ds.uploads_dir / old["id"] / "upload.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()),
+                                  "made_at": NOW - 25 * 3600}))
+    committed = corpus("c")
+    add(reg.ds, "carol", "done", committed)
+    late = begin(reg.ds, "carol", "done", committed)  # (its version answers)
+    assert late["upload"] is None
+    stale = dataset_uploads.Upload(  # the record a daemon killed in the commit left
+        id="f" * 32, owner="carol", name="done", shared=False, description=None,
+        source="/data/done", manifest=Manifest(files=tuple(entries(committed)),
+                                               created_at=NOW),
+        dir=reg.ds.uploads_dir / ("f" * 32), made_at=NOW)
+    dataset_uploads.save(stale)
+    leftover = reg.ds.uploads_dir / "0123abcd"  # an S3 import's staging
+    leftover.mkdir()
+    (leftover / "part").write_bytes(b"x")
+
+    reg.ds.close()
+    reg.ds = reg.make()  # the restart
+    assert sorted(p.name for p in reg.ds.uploads_dir.iterdir()) == [first["id"]]
+    again = begin(reg.ds, "alice", "text-mini", files)["upload"]
+    assert again["id"] == first["id"] and again["received"] == 100 + len(valid)
+    assert again["received_files"] == {"train.txt": 100, "sub/valid.jsonl": len(valid)}
+    with pytest.raises(NotFound):
+        reg.ds.upload(old["id"], "bob")
+    up = reg.ds.upload(first["id"], "alice")
+    with pytest.raises(Conflict, match="offset 100"):  # in order, from what it has
+        asyncio.run(reg.ds.put_chunk(up, "train.txt", 200, files["train.txt"][200:]))
+    asyncio.run(reg.ds.put_chunk(up, "train.txt", 100, files["train.txt"][100:]))
+    got = asyncio.run(reg.ds.commit(up, "alice"))
+    assert got["made"] is True and got["version"]["digest"] == digest_of(files)
+    assert list(reg.ds.uploads_dir.iterdir()) == []
 
 
 def test_content_that_does_not_match_its_sha256_is_refused_and_nothing_is_published(

@@ -126,9 +126,10 @@ class Artifacts:
 
     def resume(self) -> None:
         """At start-up: saves a stopped or killed daemon left unfinished (what they had
-        staged is dropped: none runs yet)."""
+        staged is dropped: none runs yet; the staging folder's other entries, such as
+        dataset uploads, are not the saves')."""
         if self.staging.is_dir():
-            for left in self.staging.iterdir():
+            for left in self.staging.glob("job-*"):
                 shutil.rmtree(left, ignore_errors=True)
         for row in self.store.artifacts_in("pending"):
             self.start(row.job_id, dict(row.sources), row.user)

@@ -27,11 +27,9 @@ import os
 import re
 import shutil
 import tarfile
-import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,8 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import Reason, ReasonCode
 from rota.core.spec import DATASET_NAME, DATASET_OWNER, DATASET_REF_PARTS, JobSpec
 from rota.errors import BackendError, Conflict, Forbidden, InvalidSpec, NotFound, StorageError
+from rota.server import dataset_uploads
+from rota.server.dataset_uploads import UPLOAD_KEPT_S, Upload
 from rota.storage import FileEntry, Manifest, ObjectStore, build_manifest, job_fetch, safe_relpath
 from rota.storage.cache import CacheFull, DatasetCache
 from rota.storage.s3 import download_prefix
@@ -59,8 +59,6 @@ REF = DATASET_REF_PARTS  # what a job may name: [OWNER/]NAME[:VERSION]
 CHUNK_BYTES = 8 << 20
 #: the most files one dataset version holds
 MAX_FILES = 200_000
-#: an upload not committed for this long is dropped
-UPLOAD_KEPT_S = 24 * 3600.0
 #: waits before a failed fetch is tried again: passing trouble, then anything else
 RETRY_PASSING_S = 30.0
 RETRY_OTHER_S = 300.0
@@ -98,36 +96,6 @@ def version_view(row: DatasetRecord) -> dict[str, Any]:
             "description": row.description, "created_by": row.created_by,
             "created_at": row.created_at, "store": redact_url(row.store_url),
             "key": row.key}
-
-
-@dataclass
-class Upload:
-    """An upload under way: its files are written into ``staged`` chunk by chunk."""
-
-    id: str
-    owner: str
-    name: str
-    shared: bool
-    description: str | None
-    source: str
-    manifest: Manifest
-    staged: Path
-    made_at: float
-    received: dict[str, int] = field(default_factory=dict)  # path -> bytes written so far
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # its commit: under way or done (a second client of the same content waits for it,
-    # and its writes are dropped: the staged files are being published); the version made
-    committed: asyncio.Event | None = None
-    sealed: bool = False
-    result: dict[str, Any] | None = None
-
-    @property
-    def total(self) -> int:
-        return self.manifest.total_size
-
-    @property
-    def done(self) -> int:
-        return sum(self.received.values())
 
 
 class Datasets:
@@ -170,7 +138,14 @@ class Datasets:
     def start(self) -> None:
         """The versions, the cache's contents, and the jobs not ended that read some."""
         self.versions = {ref_of(r): r for r in self.store.dataset_versions()}
-        shutil.rmtree(self.uploads_dir, ignore_errors=True)  # none outlives a restart
+        # uploads a restart cut off go on (unless their content made a version meanwhile:
+        # the daemon stopped in their commit)
+        made = {(r.owner, r.name, r.digest) for r in self.versions.values()}
+        for up in dataset_uploads.load(self.uploads_dir, self.clock()):
+            if (up.owner, up.name, up.manifest.digest()) in made:
+                dataset_uploads.drop(up)
+            else:
+                self.uploads[up.id] = up
         if self.settings.dataset_cache_root.is_dir():
             try:
                 self.cache.clean_leftovers(self.clock())
@@ -465,11 +440,12 @@ class Datasets:
     def may_read(self, row: DatasetRecord, user: str, admin: bool) -> bool:
         return admin or row.shared or row.owner == user
 
-    def begin_upload(self, *, owner: str, name: str, shared: bool, description: str | None,
-                     source: str, files: list[FileEntry]) -> dict[str, Any]:
+    async def begin_upload(self, *, owner: str, name: str, shared: bool,
+                           description: str | None, source: str, files: list[FileEntry]
+                           ) -> dict[str, Any]:
         """An upload of these files (their sizes and sha256): a new one, or the one of the
-        same content cut off earlier (kept UPLOAD_KEPT_S, in this daemon's life), which
-        says what it has; or the version that has this content already (nothing to send)."""
+        same content cut off earlier (kept UPLOAD_KEPT_S, across restarts), which says what
+        it has; or the version that has this content already (nothing to send)."""
         _check_name(name)
         if len(files) > MAX_FILES:
             raise InvalidSpec(f"files: {len(files)} files, more than the {MAX_FILES} one "
@@ -496,14 +472,24 @@ class Datasets:
         now = self.clock()
         self._drop_old_uploads(now)
         digest = manifest.digest()
-        for up in self.uploads.values():  # the same content cut off: sent on from there
-            if (up.owner, up.name) == (owner, name) and up.manifest.digest() == digest:
-                up.shared, up.description, up.made_at = shared, description, now
-                return {"upload": self.upload_view(up), "version": None, "made": False}
-        up = Upload(id=uuid.uuid4().hex, owner=owner, name=name, shared=shared,
-                    description=description, source=source, manifest=manifest,
-                    staged=self.uploads_dir / uuid.uuid4().hex, made_at=now)
-        self.uploads[up.id] = up
+        found = [up for up in self.uploads.values()
+                 if (up.owner, up.name) == (owner, name) and up.manifest.digest() == digest]
+        if found:  # the same content cut off: sent on from there
+            up = found[0]
+            up.shared, up.description, up.made_at = shared, description, now
+        else:
+            upload_id = uuid.uuid4().hex
+            up = self.uploads[upload_id] = Upload(
+                id=upload_id, owner=owner, name=name, shared=shared, description=description,
+                source=source, manifest=manifest, dir=self.uploads_dir / upload_id,
+                made_at=now)
+        try:  # (in the table first: a second client of this content meanwhile shares it)
+            await asyncio.to_thread(dataset_uploads.save, up)
+        except OSError as e:
+            if not found:
+                self.uploads.pop(up.id, None)
+            raise StorageError(f"dataset {name}: the upload cannot be recorded in "
+                               f"{up.dir}: {e}") from e
         return {"upload": self.upload_view(up), "version": None, "made": False}
 
     def upload_view(self, up: Upload) -> dict[str, Any]:
@@ -518,8 +504,7 @@ class Datasets:
         up = self.uploads.get(upload_id) or self.finished.get(upload_id)
         if up is None or up.owner != owner:
             raise NotFound(f"no upload {upload_id!r} (uploads are kept "
-                           f"{UPLOAD_KEPT_S / 3600:g} h, and not across a restart): start "
-                           "it again")
+                           f"{UPLOAD_KEPT_S / 3600:g} h): start it again")
         return up
 
     async def put_chunk(self, up: Upload, path: str, offset: int, data: bytes) -> int:
@@ -610,7 +595,7 @@ class Datasets:
             up.committed.set()
             if up.result is None:  # failed: gone (a client waiting on it is told)
                 self.finished.pop(up.id, None)
-            await asyncio.to_thread(shutil.rmtree, up.staged, True)
+            await asyncio.to_thread(dataset_uploads.drop, up)
         return up.result
 
     @staticmethod
@@ -685,7 +670,7 @@ class Datasets:
     def _drop_old_uploads(self, now: float) -> None:
         for old in [u for u in self.uploads.values() if now - u.made_at > UPLOAD_KEPT_S]:
             del self.uploads[old.id]
-            shutil.rmtree(old.staged, ignore_errors=True)
+            dataset_uploads.drop(old)
         for done in [u for u in self.finished.values() if now - u.made_at > UPLOAD_KEPT_S]:
             del self.finished[done.id]
 

@@ -109,9 +109,9 @@ async def dataset_upload(body: UploadBody, p: Caller, commands: CommandsPort
             raise InvalidSpec(f"files: {e}", field="files") from None
     if len({f.path for f in files}) != len(files):
         raise InvalidSpec("files: a path is listed twice", field="files")
-    return commands.datasets.begin_upload(owner=p.user, name=body.name, shared=body.shared,
-                                          description=body.description, source=body.source,
-                                          files=files)
+    return await commands.datasets.begin_upload(
+        owner=p.user, name=body.name, shared=body.shared, description=body.description,
+        source=body.source, files=files)
 
 
 @router.put("/dataset-uploads/{upload_id}", responses={
