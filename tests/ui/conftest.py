@@ -69,11 +69,13 @@ class Dashboard:
 
 
 @contextlib.contextmanager
-def running_dashboard(home: Path) -> Iterator[Dashboard]:
+def running_dashboard(home: Path, env: dict[str, str] | None = None) -> Iterator[Dashboard]:
     """A daemon on simulated GPUs with `--listen` on a free port; users alice (admin) and bob
-    and a token for each, made through the CLI as a person would."""
+    and a token for each, made through the CLI as a person would. ``env``: more of the
+    daemon's environment (a bucket's endpoint and keys)."""
     port = free_port()
-    d = DaemonProcess(home, simulate="4x24G", args=["--listen", f"127.0.0.1:{port}"]).start()
+    d = DaemonProcess(home, simulate="4x24G", extra_env=env,
+                      args=["--listen", f"127.0.0.1:{port}"]).start()
     try:
         dash = Dashboard(d, port)
         dash.cli("user", "add", "alice", "--admin")
@@ -87,9 +89,9 @@ def running_dashboard(home: Path) -> Iterator[Dashboard]:
 
 
 @pytest.fixture(scope="session")
-def new_dashboard() -> Callable[[Path], contextlib.AbstractContextManager[Dashboard]]:
-    """`with new_dashboard(home) as dash:` a daemon of one's own, for a test that needs a
-    queue nobody else touches."""
+def new_dashboard() -> Callable[..., contextlib.AbstractContextManager[Dashboard]]:
+    """`with new_dashboard(home[, env]) as dash:` a daemon of one's own, for a test that
+    needs a queue nobody else touches (or a setting of its own: HOME/rota.toml)."""
     return running_dashboard
 
 

@@ -3,14 +3,17 @@ nothing fetched elsewhere), and the page itself in a real browser."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from unittest.mock import MagicMock
 
+import pytest
 from fastapi.testclient import TestClient
 
 from rota.server.api import build_app
-from rota_testing import wait_until
+from rota_testing import moto_s3, s3_client, wait_until
 
 try:
     from playwright.sync_api import expect
@@ -67,3 +70,54 @@ def test_the_usage_page_lists_the_workspaces_with_their_size_and_quota(
     row = page.locator("section.workspaces tr[data-workspace='alice/ui-space']")
     expect(row).to_be_visible()
     expect(row).to_contain_text("100")  # the default quota, 100G
+
+
+BUCKET = "rota-ui-ws"
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    yield from moto_s3(tmp_path_factory, BUCKET)
+
+
+def test_the_usage_page_says_how_each_workspace_stands_with_its_bucket(
+        open_page: Open, new_dashboard: Callable[..., contextlib.AbstractContextManager[Any]],
+        aws: dict[str, str], tmp_path: Path) -> None:
+    """With workspaces in a bucket, a Bucket column: a workspace whose job's files went
+    up reads "synced" (its URL on hover); one whose copy cannot be brought, "failed" with
+    the bucket's error, as a warning."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "rota.toml").write_text(f'[storage]\nworkspace_url = "s3://{BUCKET}/ws"\n')
+    write = "import os; open(os.path.join(os.environ['ROTA_WORKSPACE'], 'w.txt'), 'w').write('x')"
+    with new_dashboard(home, aws) as dash:
+        def sync_of(name: str) -> dict[str, Any] | None:
+            with dash.api() as c:
+                spaces = c.get("/v1/workspaces").raise_for_status().json()["workspaces"]
+            found = [w["sync"] for w in spaces if w["name"] == name]
+            return found[0] if found else None
+
+        job = dash.submit(command=["python3", "-c", write], gpus=0, project="kept")
+        wait_until(lambda: dash.job(job["id"])["state"] == "completed", timeout=30,
+                   what="the job to end")
+        wait_until(lambda: (sync_of("alice/kept") or {}).get("state") == "synced",
+                   timeout=30, what="its workspace to reach the bucket")
+        s3 = s3_client(aws)
+        assert s3.get_object(Bucket=BUCKET, Key="ws/alice/kept/w.txt")["Body"].read() == b"x"
+        for obj in s3.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+            s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        s3.delete_bucket(Bucket=BUCKET)  # the next workspace cannot be brought
+        lost = dash.submit(command=["python3", "-c", write], gpus=0, project="lost")
+        wait_until(lambda: (sync_of("alice/lost") or {}).get("state") == "failed",
+                   timeout=30, what="the bucket's trouble")
+        page = open_page(hash="#/usage", on=dash)
+        spaces = page.locator("section.workspaces")
+        expect(spaces.locator("thead")).to_contain_text("Bucket")
+        kept = spaces.locator("tr[data-workspace='alice/kept'] td.sync")
+        expect(kept).to_contain_text("synced, last synced")
+        expect(kept).to_have_attribute("title", f"s3://{BUCKET}/ws/alice/kept")
+        failed = spaces.locator("tr[data-workspace='alice/lost'] td.sync .warn")
+        expect(failed).to_contain_text("failed")
+        expect(failed).to_contain_text("NoSuchBucket")
+        expect(failed).to_contain_text("tried again in")
+        assert dash.job(lost["id"])["state"] == "pending"
