@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ def _received(up: Upload) -> dict[str, int]:
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")  # two takers at once: two
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(data)
         f.flush()
