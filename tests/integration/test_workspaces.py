@@ -29,6 +29,22 @@ def ended(d: DaemonProcess, job: int) -> dict[str, Any]:
     return got
 
 
+#: a workspace quota of 1M, measured every 0.3 s
+SMALL_QUOTA = '[storage]\nworkspace_quota = "1M"\nworkspace_scan = 0.3\n'
+
+
+def fill_over_quota(d: DaemonProcess, work: Path) -> dict[str, Any]:
+    """A job writes 2M into the default workspace: its row once measured over its quota."""
+    me = getpass.getuser()
+    filler = run(d, work, WRITE, "--env", f"SIZE={2 << 20}")
+    assert ended(d, filler)["state"] == "completed"
+    deadline = time.monotonic() + patience(20)
+    while not workspaces(d).get(f"{me}/default", {}).get("over"):
+        assert time.monotonic() < deadline, workspaces(d)
+        time.sleep(0.1)
+    return workspaces(d)[f"{me}/default"]
+
+
 def workspaces(d: DaemonProcess) -> dict[str, dict[str, Any]]:
     r = d.cli("workspace", "--json")
     assert r.returncode == 0, r.stderr
@@ -61,15 +77,8 @@ def test_a_workspace_over_its_quota_holds_its_jobs_until_an_admin_raises_it(
     home = tmp_path / "home"
     home.mkdir()
     me = getpass.getuser()
-    toml = '[storage]\nworkspace_quota = "1M"\nworkspace_scan = 0.3\n'
-    with running_daemon(home, toml) as d:
-        filler = run(d, work, WRITE, "--env", f"SIZE={2 << 20}")
-        assert ended(d, filler)["state"] == "completed"
-        deadline = time.monotonic() + patience(20)
-        while not workspaces(d).get(f"{me}/default", {}).get("over"):
-            assert time.monotonic() < deadline, workspaces(d)
-            time.sleep(0.1)
-        seen = workspaces(d)[f"{me}/default"]
+    with running_daemon(home, SMALL_QUOTA) as d:
+        seen = fill_over_quota(d, work)
         assert seen["bytes"] == 2 << 20 and seen["quota"] == 1 << 20
         held = run(d, work, READ)
         elsewhere = run(d, work, READ, "--project", "vision")  # its own workspace: runs
@@ -97,17 +106,10 @@ def test_a_job_that_needs_no_workspace_never_waits_for_one_over_its_quota(
     work.mkdir()
     home = tmp_path / "home"
     home.mkdir()
-    me = getpass.getuser()
-    toml = '[storage]\nworkspace_quota = "1M"\nworkspace_scan = 0.3\n'
     plain = "import os; print('workspace:', os.environ.get('ROTA_WORKSPACE'))"
     gate = "import os, time; [time.sleep(0.05) for _ in range(2400) if not os.path.exists('go')]"
-    with running_daemon(home, toml) as d:
-        filler = run(d, work, WRITE, "--env", f"SIZE={2 << 20}")
-        assert ended(d, filler)["state"] == "completed"
-        wait_over = time.monotonic() + patience(20)
-        while not workspaces(d).get(f"{me}/default", {}).get("over"):
-            assert time.monotonic() < wait_over, workspaces(d)
-            time.sleep(0.1)
+    with running_daemon(home, SMALL_QUOTA) as d:
+        fill_over_quota(d, work)
         held = run(d, work, READ)
         free = run(d, work, plain, "--no-workspace")
         assert ended(d, free)["state"] == "completed"
