@@ -88,7 +88,10 @@ def fill(url: str, n: int, vacuum: bool = False) -> float:
                 rows.append({
                     "name": f"scale-{k}", "user": "bench", "state": "pending",
                     "spec": specs[gpus], "priority": k % 4, "gpus": gpus, "gpu_mem": None,
-                    "content_hash": f"{k:064x}", "source": "bench", "created_at": now,
+                    "content_hash": f"{k:064x}", "source": "bench",
+                    # each its own submit time (a queue submitted job by job, the most
+                    # memory): a sweep's jobs, submitted at once, share theirs
+                    "created_at": now - (n - k) * 1e-3,
                     "updated_at": now, "attempts": 0, "failures": 0, "tags": "",
                     "not_before": now - 60 if k % 50 == 7 else None})
             with store.engine.begin() as c:

@@ -286,7 +286,8 @@ class Store:
         # should it not commit, or completed once it has (see on_rollback, after_commit)
         self._undo: list[Callable[[], object]] = []
         self._after: list[Callable[[], None]] = []
-        # the owner and project strings of queued jobs, one of each (pending_page)
+        # the owner and project strings and GPU shares of queued jobs, one of each
+        # (pending_page)
         self._strings: dict[Any, Any] = {}
 
     @classmethod
@@ -583,9 +584,12 @@ class Store:
 
         The rows are read through the driver's own cursor: SQLAlchemy's Row cost more per
         row than the database's read of it (4.8 s for a million, against 1.6 s)."""
-        # one string per owner and project, not one per row (the driver makes a new one for
-        # each: 20 MB more per 200,000 jobs)
+        # one object per owner, project and GPU share, not one per row (the driver makes a
+        # new one for each: 20 MB more per 200,000 jobs for the strings, 32 MB per million
+        # for the shares); a page's jobs submitted together share their submit time too
         one = self._strings.setdefault
+        times: dict[float, float] = {}
+        same_time = times.setdefault
         with self._reading() as c, _collector_paused():
             cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
@@ -598,12 +602,12 @@ class Store:
             guess = (predicted(names) if predicted is not None and names else {}).get
             return [
                 (PendingJob if w is None else WorkspacelessJob)(
-                    i, p, i, g, m, None, (), nb, pl, one(u, u), one(pr, pr), t,
-                    tl if tl is not None else guess(nm))
+                    i, p, i, one(g, g), m, None, (), nb, pl, one(u, u), one(pr, pr),
+                    same_time(t, t), tl if tl is not None else guess(nm))
                 if a is None and f is None
                 else (PendingJob if w is None else WorkspacelessJob)(
-                    i, p, i, g, m, _id_set(a), _id_tuple(f), nb, pl, one(u, u),
-                    one(pr, pr), t, tl if tl is not None else guess(nm))
+                    i, p, i, one(g, g), m, _id_set(a), _id_tuple(f), nb, pl, one(u, u),
+                    one(pr, pr), same_time(t, t), tl if tl is not None else guess(nm))
                 for i, p, g, m, a, f, nb, pl, u, pr, t, tl, nm, w in rows]
 
     def count_in_state(self, state: str) -> int:
