@@ -41,11 +41,11 @@ def pending_of(row: JobRecord, run_times: RunTimes | None = None) -> PendingJob:
     allowed = spec.get("allowed_gpus")
     kind = PendingJob if spec.get("workspace", True) is not False else WorkspacelessJob
     return kind(id=row.id, priority=row.priority, seq=row.id,
-                      gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
-                      allowed=frozenset(allowed) if allowed else None,
-                      after=tuple(spec.get("after") or ()), not_before=row.not_before,
-                      pool=row.pool, user=row.user or "", project=row.project,
-                      submitted=row.created_at or 0.0, expected=expected)
+                gpus_milli=to_milli(row.gpus), gpu_mem=row.gpu_mem,
+                allowed=frozenset(allowed) if allowed else None,
+                after=tuple(spec.get("after") or ()), not_before=row.not_before,
+                pool=row.pool, user=row.user or "", project=row.project,
+                submitted=row.created_at or 0.0, expected=expected)
 
 
 @dataclass(frozen=True)

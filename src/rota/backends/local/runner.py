@@ -26,13 +26,13 @@ keeper that it is about to start a job, that it has (once the start is journaled
 that lost the answer finds it there) and of its end (once journaled too), and looks at a
 child's end with ``WNOWAIT`` and reaps it only once the end is journaled, so a runner
 killed at any point leaves each job's start and end recorded, and its end to exactly one
-of them. ``hello``'s ``pid`` and ``started_at``,
-and the journal's ``runner``, are the keeper's: it is what holds the jobs.
+of them. ``hello``'s ``pid`` and ``started_at``, and the journal's ``runner``, are the
+keeper's: it is what holds the jobs.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
 message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at", "runner"}`` (``runner``:
-this runner's own pid); ``{"op": "env",
-"env"}``, once per connection: the daemon's environment; ``{"op": "launch", "argv", "env",
+this runner's own pid); ``{"op": "env", "env"}``, once per connection: the daemon's
+environment; ``{"op": "launch", "argv", "env",
 "cwd", "log", "status", "header"}`` (``env``: the job's own variables, over the daemon's;
 ``status``: the attempt's key in the journal, in whose directory's ``journal/`` the
 journal is) -> ``{"pid", "started_at"}`` and, as ancillary data, the read end of a pipe
