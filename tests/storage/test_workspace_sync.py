@@ -17,10 +17,18 @@ from typing import Any
 
 import pytest
 
-from rota.storage.sync import Remote, load_index, save_index, sync_down, sync_up
+from rota.storage.sync import (
+    Remote,
+    conflict_name,
+    load_index,
+    save_index,
+    sync_down,
+    sync_up,
+)
 from rota_testing import moto_s3, s3_client
 
 BUCKET = "rota-workspaces"
+NOON = 1_795_953_600.0  # 2026-11-29 12:00:00 UTC: conflict copies are named by the time
 BIG = random.Random(3).randbytes(2 * (1 << 20) + 5)  # over the multipart threshold
 FILES = {"a.txt": b"hello\n", "empty": b"", "sub/deeper/c.json": b'{"x": 1}',
          "sub/b.bin": bytes(range(256)) * 40, ".hidden": b"dot", "big.bin": BIG}
@@ -120,9 +128,29 @@ def test_the_index_lost_the_same_bytes_are_not_sent_again(
     sync_up(remote, here, index)
     again: dict[str, Any] = {}  # (a daemon killed before it saved its index)
     got = sync_up(remote, here, again)
-    # the single-part objects' ETag is their MD5: found equal; the multipart one is sent
-    assert got.adopted == len(FILES) - 1 and got.uploaded == 1
+    # each object's ETag told from the bytes (a single part's MD5; the multipart one's, of
+    # 8 MiB parts, the MD5 of their MD5s): all found equal, nothing sent, nothing kept twice
+    assert got.adopted == len(FILES) and got.uploaded == 0 and got.conflicts == []
     assert sync_down(remote, here, again, staging=tmp_path / "st").transfers == 0
+
+
+def test_a_multipart_object_is_told_from_its_bytes_when_its_parts_are_the_usual_size(
+        tmp_path: Path, remote: Remote, s3: Any) -> None:
+    """An object of 3 parts of 8 MiB (Rota's, boto3's and the AWS CLI's size) is found equal
+    to the file with no index; one sent in parts of another size cannot be told, and is
+    replaced, not kept twice (nothing says the bucket's is another version)."""
+    from boto3.s3.transfer import TransferConfig
+
+    here = tmp_path / "here"
+    data = random.Random(5).randbytes(17 << 20)
+    write(here, {"ours.bin": data, "theirs.bin": data})
+    sync_up(remote, here, {})
+    s3.upload_file(str(here / "theirs.bin"), BUCKET, remote.key("theirs.bin"),
+                   Config=TransferConfig(multipart_threshold=1 << 20,
+                                         multipart_chunksize=5 << 20))
+    assert s3.head_object(Bucket=BUCKET, Key=remote.key("ours.bin"))["ETag"].endswith('-3"')
+    got = sync_up(remote, here, {})  # (the index lost)
+    assert (got.adopted, got.uploaded, got.conflicts) == (1, 1, [])
 
 
 def test_deletions_cross_over_only_for_files_the_index_knew(
@@ -201,8 +229,54 @@ def test_a_file_changed_on_both_sides_keeps_this_copy_and_sends_it(
     assert sorted(got.kept) == ["both.txt", "gone-there-changed-here.txt"]
     assert files_under(here) == {"both.txt": b"mine, v2",
                                  "gone-there-changed-here.txt": b"mine, v2"}
-    sync_up(remote, here, index)
-    assert objects(s3, remote) == files_under(here)
+    theirs = s3.head_object(Bucket=BUCKET, Key=remote.key("both.txt"))["ETag"]
+    up = sync_up(remote, here, index, now=NOON)
+    # the bucket's version is kept beside this one, in the bucket, then brought here
+    copy = f"both.sync-conflict-20261129-120000-{theirs.strip(chr(34))[:8]}.txt"
+    assert up.conflicts == [("both.txt", copy)]
+    assert objects(s3, remote) == {"both.txt": b"mine, v2", copy: b"theirs, v2",
+                                   "gone-there-changed-here.txt": b"mine, v2"}
+    assert sync_down(remote, here, index, staging=tmp_path / "st").downloaded == 1
+    assert files_under(here) == objects(s3, remote)
+
+
+def test_a_copy_sent_while_another_sent_its_own_loses_neither(
+        tmp_path: Path, remote: Remote, s3: Any) -> None:
+    """Two copies of one workspace (this machine's, a cluster job's) each change a file and
+    send it, with no sync down between: the second sender keeps the first's version as a
+    conflict copy; a file new on both sides (no index) too, unless the bytes are equal."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    write(mine, {"log/train.log": b"v1"})
+    index_mine: dict[str, Any] = {}
+    sync_up(remote, mine, index_mine)
+    index_theirs: dict[str, Any] = {}
+    sync_down(remote, theirs, index_theirs, staging=tmp_path / "st")
+    write(theirs, {"log/train.log": b"v2 from the cluster", "new.txt": b"theirs",
+                   "same.txt": b"equal"})
+    sync_up(remote, theirs, index_theirs)
+    write(mine, {"log/train.log": b"v2 from here", "new.txt": b"mine", "same.txt": b"equal"})
+    up = sync_up(remote, mine, index_mine, now=NOON)
+    assert sorted(rel for rel, _ in up.conflicts) == ["log/train.log", "new.txt"]
+    assert up.adopted == 1  # same.txt: the same bytes, nothing kept twice
+    got = objects(s3, remote)
+    assert got["log/train.log"] == b"v2 from here" and got["new.txt"] == b"mine"
+    copies = dict(up.conflicts)
+    assert got[copies["log/train.log"]] == b"v2 from the cluster"
+    assert got[copies["new.txt"]] == b"theirs"
+    assert copies["log/train.log"].startswith("log/train.sync-conflict-20261129-120000-")
+    assert len(got) == 5  # the three files and the two copies
+    # the other copy brings this machine's version and the conflict copies
+    sync_down(remote, theirs, index_theirs, staging=tmp_path / "st")
+    assert files_under(theirs) == objects(s3, remote)
+
+
+@pytest.mark.parametrize(("rel", "copy"), [
+    ("a.txt", "a.sync-conflict-20261129-120000-0123abcd.txt"),
+    ("sub/model.tar.gz", "sub/model.tar.sync-conflict-20261129-120000-0123abcd.gz"),
+    ("Makefile", "Makefile.sync-conflict-20261129-120000-0123abcd"),
+    ("dir/.env", "dir/.env.sync-conflict-20261129-120000-0123abcd")])
+def test_a_conflict_copy_keeps_the_folder_and_the_extension(rel: str, copy: str) -> None:
+    assert conflict_name(rel, '"0123abcdef-3"', NOON) == copy
 
 
 def test_the_index_is_saved_and_read_back_and_a_damaged_one_counts_as_none(
@@ -245,7 +319,8 @@ class _Pool:
 def _run(job_id: int, user: str, project: str | None, engine: bool = False) -> Any:
     from types import SimpleNamespace
 
-    return SimpleNamespace(job_id=job_id, user=user, spec=SimpleNamespace(project=project),
+    return SimpleNamespace(job_id=job_id, user=user,
+                           spec=SimpleNamespace(project=project, workspace=True),
                            backend=SimpleNamespace(capabilities=SimpleNamespace(engine=engine)))
 
 

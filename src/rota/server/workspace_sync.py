@@ -18,8 +18,9 @@ SkyPilot's COPY storage mode copies a bucket to a node and back.
   as their reason; no local file is ever lost to a sync (rota.storage.sync's rules).
 
 Machines that run jobs of one workspace at the same time each send their own changes: a
-file changed on two of them is the last sender's (a copy is never overwritten by a sync
-down while it holds changes of its own; rota.storage.sync). Jobs of cluster pools get the
+file changed on two of them is the last sender's, the other's version kept beside it as a
+conflict copy (a copy is never overwritten by a sync down while it holds changes of its
+own; rota.storage.sync). Jobs of cluster pools get the
 workspaces their pool gives; where it gives none, each syncs its own copy with the bucket
 on its node (:meth:`WorkspaceSync.job_plan`, rota.storage.job_workspace).
 """
@@ -358,6 +359,9 @@ class WorkspaceSync:
         for what in counts.kept:
             log.warning("workspace %s/%s: %s changed here and in the bucket: this "
                         "machine's copy is kept", key[0], key[1], what)
+        for what, copy in counts.conflicts:
+            log.warning("workspace %s/%s: %s changed here and in the bucket: the bucket's "
+                        "is kept as %s", key[0], key[1], what, copy)
         if counts.skipped:
             log.info("workspace %s/%s: passed over: %s", key[0], key[1],
                      "; ".join(counts.skipped[:10]))

@@ -13,8 +13,9 @@ Kubernetes alike.
 The node's copy lives under ``ROTA_WORKSPACE_CACHE`` (a Kubernetes pod's scratch volume),
 else ``$XDG_CACHE_HOME/rota/workspaces``, else ``~/.cache/rota/workspaces``: ``NAME`` is
 the folder, ``.sync/NAME.json`` the index of what both sides last held
-(rota.storage.sync's rules: a file changed on both sides is kept here and sent up; a
-deletion crosses only for a file the index knew). Jobs of one workspace on one node share
+(rota.storage.sync's rules: a file changed on both sides is kept here and sent up, the
+bucket's version kept beside it as a conflict copy; a deletion crosses only for a file the
+index knew). Jobs of one workspace on one node share
 the copy; each sync of it holds ``.sync/NAME.lock`` (flock), so two never interleave.
 """
 

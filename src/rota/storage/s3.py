@@ -34,6 +34,9 @@ from rota.storage.manifest import CHUNK, MANIFEST_NAME, Manifest, safe_relpath
 
 #: files from this size go up in parts, several at a time (each part retried alone)
 MULTIPART_THRESHOLD = 1 << 20
+#: the size of an upload's parts (boto3's and the AWS CLI's default: their ETags are told
+#: from the bytes alone, rota.storage.sync)
+MULTIPART_CHUNK = 8 << 20
 #: S3's error codes for a server's passing trouble (the rules of rota.eval.fetch)
 _PASSING = frozenset({"SlowDown", "Throttling", "ThrottlingException", "InternalError",
                       "ServiceUnavailable", "RequestTimeout"})
@@ -420,7 +423,8 @@ def transfer_config(multipart_threshold: int = MULTIPART_THRESHOLD) -> Any:
     """boto3's TransferConfig: files from ``multipart_threshold`` bytes go up in parts."""
     from boto3.s3.transfer import TransferConfig
 
-    return TransferConfig(multipart_threshold=multipart_threshold)
+    return TransferConfig(multipart_threshold=multipart_threshold,
+                          multipart_chunksize=MULTIPART_CHUNK)
 
 
 def split_uri(uri: str) -> tuple[str, str]:

@@ -10,7 +10,11 @@ again, and a deletion is carried over only for a file the index knew.
   next :func:`sync_up`), unless both sides hold the same bytes.
 - :func:`sync_up` sends what changed here since the index: new or changed files are
   uploaded, objects of files the index had that are gone here are deleted (only while
-  the object is still the one the index knew: a newer one comes down next time).
+  the object is still the one the index knew: a newer one comes down next time). An
+  object that changed in the bucket too (another machine's, or a cluster job's, copy
+  sent it) is not lost to this one: it is first copied, in the bucket, to a conflict name
+  beside it (``name.sync-conflict-YYYYMMDD-HHMMSS-ETAG.ext``, as Syncthing names them),
+  which the next :func:`sync_down` brings here.
 
 Links are never followed (nor uploaded), and neither special files; every local path is
 walked through directory descriptors opened with ``O_NOFOLLOW``, so a link swapped in
@@ -28,15 +32,18 @@ import json
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.errors import StorageError
+from rota.errors import NotFound, StorageError
 from rota.storage.manifest import CHUNK
-from rota.storage.s3 import MULTIPART_THRESHOLD, _edge
+from rota.storage.s3 import MULTIPART_CHUNK, MULTIPART_THRESHOLD, _edge
 
+#: S3's most parts of one upload (boto3 doubles the part size while there would be more)
+MAX_PARTS = 10_000
 #: how deep a workspace's folders are walked (deeper ones are passed over, and named)
 MAX_DEPTH = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -68,6 +75,8 @@ class Counts:
     removed_there: int = 0  # objects deleted: gone from here
     adopted: int = 0  # the same bytes on both sides: indexed without a transfer
     kept: list[str] = field(default_factory=list)  # changed on both sides: this copy kept
+    # changed on both sides when this copy went up: the bucket's kept as (path, copy)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # links, special files, ... (why)
 
     @property
@@ -79,6 +88,7 @@ class Counts:
             (self.downloaded, "downloaded"), (self.uploaded, "uploaded"),
             (self.removed_here, "removed here"), (self.removed_there, "removed there"),
             (self.adopted, "found equal"), (len(self.kept), "kept (changed on both sides)"),
+            (len(self.conflicts), "kept beside as conflicts"),
             (len(self.skipped), "skipped")) if n]
         return ", ".join(parts) or "nothing to do"
 
@@ -170,6 +180,14 @@ class Remote:
             self.client.upload_fileobj(f, self.bucket, self.key(rel), Config=transfer_config())
             head = self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
             return str(head.get("ETag") or "")
+
+    def copy(self, rel: str, to: str) -> None:
+        """Copy the object, in the bucket (a managed copy: parts past 5 GB)."""
+        from rota.storage.s3 import transfer_config
+
+        with _edge(f"{self.name(rel)} -> {self.name(to)}"):
+            self.client.copy({"Bucket": self.bucket, "Key": self.key(rel)}, self.bucket,
+                             self.key(to), Config=transfer_config())
 
     def delete(self, rels: list[str]) -> None:
         """Delete these objects, a thousand a request."""
@@ -297,27 +315,42 @@ def _same(st: os.stat_result, was: Indexed | Local) -> bool:
         and st.st_mtime_ns == was.mtime_ns
 
 
-def _md5_matches(folder: Path, rel: str, size: int, etag: str) -> bool:
-    """Whether the local file holds the bytes of an object with this ETag (an ETag is the
-    MD5 of a single-part upload's bytes; a multipart one's says nothing: False)."""
+def _same_bytes(folder: Path, rel: str, size: int, etag: str) -> bool | None:
+    """Whether the local file holds the bytes of an object of this size and ETag; None
+    when that cannot be told without the object's bytes. A single-part upload's ETag is
+    the MD5 of its bytes; a multipart one's (``MD5-N``) is the MD5 of its parts' MD5s,
+    told here for parts of boto3's and the AWS CLI's size (8 MiB, doubled while more than
+    10,000 parts), as Rota's own uploads are."""
     tag = etag.strip('"')
-    if "-" in tag or len(tag) != 32:
-        return False
+    md5, dash, parts = tag.partition("-")
+    if len(md5) != 32 or (dash and not parts.isdigit()):
+        return None
+    part = MULTIPART_CHUNK
+    while dash and -(-size // part) > MAX_PARTS:
+        part *= 2
+    if dash and -(-size // part) != int(parts):
+        return None  # parts of another size
     try:
         with _parent(folder, rel) as fd:
             if fd is None:
-                return False
+                return None
             f = os.open(rel.rpartition("/")[2], _READ_FLAGS, dir_fd=fd)
     except OSError:
-        return False
+        return None
     with os.fdopen(f, "rb") as src:
         if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-            return False
-        h, n = hashlib.md5(usedforsecurity=False), 0
-        while chunk := src.read(CHUNK):
-            h.update(chunk)
-            n += len(chunk)
-    return n == size and h.hexdigest() == tag
+            return None
+        if not dash:
+            h, n = hashlib.md5(usedforsecurity=False), 0
+            while chunk := src.read(CHUNK):
+                h.update(chunk)
+                n += len(chunk)
+            return n == size and h.hexdigest() == md5
+        digests, n = hashlib.md5(usedforsecurity=False), 0
+        while data := src.read(part):
+            digests.update(hashlib.md5(data, usedforsecurity=False).digest())
+            n += len(data)
+    return n == size and digests.hexdigest() == md5
 
 
 # --- down ----------------------------------------------------------------------------------
@@ -345,7 +378,7 @@ def sync_down(remote: Remote, folder: Path, index: Index, *, staging: Path,
             if here is None or (was is not None and (here.size, here.mtime_ns)
                                 == (was.size, was.mtime_ns)):
                 _download(remote, folder, rel, index, counts, staging, owner, was=was)
-            elif here.size == size and _md5_matches(folder, rel, size, etag):
+            elif here.size == size and _same_bytes(folder, rel, size, etag):
                 index[rel] = Indexed(size, etag, here.mtime_ns)
                 counts.adopted += 1
             else:  # changed here and there: this copy is kept, and goes up next
@@ -426,10 +459,11 @@ def _remove_local(folder: Path, rel: str, was: Indexed) -> bool:
 # --- up ------------------------------------------------------------------------------------
 
 def sync_up(remote: Remote, folder: Path, index: Index, *,
-            owner_uid: int | None = None) -> Counts:
+            owner_uid: int | None = None, now: float | None = None) -> Counts:
     """Send to the bucket what changed in ``folder`` since ``index`` (see the module's
     text). ``owner_uid``: files of another account are not sent (a root daemon syncing a
     user's folder never uploads a file the user could not read: a hard link to one).
+    ``now``: the time a conflict copy is named by (default: the clock's).
     A file that cannot be read is skipped and named; the bucket's errors raise."""
     counts = Counts()
     folder = Path(folder)
@@ -444,11 +478,25 @@ def sync_up(remote: Remote, folder: Path, index: Index, *,
             if owner_uid is not None and here.uid != owner_uid:
                 counts.skipped.append(f"{rel}: not its owner's file")
                 continue
-            if obj is not None and obj[0] == here.size \
-                    and _md5_matches(folder, rel, here.size, obj[1]):
+            if obj is None:
+                _upload(remote, folder, rel, here, index, counts)
+                continue
+            same = _same_bytes(folder, rel, here.size, obj[1]) if obj[0] == here.size \
+                else False
+            if same:
                 index[rel] = Indexed(here.size, obj[1], here.mtime_ns)
                 counts.adopted += 1
                 continue
+            # a version this copy never saw (changed there since the last sync; or, never
+            # synced, other bytes) is kept beside it before this one replaces it
+            if (obj != (was.size, was.etag)) if was is not None else (same is False):
+                copy = conflict_name(rel, obj[1], time.time() if now is None else now)
+                try:
+                    remote.copy(rel, copy)
+                except NotFound:
+                    pass  # gone meanwhile: nothing to keep
+                else:
+                    counts.conflicts.append((rel, copy))
             _upload(remote, folder, rel, here, index, counts)
         elif was is not None:  # gone from here
             if obj is not None and obj == (was.size, was.etag):
@@ -461,6 +509,20 @@ def sync_up(remote: Remote, folder: Path, index: Index, *,
             del index[rel]
         counts.removed_there += len(gone)
     return counts
+
+
+def conflict_name(rel: str, etag: str, now: float) -> str:
+    """Where the bucket's object of ``rel`` is kept when this copy replaces it:
+    ``dir/name.sync-conflict-YYYYMMDD-HHMMSS-ETAG8.ext`` (the extension kept last, so the
+    copy opens as the file does)."""
+    folder, _, name = rel.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    if not stem:  # no extension (or a dot file): the whole name is the stem
+        stem, dot, ext = name, "", ""
+    when = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    tag = etag.strip('"').replace("-", "")[:8] or "0" * 8
+    copy = f"{stem}.sync-conflict-{when}-{tag}{dot}{ext}"
+    return f"{folder}/{copy}" if folder else copy
 
 
 def _upload(remote: Remote, folder: Path, rel: str, here: Local, index: Index,
