@@ -153,6 +153,28 @@ def test_a_multipart_object_is_told_from_its_bytes_when_its_parts_are_the_usual_
     assert (got.adopted, got.uploaded, got.conflicts) == (1, 1, [])
 
 
+def test_a_script_comes_back_executable(tmp_path: Path, remote: Remote, s3: Any) -> None:
+    """A file's mode goes up as the object's ``mode`` metadata (rclone's form); one that was
+    executable comes down executable (where readable), the others as any new file; an
+    object another tool sent with no mode too. A big (multipart) one carries it as well."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    write(here, {"run.sh": b"#!/bin/sh\necho hi\n", "notes.txt": b"plain", "big.bin": BIG})
+    (here / "run.sh").chmod(0o750)
+    (here / "big.bin").chmod(0o700)
+    sync_up(remote, here, {})
+    head = s3.head_object(Bucket=BUCKET, Key=remote.key("run.sh"))
+    assert head["Metadata"] == {"mode": "0100750"}
+    s3.put_object(Bucket=BUCKET, Key=remote.key("other.txt"), Body=b"x")  # no mode
+    old = os.umask(0o022)
+    try:
+        sync_down(remote, there, {}, staging=tmp_path / "st")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in there.iterdir()}
+    assert modes == {"run.sh": 0o755, "big.bin": 0o755, "notes.txt": 0o644,
+                     "other.txt": 0o644}
+
+
 def test_deletions_cross_over_only_for_files_the_index_knew(
         tmp_path: Path, remote: Remote, s3: Any) -> None:
     here, there = tmp_path / "here", tmp_path / "there"

@@ -16,7 +16,9 @@ again, and a deletion is carried over only for a file the index knew.
   beside it (``name.sync-conflict-YYYYMMDD-HHMMSS-ETAG.ext``, as Syncthing names them),
   which the next :func:`sync_down` brings here.
 
-Links are never followed (nor uploaded), and neither special files; every local path is
+A file's mode goes up as the object's ``mode`` metadata (rclone's form); one that was
+executable comes down executable where it is readable (a change of mode alone, with no new
+bytes, is not sent). Links are never followed (nor uploaded), and neither special files; every local path is
 walked through directory descriptors opened with ``O_NOFOLLOW``, so a link swapped in
 meanwhile cannot lead a sync outside the folder. A download is written aside (in
 ``staging``) and renamed into place: a file is whole or absent. Both functions change
@@ -42,6 +44,9 @@ from rota.errors import NotFound, StorageError
 from rota.storage.manifest import CHUNK
 from rota.storage.s3 import MULTIPART_CHUNK, MULTIPART_THRESHOLD, _edge
 
+#: the object metadata that carries a file's mode (rclone's key and form), so that a
+#: script comes back executable
+MODE_KEY = "mode"
 #: S3's most parts of one upload (boto3 doubles the part size while there would be more)
 MAX_PARTS = 10_000
 #: how deep a workspace's folders are walked (deeper ones are passed over, and named)
@@ -162,22 +167,28 @@ class Remote:
                     found[rel] = (int(obj.get("Size") or 0), str(obj.get("ETag") or ""))
         return found
 
-    def get(self, rel: str) -> tuple[Any, int, str]:
-        """(streamed body, size, ETag) of the object now: the ETag of the bytes read."""
+    def get(self, rel: str) -> tuple[Any, int, str, int | None]:
+        """(streamed body, size, ETag, mode) of the object now: the ETag of the bytes read;
+        the file mode its ``mode`` metadata gives (None: none, or not a mode)."""
         with _edge(self.name(rel)):
             got = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))
-        return got["Body"], int(got.get("ContentLength") or 0), str(got.get("ETag") or "")
+        return (got["Body"], int(got.get("ContentLength") or 0), str(got.get("ETag") or ""),
+                _mode_of(got.get("Metadata") or {}))
 
-    def put(self, rel: str, f: Any, size: int) -> str:
-        """Upload the open file ``f`` (``size`` bytes) as the object; its ETag."""
+    def put(self, rel: str, f: Any, size: int, mode: int) -> str:
+        """Upload the open file ``f`` (``size`` bytes, file mode ``mode``) as the object;
+        its ETag."""
         where = self.name(rel)
+        meta = {MODE_KEY: f"0{mode:o}"}  # rclone's form: st_mode in octal, "0100755"
         with _edge(where):
             if size < MULTIPART_THRESHOLD:  # one request, which answers the ETag
-                got = self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=f)
+                got = self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=f,
+                                             Metadata=meta)
                 return str(got.get("ETag") or "")
             from rota.storage.s3 import transfer_config
 
-            self.client.upload_fileobj(f, self.bucket, self.key(rel), Config=transfer_config())
+            self.client.upload_fileobj(f, self.bucket, self.key(rel), Config=transfer_config(),
+                                       ExtraArgs={"Metadata": meta})
             head = self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
             return str(head.get("ETag") or "")
 
@@ -202,6 +213,14 @@ class Remote:
                 raise StorageError(f"s3://{self.bucket}/{e.get('Key')}: cannot delete: "
                                    f"{e.get('Code')}: {e.get('Message')} "
                                    f"({len(got['Errors'])} objects not deleted)")
+
+
+def _mode_of(meta: dict[str, str]) -> int | None:
+    mode = meta.get(MODE_KEY, "")
+    try:
+        return int(mode, 8) if mode.isdigit() else None
+    except ValueError:  # (an 8 or a 9)
+        return None
 
 
 def _plain(rel: str) -> bool:
@@ -416,7 +435,7 @@ def _download(remote: Remote, folder: Path, rel: str, index: Index, counts: Coun
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                       0o600 if owner is not None else 0o666)
         try:
-            body, size, etag = remote.get(rel)
+            body, size, etag, mode = remote.get(rel)
             with os.fdopen(out, "wb") as f:
                 with _edge(remote.name(rel)):
                     try:
@@ -427,6 +446,9 @@ def _download(remote: Remote, folder: Path, rel: str, index: Index, counts: Coun
                 f.flush()
                 if owner is not None:
                     os.fchown(f.fileno(), *owner)
+                if mode is not None and mode & 0o100:  # executable where it was sent from:
+                    own = os.fstat(f.fileno()).st_mode & 0o777  # so where it is readable
+                    os.fchmod(f.fileno(), own | (own & 0o444) >> 2)
                 got = os.fstat(f.fileno())
             if got.st_size != size:
                 raise StorageError(f"{remote.name(rel)}: {got.st_size} bytes came of the "
@@ -544,7 +566,7 @@ def _upload(remote: Remote, folder: Path, rel: str, here: Local, index: Index,
         if not stat.S_ISREG(before.st_mode):
             counts.skipped.append(f"{rel}: not a regular file")
             return
-        etag = remote.put(rel, src, before.st_size)
+        etag = remote.put(rel, src, before.st_size, before.st_mode)
         after = os.fstat(src.fileno())
     # changed while it was sent: indexed so that it goes up again next time
     mtime = before.st_mtime_ns if (after.st_size, after.st_mtime_ns) \
