@@ -18,12 +18,12 @@ again, and a deletion is carried over only for a file the index knew.
 
 A file's mode goes up as the object's ``mode`` metadata (rclone's form); one that was
 executable comes down executable where it is readable (a change of mode alone, with no new
-bytes, is not sent). Links are never followed (nor uploaded), and neither special files; every local path is
-walked through directory descriptors opened with ``O_NOFOLLOW``, so a link swapped in
-meanwhile cannot lead a sync outside the folder. A download is written aside (in
-``staging``) and renamed into place: a file is whole or absent. Both functions change
-``index`` in place as each file is done, so that an index saved after a failure is still
-true of what was done. Errors are Rota's (``rota.storage.s3.translate_error``)."""
+bytes, is not sent). Links are never followed (nor uploaded), and neither special files;
+every local path is walked through directory descriptors opened with ``O_NOFOLLOW``, so a
+link swapped in meanwhile cannot lead a sync outside the folder. A download is written
+aside (in ``staging``) and renamed into place: a file is whole or absent. Both functions
+change ``index`` in place as each file is done, so that an index saved after a failure is
+still true of what was done. Errors are Rota's (``rota.storage.s3.translate_error``)."""
 
 from __future__ import annotations
 
