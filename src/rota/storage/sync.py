@@ -193,7 +193,8 @@ class Remote:
             return str(head.get("ETag") or "")
 
     def copy(self, rel: str, to: str) -> None:
-        """Copy the object, in the bucket (a managed copy: parts past 5 GB)."""
+        """Copy the object, in the bucket (boto3's managed copy: in parts for a big one, as
+        one CopyObject stops at 5 GB)."""
         from rota.storage.s3 import transfer_config
 
         with _edge(f"{self.name(rel)} -> {self.name(to)}"):
