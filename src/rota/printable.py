@@ -1,0 +1,33 @@
+"""Text that came from a user, made safe to print on another person's terminal.
+
+A job's name, command, tags, a waiting reason, a path or a metric name is anyone's text:
+an escape sequence in it (``ESC ] 0 ; TITLE BEL`` sets a window title, ``ESC [ 2 J``
+clears the screen, OSC 52 writes the clipboard) would act on every terminal that prints
+it. ``printable`` shows each control character as its Python escape (``\\x1b``) instead:
+C0 and C1 controls, DEL, and the Unicode line and paragraph separators and bidirectional
+overrides that reorder what a reader sees (DESIGN.md invariant 12).
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 (but for what ``keep`` names), DEL, C1; U+2028/2029; bidi embeddings, overrides, isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_KEEP_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(m: re.Match[str]) -> str:
+    c = m.group()
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` on one line, every control character escaped (a newline too)."""
+    return _CONTROL.sub(_shown, text) if _CONTROL.search(text) else text
+
+
+def printable_lines(text: str) -> str:
+    """``text`` as lines (newlines and tabs kept), every other control character escaped:
+    a log's output. A lone carriage return (a progress bar redrawn) is kept as one."""
+    return _KEEP_LINES.sub(_shown, text) if _KEEP_LINES.search(text) else text
