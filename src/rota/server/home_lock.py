@@ -1,4 +1,5 @@
-"""One daemon per home: the home folder is checked, then locked for the daemon's whole life.
+"""One daemon per home: the home folder is checked, then locked for the daemon's whole life,
+and only then are its rights set (a refused start changes nothing in it).
 
 The lock (an exclusive ``flock`` on ``ROTA_HOME/rota.lock``) is taken before the store is
 migrated and before the socket is touched, so two starts at the same moment, or a start
@@ -19,28 +20,51 @@ from rota.errors import RotaError
 LOCK_NAME = "rota.lock"
 
 
+#: what other accounts pass through on a root daemon (0711: reached by name, never listed):
+#: each account's folder, the dataset cache (their versions), the job logs and status
+#: folders (a job's own log, events and status files), the workspaces and a Slurm pool's
+#: work folder (its output folder). Whatever lies in them is guarded by its own mode.
+PASSABLE = frozenset({"users", "dataset-cache", "logs", "status", "workspaces", "slurm"})
+
+
 def prepare_home(home: Path, *, everyone: bool = False) -> None:
     """Create the home 0700, or check an existing one: it holds the socket (full control of
     the queue), the database and secrets.key, so a folder that others can write, or that
-    belongs to another user, is refused rather than changed under them.
+    belongs to another user, is refused rather than changed under them. Nothing in an
+    existing home is changed here: that waits for the lock (:func:`settle_home`), so a
+    start that is refused leaves a running daemon's home as it was.
 
-    ``everyone`` (a root daemon, whose socket every local account reaches by its path): the
-    home is 0711, traversable but not listable, so whatever is in it must be owner-only by
-    its own mode: what the daemon makes from now on (umask 077), and what an earlier daemon
-    left (the database, secrets.key, logs, ...); ``users`` holds each account's own folder,
-    reached through it."""
+    ``everyone``: a root daemon; what it makes from now on is its own alone (umask 077)."""
+    if everyone:
+        os.umask(0o077)
     try:
         home.mkdir(parents=True, mode=0o700)
     except FileExistsError:
         _check_existing(home)
+
+
+def settle_home(home: Path, *, everyone: bool = False) -> None:
+    """The home's rights, set by the daemon holding its lock.
+
+    ``everyone`` (a root daemon, whose socket every local account reaches by its path): the
+    home is 0711, traversable but not listable, so whatever is in it must be closed to
+    others by its own mode: what an earlier daemon left (the database, secrets.key, ...)
+    loses group and other rights. A folder in ``PASSABLE`` keeps its execute bits (the
+    accounts whose jobs pass through it still do after a restart); a socket keeps its mode
+    (a stale one is replaced, and a live one is another daemon's door)."""
     if not everyone:
         os.chmod(home, 0o700)  # mkdir's mode is cut by the umask; the user's own folder
         return
-    os.umask(0o077)
     os.chmod(home, 0o711)
     for entry in os.scandir(home):
-        if entry.name != "users" and not entry.is_symlink():
-            os.chmod(entry.path, entry.stat().st_mode & 0o7700)
+        if entry.is_symlink() or entry.name == "users":
+            continue
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISSOCK(st.st_mode):
+            continue
+        keep = 0o7711 if entry.name in PASSABLE and stat.S_ISDIR(st.st_mode) else 0o7700
+        if st.st_mode & 0o7777 & ~keep:
+            os.chmod(entry.path, st.st_mode & keep)
 
 
 def _check_existing(home: Path) -> None:

@@ -19,7 +19,7 @@ from rota.config import Settings
 from rota.devices.probe import open_devices
 from rota.errors import DaemonUnavailable, RotaError
 from rota.server.daemon import Daemon
-from rota.server.home_lock import check_unlocked, lock_home, prepare_home
+from rota.server.home_lock import check_unlocked, lock_home, prepare_home, settle_home
 from rota.server.workers import ApiWorkers
 from rota.store.db import redact_url
 from rota.store.repo import Store
@@ -50,6 +50,8 @@ def run_foreground(settings: Settings, *, announce: bool = True) -> None:
     lock = lock_home(settings.home)  # held until this process ends; before migrations
     if socket_alive(settings.socket_path):
         raise RotaError(f"a Rota daemon is already running on {settings.socket_path}")
+    # only now, the home ours: a refused start never touches a running daemon's files
+    settle_home(settings.home, everyone=serves_everyone())
     settings.socket_path.unlink(missing_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
