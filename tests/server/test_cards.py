@@ -138,7 +138,7 @@ def test_without_a_recorded_state_the_git_commit_is_read_when_the_card_is_made(
         store: Store, repo: Path) -> None:
     f = cards.facts(store, a_job(store, cwd=str(repo)), now=5.0)
     assert f.git is None  # facts reads the store only: no git run on the loop
-    made = cards.with_git(f)
+    made = cards.with_git(f, None)
     head = git(repo, "rev-parse", "HEAD")
     assert made.git == {"commit": head, "dirty": True, "branch": "main",
                         "remote": "https://example.com/lab/repo.git", "source": "card"}
@@ -150,7 +150,8 @@ def test_without_a_recorded_state_the_git_commit_is_read_when_the_card_is_made(
     assert "Read when this card was made" in section and "s3cr3t" not in text
     page = html_page(made)
     assert f"<tr><th>Commit</th><td>{head}</td></tr>" in page and "s3cr3t" not in page
-    outside = cards.with_git(cards.facts(store, a_job(store, cwd=str(repo.parent)), now=5.0))
+    outside = cards.with_git(cards.facts(store, a_job(store, cwd=str(repo.parent)), now=5.0),
+                             None)
     assert outside.git is None
     assert "No git commit known: its working directory is not a git repository" in \
         markdown(outside)
@@ -163,7 +164,7 @@ def test_the_git_state_recorded_at_submit_wins_over_the_working_directory_now(
     store.set_tracking(job, {"mlflow": {"run_id": "r1", "git": {
         "commit": at_submit, "dirty": False, "branch": "main", "remote": None}}})
     git(repo, "commit", "-qam", "second")  # the tree moved on after the job ran
-    made = cards.with_git(cards.facts(store, job, now=5.0))
+    made = cards.with_git(cards.facts(store, job, now=5.0), None)
     assert made.git is not None and made.git["commit"] == at_submit
     assert made.git["source"] == "submit"
     text = markdown(made)

@@ -159,7 +159,7 @@ class Artifacts:
             staged.mkdir(parents=True, mode=0o700)
             notes = self._collect(job_id, sources, run_as, staged)
             if card is not None:
-                notes += self._card(card, staged)
+                notes += self._card(card, staged, run_as)
             manifest = build_manifest(staged, meta={"job": job_id, "notes": notes},
                                       now=self.clock())
             self.objects().publish(key_of(job_id), staged, manifest, move=True)
@@ -200,13 +200,14 @@ class Artifacts:
         return notes
 
     @staticmethod
-    def _card(card: CardFacts, staged: Path) -> list[str]:
+    def _card(card: CardFacts, staged: Path, run_as: RunAs | None) -> list[str]:
         """The job's card beside its outputs (rota-card/); a note when it cannot be. On
-        the worker: its git state is read here when its submit recorded none."""
+        the worker: its git state is read here, by git run as the job's account, when its
+        submit recorded none."""
         folder = staged / cards.CARD_FOLDER
         if folder.exists():
             return [f"{cards.CARD_FOLDER}: an output folder has that name: no card saved"]
-        card = cards.with_git(card)
+        card = cards.with_git(card, run_as)
         card.outputs = [{"path": p.relative_to(staged).as_posix(), "size": p.stat().st_size}
                         for p in sorted(staged.rglob("*")) if p.is_file()]
         cards.write_card(card, str(folder))

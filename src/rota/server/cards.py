@@ -5,7 +5,8 @@ read from its output, its newest checkpoint, its saved outputs and what it cost.
 its outputs (``rota-card/``) and logged to its MLflow run when it ends.
 
 ``facts`` reads the store only (it runs on the daemon's event loop); ``with_git`` may run
-git, so it runs on a worker thread; the rest is pure.
+git, so it runs on a worker thread; the rest is pure. Git runs as the job's account (a
+root daemon's jobs: their owners'), so a card shows only what its owner could read itself.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import html
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from rota.backends.base import SAFE_PATH, RunAs
 from rota.core.usage import cost, gpu_seconds
-from rota.ml.gitinfo import git_info
+from rota.errors import RotaError
+from rota.ml.gitinfo import GitInfo, git_info
 from rota.store.repo import Store
 from rota.units import format_memory
 
@@ -100,13 +104,47 @@ def recorded_git(tracking: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**git, "source": GIT_AT_SUBMIT} if git else None
 
 
-def with_git(f: CardFacts) -> CardFacts:
+@dataclass(frozen=True)
+class NoAccount:
+    """The job's account cannot be had (gone, or its mapping changed): nothing is read
+    for it."""
+
+    why: str
+
+
+#: whose rights read a job's files: its account, the daemon's own (None), or nobody's
+Account = RunAs | None | NoAccount
+
+
+def account_of(run_as: Callable[[str], RunAs | None], user: str) -> Account:
+    """The account ``user``'s job runs as (``run_as``: the Launcher's, on the loop)."""
+    try:
+        return run_as(user)
+    except RotaError as e:
+        return NoAccount(str(e))
+
+
+def git_as(cwd: str, account: Account) -> GitInfo | None:
+    """The repository state of ``cwd`` as git run by ``account`` finds it: in a clean
+    environment (the account's home, no daemon variables), taking no lock in the
+    repository; None where that account cannot read it."""
+    if isinstance(account, NoAccount):
+        return None
+    if account is None:  # the daemon's own account is the job's
+        return git_info(cwd)
+    env = {"PATH": SAFE_PATH, "HOME": account.home, "USER": account.user,
+           "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
+    return git_info(cwd, how={**account.popen_args(), "env": env})
+
+
+def with_git(f: CardFacts, account: Account) -> CardFacts:
     """The card with its git state: as recorded at submit, else read now from its working
-    directory. Runs git (blocks up to seconds): never on the event loop."""
+    directory by git run as ``account`` (the job's). Blocks up to seconds: never on the
+    event loop."""
     cwd = f.spec.get("cwd")
     if f.git is not None or not cwd:
         return f
-    found = git_info(cwd)
+    found = git_as(cwd, account)
     return replace(f, git={**asdict(found), "source": GIT_AT_CARD} if found else None)
 
 
@@ -191,8 +229,8 @@ def _git_source(git: dict[str, Any]) -> str:
             "since the job ran.")
 
 
-_NO_GIT = ("No git commit known: its working directory is not a git repository (or git "
-           "is not installed where the daemon runs).")
+_NO_GIT = ("No git commit known: its working directory is not a git repository its owner "
+           "can read (or git is not installed where the daemon runs).")
 
 
 def _data_rows(f: CardFacts) -> list[tuple[str, str, str, str | None, str]]:

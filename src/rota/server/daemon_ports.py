@@ -371,8 +371,9 @@ class DaemonPorts:
             manifest = await self.artifact_manifest(job_id)
             outputs = [{"path": f.path, "size": f.size, "sha256": f.sha256}
                        for f in manifest.files]
-        facts = await asyncio.to_thread(cards.with_git, cards.facts(d.store, job_id, d.clock(),
-                                                                     outputs))
+        found = cards.facts(d.store, job_id, d.clock(), outputs)
+        account = cards.account_of(d.launcher.run_as, found.job["user"])  # (git as its owner)
+        facts = await asyncio.to_thread(cards.with_git, found, account)
         if fmt == "html":
             return cards.html_page(facts), "text/html; charset=utf-8"
         if fmt == "svg":

@@ -40,7 +40,6 @@ from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, wants_mlflow
 from rota.errors import InvalidSpec, RotaError, TrackerError
 from rota.ml import checkpoints, mlflow_bridge, wandb_bridge, wandb_card
-from rota.ml.gitinfo import git_info
 from rota.server import cards
 from rota.server.secrets import Secrets
 from rota.store.db import redact_url
@@ -142,10 +141,11 @@ class Tracking:
         self.creating.add(job_id)
         name = spec.name or f"job-{job_id}"
         experiment = spec.mlflow_experiment or self.settings.mlflow_experiment
+        account = cards.account_of(self.run_as, user)  # git reads its cwd as its owner
 
         def work() -> None:
             try:
-                git = git_info(spec.cwd) if spec.cwd else None
+                git = cards.git_as(spec.cwd, account) if spec.cwd else None
                 bridge = self._mlflow()
                 ref = bridge.create_run(
                     experiment=experiment, run_name=name, params=mlflow_bridge.spec_params(spec),
@@ -234,9 +234,10 @@ class Tracking:
             log.warning("job %s: reading what its card tells failed: %s", job_id, e)
         if facts is not None and facts.attempts == 0:
             wb = None  # it never ran: it has no W&B run to add to
+        account = cards.account_of(self.run_as, facts.job["user"]) if facts else None
 
         def work() -> None:
-            card = self._card(job_id, tracked, facts) if facts is not None else None
+            card = self._card(job_id, tracked, facts, account) if facts is not None else None
             if tracked is not None:
                 self._finish_mlflow(job_id, tracked, state, now, card)
             if wb is not None and card is not None:
@@ -270,11 +271,12 @@ class Tracking:
         except Exception as e:
             log.warning("job %s: finishing its MLflow run failed: %s", job_id, e)
 
-    def _card(self, job_id: int, tracked: Tracked | None, facts: cards.CardFacts
-              ) -> dict[str, str] | None:
+    def _card(self, job_id: int, tracked: Tracked | None, facts: cards.CardFacts,
+              account: cards.Account) -> dict[str, str] | None:
         """On the worker: the card's files as the runs' files (``rota/card.md``...), its
         git state from the MLflow run's tags when the store had none (a run made before it
-        kept them), else read now; None when it cannot be made."""
+        kept them), else read now as ``account`` (the job's); None when it cannot be
+        made."""
         if facts.git is None and tracked is not None:
             try:
                 found = self._mlflow().git_of(tracked.run_id)
@@ -284,7 +286,7 @@ class Tracking:
             if found is not None:
                 facts.git = {**found, "source": cards.GIT_AT_SUBMIT}
         try:
-            facts = cards.with_git(facts)
+            facts = cards.with_git(facts, account)
             return {f"rota/{name}": text for name, text in cards.card_files(facts).items()}
         except Exception as e:
             log.warning("job %s: making its card for its runs failed: %s", job_id, e)
