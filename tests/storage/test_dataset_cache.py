@@ -26,6 +26,7 @@ import pytest
 from rota.errors import NotFound, StorageError
 from rota.storage import LocalStore, Manifest, ObjectStore, S3Store, build_manifest
 from rota.storage.cache import LEFTOVER_AGE_S, CacheEntry, CacheFull, DatasetCache
+from rota.storage.cache_seal import seal_of
 from rota_testing import moto_s3
 
 try:
@@ -96,11 +97,12 @@ def test_fetch_makes_a_read_only_verified_copy(store: ObjectStore, tmp_path: Pat
     assert contents(got) == FILES
     assert modes(got) == {("dir", 0o555), ("file", 0o444)}
     assert cache.present(m.digest())
-    entry = CacheEntry(m.digest(), m.total_size, len(FILES), 1000.0)
+    entry = CacheEntry(m.digest(), m.total_size, len(FILES), 1000.0, seal_of(got))
     assert cache.entries() == [entry] and cache.entry(m.digest()) == entry
     assert cache.used() == m.total_size == sum(map(len, FILES.values()))
     sidecar = json.loads((cache.root / ".meta" / f"{m.digest()}.json").read_text())
-    assert sidecar == {"size": m.total_size, "files": len(FILES), "used_at": 1000.0}
+    assert sidecar == {"size": m.total_size, "files": len(FILES), "used_at": 1000.0,
+                       "seal": entry.seal}
     assert hidden(cache, ".incoming") == [] and hidden(cache, ".trash") == []
     assert sorted(os.listdir(cache.root)) == sorted([m.digest(), ".incoming", ".lock",
                                                       ".meta"])
@@ -113,9 +115,11 @@ def test_a_second_fetch_is_a_hit_that_needs_no_store(store: ObjectStore, tmp_pat
     store.delete("ds/k")  # a hit would fail if it asked the store anything
     again = DatasetCache(tmp_path / "cache", None).fetch(store, "ds/k", m.digest(), now=20.0)
     assert again == first and contents(again) == FILES
-    assert cache.entries() == [CacheEntry(m.digest(), m.total_size, len(FILES), 20.0)]
+    sealed = seal_of(first)
+    assert cache.entries() == [CacheEntry(m.digest(), m.total_size, len(FILES), 20.0, sealed)]
     cache.touch(m.digest(), now=30.0)
-    assert cache.entry(m.digest()) == CacheEntry(m.digest(), m.total_size, len(FILES), 30.0)
+    assert cache.entry(m.digest()) == CacheEntry(m.digest(), m.total_size, len(FILES), 30.0,
+                                                 sealed)
     with pytest.raises(NotFound, match="no key 'ds/k'"):  # not cached: the store is asked
         cache.fetch(store, "ds/k", "0" * 64, now=40.0)
 

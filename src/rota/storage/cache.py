@@ -7,8 +7,11 @@ of versions cannot be read):
 
 - ``<digest>/``: a complete, verified, read-only version. It appears by one rename when
   all its files arrived, so its presence means it is whole; a crash never leaves a part.
-- ``.meta/<digest>.json``: its size, file count and last use (for LRU eviction), written
-  before the rename and replaced atomically.
+  Read-only modes do not stop root, nor the owner of the files: before a version is used
+  again it is checked against its seal (rota.storage.cache_seal), and one that was changed
+  is moved out and fetched again (:meth:`DatasetCache.intact`, :meth:`DatasetCache.fetch`).
+- ``.meta/<digest>.json``: its size, file count, last use (for LRU eviction) and seal,
+  written before the rename and replaced atomically.
 - ``.incoming/``: downloads under way (``<digest>-<uuid>``, the store's own ``.part``
   folder beside it, and a ``.lock`` that the downloader holds while it lives).
 - ``.trash/``: evicted versions, renamed there (gone for readers at once) then removed.
@@ -30,6 +33,7 @@ versions may overshoot it until the next eviction.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -38,12 +42,13 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rota.errors import NotFound, StorageError
 from rota.storage._common import oserrors
+from rota.storage.cache_seal import past_this_tick, seal_of
 from rota.storage.store import ObjectStore
 from rota.units import format_memory
 
@@ -70,6 +75,7 @@ class CacheEntry:
     size: int  # bytes of its files
     files: int
     used_at: float  # the last fetch or touch (epoch seconds)
+    seal: str | None = None  # its files as placed (cache_seal); None: unknown, not trusted
 
 
 class DatasetCache:
@@ -116,6 +122,18 @@ class DatasetCache:
         found = [e for name in names if _HEX64.fullmatch(name)
                  if (e := self._read_entry(name)) is not None]
         return sorted(found, key=lambda e: (e.used_at, e.digest))
+
+    def intact(self, digest: str) -> bool:
+        """Whether the version is here as it was placed: False when it is not here, when
+        a file in it changed since (rota.storage.cache_seal: one lstat per file, no
+        content read), or when it has no seal to check (its sidecar was lost)."""
+        entry = self.entry(digest)
+        if entry is None or entry.seal is None:
+            return False
+        try:
+            return seal_of(self.path(digest)) == entry.seal
+        except FileNotFoundError:  # evicted meanwhile
+            return False
 
     def used(self) -> int:
         """Bytes held by the versions here (downloads under way are not counted)."""
@@ -169,11 +187,15 @@ class DatasetCache:
 
     def fetch(self, store: ObjectStore, key: str, digest: str, *,
               keep: Collection[str] = (), now: float,
-              owner: tuple[int, int] | None = None, slot: str | None = None) -> Path:
+              owner: tuple[int, int] | None = None, slot: str | None = None,
+              changed: Callable[[str], object] | None = None) -> Path:
         """The version ``digest`` of ``key``, from the cache or fetched into it; returns its
         read-only folder. ``keep``: versions that must not be evicted to make room (the
         others the same job uses). ``owner`` (uid, gid): the version is that account's
         alone (a root daemon fetching a private dataset): chowned, modes 0400/0500.
+
+        A version here is checked first (:meth:`intact`): one changed since it was placed
+        is moved out and fetched again, and ``changed`` is told its name.
 
         ``slot``: the name it is cached under (64 hex digits) when not ``digest``: the same
         content as one account's private copy and as another's, or as a shared one.
@@ -183,10 +205,8 @@ class DatasetCache:
         name = slot or digest
         target = self.path(name)
         where = f"dataset cache {self.root}: {store.url}: {key}"
-        with self._locked():
-            if target.is_dir():
-                self._touch_locked(name, now)
-                return target
+        if self._here(name, now, changed):
+            return target
         manifest = store.manifest(key)
         if manifest is None:
             raise NotFound(f"{store.url}: no key {key!r}")
@@ -231,6 +251,28 @@ class DatasetCache:
         return sorted(removed)
 
     # -- helpers
+
+    def _here(self, name: str, now: float, changed: Callable[[str], object] | None) -> bool:
+        """Whether the version is here intact (its use recorded); one changed since it
+        was placed is moved out first (checked again under the lock: another process may
+        have placed it afresh meanwhile)."""
+        target = self.path(name)
+        if not target.is_dir():
+            return False
+        ok = self.intact(name)  # (outside the lock: a big version takes a while)
+        with self._locked():
+            if ok or self.intact(name):
+                if not target.is_dir():
+                    return False
+                self._touch_locked(name, now)
+                return True
+            if not target.is_dir():
+                return False
+            aside = self._evict_locked(name, now)
+        self._empty_trash([(name, aside)])
+        if changed is not None:
+            changed(name)
+        return False
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -312,12 +354,14 @@ class DatasetCache:
                     raise _republished(where, digest, got.digest())
                 with oserrors(where):
                     _seal(dest, owner)
+                    past_this_tick()  # a change after the seal cannot keep its times
+                    sealed = seal_of(dest)  # (its folder's rename below is not part of it)
                     with self._locked():
                         if target.is_dir():  # another process won: theirs is the same
                             self._touch_locked(name, now)
                         else:
                             self._write_meta(name, CacheEntry(
-                                name, got.total_size, len(got.files), now))
+                                name, got.total_size, len(got.files), now, sealed))
                             os.rename(dest, target)
             finally:
                 if dest.exists():  # failed, or lost to another process
@@ -330,16 +374,17 @@ class DatasetCache:
     def _touch_locked(self, digest: str, now: float) -> None:
         entry = self._read_entry(digest)
         if entry is not None:
-            self._write_meta(digest, CacheEntry(digest, entry.size, entry.files, now))
+            self._write_meta(digest, dataclasses.replace(entry, used_at=now))
 
     def _read_entry(self, digest: str) -> CacheEntry | None:
         """From the sidecar, or (one lost or damaged) from the files themselves. None when
         the version is not here."""
         try:
             doc = json.loads((self.root / _META / f"{digest}.json").read_bytes())
+            got = doc.get("seal")
             return CacheEntry(digest, int(doc["size"]), int(doc["files"]),
-                              float(doc["used_at"]))
-        except (OSError, ValueError, KeyError, TypeError):
+                              float(doc["used_at"]), got if isinstance(got, str) else None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         size = files = 0
         folder = self.root / digest
@@ -358,7 +403,8 @@ class DatasetCache:
         meta = self.root / _META
         meta.mkdir(mode=_PRIVATE, exist_ok=True)
         tmp = meta / f".{digest}.{uuid.uuid4().hex}.tmp"
-        doc = {"size": entry.size, "files": entry.files, "used_at": entry.used_at}
+        doc = {"size": entry.size, "files": entry.files, "used_at": entry.used_at,
+               "seal": entry.seal}
         try:
             tmp.write_text(json.dumps(doc, sort_keys=True))
             os.replace(tmp, meta / f"{digest}.json")

@@ -13,8 +13,9 @@ which datasets, as JSON::
                    "ref": "alice/imagenet:v2"}]}
 
 Each dataset goes through the node's :class:`~rota.storage.cache.DatasetCache` (so the
-jobs of a node fetch a version once) under ``ROTA_DATASET_CACHE``, else
-``$XDG_CACHE_HOME/rota/datasets``, else ``~/.cache/rota/datasets``, holding at most
+jobs of a node fetch a version once, and one an earlier job changed is fetched again)
+under ``ROTA_DATASET_CACHE``, else ``$XDG_CACHE_HOME/rota/datasets``, else
+``~/.cache/rota/datasets``, holding at most
 ``ROTA_DATASET_CACHE_LIMIT`` bytes (no limit when unset). Its variable ``env`` is set to
 the version's read-only folder. ``ROTA_WORKSPACE_SYNC`` names a workspace to bring from
 its bucket (``ROTA_WORKSPACE`` is then its copy here).
@@ -189,7 +190,11 @@ def _fetch_datasets() -> int | None:
             # held until the command ends (inherited through its exec): no other job on
             # this node evicts it meanwhile
             os.set_inheritable(cache.hold(d.digest), True)
-            path = cache.fetch(store, d.key, d.digest, keep=keep, now=time.time())
+            # (a copy an earlier job here changed is fetched again, and the log says so)
+            path = cache.fetch(store, d.key, d.digest, keep=keep, now=time.time(),
+                               changed=lambda _name, ref=d.ref: print(
+                                   f"rota: dataset {ref} was changed in this node's cache "
+                                   "since it was verified; fetched again", file=sys.stderr))
         except (RotaError, OSError) as e:
             print(f"rota: cannot fetch dataset {d.ref}: {e}", file=sys.stderr)
             return _status(e)
