@@ -35,6 +35,7 @@ Standard library and rota.storage only: it starts inside every such job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -192,9 +193,7 @@ def _fetch_datasets() -> int | None:
             os.set_inheritable(cache.hold(d.digest), True)
             # (a copy an earlier job here changed is fetched again, and the log says so)
             path = cache.fetch(store, d.key, d.digest, keep=keep, now=time.time(),
-                               changed=lambda _name, ref=d.ref: print(
-                                   f"rota: dataset {ref} was changed in this node's cache "
-                                   "since it was verified; fetched again", file=sys.stderr))
+                               changed=functools.partial(_changed, d.ref))
         except (RotaError, OSError) as e:
             print(f"rota: cannot fetch dataset {d.ref}: {e}", file=sys.stderr)
             return _status(e)
@@ -206,6 +205,11 @@ def _fetch_datasets() -> int | None:
         print(f"rota: dataset {d.ref} ready at {path}{what}", file=sys.stderr)
     os.environ.pop(FETCH_ENV, None)  # the command's own children need not see it
     return None
+
+
+def _changed(ref: str, _name: str) -> None:
+    print(f"rota: dataset {ref} was changed in this node's cache since it was verified; "
+          "fetched again", file=sys.stderr)
 
 
 def _exec(command: list[str]) -> int:
