@@ -11,7 +11,10 @@ A job names versions (``--dataset NAME[:VERSION]``); intake resolves each to
 versions are not all in the cache (rota.storage.cache: verified, read-only, never half
 present, with a size limit and least-recently-used eviction) waits with that reason while
 a worker fetches them; it then sees each at ``ROTA_DATASET_<NAME>`` (a container at
-``/datasets/<name>``, read-only). A version a starting or running job reads is never
+``/datasets/<name>``, read-only). Read-only modes do not stop a root job, nor the account
+that owns a private copy: each version is checked against its seal before a job is handed
+it (once per loop turn, however many jobs start with it), and one that was changed is
+fetched again while the job waits. A version a starting or running job reads is never
 evicted. On a cluster pool the job fetches its versions itself (rota.storage.job_fetch).
 """
 
@@ -118,6 +121,9 @@ class Datasets:
         self.ready: set[str] = set()  # cache slots here (_slot: a digest, or a private copy's)
         self.fetching: set[str] = set()
         self.trouble: dict[str, str] = {}  # slot -> why its last fetch failed
+        self.changed: set[str] = set()  # slots found changed in the cache, fetched again
+        self._checked: dict[str, str] = {}  # slot -> why it cannot be used ("": it can),
+        # found in this loop turn
         self.full: set[str] = set()  # of those, the ones the cache had no room for
         self.uploads: dict[str, Upload] = {}
         self.finished: dict[str, Upload] = {}  # committed: for a second client's commit
@@ -275,10 +281,12 @@ class Datasets:
             slot = self._slot(row)
             trouble = self.trouble.get(slot)
             size = format_memory(row.bytes)
+            again = " again: it was changed in the cache since it was verified" \
+                if slot in self.changed else " to this machine"
             parts.append(f"{ref} ({size}) cannot be fetched yet: {trouble}" if trouble
-                         else f"{ref} ({size}) is being fetched to this machine"
+                         else f"{ref} ({size}) is being fetched{again}"
                          if slot in self.fetching else f"{ref} ({size}) is queued "
-                         "to be fetched to this machine")
+                         f"to be fetched{again}")
         return "waits for its datasets: " + "; ".join(parts)
 
     def _slot_of(self, ref: str) -> str | None:
@@ -336,7 +344,10 @@ class Datasets:
         """On the worker; the outcome goes to the loop."""
         try:
             self.cache.fetch(self.objects(), row.key, row.digest, keep=keep, now=self.clock(),
-                             owner=owner, slot=slot)
+                             owner=owner, slot=slot,
+                             changed=lambda _slot: log.warning(
+                                 "dataset %s was changed in the cache since it was "
+                                 "verified; fetched again", ref_of(row)))
         except CacheFull as e:  # tried again when a job lets go of its versions
             self.post(self._fetched, slot, str(e), None, True)
         except (StorageError, NotFound, OSError) as e:
@@ -354,6 +365,8 @@ class Datasets:
         self.fetching.discard(slot)
         self.full.discard(slot)
         if error is None:
+            self.changed.discard(slot)
+            self._checked.pop(slot, None)  # (placed since: checked afresh)
             self.ready.add(slot)
             self.trouble.pop(slot, None)
             self._evicted()
@@ -386,20 +399,44 @@ class Datasets:
         out: dict[str, str] = {}
         for ref in spec.datasets:
             row = self.versions.get(ref)
-            if row is None or not self.cache.present(self._slot(row)):
-                if row is not None:  # (gone from the cache meanwhile: fetched again)
-                    self.ready.discard(self._slot(row))
-                    self.waiting[job_id] = tuple(spec.datasets)
-                    self._pump()
+            if row is None:
                 raise DatasetMissing(f"its dataset {ref} is not on this machine (any more); "
                                      "it waits for it again")
-            out[env_name(row.name)] = str(self.cache.path(self._slot(row)))
+            slot = self._slot(row)
+            why = self._unusable(slot, ref)
+            if why:  # gone from the cache, or changed: fetched again
+                self.ready.discard(slot)
+                self.waiting[job_id] = tuple(spec.datasets)
+                self._pump()
+                raise DatasetMissing(f"its dataset {ref} {why}; it waits for it again")
+            out[env_name(row.name)] = str(self.cache.path(slot))
         self.waiting.pop(job_id, None)
         self.pinned[job_id] = tuple(spec.datasets)
         now = self.clock()
         slots = [self._slot(self.versions[r]) for r in spec.datasets]
         self._pool.submit(self._touch, slots, now)
         return out
+
+    def _unusable(self, slot: str, ref: str) -> str:
+        """Why the cached version cannot be handed to a job ("": it can): not here, or
+        changed since it was placed (a root job, or the owner of a private copy, wrote
+        into it). Checked once per loop turn: the jobs a pass starts together share it."""
+        got = self._checked.get(slot)
+        if got is not None:
+            return got
+        if not self._checked:
+            self.later(0.0, self._checked.clear)
+        if not self.cache.present(slot):
+            got = "is not on this machine (any more)"
+        elif not self.cache.intact(slot):  # one lstat per file (docs/storage.md)
+            log.warning("dataset %s was changed in the cache since it was verified; "
+                        "fetched again", ref)
+            self.changed.add(slot)
+            got = "was changed in the cache since it was verified: it is fetched again"
+        else:
+            got = ""
+        self._checked[slot] = got
+        return got
 
     def _touch(self, slots: list[str], now: float) -> None:
         """A use, for least-recently-used eviction (on the worker)."""
@@ -738,8 +775,11 @@ class Datasets:
                         if r.owner == row.owner and r.name == row.name)
         jobs = [{"id": j, "state": s} for j, _, s in
                 self.store.jobs_using([ref_of(row)], live=False)[-50:]]
+        # on this machine as it was placed: a copy a job changed is not this version
+        slot = self._slot(row)
+        cached = slot in self.ready and await asyncio.to_thread(self.cache.intact, slot)
         return {**version_view(row), "versions": others, "contents": files,
-                "cached": self._slot(row) in self.ready, "jobs": jobs,
+                "cached": cached, "jobs": jobs,
                 "in_store": manifest is not None}
 
     def _find_any(self, given: str, user: str) -> DatasetRecord:

@@ -132,7 +132,7 @@ class DatasetCache:
             return False
         try:
             return seal_of(self.path(digest)) == entry.seal
-        except FileNotFoundError:  # evicted meanwhile
+        except OSError:  # evicted meanwhile, or a folder in it closed even to its owner
             return False
 
     def used(self) -> int:
