@@ -5,9 +5,10 @@ Listing walks the workspace without following links (``os.fwalk``). Removing goe
 each listed file's folder one component at a time from the workspace's own descriptor,
 each opened with O_NOFOLLOW, and unlinks the file there only if it is still the regular
 file the plan saw (same size and modification time): a file changed since, or a folder
-swapped for a link to elsewhere, is kept and reported. A root daemon's removal cannot be
-steered outside the workspace that way. Both run on a worker thread (a workspace can hold
-millions of files).
+swapped for a link to elsewhere, is kept and reported. Both list and remove with the
+rights of the workspace's account (rota.server.workspace_owner), never root's: nothing is
+removed that the account could not remove itself, nothing listed that it could not list.
+Both run on a worker thread (a workspace can hold millions of files).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rota.server.workspace_owner import rights_in
 
 #: files a plan's answer names (the plan itself keeps them all)
 SHOWN = 1000
@@ -61,6 +64,11 @@ class Plan:
 def stale_files(root: Path, cutoff: float) -> list[Stale]:
     """Regular files under ``root`` neither modified nor read since ``cutoff`` (a unix
     time); links are neither followed nor listed."""
+    return rights_in(root).run(_stale_files, root, cutoff)
+
+
+def _stale_files(root: Path, cutoff: float) -> list[Stale]:
+    """(Under the owner's rights: I/O only.)"""
     found: list[Stale] = []
     cutoff_ns = int(cutoff * 1e9)
     for top, _dirs, files, top_fd in os.fwalk(root, follow_symlinks=False):
@@ -79,6 +87,11 @@ def stale_files(root: Path, cutoff: float) -> list[Stale]:
 
 def remove_listed(root: Path, files: list[Stale]) -> tuple[list[str], list[str]]:
     """Unlink each listed file that is still as the plan saw it: (removed, kept with why)."""
+    return rights_in(root).run(_remove_listed, root, files)
+
+
+def _remove_listed(root: Path, files: list[Stale]) -> tuple[list[str], list[str]]:
+    """(Under the owner's rights: I/O only.)"""
     removed: list[str] = []
     kept: list[str] = []
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -12,6 +12,9 @@ SkyPilot's COPY storage mode copies a bucket to a node and back.
   bucket (sync_up). After a restart (a SIGKILL included) every workspace with an index is
   sent up first, before any job of it starts: its changes since the last sync are found
   by comparing the folder with the index (``WORKSPACES/.sync/USER/PROJECT.json``).
+  The folder is walked, read and pruned with its account's rights
+  (rota.server.workspace_owner); what comes down is written by the daemon through
+  descriptors opened without following links, and given to the account.
 - Walks and transfers run on worker threads, one sync of a workspace at a time; the
   outcome comes back to the loop. A sync that fails is tried again after RETRY_PASSING_S
   (the network, throttling, a 5xx) or RETRY_OTHER_S, its jobs waiting with the trouble
@@ -42,6 +45,7 @@ from rota.config import Settings
 from rota.core.plan import Reason, ReasonCode
 from rota.core.snapshot import PendingJob
 from rota.errors import StorageError
+from rota.server.workspace_owner import rights_in
 from rota.storage.job_workspace import WorkspacePlan
 from rota.storage.s3 import S3Store, split_uri
 from rota.storage.sync import Counts, Remote, load_index, save_index, sync_down, sync_up
@@ -336,15 +340,16 @@ class WorkspaceSync:
         try:
             remote.client = self.client()
             index = load_index(index_path)
+            files = rights_in(folder)  # its account's rights walk and read it
             try:
                 if up:
                     counts = sync_up(remote, folder, index,
-                                     owner_uid=owner[0] if owner else None)
+                                     owner_uid=owner[0] if owner else None, files=files)
                     done.append(f"sent up: {counts.text()}")
                     self._note(key, counts)
                 if down:
                     counts = sync_down(remote, folder, index, staging=self.staging,
-                                       owner=owner)
+                                       owner=owner, files=files)
                     done.append(f"brought: {counts.text()}")
                     self._note(key, counts)
             finally:

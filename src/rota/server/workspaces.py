@@ -10,9 +10,10 @@ this folder a synced copy: brought before a job starts, sent back when the last 
 (rota.server.workspace_sync).
 
 Sizes are measured every ``[storage] workspace_scan`` seconds on a worker thread (the
-regular files' sizes, links not followed). A workspace over its quota (its own, set by an
-admin, else ``[storage] workspace_quota``) holds its jobs in the queue with that reason
-until it is back under; running jobs go on.
+regular files' sizes, links not followed), with the rights of the workspace's account
+(rota.server.workspace_owner), as are its cleanups and syncs. A workspace over its quota
+(its own, set by an admin, else ``[storage] workspace_quota``) holds its jobs in the queue
+with that reason until it is back under; running jobs go on.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rota.core.quota import Owner, workspace_owner
 from rota.core.snapshot import PendingJob
 from rota.errors import BackendError, NotFound, StorageError
 from rota.server.workspace_cleanup import Plan, Stale
+from rota.server.workspace_owner import rights_in
 from rota.server.workspace_sync import WorkspaceSync
 from rota.store.repo import Store
 from rota.units import format_memory
@@ -54,24 +56,24 @@ def workspace_name(user: str, project: str | None) -> str:
 
 
 def folder_size(top: str) -> int:
-    """Bytes of the regular files under ``top``; links are not followed, and what
-    vanishes or cannot be read meanwhile is passed over."""
+    """Bytes of the regular files under ``top``, read with the rights of the account the
+    workspace is its (``rights_in``); links are not followed, a folder swapped for one
+    meanwhile is not entered (``os.fwalk`` opens each from its parent's descriptor and
+    checks it is the folder listed), and what vanishes or cannot be read is passed over."""
+    return rights_in(top).run(_size, top)
+
+
+def _size(top: str) -> int:
+    """(Under the owner's rights: I/O only.)"""
     total = 0
-    stack = [top]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(entry.path)
-                    elif stat.S_ISREG(st.st_mode):
-                        total += st.st_size
-        except OSError:
-            continue
+    for _, _, files, fd in os.fwalk(top, follow_symlinks=False):
+        for name in files:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
     return total
 
 

@@ -20,7 +20,10 @@ A file's mode goes up as the object's ``mode`` metadata (rclone's form); one tha
 executable comes down executable where it is readable (a change of mode alone, with no new
 bytes, is not sent). Links are never followed (nor uploaded), and neither special files;
 every local path is walked through directory descriptors opened with ``O_NOFOLLOW``, so a
-link swapped in meanwhile cannot lead a sync outside the folder. A download is written
+link swapped in meanwhile cannot lead a sync outside the folder. Given the folder's owner's
+rights (``files``: rota.storage.owner_files), a root daemon walks, reads and removes
+there with them: nothing the owner could not read goes up (a hard link to another
+account's file included), whatever is swapped in when. A download is written
 aside (in ``staging``) and renamed into place: a file is whole or absent. Both functions
 change ``index`` in place as each file is done, so that an index saved after a failure is
 still true of what was done. Errors are Rota's (``rota.storage.s3.translate_error``)."""
@@ -42,6 +45,7 @@ from typing import Any
 
 from rota.errors import NotFound, StorageError
 from rota.storage.manifest import CHUNK
+from rota.storage.owner_files import OwnerFiles
 from rota.storage.s3 import MULTIPART_CHUNK, MULTIPART_THRESHOLD, _edge
 
 #: the object metadata that carries a file's mode (rclone's key and form), so that a
@@ -49,6 +53,8 @@ from rota.storage.s3 import MULTIPART_CHUNK, MULTIPART_THRESHOLD, _edge
 MODE_KEY = "mode"
 #: S3's most parts of one upload (boto3 doubles the part size while there would be more)
 MAX_PARTS = 10_000
+#: the daemon's own rights (a folder of its own, or a daemon that is not root)
+OWN = OwnerFiles(None)
 #: how deep a workspace's folders are walked (deeper ones are passed over, and named)
 MAX_DEPTH = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -335,7 +341,8 @@ def _same(st: os.stat_result, was: Indexed | Local) -> bool:
         and st.st_mtime_ns == was.mtime_ns
 
 
-def _same_bytes(folder: Path, rel: str, size: int, etag: str) -> bool | None:
+def _same_bytes(folder: Path, rel: str, size: int, etag: str, files: OwnerFiles = OWN
+                ) -> bool | None:
     """Whether the local file holds the bytes of an object of this size and ETag; None
     when that cannot be told without the object's bytes. A single-part upload's ETag is
     the MD5 of its bytes; a multipart one's (``MD5-N``) is the MD5 of its parts' MD5s,
@@ -351,11 +358,10 @@ def _same_bytes(folder: Path, rel: str, size: int, etag: str) -> bool | None:
     if dash and -(-size // part) != int(parts):
         return None  # parts of another size
     try:
-        with _parent(folder, rel) as fd:
-            if fd is None:
-                return None
-            f = os.open(rel.rpartition("/")[2], _READ_FLAGS, dir_fd=fd)
+        f = files.run(_open_file, folder, rel)
     except OSError:
+        return None
+    if f is None:
         return None
     with os.fdopen(f, "rb") as src:
         if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
@@ -373,13 +379,23 @@ def _same_bytes(folder: Path, rel: str, size: int, etag: str) -> bool | None:
     return n == size and digests.hexdigest() == md5
 
 
+def _open_file(folder: Path, rel: str) -> int | None:
+    """A descriptor of ``rel`` for reading, opened without following a link at any step
+    (None: the way there is not folders); the caller closes it."""
+    with _parent(folder, rel) as fd:
+        if fd is None:
+            return None
+        return os.open(rel.rpartition("/")[2], _READ_FLAGS, dir_fd=fd)
+
+
 # --- down ----------------------------------------------------------------------------------
 
 def sync_down(remote: Remote, folder: Path, index: Index, *, staging: Path,
-              owner: tuple[int, int] | None = None) -> Counts:
+              owner: tuple[int, int] | None = None, files: OwnerFiles = OWN) -> Counts:
     """Bring to ``folder`` what changed in the bucket since ``index`` (see the module's
     text); ``staging``: a folder on the same file system for downloads under way;
-    ``owner``: (uid, gid) the files and folders made are given to."""
+    ``owner``: (uid, gid) the files and folders made are given to; ``files``: the rights
+    its files are walked, compared and removed with (the owner's)."""
     counts = Counts()
     folder = Path(folder)
     if not folder.is_dir():
@@ -387,7 +403,7 @@ def sync_down(remote: Remote, folder: Path, index: Index, *, staging: Path,
         if owner is not None:
             os.chown(folder, *owner, follow_symlinks=False)
     objects = remote.listing(counts.skipped)
-    local = walk(folder, counts.skipped)
+    local = files.run(walk, folder, counts.skipped)
     staging.mkdir(parents=True, exist_ok=True, mode=0o700)
     for rel in sorted(objects.keys() | index.keys()):
         obj, was, here = objects.get(rel), index.get(rel), local.get(rel)
@@ -398,14 +414,14 @@ def sync_down(remote: Remote, folder: Path, index: Index, *, staging: Path,
             if here is None or (was is not None and (here.size, here.mtime_ns)
                                 == (was.size, was.mtime_ns)):
                 _download(remote, folder, rel, index, counts, staging, owner, was=was)
-            elif here.size == size and _same_bytes(folder, rel, size, etag):
+            elif here.size == size and _same_bytes(folder, rel, size, etag, files):
                 index[rel] = Indexed(size, etag, here.mtime_ns)
                 counts.adopted += 1
             else:  # changed here and there: this copy is kept, and goes up next
                 counts.kept.append(rel)
         elif was is not None:  # gone from the bucket
             if here is not None and (here.size, here.mtime_ns) == (was.size, was.mtime_ns):
-                if _remove_local(folder, rel, was):
+                if files.run(_remove_local, folder, rel, was):
                     counts.removed_here += 1
                 else:
                     counts.kept.append(rel)
@@ -482,15 +498,17 @@ def _remove_local(folder: Path, rel: str, was: Indexed) -> bool:
 # --- up ------------------------------------------------------------------------------------
 
 def sync_up(remote: Remote, folder: Path, index: Index, *,
-            owner_uid: int | None = None, now: float | None = None) -> Counts:
+            owner_uid: int | None = None, now: float | None = None,
+            files: OwnerFiles = OWN) -> Counts:
     """Send to the bucket what changed in ``folder`` since ``index`` (see the module's
-    text). ``owner_uid``: files of another account are not sent (a root daemon syncing a
-    user's folder never uploads a file the user could not read: a hard link to one).
+    text). ``owner_uid``: files of another account are not sent (a hard link to one);
+    ``files``: the rights the folder is walked and read with (a root daemon syncing a
+    user's folder: the user's, so that it never uploads what the user could not read).
     ``now``: the time a conflict copy is named by (default: the clock's).
     A file that cannot be read is skipped and named; the bucket's errors raise."""
     counts = Counts()
     folder = Path(folder)
-    local = walk(folder, counts.skipped)
+    local = files.run(walk, folder, counts.skipped)
     objects = remote.listing(counts.skipped)
     gone: list[str] = []
     for rel in sorted(local.keys() | index.keys()):
@@ -502,10 +520,10 @@ def sync_up(remote: Remote, folder: Path, index: Index, *,
                 counts.skipped.append(f"{rel}: not its owner's file")
                 continue
             if obj is None:
-                _upload(remote, folder, rel, here, index, counts)
+                _upload(remote, folder, rel, here, index, counts, files)
                 continue
-            same = _same_bytes(folder, rel, here.size, obj[1]) if obj[0] == here.size \
-                else False
+            same = _same_bytes(folder, rel, here.size, obj[1], files) \
+                if obj[0] == here.size else False
             if same:
                 index[rel] = Indexed(here.size, obj[1], here.mtime_ns)
                 counts.adopted += 1
@@ -520,7 +538,7 @@ def sync_up(remote: Remote, folder: Path, index: Index, *,
                     pass  # gone meanwhile: nothing to keep
                 else:
                     counts.conflicts.append((rel, copy))
-            _upload(remote, folder, rel, here, index, counts)
+            _upload(remote, folder, rel, here, index, counts, files)
         elif was is not None:  # gone from here
             if obj is not None and obj == (was.size, was.etag):
                 gone.append(rel)
@@ -549,18 +567,16 @@ def conflict_name(rel: str, etag: str, now: float) -> str:
 
 
 def _upload(remote: Remote, folder: Path, rel: str, here: Local, index: Index,
-            counts: Counts) -> None:
-    name = rel.rpartition("/")[2]
+            counts: Counts, files: OwnerFiles = OWN) -> None:
     try:
-        with _parent(folder, rel) as fd:
-            if fd is None:
-                counts.skipped.append(f"{rel}: its folder turned into a link")
-                return
-            f = os.open(name, _READ_FLAGS, dir_fd=fd)
+        f = files.run(_open_file, folder, rel)  # (read after: it stays readable)
     except FileNotFoundError:
         return  # gone meanwhile: its deletion goes up next time
     except OSError as e:
         counts.skipped.append(f"{rel}: {e.strerror or e}")
+        return
+    if f is None:
+        counts.skipped.append(f"{rel}: its folder turned into a link")
         return
     with os.fdopen(f, "rb") as src:
         before = os.fstat(src.fileno())
