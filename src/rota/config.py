@@ -12,6 +12,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -229,6 +230,11 @@ class Settings(BaseSettings):
         default=DEFAULT_MAX_REQUEST_BYTES, ge=MIN_MAX_REQUEST_BYTES,
         description="the largest request body the API takes (bytes, or with a unit: 32M); "
                     "a larger one is refused with 413")
+    max_log_bytes: int = Field(
+        default=1 << 30, ge=64 << 10,
+        description="the most one job's log holds (bytes, or with a unit: 2G); past it the "
+                    "log keeps its first half and its newest output, with a line between "
+                    "that says how much was left out")
     user: str = Field(default_factory=lambda: _login_name())
     shared_account: bool = Field(default=False, description="a daemon not run as root runs "
                                  "every user's jobs as its own account, with its rights "
@@ -305,15 +311,16 @@ class Settings(BaseSettings):
             self._pool_set = made
         return made[2]
 
-    @field_validator("max_request_bytes", mode="before")
+    @field_validator("max_request_bytes", "max_log_bytes", mode="before")
     @classmethod
-    def _request_bytes(cls, v: object) -> object:
+    def _request_bytes(cls, v: object, info: ValidationInfo) -> object:
         # "32M" with a unit; plain digits stay bytes (parse_memory would read them as GiB)
         if isinstance(v, str) and not v.strip().isdigit():
+            name = info.field_name or "size"
             try:
-                return parse_memory(v, field="max_request_bytes")
+                return parse_memory(v, field=name)
             except InvalidSpec as e:
-                raise ValueError(str(e).removeprefix("max_request_bytes: ")) from None
+                raise ValueError(str(e).removeprefix(f"{name}: ")) from None
         return v
 
     @field_validator("packing")

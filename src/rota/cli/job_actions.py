@@ -50,23 +50,37 @@ def logs(job: str = JOB_ARG,
          until: str = typer.Option(None, "--until", metavar="WHEN",
                                    help="only lines written until then (as --since; "
                                         "not with -f)"),
+         raw: bool = typer.Option(False, "--raw",
+                                  help="the bytes as the job wrote them, terminal control "
+                                       "sequences included (by default they are shown "
+                                       "escaped, as \\x1b)"),
          json_out: bool = typer.Option(False, "--json",
                                        help="JSON ({data, offset, next}; with -f one "
                                             "object a chunk)"),
          ) -> None:
-    """Print a job's output (stdout and stderr), or the part written in a time window."""
+    """Print a job's output (stdout and stderr), or the part written in a time window.
+
+    Control characters other than newlines, tabs and carriage returns are shown escaped
+    unless --raw: a job's output never drives your terminal."""
     from rota.cli.job_refs import resolve
 
     with run_cli(json_out=json_out):
         window = _log_window(since, until, follow)
         with client() as c:
             job_id = resolve(c, job)
+            if json_out and not follow:
+                _print_log_json(c, job_id, window)
+                return
+            out = _LogOut(json_out, raw)
             if follow:
                 _say_it_waits(c, job_id)
-                for chunk in c.follow_logs(job_id, since=window.get("since")):
-                    _write_chunk(chunk, json_out)
-                return
-            _print_log(c, job_id, window, json_out)
+                pieces = c.follow_logs(job_id, since=window.get("since"))
+            else:
+                pieces = c.log_stream(job_id, since=window.get("since"),
+                                      until=window.get("until"))
+            for piece in pieces:  # written as they come: a log of any size, little memory
+                out.write(piece)
+            out.close()
 
 
 def _log_window(since: str | None, until: str | None, follow: bool) -> dict[str, float]:
@@ -81,23 +95,21 @@ def _log_window(since: str | None, until: str | None, follow: bool) -> dict[str,
     return window(since, until, now=time.time(), names=("--since", "--until"))
 
 
-def _print_log(c: Client, job_id: int, window: dict[str, float], json_out: bool) -> None:
-    """The log, or its window, page by page."""
-    offset, parts, first = 0, [], None
+def _print_log_json(c: Client, job_id: int, window: dict[str, float]) -> None:
+    """``{"id", "data", "offset", "next"}``, its data written page by page as it comes."""
+    import json
+
+    offset, first = 0, None
+    sys.stdout.write(f'{{"id": {job_id}, "data": "')
     while True:
         got = c.logs(job_id, offset, **window)
         first = got["offset"] if first is None else first
         if not got["data"]:
             break
-        parts.append(got["data"])
+        sys.stdout.write(json.dumps(got["data"], ensure_ascii=False)[1:-1])
         offset = got["next"]
-    data = "".join(parts)
-    if json_out:
-        emit({"id": job_id, "data": data, "offset": first, "next": max(offset, first)},
-             True, str)
-    else:
-        sys.stdout.write(data)
-        sys.stdout.flush()
+    sys.stdout.write(f'", "offset": {first}, "next": {max(offset, first or 0)}}}\n')
+    sys.stdout.flush()
 
 
 def _say_it_waits(c: Client, job_id: int) -> None:
@@ -114,21 +126,47 @@ def _say_it_waits(c: Client, job_id: int) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def _write_chunk(chunk: bytes, json_out: bool) -> None:
-    if json_out:
-        import json
+class _LogOut:
+    """Where a log's pieces go: stdout, its control characters escaped (printable_lines)
+    unless ``raw``; one JSON object a piece with ``json_out``. Pieces may cut a UTF-8
+    character in two: it is decoded whole, across them."""
 
-        sys.stdout.write(json.dumps({"data": chunk.decode("utf-8", "replace")}) + "\n")
+    def __init__(self, json_out: bool, raw: bool) -> None:
+        import codecs
+
+        self.json_out, self.raw = json_out, raw
+        self.text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write(self, piece: bytes) -> None:
+        if self.json_out:
+            import json
+
+            sys.stdout.write(json.dumps({"data": piece.decode("utf-8", "replace")}) + "\n")
+        elif self.raw and hasattr(sys.stdout, "buffer"):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(piece)
+            sys.stdout.buffer.flush()
+            return
+        else:
+            text = self.text.decode(piece)
+            # (printable ASCII needs no look for controls: most logs, and at memory speed)
+            sys.stdout.write(text if piece.isascii() and not piece.translate(None, _PLAIN)
+                             else self._shown(text))
         sys.stdout.flush()
-        return
-    out = getattr(sys.stdout, "buffer", None)
-    if out is not None:
-        sys.stdout.flush()
-        out.write(chunk)
-        out.flush()
-    else:  # pragma: no cover - a text-only stdout
-        sys.stdout.write(chunk.decode("utf-8", "replace"))
-        sys.stdout.flush()
+
+    def close(self) -> None:
+        if not self.json_out:
+            sys.stdout.write(self._shown(self.text.decode(b"", final=True)))
+            sys.stdout.flush()
+
+    def _shown(self, text: str) -> str:
+        from rota.printable import printable_lines
+
+        return text if self.raw else printable_lines(text)
+
+
+#: bytes a log shows as they are: printable ASCII, tab, newline, carriage return
+_PLAIN = bytes(range(0x20, 0x7F)) + b"\t\n\r"
 
 
 # --- wait --------------------------------------------------------------------------------

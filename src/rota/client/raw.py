@@ -312,6 +312,15 @@ class RawClient:
                             params=params) as resp:
             yield io.BufferedReader(_Pieces(resp.iter_bytes()), 1 << 20)
 
+    def log_stream(self, job_id: int, offset: int = 0, *, since: float | None = None,
+                   until: float | None = None) -> Iterator[bytes]:
+        """The log's raw bytes from ``offset`` to its end now (or of the lines written from
+        ``since`` to ``until``), in pieces as they arrive: a log of any size is never held
+        whole."""
+        params = {"offset": offset, "stream": True, **_window(since, until)}
+        with self._t.stream("GET", f"/v1/jobs/{int(job_id)}/logs", params=params) as resp:
+            yield from resp.iter_bytes()
+
     def follow_logs(self, job_id: int, offset: int = 0, *,
                     since: float | None = None) -> Iterator[bytes]:
         """The log's raw bytes until the job ends, from the first line written at or

@@ -58,6 +58,7 @@ from rota.server.job_commands import JobCommands
 from rota.server.job_output import next_read_in, read_ended, read_outputs
 from rota.server.job_table import JobTable, LiveJobs, pending_of
 from rota.server.launcher import Launcher
+from rota.server.log_limit import configure as bound_logs_to
 from rota.server.metrics import Metrics
 from rota.server.outputs import PARSE_BUDGET_S, READ_EVERY_S
 from rota.server.pipelines import Pipelines
@@ -89,6 +90,7 @@ class Daemon:
     def __init__(self, settings: Settings, store: Store, devices: DeviceSource, *,
                  clock: Clock = time.time) -> None:
         self.settings, self.store, self.devices, self.clock = settings, store, devices, clock
+        bound_logs_to(settings.max_log_bytes)  # (read at each read of the jobs' output)
         self.draining = False
         self.last_plan = Plan()
         self.pass_seconds: list[float] = []

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from rota.ml import checkpoints
 from rota.ml.parse import LineParser
+from rota.server.log_limit import LOG_LIMIT
 from rota.server.log_times import LogTimes
 from rota.server.outputs import (
     CATCH_UP_S,
@@ -68,6 +69,7 @@ def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now:
     for run in runs:
         _index_log(run, now, final)
     _read(store, tracking, runs, now, final, deadline)
+    LOG_LIMIT.bound(runs)  # after the read: what it has parsed may be left out
 
 
 def read_ended(store: Store, tracking: Tracking, ended: dict[int, Running],

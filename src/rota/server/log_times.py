@@ -20,7 +20,10 @@ window are found by bisection (about 20 reads for a million records, 20 MB).
 A window ``[since, until]`` then holds every byte written in it, and at each edge at most
 the bytes of one record written just outside it (one read interval while the daemon ran).
 Bytes past the last record (written since the daemon's last look) count as written in the
-last two read intervals. A truncated log (size going down) is not indexed further.
+last two read intervals. A truncated log (size going down) is not indexed further. Sizes
+and offsets are logical (the bytes as the job wrote them): a log kept under max_log_bytes
+(rota.server.log_limit) keeps its index as it is, and a window's edge that fell into the
+part left out starts at the marker.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from pathlib import Path
 from typing import overload
 
 from rota.errors import Conflict
-from rota.server.logstream import line_end, line_start
+from rota.server.log_limit import logical_size
+from rota.server.logstream import line_end, line_start, open_log
 from rota.server.outputs import READ_EVERY_S, ROTA_LINE
 
 log = logging.getLogger("rota.daemon")
@@ -73,8 +77,10 @@ class _Seen:
 def rota_lines_only(log_path: Path) -> bool:
     """Whether the log holds only lines Rota wrote (none of the job's output)."""
     try:  # (os calls: an io object per ended job cost more than the read)
-        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_log(log_path)
     except OSError:
+        return False
+    if fd is None:
         return False
     try:
         head = os.pread(fd, _ROTA_ONLY_MAX + 1, 0)
@@ -100,8 +106,8 @@ class LogTimes:
         """Index what the log holds now. ``attempt_start``: nothing not yet indexed was
         written before it (earlier attempts' output is); ``log_start``: the same for a log
         that has no index yet (before this change, earlier attempts' output was not)."""
-        try:
-            size = log_path.stat().st_size
+        try:  # the bytes the job wrote (a log kept under max_log_bytes holds fewer)
+            size = logical_size(log_path, log_path.stat().st_size)
         except FileNotFoundError:
             return
         except OSError as e:
@@ -217,7 +223,7 @@ class TimeIndex:
 
 
 def window(log_path: Path, job_id: int, since: float | None, until: float | None, *,
-           now: float, ended: bool) -> tuple[int, int | None]:
+           now: float, ended: bool, uid: int | None = None) -> tuple[int, int | None]:
     """The bytes ``[start, end)`` of the whole lines written from ``since`` to ``until``
     (unix times; None: no bound); ``end`` None: to the log's end, as it grows.
 
@@ -230,10 +236,10 @@ def window(log_path: Path, job_id: int, since: float | None, until: float | None
         idx = found or _unindexed(log_path, job_id, ended)
         start = idx.start(since) if since is not None else 0
         end = idx.end(until, now) if until is not None else None
-    start = line_start(log_path, start)
+    start = line_start(log_path, start, uid=uid)
     if since is not None and until is not None and since > until:
         return start, start
-    return start, None if end is None else line_end(log_path, end, start)
+    return start, None if end is None else line_end(log_path, end, start, uid=uid)
 
 
 def _unindexed(log_path: Path, job_id: int, ended: bool) -> TimeIndex:

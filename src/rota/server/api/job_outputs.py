@@ -21,7 +21,7 @@ from rota.ml.checkpoints import of_job as checkpoints_of_job
 from rota.server.api._shared import MAX_ID, Caller, JobId, Json, ReadsPort, own
 from rota.server.log_times import window
 from rota.server.logstream import follow as follow_log
-from rota.server.logstream import read_range
+from rota.server.logstream import log_size, read_log
 from rota.server.logstream import sse as log_sse
 from rota.server.ports import Reads
 from rota.server.problems import errors
@@ -77,12 +77,12 @@ def _end(reads: Reads, job_id: int) -> dict[str, Any]:
 
 
 def _window(reads: Reads, job_id: int, path: Path, since: float | None,
-            until: float | None) -> tuple[int, int | None]:
+            until: float | None, uid: int) -> tuple[int, int | None]:
     """The byte range of what the job wrote from ``since`` to ``until``."""
     if since is None and until is None:
         return 0, None
     return window(path, job_id, since, until, now=reads.now(),
-                  ended=reads.job_state(job_id).terminal)
+                  ended=reads.job_state(job_id).terminal, uid=uid)
 
 
 def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
@@ -97,26 +97,37 @@ def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoin
     **errors(401, 403, 404, 409, 422, 503),
     200: {"content": {"text/plain": {"schema": {"type": "string"}}},  # JSON: LogAnswer's
           "description": "a byte range as JSON (offset, next, end, data); with follow=true "
-                         "the log as plain text until the job ends"}})
+                         "the log as plain text until the job ends; with stream=true the "
+                         "range as plain text up to the log's end now"}})
 async def logs(job_id: JobId, p: Caller, reads: ReadsPort,
                offset: int = Query(0, ge=0, le=MAX_ID),
                limit: int = Query(1 << 20, ge=1, le=16 << 20),
                follow: bool = False, since: float | None = _SINCE,
-               until: float | None = _UNTIL) -> Annotated[Response, LogAnswer]:
+               until: float | None = _UNTIL,
+               stream: bool = Query(False, description="the bytes from offset (or since) "
+                                    "to the log's end now (or until), streamed as they "
+                                    "are read: a log of any size in bounded memory")
+               ) -> Annotated[Response, LogAnswer]:
     """A byte range of the job's log from ``offset``. With ``since``/``until`` only whole
     lines written in that time: the range starts there (``offset`` counts when later) and
     stops at ``end``; page on with ``offset=next`` and the same window. Followed with
-    ``until``, the stream ends at the window's end, or once ``until`` has passed."""
+    ``until``, the stream ends at the window's end, or once ``until`` has passed. Offsets
+    count the bytes as the job wrote them: past ``max_log_bytes`` a part of the log is
+    left out, and an offset in it reads on from the marker line that says so (``offset``
+    of the answer is then later than asked)."""
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))
-    start, end = _window(reads, job_id, path, since, until)
+    uid = reads.job_files(job_id).uid  # the log is its account's: read as no link's target
+    start, end = _window(reads, job_id, path, since, until, uid)
     offset = max(offset, start)
-    if follow:
-        stream = follow_log(path, offset, _ended(reads, job_id, until), stop_at=end)
-        return StreamingResponse((data async for _, data in stream), media_type="text/plain")
+    if follow or stream:
+        ended = _ended(reads, job_id, until) if follow else (lambda: True)
+        stop = end if follow or end is not None else log_size(path, uid)
+        chunks = follow_log(path, offset, ended, stop_at=stop, uid=uid)
+        return StreamingResponse((data async for _, data in chunks), media_type="text/plain")
     if end is not None:
         limit = min(limit, end - offset)
-    data = read_range(path, offset, limit) if limit > 0 else b""
-    return JSONResponse({"offset": offset, "next": offset + len(data), "end": end,
+    at, data = read_log(path, offset, limit, uid=uid) if limit > 0 else (offset, b"")
+    return JSONResponse({"offset": at, "next": at + len(data), "end": end,
                          "data": data.decode("utf-8", "replace")})
 
 
@@ -132,6 +143,7 @@ async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
     first line written at or after ``since`` when given. A client that reconnects with
     ``Last-Event-ID`` resumes where it left off."""
     path = reads.log_path(own(reads, p, job_id, "read the logs of"))
+    uid = reads.job_files(job_id).uid
     if last_event_id is not None:
         if not (last_event_id.isascii() and last_event_id.isdigit()) \
                 or len(last_event_id) > 18:
@@ -139,9 +151,9 @@ async def log_events(job_id: JobId, p: Caller, reads: ReadsPort,
                               "offset", field="Last-Event-ID")
         offset = int(last_event_id)
     else:
-        offset = max(offset, _window(reads, job_id, path, since, None)[0])
+        offset = max(offset, _window(reads, job_id, path, since, None, uid)[0])
     return StreamingResponse(log_sse(path, offset, _ended(reads, job_id),
-                                     partial(_end, reads, job_id)),
+                                     partial(_end, reads, job_id), uid=uid),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store",
                                       "X-Accel-Buffering": "no"})
