@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from typing import BinaryIO
 
 #: The file the Hugging Face Trainer writes last into a ``checkpoint-N`` folder.
@@ -52,7 +53,12 @@ def file_complete(path: str, size: int) -> bool | None:
     None when its format carries no such sign. ``size`` is the file's size from stat."""
     if size <= 0:
         return False
-    with open(path, "rb") as f:
+    # never blocked by a fifo put in its place since it was looked at, nor misled by one
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return False
+    with os.fdopen(fd, "rb") as f:
         head = f.read(8)
         if head.startswith(_ZIP_HEAD):
             return _zip_complete(f, size)

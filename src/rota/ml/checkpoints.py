@@ -38,6 +38,7 @@ import glob
 import io
 import os
 import re
+import stat
 import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -158,6 +159,8 @@ def _inspect(path: str, now: float, *, trusted: bool = False) -> Checkpoint | No
             complete = checkpoint_content.folder_complete(full, names, marker=not trusted)
             return Checkpoint(full, step_of(name), size, newest,
                               complete and (trusted or not temporary))
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a fifo, a device: no checkpoint, and never read
         whole = checkpoint_content.file_complete(full, st.st_size)
     except OSError:
         return None
@@ -179,10 +182,15 @@ def tar_stream(directory: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         for dirpath, _dirs, files in os.walk(directory):
             for f in sorted(files):
                 full = os.path.join(dirpath, f)
-                if os.path.islink(full):
-                    continue  # a link could point anywhere
+                try:  # a link could point anywhere; a fifo would block the reader
+                    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                 | os.O_CLOEXEC)
+                except OSError:
+                    continue  # a link, or gone since it was listed
                 arc = os.path.join(root, os.path.relpath(full, directory))
-                with open(full, "rb") as fh:
+                with os.fdopen(fd, "rb") as fh:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        continue
                     info = tar.gettarinfo(fileobj=fh, arcname=arc)
                     tar.addfile(info, fh)
                     yield from buf.take(chunk)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -41,10 +42,14 @@ def read_scalars(path: str, offset: int,
     """(tag, step, value) of the scalars in whole records from ``offset``; the new offset."""
     from tensorboard.compat.proto import event_pb2
 
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
+    try:  # a fifo named like an event file must not block the reader
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return [], offset
+            data = os.pread(fd, limit, offset)
+        finally:
+            os.close(fd)
     except OSError:
         return [], offset
     out: list[tuple[str, int, float]] = []

@@ -53,6 +53,7 @@ from rota.server.shares_view import (
 from rota.server.views import HELD, job_view, tracked, with_gpu_type
 from rota.server.workspace_cleanup import remove_listed, stale_files
 from rota.storage import FileEntry, Manifest
+from rota.storage.owner_files import OwnerFiles
 from rota.store.db import redact_url
 from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
 from rota.store.tables import TokenRow, UserRow
@@ -304,6 +305,9 @@ class DaemonPorts:
         self._d.job_state(job_id)  # NotFound if unknown
         # built from the integer id only: no client text reaches the filesystem
         return self._d.settings.logs_dir / f"{int(job_id)}.log"
+
+    def job_files(self, job_id: int) -> OwnerFiles:
+        return self._d.launcher.files_of(self._d.store.get_job(job_id).user)
 
     async def artifact_manifest(self, job_id: int) -> Manifest:
         # the store may be a bucket: read off the loop

@@ -145,10 +145,11 @@ class EvalSchedules(DueCheck):
         if not ended:
             return []
         row = self.d.store.get_job(job_id)
-        try:
-            return checkpoints.of_job(row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
-                                      reported=(row.progress or {}).get("checkpoint"),
-                                      since=row.created_at, now=now + checkpoints.SETTLE_S)
+        try:  # with its account's rights: the paths are the job's to name
+            return self.d.launcher.files_of(row.user).run(
+                checkpoints.of_job, row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
+                reported=(row.progress or {}).get("checkpoint"), since=row.created_at,
+                now=now + checkpoints.SETTLE_S)
         except OSError as e:
             log.warning("job %s: looking for checkpoints failed: %s", job_id, e)
             return []

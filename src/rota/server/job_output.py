@@ -51,7 +51,8 @@ def reader_for(run: Running, stored: dict[str, object] | None) -> OutputReader:
     return OutputReader(job_id=run.job_id, log_path=run.log_path,
                         events_path=events_path(run.status_path),
                         parser=LineParser.lenient(run.spec.metric_patterns), progress=progress,
-                        tensorboard_dir=tb, json_only=run.spec.log_metrics == "json")
+                        tensorboard_dir=tb, json_only=run.spec.log_metrics == "json",
+                        files=run.files)
 
 
 def read_outputs(store: Store, tracking: Tracking, runs: Iterable[Running], now: float, *,
@@ -125,9 +126,9 @@ def _index_log(run: Running, now: float, final: bool) -> None:
 def checkpoints_of(run: Running, *, since: float, now: float) -> list[checkpoints.Checkpoint]:
     """The job's checkpoints written since ``since``: under its checkpoint_dir, the one it
     reported, or (naming no checkpoint_dir) the usual layouts under its working directory."""
-    try:
-        return checkpoints.of_job(
-            run.spec.checkpoint_dir, run.spec.cwd, since=since,
+    try:  # with its account's rights: a path the job names is never read as the daemon
+        return run.files.run(
+            checkpoints.of_job, run.spec.checkpoint_dir, run.spec.cwd, since=since,
             reported=run.output.progress.checkpoint if run.output else None, now=now)
     except OSError as e:
         log.warning("job %s: looking for checkpoints failed: %s", run.job_id, e)

@@ -52,6 +52,7 @@ from rota.server.stopper import Stopper
 from rota.server.tracking import Tracking
 from rota.server.workspaces import WORKSPACE_ENV, Workspaces, workspace_name
 from rota.storage import job_fetch
+from rota.storage.owner_files import OwnerFiles
 from rota.store.repo import LaunchInfo, Store
 
 if TYPE_CHECKING:
@@ -163,7 +164,8 @@ class Launcher:
                        started_at=now, pending=pending,
                        failures=row.failures, log_path=logs / f"{job_id}.log",
                        status_path=status / f"{job_id}-{number}.json",
-                       submitted_at=row.created_at, user=row.user)
+                       submitted_at=row.created_at, user=row.user,
+                       files=self.files_of(row.user))
 
     def _forget_intent(self, run: Running) -> None:
         """Undo _intend in memory after its transaction was rolled back."""
@@ -252,6 +254,7 @@ class Launcher:
 
     def _request(self, run: Running) -> LaunchRequest:
         spec = run.spec
+        run_as = self.run_as(run.user)
         resume = self._resume_point(run)
         argv = list(spec.command)
         if spec.cuda_arg and not spec.shell:  # a container sees its GPUs as 0..n-1
@@ -276,7 +279,6 @@ class Launcher:
         if spec.image:  # the image the job runs in, for it to record (a Kubernetes pod's
             env["ROTA_IMAGE"] = spec.image  # is set by its renderer: the pool may give it)
         gpu_tag = ".".join(map(str, run.gpus)) or "cpu"
-        run_as = self.run_as(run.user)
         workspace = None  # this machine's folder, for a container to mount
         engine_workspace = None  # USER/PROJECT, for a cluster pool that gives one
         brings = False  # a cluster job brings its datasets or workspace to its node first
@@ -342,6 +344,14 @@ class Launcher:
         except RotaError as e:
             raise BackendError(str(e)) from None
         return None if account is None else RunAs.of(account)
+
+    def files_of(self, user: str) -> OwnerFiles:
+        """``user``'s files, acted on with the rights its jobs run with (an account that is
+        gone or not allowed: no one's, so nothing private is reached)."""
+        try:
+            return OwnerFiles.of(self.run_as(user))
+        except BackendError:
+            return OwnerFiles.nobody()
 
     def _resume_point(self, run: Running) -> str | None:
         """The newest valid checkpoint of this job for a retry to continue from (a first

@@ -22,6 +22,7 @@ from typing import Any
 from rota.ml import tfevents, wandb_bridge
 from rota.ml.parse import LineParser, Reading
 from rota.server.logstream import read_range
+from rota.storage.owner_files import OwnerFiles
 
 #: How often the daemon reads running jobs' output.
 #: how the lines Rota itself writes into a job's log begin (an attempt's header, an OOM
@@ -154,6 +155,8 @@ class OutputReader:
     changed: bool = False  # progress moved since it was last stored
     samples: list[tuple[float, int | None, str, float]] = field(default_factory=list)
     tensorboard_dir: str | None = None  # scalars in its event files are metrics too
+    # the job's account's rights, with which its TensorBoard folder (a path it names) is read
+    files: OwnerFiles = field(default_factory=lambda: OwnerFiles(None))
     json_only: bool = False  # metrics only from lines that are a JSON object (log_metrics)
     # an ended attempt's log size at its end: what follows is a later attempt's, not its
     until: int | None = None
@@ -170,8 +173,8 @@ class OutputReader:
 
     def _read_tensorboard(self, now: float) -> None:
         offsets = self.progress.tb_offsets
-        for path in tfevents.event_files(self.tensorboard_dir or ""):
-            scalars, offsets[path] = tfevents.read_scalars(path, offsets.get(path, 0))
+        found = self.files.run(_tensorboard_scalars, self.tensorboard_dir or "", offsets)
+        for scalars in found:
             for tag, step, value in scalars:
                 self.samples.append((now, step, tag[:100], value))
                 self.changed = True
@@ -364,3 +367,14 @@ def _thin(items: list[Any], keep: int) -> Iterable[Any]:
         return items
     picks = {round(i * (n - 1) / (keep - 1)) for i in range(keep)}
     return [items[i] for i in sorted(picks)]
+
+
+def _tensorboard_scalars(directory: str, offsets: dict[str, int]
+                         ) -> list[list[tuple[str, int, float]]]:
+    """The new scalars of each event file under ``directory``, its offset moved on (run
+    with the job's account's rights: the folder is one the job names)."""
+    found = []
+    for path in tfevents.event_files(directory):
+        scalars, offsets[path] = tfevents.read_scalars(path, offsets.get(path, 0))
+        found.append(scalars)
+    return found

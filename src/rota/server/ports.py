@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rota.server.metrics import Totals
     from rota.server.share_links import Shared
     from rota.storage import FileEntry, Manifest
+    from rota.storage.owner_files import OwnerFiles
     from rota.store.repo import (
         AlertRecord,
         ArtifactRecord,
@@ -226,6 +227,10 @@ class Reads(Protocol):
         """NotFound when the job is not running; None when it runs without a session."""
         ...
     def log_path(self, job_id: int) -> Path: ...
+    def job_files(self, job_id: int) -> OwnerFiles:
+        """The job's files, acted on with its account's rights (rota.storage.owner_files):
+        how every path the job or its owner names is read."""
+        ...
     async def artifact_manifest(self, job_id: int) -> Manifest:
         """The manifest of the job's saved outputs (NotFound: none saved)."""
         ...

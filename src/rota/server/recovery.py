@@ -119,6 +119,7 @@ def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
         table.requeue(row.id, state, NOT_LAUNCHED, pending_of(row, daemon.table.run_times))
         return
     run = _run_of(daemon.backends, row, attempt)
+    run.files = daemon.launcher.files_of(row.user)
     daemon.tracking.adopt(row.id, run.spec, row.tracking, row.created_at, run.log_path,
                           row.attempts)
     run.output = reader_for(run, row.progress)

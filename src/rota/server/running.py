@@ -15,6 +15,7 @@ from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 from rota.server.outputs import OutputReader
 from rota.server.run_times import RunTimes
+from rota.storage.owner_files import OwnerFiles
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Running:
     output: OutputReader | None = None  # metrics and progress read from what it writes
     submitted_at: float = 0.0  # checkpoints older than the job are not its own
     user: str = ""  # who submitted it: whose stored secrets it gets
+    # its files (checkpoints, TensorBoard folder) are read with its account's rights; the
+    # launcher and recovery set it (the default, the daemon's own, is a non-root daemon's)
+    files: OwnerFiles = field(default_factory=lambda: OwnerFiles(None))
     peak_gpu_mem: int = 0  # the most GPU memory its processes held on one GPU, so far
     engine_started: bool = False  # a cluster engine's job: the engine has started it
     idle: JobIdle = field(default_factory=JobIdle)  # its GPUs' idle record (core.idle)

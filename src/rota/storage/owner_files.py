@@ -44,6 +44,7 @@ from rota.errors import RotaError
 P = ParamSpec("P")
 T = TypeVar("T")
 
+_NOBODY = 65534
 #: the raw system call numbers of setgroups (glibc's wrapper would change every thread)
 _SETGROUPS = {"x86_64": 116, "aarch64": 159, "ppc64le": 81, "s390x": 206, "riscv64": 159}
 
@@ -158,6 +159,11 @@ class OwnerFiles:
             return cls(None)
         return cls(Owner(account.user, account.uid, account.gid, tuple(account.groups)))
 
+    @classmethod
+    def nobody(cls) -> OwnerFiles:
+        """The rights of no one (an account that is gone): nothing private is reached."""
+        return cls(Owner("nobody", _NOBODY, _NOBODY, (_NOBODY,)))
+
     @property
     def uid(self) -> int:
         """The owner's uid (the daemon's own when it acts for itself)."""
@@ -200,9 +206,26 @@ class OwnerFiles:
             return os.path.isdir(path)
 
     def can_enter(self, path: str) -> bool:
-        """Whether the owner may make ``path`` its working directory."""
+        """Whether the owner may make ``path`` its working directory (``access`` would ask
+        with the real uid, not the thread's filesystem one: ``path/.`` is looked up as
+        the owner instead, which needs the right to pass through ``path``)."""
         with owner_rights(self.owner):
-            return os.path.isdir(path) and os.access(path, os.X_OK, effective_ids=False)
+            try:
+                return stat.S_ISDIR(os.stat(os.path.join(path, ".")).st_mode)
+            except OSError:
+                return False
+
+    def iterate(self, pieces: Iterator[T]) -> Iterator[T]:
+        """``pieces`` (a generator reading the owner's files) advanced with the owner's
+        rights at each step, whichever thread asks for the next one (a streamed answer's
+        pieces are taken in a thread pool), and with the daemon's rights in between."""
+        while True:
+            with owner_rights(self.owner):
+                try:
+                    piece = next(pieces)
+                except StopIteration:
+                    return
+            yield piece
 
     def read_bytes(self, path: str, limit: int) -> bytes:
         """Up to ``limit`` bytes of a regular file, read as the owner."""

@@ -3,14 +3,16 @@ read from its output, and its checkpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Header, Query
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import WithJsonSchema
 
 from rota.answers import CheckpointsAnswer, LogAnswer, MetricsPageAnswer
@@ -26,6 +28,7 @@ from rota.server.logstream import sse as log_sse
 from rota.server.ports import Reads
 from rota.server.problems import errors
 from rota.server.views import progress_view
+from rota.storage.owner_files import OwnerFiles
 
 _OFFSET = {"type": "integer", "minimum": 0}
 
@@ -85,12 +88,30 @@ def _window(reads: Reads, job_id: int, path: Path, since: float | None,
                   ended=reads.job_state(job_id).terminal, uid=uid)
 
 
-def _checkpoints(reads: Reads, job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
+def _checkpoints(reads: Reads, files: OwnerFiles,
+                 job_id: int) -> tuple[list[Checkpoint], Checkpoint | None]:
+    """Looked for with the job's account's rights: a path the job reported, or a folder
+    its owner named, shows only what that account could read itself."""
     row = reads.store.get_job(job_id)
-    found = checkpoints_of_job(row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
-                               reported=(row.progress or {}).get("checkpoint"),
-                               since=row.created_at, now=reads.now())
+    found = files.run(checkpoints_of_job, row.spec.get("checkpoint_dir"), row.spec.get("cwd"),
+                      reported=(row.progress or {}).get("checkpoint"), since=row.created_at,
+                      now=reads.now())
     return found, newest_valid(found)
+
+
+def _attachment(name: str) -> str:
+    """A Content-Disposition for a file name the job chose (RFC 6266: percent-encoded, so
+    no quote or line break of it reaches the header)."""
+    return f"attachment; filename*=utf-8''{quote(name, safe='')}"
+
+
+def _file_pieces(fd: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """A file's bytes from a descriptor opened with its owner's rights."""
+    try:
+        while data := os.read(fd, chunk):
+            yield data
+    finally:
+        os.close(fd)
 
 
 @router.get("/jobs/{job_id}/logs", response_model=None, responses={
@@ -187,7 +208,7 @@ async def checkpoints_of(job_id: JobId, p: Caller,
     """The job's checkpoints (under its checkpoint_dir, or reported by rota.job), oldest
     step first, and the one a retry would resume from: its owner's and admins' only."""
     own(reads, p, job_id, "list the checkpoints of")
-    found, best = _checkpoints(reads, job_id)
+    found, best = await asyncio.to_thread(_checkpoints, reads, reads.job_files(job_id), job_id)
     return {"id": job_id, "checkpoints": [c.to_json() for c in found],
             "resume_from": best.path if best else None}
 
@@ -202,15 +223,25 @@ async def checkpoint_download(job_id: JobId, p: Caller, reads: ReadsPort,
     """One of the listed checkpoints: a file as it is, a directory as a tar stream. Only
     a path the listing gives is served."""
     own(reads, p, job_id, "download the checkpoints of")
-    found, _ = _checkpoints(reads, job_id)
+    files = reads.job_files(job_id)
+    found, _ = await asyncio.to_thread(_checkpoints, reads, files, job_id)
     hit = next((c for c in found if c.path == path), None)
     if hit is None:
         raise NotFound(f"job {job_id} has no checkpoint {path!r}; "
                        f"`rota checkpoints {job_id}` lists them")
     name = os.path.basename(hit.path.rstrip("/"))
-    if os.path.isdir(hit.path):
-        return StreamingResponse(tar_stream(hit.path), media_type="application/x-tar",
-                                 headers={"Content-Disposition":
-                                          f'attachment; filename="{name}.tar"'})
-    return FileResponse(hit.path, filename=name, media_type="application/octet-stream")
+    # read with the job's account's rights, as listed: each piece of a folder's tar, and
+    # a file opened as that account (what it may not open is not served)
+    if await asyncio.to_thread(files.is_dir, hit.path):
+        return StreamingResponse(files.iterate(tar_stream(hit.path)),
+                                 media_type="application/x-tar",
+                                 headers={"Content-Disposition": _attachment(f"{name}.tar")})
+    try:
+        fd = await asyncio.to_thread(files.open_regular, hit.path)
+    except OSError as e:
+        raise NotFound(f"job {job_id}'s checkpoint {path!r} cannot be read: "
+                       f"{e.strerror or e}") from None
+    return StreamingResponse(_file_pieces(fd), media_type="application/octet-stream",
+                             headers={"Content-Disposition": _attachment(name),
+                                      "Content-Length": str(os.fstat(fd).st_size)})
 
