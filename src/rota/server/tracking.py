@@ -42,6 +42,7 @@ from rota.errors import InvalidSpec, RotaError, TrackerError
 from rota.ml import checkpoints, mlflow_bridge, wandb_bridge, wandb_card
 from rota.server import cards
 from rota.server.secrets import Secrets
+from rota.storage.owner_files import OwnerFiles
 from rota.store.db import redact_url
 from rota.store.repo import JobRecord, Store
 
@@ -234,12 +235,13 @@ class Tracking:
             log.warning("job %s: reading what its card tells failed: %s", job_id, e)
         if facts is not None and facts.attempts == 0:
             wb = None  # it never ran: it has no W&B run to add to
-        account = cards.account_of(self.run_as, facts.job["user"]) if facts else None
+        account = cards.account_of(self.run_as, facts.job["user"]) if facts \
+            else cards.NoAccount("its job could not be read")
 
         def work() -> None:
             card = self._card(job_id, tracked, facts, account) if facts is not None else None
             if tracked is not None:
-                self._finish_mlflow(job_id, tracked, state, now, card)
+                self._finish_mlflow(job_id, tracked, state, now, card, account)
             if wb is not None and card is not None:
                 self._attach_wandb(job_id, wb, card)
 
@@ -253,12 +255,14 @@ class Tracking:
             return None
 
     def _finish_mlflow(self, job_id: int, tracked: Tracked, state: str, now: float,
-                       card: dict[str, str] | None) -> None:
-        """On the worker: the run's log, checkpoint list, card and final status."""
+                       card: dict[str, str] | None, account: cards.Account) -> None:
+        """On the worker: the run's log, checkpoint list (read with the rights of
+        ``account``, the job's), card and final status."""
         try:
-            found = checkpoints.of_job(tracked.spec.checkpoint_dir, tracked.spec.cwd,
-                                       reported=tracked.reported, since=tracked.submitted_at,
-                                       now=now + checkpoints.SETTLE_S)
+            found = [] if isinstance(account, cards.NoAccount) else OwnerFiles.of(account).run(
+                checkpoints.of_job, tracked.spec.checkpoint_dir, tracked.spec.cwd,
+                reported=tracked.reported, since=tracked.submitted_at,
+                now=now + checkpoints.SETTLE_S)
         except OSError:
             found = []
         listed = [{"path": c.path, "step": c.step, "size": c.size, "mtime": c.mtime,
