@@ -268,7 +268,7 @@ class OutputReader:
     def _chunk(self, at: int) -> bytes:
         """The next slice of the log from ``at`` (never past ``until``)."""
         limit = MAX_READ if self.until is None else max(0, min(MAX_READ, self.until - at))
-        return read_range(self.log_path, at, limit) if limit else b""
+        return read_range(self.log_path, at, limit, uid=self.files.uid) if limit else b""
 
     def _whole_line(self, line: bytes, now: float) -> None:
         if line and line != self.partial_seen:
@@ -305,7 +305,8 @@ class OutputReader:
 
     # --- rota.job's events -------------------------------------------------------------
     def _read_events(self, now: float, deadline: float | None) -> None:
-        data = read_range(self.events_path, self.progress.events_offset, MAX_READ)
+        data = read_range(self.events_path, self.progress.events_offset, MAX_READ,
+                          uid=self.files.uid)
         end = data.rfind(b"\n") + 1  # whole lines only: the helper writes one per call
         pos = 0
         while pos < end:
