@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 
-# C0 (but for what ``keep`` names), DEL, C1; U+2028/2029; bidi embeddings, overrides, isolates
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_KEEP_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0, DEL, C1; U+2028/2029; bidi embeddings, overrides, isolates
+CONTROL = _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: the pattern for each ``keep`` asked for (a handful: the callers' constants)
+_BUT: dict[str, re.Pattern[str]] = {"": _CONTROL}
 
 
 def _shown(m: re.Match[str]) -> str:
@@ -22,12 +23,20 @@ def _shown(m: re.Match[str]) -> str:
     return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 
-def printable(text: str) -> str:
-    """``text`` on one line, every control character escaped (a newline too)."""
-    return _CONTROL.sub(_shown, text) if _CONTROL.search(text) else text
+def printable(text: str, keep: str = "") -> str:
+    """``text`` on one line, every control character escaped (a newline too), but for the
+    characters ``keep`` names (``"\\n\\t"``: several lines of a command's own prose)."""
+    if not keep:  # the common case, first
+        return _CONTROL.sub(_shown, text) if _CONTROL.search(text) else text
+    pattern = _BUT.get(keep)
+    if pattern is None:
+        if not all(_CONTROL.fullmatch(c) for c in keep):
+            raise ValueError(f"keep {keep!r}: only control characters can be kept")
+        pattern = _BUT[keep] = re.compile(f"(?![{re.escape(keep)}]){_CONTROL.pattern}")
+    return pattern.sub(_shown, text) if pattern.search(text) else text
 
 
 def printable_lines(text: str) -> str:
     """``text`` as lines (newlines and tabs kept), every other control character escaped:
     a log's output. A lone carriage return (a progress bar redrawn) is kept as one."""
-    return _KEEP_LINES.sub(_shown, text) if _KEEP_LINES.search(text) else text
+    return printable(text, keep="\t\n\r")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import client, emit, run_cli
-from rota.cli.fmt import fmt_time
+from rota.cli.fmt import add_row, fmt_time
 from rota.errors import InvalidSpec
 
 user_app = typer.Typer(help="Users: by token over TCP, or a local account over the socket.",
@@ -55,9 +55,9 @@ def user_list(json_out: bool = JSON) -> None:
 
             t = Table("user", "admin", "jobs run as", "added", header_style="bold")
             for u in d["users"]:
-                t.add_row(u["name"], "yes" if u["admin"] else "no",
-                          u.get("unix_account") or "the daemon's account",
-                          fmt_time(u["created_at"]))
+                add_row(t, u["name"], "yes" if u["admin"] else "no",
+                           u.get("unix_account") or "the daemon's account",
+                           fmt_time(u["created_at"]))
             return t
         emit(data, json_out, table)
 
@@ -110,9 +110,9 @@ def token_list(json_out: bool = JSON) -> None:
             t = Table("id", "user", "starts with", "note", "created", "last used", "revoked",
                       header_style="bold")
             for r in d["tokens"]:
-                t.add_row(str(r["id"]), r["user"], r["prefix"] + "...", r["note"] or "",
-                          fmt_time(r["created_at"]), fmt_time(r["last_used_at"]),
-                          fmt_time(r["revoked_at"]))
+                add_row(t, str(r["id"]), r["user"], r["prefix"] + "...", r["note"] or "",
+                           fmt_time(r["created_at"]), fmt_time(r["last_used_at"]),
+                           fmt_time(r["revoked_at"]))
             return t
         emit(data, json_out, table)
 
@@ -166,7 +166,7 @@ def secret_list(user: str = typer.Option(None, "--user", "-u"), json_out: bool =
 
             t = Table("secret", "stored", "changed", header_style="bold")
             for r in d["secrets"]:
-                t.add_row(r["name"], fmt_time(r["created_at"]), fmt_time(r["updated_at"]))
+                add_row(t, r["name"], fmt_time(r["created_at"]), fmt_time(r["updated_at"]))
             return t
         emit(data, json_out, table)
 

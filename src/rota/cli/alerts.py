@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import client, emit, run_cli
-from rota.cli.fmt import fmt_time
+from rota.cli.fmt import add_row, fmt_time
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -33,7 +33,6 @@ def alerts_list(ctx: typer.Context,
         data = c.alerts(user=user, limit=limit)
 
         def table(d: AlertsAnswer) -> Table | str:
-            from rich.markup import escape
             from rich.table import Table
 
             if not d["alerts"]:
@@ -41,9 +40,9 @@ def alerts_list(ctx: typer.Context,
             t = Table("id", "when", "kind", "user", "state", "tries", "text", "error",
                       header_style="bold")
             for a in d["alerts"]:
-                t.add_row(str(a["id"]), fmt_time(a["created_at"]), a["kind"], a["user"] or "",
-                          a["state"], str(a["attempts"]), escape(a["text"]),
-                          escape(a["last_error"] or ""))
+                add_row(t, str(a["id"]), fmt_time(a["created_at"]), a["kind"], a["user"] or "",
+                           a["state"], str(a["attempts"]), a["text"],
+                           a["last_error"] or "")
             return t
         emit(data, json_out, table)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tarfile
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -17,6 +18,7 @@ import typer
 from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
 from rota.cli.job_refs import resolve
+from rota.cli.user_text import prose
 from rota.errors import InvalidSpec, StorageError
 from rota.units import format_memory, parse_duration, parse_memory
 
@@ -297,8 +299,8 @@ def card(
     """A job's model card and training report: command, settings, cost, metrics, outputs."""
     with run_cli(json_out=False), client() as c:
         text = c.card(resolve(c, job), "html" if html else "markdown")
-        if output is None:
-            typer.echo(text, nl=False)
+        if output is None:  # a terminal's copy: its text as words (-o writes it exact)
+            sys.stdout.write(prose(text))
             return
         _place(output, lambda f: f.write(text.encode()))
         typer.echo(f"wrote {output}")

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from rota.cli.lazy_typer import Exit
 from rota.cli.styled import Lines, colour_for
+from rota.cli.user_text import prose
 from rota.client.raw import RawClient as Client
 from rota.errors import DaemonUnavailable, InvalidSpec, RotaError, StoreError
 
@@ -33,20 +34,18 @@ if TYPE_CHECKING:  # annotations only (they are strings at run time)
     #: an answer the daemon gives for one target (rota.answers)
     R = TypeVar("R")
 
-#: characters that make Rich read a plain string differently (markup, emoji codes)
-_RICH_SYNTAX = ("[", ":")
 
 
 class Plain(str):
-    """Text that :func:`emit` prints exactly as it is (never read as markup), as Rich
-    prints an unstyled ``Text``, without importing Rich (~10 ms a call)."""
+    """Text that :func:`emit` prints as it is (never read as markup; control characters
+    escaped, as every string a command prints is: rota.cli.user_text)."""
 
 
 def __getattr__(name: str) -> Any:
     if name in ("console", "err_console"):
-        from rich.console import Console
+        from rota.cli.user_text import make_console
 
-        made = Console(stderr=name == "err_console")
+        made = make_console(stderr=name == "err_console")
         globals()[name] = made
         return made
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -70,27 +69,27 @@ if TYPE_CHECKING:  # (typing.overload, without importing typing at run time)
     @overload
     def emit(data: T, json_out: bool, human: Callable[[T], Any]) -> None: ...
 def emit(data: Any, json_out: bool, human: Callable[[Any], Any]) -> None:
-    """Print JSON for programs, or the human rendering (a string or a Rich renderable) of
-    the same ``data``. A typed answer (rota.answers) keeps its type in ``human``,
-    so mypy checks the keys it reads; a plain dict made here stays a plain dict."""
+    """Print JSON for programs (exact: JSON escapes control characters), or the human
+    rendering (a string, Lines or a Rich renderable) of the same ``data``, where a user's
+    text is only text (rota.cli.user_text). A typed answer (rota.answers) keeps its type in
+    ``human``, so mypy checks the keys it reads; a plain dict made here stays a plain dict."""
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         return
     out = human(data)
     if out is None:
         return
-    if isinstance(out, Lines):
+    if isinstance(out, Lines):  # its parts are escaped as it renders them
         sys.stdout.write(out.render(colour_for(sys.stdout)) + "\n")
         return
-    if isinstance(out, Plain) or (isinstance(out, str)
-                                  and not any(c in out for c in _RICH_SYNTAX)):
-        sys.stdout.write(out + "\n")  # what Rich would print, without importing it
+    if isinstance(out, str):  # words, never markup (Rich is not needed to print them)
+        sys.stdout.write(prose(out) + "\n")
         return
     text = getattr(out, "plain", None)
     if isinstance(text, str) and not out.spans and not out.style:
-        sys.stdout.write(text + "\n")  # an unstyled rich Text
+        sys.stdout.write(prose(text) + "\n")  # an unstyled rich Text
         return
-    _console("console").print(out, highlight=False, soft_wrap=True)
+    _console("console").print(out, soft_wrap=True)
 
 
 def _console(name: str) -> Console:
@@ -104,23 +103,23 @@ def _plain_stderr() -> bool:
 
 
 def warn(message: str) -> None:
-    if _plain_stderr():
-        sys.stderr.write(f"warning: {message}\n")
-        return
-    from rich.markup import escape
-
-    _console("err_console").print(f"[bold yellow]warning:[/] {escape(message)}",
-                                  highlight=False, soft_wrap=True)
+    """A warning on stderr (``message`` is words: never markup, control characters
+    escaped, for it may quote a user's value)."""
+    _said("warning:", "bold yellow", message)
 
 
 def fail(message: str) -> None:
-    """An error line on stderr (``message`` is shown as it is, never read as markup)."""
-    if _plain_stderr():
-        sys.stderr.write(f"error: {message}\n")
-        return
-    from rich.markup import escape
+    """An error line on stderr (``message`` as for :func:`warn`)."""
+    _said("error:", "bold red", message)
 
-    _console("err_console").print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+
+def _said(label: str, style: str, message: str) -> None:
+    if _plain_stderr():
+        sys.stderr.write(f"{label} {prose(message)}\n")
+        return
+    from rich.text import Text
+
+    _console("err_console").print(Text.assemble((label, style), " ", message),
                                   soft_wrap=True)
 
 
@@ -179,6 +178,6 @@ def apply_each(targets: Sequence[T], key: str, json_out: bool,
                 if failed:
                     fail(line)
                 else:
-                    sys.stdout.write(line + "\n")
+                    sys.stdout.write(prose(line) + "\n")
         if any(failed for failed, _ in lines):
             raise Exit(1)

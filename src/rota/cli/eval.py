@@ -16,6 +16,7 @@ import typer
 
 from rota.cli.common import Plain, client, emit, run_cli, warn
 from rota.cli.submit import FORCE_HELP, JOB_ITEM
+from rota.cli.user_text import prose
 from rota.errors import NotFound, RotaError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def validate(file: str = FILE, json_out: bool = JSON) -> None:
             sys.stdout.write(_json({"file": file, "valid": False,
                                     "problems": [p.as_json() for p in e.items]}))
         else:
-            sys.stderr.write("".join(f"{p}\n" for p in e.problems))
+            sys.stderr.write("".join(f"{prose(p)}\n" for p in e.problems))
         raise typer.Exit(2) from None
     h = config.harness
     emit({"file": file, "valid": True, "name": config.name, "harness": h.kind,

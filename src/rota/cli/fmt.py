@@ -46,8 +46,7 @@ def fmt_time(ts: float | None, *, short: bool = False) -> str:
 
 
 def fail(message: str) -> None:
-    """An error line on stderr (user text is never read as Rich markup: common.fail
-    escapes it; escaping here too showed a backslash before every '[' on a terminal)."""
+    """An error line on stderr (words only: common.fail)."""
     from rota.cli.common import fail as _fail
 
     _fail(message)
@@ -60,10 +59,13 @@ def styled_state(state: str) -> Text:
 
 
 def add_row(table: Table, *cells: Any) -> None:
-    """A table row whose plain strings are shown literally (names may hold [brackets])."""
+    """A table row whose plain values are shown as words on one line (names may hold
+    [brackets] or control characters: rota.cli.user_text)."""
     from rich.text import Text
 
-    table.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
+    from rota.cli.user_text import cell
+
+    table.add_row(*(c if isinstance(c, Text) else Text(cell(c)) for c in cells))
 
 
 def job_clock(job: JobAnswer, now: float | None = None) -> str:

@@ -140,7 +140,9 @@ def render_job(job: ShownJob) -> Group:
     from rich.console import Group
     from rich.text import Text
 
-    head = Text.assemble((f"job {job['id']}", "bold"), f"  {job['name']}  ",
+    from rota.cli.user_text import cell
+
+    head = Text.assemble((f"job {job['id']}", "bold"), f"  {cell(job['name'])}  ",
                          styled_state(job["state"]))
     facts = _grid()
     add_row(facts, "user", job["user"])
@@ -168,7 +170,7 @@ def render_job(job: ShownJob) -> Group:
         add_row(facts, "ended", job["end_reason"])
     # URLs and paths are never folded: each tracker line is printed whole, so it can be
     # copied from any terminal width (the terminal wraps it, not Rota)
-    runs = [Text(f"{label}: {text}", no_wrap=True, overflow="ignore")
+    runs = [Text(f"{label}: {cell(text)}", no_wrap=True, overflow="ignore")
             for label, text in _tracking(job.get("tracking") or {})]
     parts: list[Any] = [head, facts, *runs, "", Text("spec", style="bold"),
                         _spec_lines(job["spec"])]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from rota.cli.common import apply_each, client, emit, run_cli
+from rota.cli.fmt import add_row
 
 if TYPE_CHECKING:
     from typing import TypedDict
@@ -64,13 +65,13 @@ def gpus_view(data: GpusShown) -> Group:
                      overflow="fold")
     kept = {i: f"job {r['job']}" for r in data["reservations"] for i in r["gpus"]}
     for g in data["gpus"]:
-        t.add_row(str(g["index"]),
-                  f"{format_memory(g['memory_used'])}/{format_memory(g['memory_total'])}",
-                  format_memory(g["memory_external"]) if g["memory_external"] else "-",
-                  format_memory(g["reserved_memory"]) if g["reserved_memory"] else "-",
-                  f"{g['utilization']:.0%}", f"{g['allocated']:g}",
-                  ", ".join(map(str, g["jobs"])) or "-", kept.get(g["index"], "-"),
-                  _state(g))
+        add_row(t, str(g["index"]),
+                   f"{format_memory(g['memory_used'])}/{format_memory(g['memory_total'])}",
+                   format_memory(g["memory_external"]) if g["memory_external"] else "-",
+                   format_memory(g["reserved_memory"]) if g["reserved_memory"] else "-",
+                   f"{g['utilization']:.0%}", f"{g['allocated']:g}",
+                   ", ".join(map(str, g["jobs"])) or "-", kept.get(g["index"], "-"),
+                   _state(g))
     names = Counter(g["name"] for g in data["gpus"])
     kinds = ", ".join(f"{n} x {name}" for name, n in names.items()) or "no GPUs"
     source = ("simulated GPUs, no real hardware" if data["devices"] == "simulated"

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from rota.cli.common import client, console, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.cli.job_refs import resolve
 from rota.cli.job_view import JOB_ARG
 from rota.cli.jobs import fmt_time
@@ -55,9 +56,9 @@ def metrics_table(data: MetricsAnswer, job: JobAnswer | None = None) -> Table | 
         points = series[name]
         values = [p[1] for p in points]
         step = points[-1][0]
-        t.add_row(name, f"{values[-1]:.6g}", "-" if step is None else str(step),
-                  f"{min(values):.6g}", f"{max(values):.6g}", str(len(values)),
-                  sparkline(values))
+        add_row(t, name, f"{values[-1]:.6g}", "-" if step is None else str(step),
+                   f"{min(values):.6g}", f"{max(values):.6g}", str(len(values)),
+                   sparkline(values))
     return t
 
 
@@ -87,9 +88,9 @@ def checkpoints_table(data: CheckpointsAnswer) -> Table | str:
                      overflow="fold")
     for c in rows:
         mark = " (resume)" if c["path"] == data["resume_from"] else ""
-        t.add_row("-" if c["step"] is None else str(c["step"]), format_memory(c["size"]),
-                  fmt_time(c["mtime"], short=True),
-                  ("yes" if c["valid"] else "no (being written?)") + mark, c["path"])
+        add_row(t, "-" if c["step"] is None else str(c["step"]), format_memory(c["size"]),
+                   fmt_time(c["mtime"], short=True),
+                   ("yes" if c["valid"] else "no (being written?)") + mark, c["path"])
     return t
 
 
@@ -199,17 +200,15 @@ def templates(json_out: bool = typer.Option(False, "--json", help="print JSON"))
                          for o in t.options]} for t in TEMPLATES.values()]
 
     def show(items: list[dict[str, Any]]) -> Group:
-        from rich.markup import escape  # "pip install 'rota[ml]'" is text, not markup
-
         parts: list[Any] = []
         for t in items:
-            table = Table(title=escape(f"{t['name']}: {t['summary']}"), title_justify="left",
-                          caption=escape(f"needs {t['needs']}"), caption_justify="left",
+            table = Table(title=f"{t['name']}: {t['summary']}", title_justify="left",
+                          caption=f"needs {t['needs']}", caption_justify="left",
                           header_style="bold")
             for col in ("option", "default", "meaning"):
                 table.add_column(col, overflow="fold")
             for o in t["options"]:
-                table.add_row(escape(o["name"]), escape(str(o["default"])), escape(o["help"]))
+                add_row(table, o["name"], str(o["default"]), o["help"])
             parts.append(table)
         return Group(*parts)
 

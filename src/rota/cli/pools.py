@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import Plain, client, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.cli.job_refs import resolve
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ def pools_view(data: PoolsAnswer) -> Group:
     for p in data["pools"]:
         name = p["name"] + (" (default)" if p["name"] == data["default"] else "")
         ok = p["health"]["reachable"]
-        t.add_row(name, p["engine"], Text("yes" if ok else "no", style="green" if ok else "red"),
-                  _gpus(p), str(p["max_in_flight"]), _can(p))
+        add_row(t, name, p["engine"], Text("yes" if ok else "no", style="green" if ok else "red"),
+                   _gpus(p), str(p["max_in_flight"]), _can(p))
     from rota.cli.fmt import console_width, wrap_words
 
     notes = ["max: jobs handed to the engine at once",

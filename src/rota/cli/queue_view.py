@@ -15,6 +15,7 @@ from rota.cli import lazy_typer as typer
 from rota.cli.common import emit, run_cli
 from rota.cli.fmt import STATE_STYLE, console_width, fmt_gpus, job_clock, wrap_words
 from rota.cli.styled import Line, Lines
+from rota.printable import CONTROL, printable
 
 TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
 if TYPE_CHECKING:
@@ -100,7 +101,15 @@ def _cells(job: JobAnswer, now: float, wide: bool, starts: bool = False) -> dict
         cells |= {"gpus": f"{gpus} on {on}" if on else gpus, "time": job_clock(job, now)}
     if starts:
         cells["starts"] = starts_text(job, now)
+    # a user's words escaped before widths are measured (styled.Line escapes them anyway);
+    # one search for the row
+    if CONTROL.search("".join(cells.values())):
+        return {k: printable(v) for k, v in cells.items()}
     return cells
+
+
+def _escaped(text: str) -> str:
+    return printable(text) if CONTROL.search(text) else text
 
 
 def _shorten(text: str, width: int) -> str:
@@ -113,7 +122,7 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
     (no limit with ``wide``)."""
     now = time.time()
     rows = [_cells(j, now, wide, starts) for j in jobs]
-    reasons = [short_reason(j, now) for j in jobs]
+    reasons = [_escaped(short_reason(j, now)) for j in jobs]
     heads = list(rows[0]) if rows else ["id", "name", "user", "state", "prio", "gpus", "time"]
     widths = {h: max([len(h)] + [len(r[h]) for r in rows]) for h in heads}
     limit = width if width is not None and not wide else None

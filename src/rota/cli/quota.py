@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import client, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.errors import InvalidSpec
 
 if TYPE_CHECKING:
@@ -110,9 +111,9 @@ def _table(data: QuotasAnswer) -> Table | str:
         hard = " hard" if q["hard"] else ""
         from rota.cli.fmt import fmt_time
 
-        t.add_row(f"{q['kind']} {q['name']}", f"{q['limit']:g} {unit}{per}{hard}",
-                  f"{q['used']:.4g}", f"{q['percent']:.0f}",
-                  fmt_time(q["resets_at"]) if q["resets_at"] else "-")
+        add_row(t, f"{q['kind']} {q['name']}", f"{q['limit']:g} {unit}{per}{hard}",
+                   f"{q['used']:.4g}", f"{q['percent']:.0f}",
+                   fmt_time(q["resets_at"]) if q["resets_at"] else "-")
     return t
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import Plain, client, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.cli.job_refs import resolve
 
 if TYPE_CHECKING:
@@ -27,10 +28,10 @@ def shares_view(d: SharesAnswer) -> Group:
     t = Table("kind", "name", "shares", "share", "usage (GPU-h, decayed)", "used",
               "factor", "GPU-h day", "GPU-h week", header_style="bold")
     for a in d["accounts"]:
-        t.add_row(a["kind"], a["name"], f"{a['shares']:g}", f"{a['norm_shares']:.0%}",
-                  f"{a['usage_gpu_hours']:.2f}", f"{a['norm_usage']:.0%}",
-                  f"{a['factor']:.2f}", f"{a['gpu_hours_day']:.2f}",
-                  f"{a['gpu_hours_week']:.2f}")
+        add_row(t, a["kind"], a["name"], f"{a['shares']:g}", f"{a['norm_shares']:.0%}",
+                   f"{a['usage_gpu_hours']:.2f}", f"{a['norm_usage']:.0%}",
+                   f"{a['factor']:.2f}", f"{a['gpu_hours_day']:.2f}",
+                   f"{a['gpu_hours_week']:.2f}")
     hl = d["half_life"]
     how = ("the queue is ordered by fair share" if d["fair_share"] else
            "fair share is off ([priority] fair_share = true in rota.toml orders the queue "
@@ -49,9 +50,9 @@ def priority_view(d: PriorityAnswer) -> Group:
     t = Table("factor", "value", "weight", "weighted", header_style="bold",
               title=f"job {d['id']} of {owner}")
     for f in d["factors"]:
-        t.add_row(f["name"].replace("_", " "), f"{f['factor']:.4f}", f"{f['weight']:g}",
-                  f"{f['weighted']:.2f}")
-    t.add_row("total", "", "", f"{d['total']:.2f}")
+        add_row(t, f["name"].replace("_", " "), f"{f['factor']:.4f}", f"{f['weight']:g}",
+                   f"{f['weighted']:.2f}")
+    add_row(t, "total", "", "", f"{d['total']:.2f}")
     note = [] if d["fair_share"] else [Plain("fair share is off: the queue runs by "
                                              "priority, then submission order")]
     return Group(t, *note)

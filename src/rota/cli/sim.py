@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from rota.cli.common import Plain, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.errors import InvalidSpec
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ def _view(d: dict[str, Any], runs: list[Metrics], where: Cluster) -> Any:
         ("  jobs estimated", [str(m.estimated) for m in runs]),
     ]
     for label, cells in rows:
-        t.add_row(label, *cells)
+        add_row(t, label, *cells)
     head = Plain(f"{d['jobs']} jobs from {d['trace']} on {where.describe()}")
     from rich.text import Text
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from rota.printable import CONTROL, printable
+
 TYPE_CHECKING = False  # typing's, without importing typing (rota.cli starts faster)
 if TYPE_CHECKING:
     from typing import IO
@@ -23,10 +25,13 @@ if TYPE_CHECKING:
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34",
         "magenta": "35", "cyan": "36"}
 _DUMB = ("dumb", "unknown")
+_CONTROL = CONTROL.search
 
 
 class Line:
-    """One line: a style for all of it and styled parts."""
+    """One line: a style for all of it and styled parts. Its parts may be a user's text:
+    their control characters are shown escaped (rota.cli.user_text), so the only ones a
+    line prints are its own colour codes."""
 
     __slots__ = ("parts", "style")
 
@@ -40,11 +45,19 @@ class Line:
 
     @property
     def plain(self) -> str:
-        return "".join(text for text, _ in self.parts)
+        text = "".join(text for text, _ in self.parts)
+        return printable(text) if _CONTROL(text) else text
+
+    def shown_parts(self) -> list[tuple[str, str]]:
+        """The parts as printed: escaped (one search for the whole line: a table has
+        thousands of parts, nearly all of them clean)."""
+        if _CONTROL("".join(text for text, _ in self.parts)):
+            return [(printable(text), style) for text, style in self.parts]
+        return self.parts
 
     def ansi(self) -> str:
         out = []
-        for text, style in self.parts:
+        for text, style in self.shown_parts():
             codes = ";".join(_SGR[w] for w in f"{self.style} {style}".split() if w in _SGR)
             out.append(f"\x1b[{codes}m{text}\x1b[0m" if codes and text else text)
         return "".join(out)
@@ -53,7 +66,7 @@ class Line:
         from rich.text import Text
 
         made = Text(style=self.style)
-        for text, style in self.parts:
+        for text, style in self.shown_parts():
             made.append(text, style=style)
         return made
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import Plain, client, emit, run_cli
+from rota.cli.fmt import add_row
 from rota.errors import InvalidSpec
 
 if TYPE_CHECKING:
@@ -44,9 +45,9 @@ def tiers_view(data: TiersAnswer) -> Group:
                 "time limit"):
         t.add_column(col, no_wrap=True)
     for x in data["tiers"]:
-        t.add_row(x["name"], f"{x['price']:.3f}", x["gpu_type"] or "-",
-                  _limit(x["gpu_mem"], "mem"), _limit(x["gpus"]), _limit(x["cpus"]),
-                  _limit(x["memory"], "mem"), _limit(x["time_limit"], "time"))
+        add_row(t, x["name"], f"{x['price']:.3f}", x["gpu_type"] or "-",
+                   _limit(x["gpu_mem"], "mem"), _limit(x["gpus"]), _limit(x["cpus"]),
+                   _limit(x["memory"], "mem"), _limit(x["time_limit"], "time"))
     note = ("a job gets the cheapest tier it fits (--tier names one); one that fits none "
             "runs untiered and costs nothing; '-': no limit")
     return Group(t, Text(note))
@@ -59,11 +60,14 @@ def tiers(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> 
 
 
 def report_csv(data: ReportAnswer) -> str:
+    from rota.cli.user_text import cell
+
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow([data["by"], data["period"], "gpu_hours", "cost", "wasted_gpu_hours"])
     for r in data["rows"]:
-        w.writerow([r["group"], r["bucket"], repr(r["gpu_hours"]), repr(r["cost"]),
+        # a group is a user's or project's name: on one line, as words (rota.cli.user_text)
+        w.writerow([cell(r["group"]), r["bucket"], repr(r["gpu_hours"]), repr(r["cost"]),
                     repr(r["wasted_gpu_hours"])])
     return out.getvalue()
 
@@ -88,12 +92,12 @@ def report_view(data: ReportAnswer) -> Group | Plain:
     for col in (data["period"], data["by"], *figures):
         t.add_column(col, no_wrap=True, justify="right" if col in figures else "left")
     for r in data["rows"]:
-        t.add_row(r["bucket"], r["group"], f"{r['gpu_hours']:.2f}", f"{r['cost']:.2f}",
-                  f"{r['wasted_gpu_hours']:.2f}")
+        add_row(t, r["bucket"], r["group"], f"{r['gpu_hours']:.2f}", f"{r['cost']:.2f}",
+                   f"{r['wasted_gpu_hours']:.2f}")
     t.add_section()
     for x in data["totals"]:
-        t.add_row("total", x["group"], f"{x['gpu_hours']:.2f}", f"{x['cost']:.2f}",
-                  f"{x['wasted_gpu_hours']:.2f}")
+        add_row(t, "total", x["group"], f"{x['gpu_hours']:.2f}", f"{x['cost']:.2f}",
+                   f"{x['wasted_gpu_hours']:.2f}")
     return Group(t, Text(f"{window}, {whose}; running jobs counted up to now"))
 
 

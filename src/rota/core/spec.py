@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from rota.errors import InvalidSpec
+from rota.printable import printable
 from rota.units import MAX_GPU_INDEX, parse_duration, parse_gpu_set, parse_memory
 
 SessionKind = Literal["none", "tmux", "screen"]
@@ -99,6 +100,14 @@ def _no_control(what: str, text: str) -> None:
     if m is not None:
         raise ValueError(f"{what} has a control character (U+{ord(m.group()):04X} at "
                          f"position {m.start()}); it could rewrite the terminal that shows it")
+
+
+def command_name(command: list[str]) -> str:
+    """A job's name when it was given none: its command's start. A given name with a
+    control character is refused, but a command may hold any (yesterday's submits keep
+    working), so here they are escaped: the name shows what the command holds and
+    rewrites no terminal that lists it (DESIGN.md invariant 12)."""
+    return printable(" ".join(command))[:60]
 
 
 def json_size(value: object) -> int:
@@ -473,7 +482,7 @@ class JobSpec(BaseModel):
 
     @property
     def display_name(self) -> str:
-        return self.name or " ".join(self.command)[:60]
+        return self.name or command_name(self.command)
 
     def content_hash(self) -> str:
         """De-duplication key: what runs and where, not bookkeeping like hold or tags. A

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rota.core.lifecycle import TERMINAL
-from rota.core.spec import JobSpec, wants_mlflow
+from rota.core.spec import JobSpec, command_name, wants_mlflow
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 from rota.units import format_gpu_set
 
@@ -27,7 +27,7 @@ def job_view(row: JobRecord, facts: dict[str, Any], *, detail: bool = False) -> 
     r = row._mapping
     spec = r["spec"]
     out: dict[str, Any] = {
-        "id": r["id"], "name": r["name"] or " ".join(spec["command"])[:60],
+        "id": r["id"], "name": r["name"] or command_name(spec["command"]),
         "command": spec["command"],
         "user": r["user"], "state": facts["state"], "priority": r["priority"],
         "gpus": r["gpus"], "gpu_mem": r["gpu_mem"], "created_at": r["created_at"],
