@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,9 @@ from rota.errors import BackendError
 #: A process whose start time is later than this after the shim's recorded start is
 #: another process that got the recycled pid, not our shim.
 _PID_REUSE_SLACK_S = 2.0
+#: a status file holds a few JSON lines; past this it is not the shim's (its account can
+#: write it) and is not read further
+MAX_STATUS_BYTES = 1 << 16
 
 
 def read_status(path: str | Path) -> dict[str, Any] | None:
@@ -39,9 +43,12 @@ def read_status(path: str | Path) -> dict[str, Any] | None:
     """
     try:  # never through a link: a tmux shim run as another account writes it (root reads)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with open(fd, encoding="utf-8") as f:
-            text = f.read()
-            mtime = os.fstat(f.fileno()).st_mtime
+        with open(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None  # a fifo or a device its account put there: nothing to believe
+            text = f.read(MAX_STATUS_BYTES).decode("utf-8", errors="replace")
+            mtime = st.st_mtime
     except OSError:
         return None
     record: dict[str, Any] = {}
