@@ -103,6 +103,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonPr
     script = (f"import pathlib, sys, rota.job as j; j.report(step=1, **{{{'m' + EVIL!r}: 1.0}});"
               f"j.checkpoint_saved({str(ckpt)!r}, step=1);"
               f"pathlib.Path('out', {'f' + EVIL!r}).write_text('y');"
+              "pathlib.Path('out', 'g\\n  fake line').write_text('z');"
               f"j.fail_reason({'why' + EVIL!r}); sys.exit(3)")
     try:
         with d.client() as c:
@@ -144,7 +145,7 @@ def test_no_read_command_prints_a_users_control_characters(
     shown = "\n".join(seen)
     # what the job said is there, escaped: nothing was dropped
     for word in ("m\\x1b]0;PWN", "why\\x1b]0;PWN", "f\\x1b]0;PWN", "E=\\x1b]0;PWN",
-                 "dir\\x1b]0;PWN", "\\u202e"):
+                 "dir\\x1b]0;PWN", "\\u202e", "g\\x0a  fake line"):
         assert word in shown, word
     # --json stays exact
     r = runner.invoke(app, ["show", str(ids["a"]), "--json"], env={"ROTA_HOME": str(d.home)})

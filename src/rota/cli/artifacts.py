@@ -18,7 +18,7 @@ import typer
 from rota.cli.common import client, emit, run_cli
 from rota.cli.fmt import fmt_time
 from rota.cli.job_refs import resolve
-from rota.cli.user_text import prose
+from rota.cli.user_text import cell, prose
 from rota.errors import InvalidSpec, StorageError
 from rota.units import format_memory, parse_duration, parse_memory
 
@@ -46,9 +46,10 @@ def artifacts_text(data: ArtifactsAnswer) -> str:
     if data["error"]:
         lines.append(f"  {'why' if data['state'] == 'failed' else 'last trouble'}: "
                      f"{data['error']}")
-    width = max((len(f["path"]) for f in data["files"]), default=0)
-    for f in data["files"]:
-        lines.append(f"  {f['path']:<{width}}  {format_memory(f['size']):>6}  "
+    paths = [cell(f["path"]) for f in data["files"]]  # a file's name may hold a newline
+    width = max(map(len, paths), default=0)
+    for f, path in zip(data["files"], paths, strict=True):
+        lines.append(f"  {path:<{width}}  {format_memory(f['size']):>6}  "
                      f"sha256:{f['sha256'][:16]}")
     lines += [f"  note: {n}" for n in data["notes"]]
     return "\n".join(lines)
