@@ -159,3 +159,28 @@ def test_no_one_and_the_daemons_own_account(place: Path) -> None:
     with pytest.raises(PermissionError):
         OwnerFiles.nobody().read_bytes(str(place / "grouped"), 10)
     assert OwnerFiles(None).read_bytes(str(place / "root-only" / "secret"), 10) == b"root's"
+
+
+def test_a_jobs_tensorboard_folder_is_read_with_its_accounts_rights(owner: Owner,
+                                                                    place: Path) -> None:
+    """tensorboard_dir naming root's 0700 folder gives no metrics; the account's own does."""
+    writer = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
+    from rota.ml.parse import LineParser
+    from rota.server.outputs import OutputReader, Progress
+
+    def scalars_in(folder: Path) -> list[str]:
+        w = writer(str(folder))
+        w.add_scalar("secret/loss", 0.5, 1)
+        w.close()
+        reader = OutputReader(job_id=1, log_path=place / "no.log",
+                              events_path=place / "no.events", parser=LineParser.lenient(),
+                              progress=Progress(attempt=1), tensorboard_dir=str(folder),
+                              files=OwnerFiles(owner))
+        reader.read(0.0, final=True)
+        return [tag for _, _, tag, _ in reader.samples]
+
+    assert scalars_in(place / "root-only" / "tb") == []
+    own = place / "owners-tb"
+    own.mkdir()
+    os.chown(own, owner.uid, owner.gid)
+    assert scalars_in(own) == ["secret/loss"]
