@@ -41,7 +41,9 @@ def test_a_job_makes_no_status_file_and_its_end_comes_through_the_pipe(env: Env)
     [segment] = segments(req.status_path.parent)
     start, recorded_end = lines(segment)
     assert start == {"key": str(req.status_path), "shim_pid": h.pid, "pgid": h.pid,
-                     "runner": h.extra["runner"], "runner_started": start["runner_started"]}
+                     "runner": h.extra["runner"], "runner_started": start["runner_started"],
+                     "waiter": start["waiter"]}  # the job's parent, which recorded its end
+    assert start["waiter"] not in (h.pid, h.extra["runner"])
     assert recorded_end == end
     # the pipe's record alone says how it ended: no journal needed
     segment.unlink()
@@ -98,24 +100,35 @@ def test_the_index_reads_whole_lines_and_a_start_replaces_an_older_life(tmp_path
     assert JournalIndex().lookup(str(tmp_path / "nowhere" / "1-1.json")) is None
 
 
-def test_segments_rotate_and_a_key_is_merged_across_them(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_segments_rotate_and_a_jobs_end_goes_with_its_start(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """The runner hands each job a segment (a new one past SEGMENT_BYTES); its waiter, a
+    fork holding that segment open, writes the job's start and, later, its end there."""
     monkeypatch.setattr(runner_mod, "SEGMENT_BYTES", 300)
     journal = runner_mod._Journal(str(tmp_path), 1234.5)
     keys = [str(tmp_path / f"{n}-1.json") for n in range(6)]
+    held = []
     for n, key in enumerate(keys):
-        journal.write({"key": key, "shim_pid": 100 + n, "pgid": 100 + n, "runner": os.getpid(),
-                       "runner_started": 1234.5})
+        path, fd = journal.reserve(key)
+        held.append((path, os.dup(fd)))  # as the waiter's fork holds it
+        line = {"key": key, "shim_pid": 100 + n, "pgid": 100 + n, "runner": os.getpid(),
+                "runner_started": 1234.5}
+        os.write(held[-1][1], (json.dumps(line) + "\n").encode())
     for n, key in enumerate(keys):
-        journal.write({"key": key, "shim_pid": 100 + n, "exit_status": n, "ended_at": 9.0})
+        line = {"key": key, "shim_pid": 100 + n, "exit_status": n, "ended_at": 9.0}
+        os.write(held[n][1], (json.dumps(line) + "\n").encode())
+        os.close(held[n][1])
     os.close(journal.fd)
     found = segments(tmp_path)
-    assert len(found) >= 3 and all(p.stat().st_size < 300 + 200 for p in found)
+    assert len(found) >= 3 and all(p.stat().st_size < 300 + 600 for p in found)
     index = JournalIndex()
     for n, key in enumerate(keys):
         record = index.lookup(key)
         assert record is not None and record["shim_pid"] == 100 + n
         assert record["exit_status"] == n
+        assert [json.loads(x)["key"] for x in Path(held[n][0]).read_text().splitlines()].count(
+            key) == 2
 
 
 def test_prune_keeps_active_keys_and_a_live_runners_newest_segment(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ point of a launch leaves the job started once and known, or not started at all."
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 import time
@@ -18,16 +20,20 @@ from .conftest import Env, wait_exit, wait_for
 
 
 def _keeper_and_runner(env: Env) -> tuple[psutil.Process, psutil.Process]:
-    found = {p.pid: p for p in psutil.process_iter(["cmdline", "ppid"])
-             if env.screendir in " ".join(p.info["cmdline"] or [])}
-    [runner] = [p for p in found.values() if p.info["ppid"] in found]
-    return found[runner.info["ppid"]], runner
+    """By the runner's own word (``hello``): its waiters, forks of it, carry its argv."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(30)
+        s.connect(str(Path(env.screendir) / "runner.sock"))
+        s.send(b'{"op": "hello"}')
+        hello = json.loads(s.recv(1 << 16))
+    return psutil.Process(hello["pid"]), psutil.Process(hello["runner"])
 
 
 def _runners(env: Env) -> set[int]:
-    found = {p.pid: p.info["ppid"] for p in psutil.process_iter(["cmdline", "ppid"])
-             if env.screendir in " ".join(p.info["cmdline"] or [])}
-    return {pid for pid, ppid in found.items() if ppid in found}
+    try:
+        return {_keeper_and_runner(env)[1].pid}
+    except (OSError, ValueError, psutil.Error):  # between runners
+        return set()
 
 
 def _waiting_job(env: Env, tmp_path: Path, code: int) -> tuple[Backend, Handle, Path]:
@@ -51,10 +57,29 @@ def test_a_job_outlives_its_runner_with_its_exit_status(env: Env, tmp_path: Path
     assert (info.exit_code, info.signal) == (3, None)  # the keeper recorded it
 
 
-def test_an_end_lost_with_the_keeper_too_is_not_the_jobs_failure(env: Env,
+def test_a_job_outlives_its_runner_and_keeper_with_its_exit_status(env: Env,
+                                                                    tmp_path: Path) -> None:
+    """SIGKILL of the runner and its keeper together (the OOM killer): the job's waiter
+    records its end, so it is known how it ended (and it is not run again)."""
+    backend, h, go = _waiting_job(env, tmp_path, 5)
+    procs = list(_keeper_and_runner(env))
+    for p in procs:
+        p.kill()
+    psutil.wait_procs(procs, timeout=10)
+    assert backend.collect(h) is None  # still running: not taken for ended
+    fd = backend.watch(h)  # the waiter, the next runner knowing nothing of the job
+    assert fd is not None
+    go.touch()
+    info = wait_exit(backend, h)
+    assert (info.exit_code, info.signal) == (5, None), info
+
+
+def test_an_end_lost_with_the_waiter_too_is_not_the_jobs_failure(env: Env,
                                                                  tmp_path: Path) -> None:
     backend, h, go = _waiting_job(env, tmp_path, 0)
-    procs = list(_keeper_and_runner(env))
+    keeper, runner = _keeper_and_runner(env)
+    [waiter] = [p for p in runner.children() if p.pid != h.pid]
+    procs = [runner, keeper, waiter]
     for p in procs:
         p.kill()
     psutil.wait_procs(procs, timeout=10)
@@ -66,10 +91,9 @@ def test_an_end_lost_with_the_keeper_too_is_not_the_jobs_failure(env: Env,
 
 #: The runner and its keeper (``main``), with the runner made to SIGKILL itself once, at the
 #: point named by argv[1]: on a daemon's hello, before answering it ("greeting"); in a
-#: launch, after telling the keeper it is about to start a job ("announced"), after the
-#: spawn ("spawned"), after journaling the start ("journaled"), after telling the keeper the
-#: job started ("told"), before sending the answer ("answering"). The next runner, forked
-#: from the same keeper, lives (the marker file).
+#: launch, after telling the keeper of the waiter it forked, before letting it start
+#: ("announced"); once the waiter has started the job ("started"); before sending the
+#: answer ("answering"). The next runner, forked from the same keeper, lives (the marker).
 _DIES_AT = """
 import os, signal, sys
 from rota.backends.local import runner as r
@@ -81,8 +105,8 @@ def die(here):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
 
-tell, spawn, write, launch, handle = r.Runner._tell_keeper, r.Runner._spawn, \\
-    r._Journal.write, r.Runner._launch, r.Runner._handle
+tell, fork_waiter, launch, handle = r.Runner._tell_keeper, r.Runner._fork_waiter, \\
+    r.Runner._launch, r.Runner._handle
 
 def _handle(self, conn, msg, fds):
     die("greeting" if msg.get("op") == "hello" else None)
@@ -90,31 +114,25 @@ def _handle(self, conn, msg, fds):
 
 def _tell(self, msg):
     tell(self, msg)
-    die({b"I": "announced", b"L": "told"}.get(msg[:1]))
+    die({b"I": "announced"}.get(msg[:1]))
 
-def _spawn(self, *args):
-    pid = spawn(self, *args)
-    die("spawned")
-    return pid
-
-def _write(self, record):
-    line = write(self, record)
-    die("journaled" if "runner" in record else None)
-    return line
+def _fork_waiter(self, *args):
+    got = fork_waiter(self, *args)
+    die("started")
+    return got
 
 def _launch(self, *args):
     answer = launch(self, *args)
-    die("answering")
+    die("answering" if answer else None)
     return answer
 
-r.Runner._tell_keeper, r.Runner._spawn, r._Journal.write, r.Runner._launch, \\
-    r.Runner._handle = _tell, _spawn, _write, _launch, _handle
+r.Runner._tell_keeper, r.Runner._fork_waiter, r.Runner._launch, r.Runner._handle = \\
+    _tell, _fork_waiter, _launch, _handle
 sys.exit(r.main(["runner", sock]))
 """
 
 
-@pytest.mark.parametrize("point", ["greeting", "announced", "spawned", "journaled", "told",
-                                   "answering"])
+@pytest.mark.parametrize("point", ["greeting", "announced", "started", "answering"])
 def test_a_runner_killed_in_a_launch_leaves_the_job_started_once_or_not_at_all(
         env: Env, tmp_path: Path, point: str) -> None:
     sock, marker, runs = Path(env.screendir) / "runner.sock", tmp_path / "died", tmp_path / "runs"

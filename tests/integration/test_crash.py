@@ -185,3 +185,57 @@ def test_the_runner_outlives_the_daemon_and_its_own_death_is_survived(daemon_fac
     names = [p.name for p in journal.iterdir()]
     assert not any(n.startswith(f"runner-{runner.pid}-") for n in names), names
     assert any(n.startswith(f"runner-{_runner_of(d.home).pid}-") for n in names), names
+
+
+def _keeper_of(home) -> psutil.Process:  # type: ignore[no-untyped-def]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(30)
+        s.connect(str(home / "runner.sock"))
+        s.send(b'{"op": "hello"}')
+        return psutil.Process(json.loads(s.recv(1 << 16))["pid"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kills", "share"), [(1, 0.05), (3, 0.15)])
+def test_jobs_outlive_their_runner_and_keeper_killed_together(daemon_factory, tmp_path,
+                                                               kills, share):
+    """SIGKILL the runner and its keeper at once (as the OOM killer may): under 60 running
+    jobs, and then again and again under jobs launched in waves (each wave through the
+    keeper the daemon starts anew): each job's waiter records its end, so none is lost,
+    none runs its command twice, each ends with its own exit status."""
+    rng = random.Random(20261205 + kills)
+    runs = tmp_path / "runs.txt"
+    d = daemon_factory(simulate="4x24G").start()
+    specs = []
+    for n in range(60):
+        code = 5 if n % 6 == 1 else 0
+        pause = rng.choice(["0.5", "1.5", "3", "4"])
+        script = f'echo "$ROTA_JOB_ID" >> {runs}; sleep {pause}; exit {code}'
+        specs.append({"command": ["sh", "-c", script], "gpus": share, "name": f"k{n}"})
+    with d.client() as c:
+        jobs = c.submit(specs)
+        expected = {j["id"]: (5 if n % 6 == 1 else 0) for n, j in enumerate(jobs)}
+        wait_until(lambda: sum(j["state"] == "running" for j in c.jobs(limit=100))
+                   >= min(40, int(4 / share) // 2), timeout=60, what="tens of jobs to run")
+        runner = None
+        for _ in range(kills):
+            # the daemon starts the next keeper for its next launch
+            runner = _wait_for_new_runner(d.home, runner)
+            keeper = _keeper_of(d.home)
+            for p in (runner, keeper):
+                p.kill()
+            psutil.wait_procs([runner, keeper], timeout=10)
+            time.sleep(rng.uniform(0.2, 0.8))
+        wait_until(lambda: all(j["state"] in ("completed", "failed") for j in c.jobs(limit=100)),
+                   timeout=240, every=0.5, what="every job to finish")
+        got = {j["id"]: j for j in c.jobs(limit=100)}
+    assert set(got) == set(expected)  # nothing lost
+    wrong = {i: (got[i]["state"], got[i]["exit_code"], got[i]["end_reason"])
+             for i, code in expected.items()
+             if (got[i]["state"], got[i]["exit_code"]) !=
+             ("completed" if code == 0 else "failed", code)}
+    assert not wrong, wrong  # each its own exit status, none "not recorded"
+    started = Counter(int(x) for x in runs.read_text().split())
+    assert set(started) == set(expected)
+    twice = {j: n for j, n in started.items() if n > 1}
+    assert not twice, f"jobs ran more than once: {twice}"

@@ -210,16 +210,24 @@ class LocalBackend(ProcessBackend):
         return found if found is not None else status_record(JOURNALS.lookup(str(path)))
 
     def _recorder_alive(self, handle: Handle) -> bool:
-        """For a job the runner started: whether the runner is still there to write its end
-        record. Between the job's exit and that record the job is not over yet: taking it
-        for killed then would be wrong."""
+        """For a job the runner started: whether its waiter (or, for a job of an older
+        runner, the runner) is still there to write its end record. Between the job's exit
+        and that record the job is not over yet: taking it for killed then would be wrong."""
         runner = int(handle.extra.get("runner") or 0)
         if not runner:
             return False
         status = self.read_status(handle.status_path)
         if status is None or status.get("runner") != runner or has_ended(status):
             return False
-        return pid_alive(runner, status.get("runner_started"))
+        return bool(self._waiter_alive(status, handle)) or \
+            pid_alive(runner, status.get("runner_started"))
+
+    @staticmethod
+    def _waiter_alive(status: dict[str, Any] | None, handle: Handle) -> int:
+        """The pid of the job's waiter while it lives (it was forked just before the job:
+        a later process of that pid is another one), else 0."""
+        waiter = int((status or {}).get("waiter") or 0)
+        return waiter if waiter and pid_alive(waiter, handle.extra.get("started_at")) else 0
 
     def _handle_from_status(self, status: dict[str, Any], status_path: str,
                             started_at: float) -> Handle:
@@ -244,6 +252,11 @@ class LocalBackend(ProcessBackend):
             fd = self.runner.watch(handle.pid, int(handle.extra["runner"]))
             if fd is not None:
                 return fd
+            # its runner and keeper are gone: the waiter exits once the end is journaled
+            waiter = self._waiter_alive(self.read_status(handle.status_path), handle)
+            if waiter:
+                with contextlib.suppress(ProcessLookupError):
+                    return os.pidfd_open(waiter)
         return super().watch(handle)
 
     def collect(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:

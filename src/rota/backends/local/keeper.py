@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -41,6 +42,7 @@ import time
 import traceback
 
 PR_SET_CHILD_SUBREAPER = 36
+F_SETPIPE_SZ = 1031
 RESTART_PAUSE_S = 0.2  # doubled per quick death, to 5 s: a runner that dies at its start
 QUICK_DEATH_S = 2.0
 #: the pause after reading the runner's messages: they wait in the socket meanwhile (a
@@ -66,19 +68,32 @@ def exit_status_of(res: os.waitid_result) -> int:
     return 128 + res.si_status
 
 
-def starting(key: str, segment: str) -> bytes:
-    """The runner's message to the keeper: a job is about to be started (should the runner
-    die before it says ``started``, the keeper looks for the job among its new children)."""
-    return f"I {time.clock_gettime(time.CLOCK_BOOTTIME)} {segment}\0{key}".encode()
+def intent(waiter: int, since: float, jobs: list[tuple[str, str]]) -> bytes:
+    """The runner's message to the keeper: this waiter (just forked, waiting for the
+    go-ahead) is to start these jobs (attempt key, journal segment). ``since``: when the
+    runner forked it (CLOCK_BOOTTIME); a waiter that dies in its starts may leave a job it
+    had not said it started, found by that."""
+    where = b"".join(f"\0{segment}\0{key}".encode() for key, segment in jobs)
+    return f"I {waiter} {since}".encode() + where
 
 
 def started(pid: int, key: str, segment: str) -> bytes:
-    """The runner's message to the keeper: a job started."""
+    """A waiter's message to the keeper: a job started (and its start is journaled)."""
     return f"L {pid} {segment}\0{key}".encode()
 
 
+def done(waiter: int) -> bytes:
+    """A waiter's message to the keeper: it has started every job it was given."""
+    return f"F {waiter}".encode()
+
+
+def lost(waiter: int) -> bytes:
+    """The runner's message to the keeper: the waiter died before it was done."""
+    return f"X {waiter}".encode()
+
+
 def ended(pid: int) -> bytes:
-    """The runner's message to the keeper: a job's end is journaled (by the runner)."""
+    """A waiter's message to the keeper: a job's end is journaled."""
     return f"E {pid}".encode()
 
 
@@ -92,11 +107,16 @@ class Keeper:
         self.path, self.listener = path, listener
         self.started_at = time.time()
         self.jobs: Jobs = {}
-        self.intent: tuple[float, str, str] | None = None  # a start not yet confirmed
+        #: waiters told to start jobs and not done yet: pid -> (forked at, jobs not started)
+        self.intents: dict[int, tuple[float, list[tuple[str, str]]]] = {}
         self.idle = False
         # own end: read here; the runner's end: kept open so messages outlive a runner
         self.own, self.runners_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.own.setblocking(False)
+        # the waiters' ends to the runner: held here too, so none is lost between runners
+        self.ends = os.pipe()
+        with contextlib.suppress(OSError):  # room for the ends of a burst while no runner
+            fcntl.fcntl(self.ends[1], F_SETPIPE_SZ, 1 << 20)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.runner = 0
         self.runner_since = 0.0
@@ -120,23 +140,33 @@ class Keeper:
                 time.sleep(BATCH_S)
 
     def _read_runner(self) -> int:
-        """Take in what the runner said; returns how many messages."""
+        """Take in what the runner and the waiters said; returns how many messages."""
         n = 0
         while True:
             try:
-                msg = self.own.recv(1 << 16)
+                msg = self.own.recv(1 << 20)
             except BlockingIOError:
                 return n
             n += 1
             kind, _, rest = msg.partition(b" ")
-            if kind in (b"L", b"I"):
+            if kind == b"L":
                 first, _, where = rest.partition(b" ")
                 segment, _, key = where.partition(b"\0")
-                if kind == b"I":
-                    self.intent = (float(first), key.decode(), segment.decode())
-                else:
-                    self.intent = None
-                    self.jobs[int(first)] = (key.decode(), segment.decode())
+                job = (key.decode(), segment.decode())
+                self.jobs[int(first)] = job
+                for _, pending in self.intents.values():
+                    if job in pending:
+                        pending.remove(job)
+            elif kind == b"I":
+                head, *parts = rest.split(b"\0")
+                waiter, since = head.split()
+                self.intents[int(waiter)] = (float(since), [
+                    (parts[i + 1].decode(), parts[i].decode())
+                    for i in range(0, len(parts) - 1, 2)])
+            elif kind == b"F":
+                self.intents.pop(int(rest), None)
+            elif kind == b"X":
+                self._lost_starts(int(rest))
             elif kind == b"E":
                 self.jobs.pop(int(rest), None)
 
@@ -154,11 +184,13 @@ class Keeper:
             if pid == self.runner:
                 self._runner_gone()
                 continue
-            if pid not in self.jobs:  # a job of a runner that died just now?
+            if pid not in self.jobs:  # a job or a waiter of a runner that died just now?
                 self._read_runner()
                 self._runner_gone()
+            if pid in self.intents:  # a waiter that died in its starts
+                self._lost_starts(pid)
             job = self.jobs.pop(pid, None)
-            if job is not None:
+            if job is not None:  # its waiter died: the job was this keeper's orphan
                 self._journal_end(pid, job, exit_status_of(res))
             os.waitpid(pid, 0)  # after the record: a keeper killed before it leaves no gap
         if self.idle:
@@ -168,9 +200,10 @@ class Keeper:
         return True
 
     def _runner_gone(self) -> None:
-        """If the runner has died: take in all it said, find a job it started without
-        saying so, reap it. Before any orphan is reaped, and before the next runner starts
-        (a daemon that lost a launch asks the next runner first, then reads the journal)."""
+        """If the runner has died: take in all it said, wait for each waiter it had told to
+        start jobs to be done with them (or to die), reap it. Before any orphan is reaped,
+        and before the next runner starts (a daemon that lost a launch asks the next runner
+        first, then reads the journal)."""
         if not self.runner:
             return
         try:
@@ -180,21 +213,48 @@ class Keeper:
         if res is None:
             return
         self._read_runner()
-        if self.intent is not None:
-            self._find_unannounced(*self.intent)
-            self.intent = None
+        for waiter in list(self.intents):
+            self._settle(waiter)
         os.waitpid(self.runner, 0)
         self.runner = 0
         # exited of itself: idle, no jobs and no daemon (its socket is gone)
         self.idle = res.si_code == os.CLD_EXITED and res.si_status == 0
 
-    def _find_unannounced(self, since: float, key: str, segment: str) -> None:
-        """The runner died between starting a job and saying so: the job is the child (now
-        this keeper's) not known here that started since the runner said it would start
-        one (not yet in its own session, maybe: the runner may have died first). Its
-        start goes to the journal, as the runner would have put it."""
+    def _settle(self, waiter: int) -> None:
+        """Wait until a dead runner's waiter (now this keeper's child) has said it started
+        all it was told to, or has died; a waiter that had no go-ahead exits at once."""
+        while waiter in self.intents:
+            try:
+                gone = os.waitid(os.P_PID, waiter, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # not this keeper's child (never was: gone)
+                gone = None
+                self._read_runner()
+                self._lost_starts(waiter)
+                return
+            if gone is not None:
+                self._read_runner()
+                self._lost_starts(waiter)
+                return
+            with contextlib.suppress(InterruptedError):
+                select.select([self.own], [], [], 0.02)
+            self._read_runner()
+
+    def _lost_starts(self, waiter: int) -> None:
+        """A waiter died before it had said it started every job it was given: the job it
+        was starting may run (its orphan is this keeper's child): found, journaled."""
+        intent = self.intents.pop(waiter, None)
+        if intent is None or not intent[1]:
+            return
+        since, pending = intent
+        self._find_unannounced(since, *pending[0], not_these={waiter, *self.intents})
+
+    def _find_unannounced(self, since: float, key: str, segment: str,
+                          not_these: set[int]) -> None:
+        """The job a waiter started without saying so: the child (now this keeper's) not
+        known here that started since the waiter was forked (not yet in its own session,
+        maybe). Its start goes to the journal, as the waiter would have put it."""
         found: list[tuple[float, int]] = []
-        for pid in _children() - set(self.jobs) - {self.runner}:
+        for pid in _children() - set(self.jobs) - {self.runner} - not_these:
             began = _started_since_boot(pid)
             if began is not None and began >= since - 2 / _TICKS:  # ticks: coarse
                 found.append((began, pid))
@@ -234,7 +294,7 @@ class Keeper:
             from rota.backends.local.runner import Runner
 
             Runner(self.path, self.listener, self.runners_end, (os.getppid(), self.started_at),
-                   self.jobs).serve()
+                   self.jobs, self.ends).serve()
             code = 0
         except BaseException:
             traceback.print_exc()

@@ -14,20 +14,22 @@ daemon, so a daemon that crashes, stops or is upgraded leaves it running: jobs t
 meanwhile still get their exit status in the journal, and the next daemon connects to it
 again.
 
-The runner's own death (SIGKILL, the OOM killer) is survived too. Why it once was not: the
-jobs never died with it (each is in its own session, writes to a file, has no
-parent-death signal), but only a parent learns an exit status; the orphans were reaped by
-init and ended as "killed by signal 9", charged to the job. Now the process the daemon
-starts is the keeper (``rota.backends.local.keeper``), a child subreaper that owns the
-listening socket and forks the runner: a dead runner's jobs become the keeper's children,
-it journals their ends, and forks the next runner at once, which takes them over
-(``watch`` answers for them; their ends reach it from the keeper). The runner tells the
-keeper that it is about to start a job, that it has (once the start is journaled: a daemon
-that lost the answer finds it there) and of its end (once journaled too), and looks at a
-child's end with ``WNOWAIT`` and reaps it only once the end is journaled, so a runner
-killed at any point leaves each job's start and end recorded, and its end to exactly one
-of them. ``hello``'s ``pid`` and ``started_at``, and the journal's ``runner``, are the
-keeper's: it is what holds the jobs.
+Its death is survived, and its keeper's too. Each job's parent is not the runner but a
+waiter (``rota.backends.local.waiter``): a fork of the runner, one per burst of launches
+(the launches waiting in its socket together), that starts those jobs, journals each start
+and end itself, writes each end into the pipe the daemon watches (whose write end it alone
+holds) and lives exactly as long as its jobs. So a SIGKILL of the runner, or of the runner
+and its keeper at once (the OOM killer), leaves every running job's end recorded, and the
+daemon runs none of them again. The process the daemon starts is the keeper
+(``rota.backends.local.keeper``), a child subreaper that owns the listening socket and
+forks the runner again at once when it dies; the waiters tell it of each start and end,
+so the next runner knows the running jobs ("adopted": it answers ``watch`` for them) and
+their ends reach it through a pipe the keeper holds. The runner tells the keeper of each
+waiter before letting it start anything, so a runner killed at any point leaves each job
+started and journaled once, or not at all. A waiter killed with the job still running
+leaves the job to the keeper, which reaps it and journals its end. ``hello``'s ``pid``
+and ``started_at``, and the journal's ``runner``, are the keeper's: it is what holds the
+jobs.
 
 Protocol: ``SOCK_SEQPACKET`` on an owner-only socket in ROTA_HOME, one JSON object per
 message. ``{"op": "hello"}`` -> ``{"protocol", "pid", "started_at", "runner"}`` (``runner``:
@@ -38,26 +40,26 @@ environment; ``{"op": "launch", "argv", "env",
 journal is) -> ``{"pid", "started_at"}`` and, as ancillary data, the read end of a pipe
 that gets the job's end record (one JSON line) once the journal has it, and is then
 closed (the daemon watches it like a pidfd, so it never sees an end before the record
-exists); ``{"op": "watch", "pid"}`` -> the same pipe for a job started earlier
+exists; its write end is the waiter's alone, so the runner's death does not close it);
+``{"op": "watch", "pid"}`` -> such a pipe for a job started earlier
 (``{"known": false}`` when it is not this runner's); any error -> ``{"error": TEXT}``.
 The runner makes the log's and the journal's directories when they are missing, and
 removes a stale status file of the attempt's name (read before the journal).
 The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S,
 and the keeper with it.
 
-Standard library only (and the journal's names): it starts once per daemon lifetime,
-and quickly.
+Standard library only (and the journal's and waiter's names): it starts once per daemon
+lifetime, and quickly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
+import gc
 import json
 import os
 import select
 import selectors
-import shutil
 import signal
 import socket
 import sys
@@ -65,35 +67,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rota.backends.local import waiter
 from rota.backends.local.journal import SEGMENT_BYTES, journal_dir, segment_name
-from rota.backends.local.keeper import (
-    Jobs,
-    Keeper,
-    become_subreaper,
-    ended,
-    exit_status_of,
-    started,
-    starting,
-)
+from rota.backends.local.keeper import Jobs, Keeper, become_subreaper, intent, lost
 
 #: 3: a journal per runner instead of a status file per job; ends in the pipe.
 #: 4: a keeper holds the jobs; ``pid`` and ``started_at`` in ``hello`` are the keeper's.
-PROTOCOL = 4
+#: 5: waiters hold the jobs; the daemon's first watch pipe is a waiter's.
+PROTOCOL = 5
 MAX_MESSAGE = 1 << 20
 IDLE_EXIT_S = 30.0
-_DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
-#: Python ignores SIGPIPE (and the runner HUP and INT); an ignored signal stays ignored
-#: across exec, so the job gets the defaults back.
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ)
+#: the most launches one waiter starts (taken from the socket together)
+MAX_BURST = 64
+#: what a job's two records take in its journal segment, about (the waiter writes them)
+_RECORDS_BYTES = 300
 
 
 @dataclass
 class _Job:
     pid: int
-    pidfd: int  # -1: adopted from a dead runner (the keeper reaps it and says its end)
     key: str  # the attempt's status path: its name in the journal
-    journal: _Journal
-    watchers: list[int] = field(default_factory=list)  # write ends of the daemons' pipes
+    watchers: list[int] = field(default_factory=list)  # write ends of later daemons' pipes
 
 
 def _hung_up(conn: socket.socket) -> bool:
@@ -129,13 +123,11 @@ class _Journal:
             self._next()
         return self.path
 
-    def write(self, record: dict[str, Any]) -> bytes:
-        """Append the record; returns its line."""
-        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    def reserve(self, key: str) -> tuple[str, int]:
+        """The segment (path, fd) a job's records go to, written by its waiter."""
         self.segment()
-        os.write(self.fd, line)
-        self.size += len(line)
-        return line
+        self.size += _RECORDS_BYTES + 2 * len(key)
+        return self.path, self.fd
 
     def _next(self) -> None:
         if self.fd >= 0:
@@ -161,30 +153,34 @@ def listen(path: str) -> socket.socket:
 
 class Runner:
     def __init__(self, path: str, listener: socket.socket, keeper: socket.socket,
-                 holder: tuple[int, float], adopted: Jobs) -> None:
+                 holder: tuple[int, float], adopted: Jobs, ends: tuple[int, int]) -> None:
         self.path, self.listener, self.keeper = path, listener, keeper
-        self.holder_pid, self.holder_started = holder  # the keeper: who holds the jobs
+        self.holder = waiter.Holder(*holder)  # the keeper: who holds the jobs
         self.started_at = time.time()
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
         self.keeper.setblocking(False)
         self.sel.register(self.keeper, selectors.EVENT_READ, self._from_keeper)
+        self.ends_r, self.ends_w = ends  # the waiters' ends (the keeper holds them too)
+        os.set_blocking(self.ends_r, False)
+        self.sel.register(self.ends_r, selectors.EVENT_READ, self._from_waiters)
+        self.ends_buf = b""
         self.clients: set[socket.socket] = set()
         self.jobs: dict[int, _Job] = {}
         self.last_client = time.monotonic()
         self.buf = bytearray(MAX_MESSAGE)
         self.base_env: dict[socket.socket, dict[str, str]] = {}  # per connection
-        self.cwd = os.getcwd()
-        self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> the file found
         self.journals: dict[str, _Journal] = {}  # status directory -> its journal
+        self.as_accounts = False  # what starting a job as an account needs is imported
         for pid, (key, _segment) in adopted.items():
-            self.jobs[pid] = _Job(pid=pid, pidfd=-1, key=key, journal=self._journal(key))
+            self.jobs[pid] = _Job(pid=pid, key=key)
 
     # --- the loop ---------------------------------------------------------------------
     def serve(self) -> None:
         while True:
             for key, _ in self.sel.select(timeout=5.0):
                 key.data(key.fileobj)
+            self._reap_waiters()
             if self.clients:
                 self.last_client = time.monotonic()
             elif not self.jobs and time.monotonic() - self.last_client > IDLE_EXIT_S:
@@ -212,98 +208,178 @@ class Runner:
         conn.close()
 
     def _message(self, conn: socket.socket) -> None:
-        try:
-            n = conn.recv_into(self.buf)
-        except OSError:
-            n = 0
-        if n == 0:
-            self._drop(conn)
+        """The messages waiting on this connection (launches in a row: one waiter)."""
+        msgs: list[bytes] = []
+        while len(msgs) < MAX_BURST:
+            try:
+                n = conn.recv_into(self.buf, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError:
+                n = 0
+            if n == 0:
+                self._drop(conn)
+                return
+            msgs.append(bytes(self.buf[:n]))
+        if not msgs:
             return
         if _hung_up(conn):
             # its daemon is gone (killed with requests still queued): what it asked is
             # not done, since the next daemon starts those jobs again
             self._drop(conn)
             return
-        fds: list[int] = []
-        try:
-            msg = json.loads(self.buf[:n])
-            reply = self._handle(conn, msg, fds)
-        except Exception as e:  # a bad request gets an answer, the runner goes on
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        try:
-            socket.send_fds(conn, [json.dumps(reply).encode()], fds)
-        except OSError:
-            self._drop(conn)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        answers: list[tuple[dict[str, Any], list[int]]] = []
+        launches: list[dict[str, Any]] = []
+        for data in msgs:
+            fds: list[int] = []
+            try:
+                msg = json.loads(data)
+                if msg.get("op") == "launch":
+                    launches.append(msg)
+                    continue
+                answers += self._launch(conn, launches)
+                launches = []
+                reply = self._handle(conn, msg, fds)
+            except Exception as e:  # a bad request gets an answer, the runner goes on
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            answers.append((reply, fds))
+        answers += self._launch(conn, launches)
+        for i, (reply, fds) in enumerate(answers):
+            try:
+                socket.send_fds(conn, [json.dumps(reply).encode()], fds)
+            except OSError:
+                for _, rest in answers[i + 1:]:
+                    for fd in rest:
+                        os.close(fd)
+                self._drop(conn)
+                return
+            finally:
+                for fd in fds:
+                    os.close(fd)
 
     def _handle(self, conn: socket.socket, msg: dict[str, Any],
                 fds: list[int]) -> dict[str, Any]:
         op = msg.get("op")
         if op == "hello":
-            return {"protocol": PROTOCOL, "pid": self.holder_pid,
-                    "started_at": self.holder_started, "runner": os.getpid()}
+            return {"protocol": PROTOCOL, "pid": self.holder.pid,
+                    "started_at": self.holder.started, "runner": os.getpid()}
         if op == "env":  # the daemon's environment, once: launches carry only their own
             self.base_env[conn] = msg["env"]
             return {}
-        if op == "launch":
-            return self._launch({**self.base_env.get(conn, {}), **msg["env"]}, msg, fds)
         if op == "watch":
             job = self.jobs.get(int(msg["pid"]))
             if job is None:
                 return {"known": False}
-            fds.append(self._watcher(job))
+            r, w = os.pipe()
+            job.watchers.append(w)
+            fds.append(r)
             return {"known": True}
         return {"error": f"unknown op {op!r}"}
 
-    # --- starting a job ---------------------------------------------------------------
-    def _launch(self, env: dict[str, str], msg: dict[str, Any],
-                fds: list[int]) -> dict[str, Any]:
-        argv: list[str] = msg["argv"]
+    # --- starting jobs ----------------------------------------------------------------
+    def _launch(self, conn: socket.socket, msgs: list[dict[str, Any]]
+                ) -> list[tuple[dict[str, Any], list[int]]]:
+        """Start these jobs through one waiter: an answer each, in order."""
+        answers: list[tuple[dict[str, Any], list[int]]] = []
+        starts: list[tuple[waiter.Start, int]] = []  # and the read end of its watch pipe
+        for msg in msgs:
+            try:
+                starts.append(self._prepare(conn, msg))
+                answers.append(({}, []))
+            except Exception as e:  # its log cannot be made, say: this job only
+                answers.append(({"error": f"{type(e).__name__}: {e}"}, []))
+        if not starts:
+            return answers
+        got = self._fork_waiter([s for s, _ in starts])
+        it = iter(zip(starts, got, strict=True))
+        for reply, fds in answers:
+            if "error" in reply:
+                continue
+            (start, watch), pid_at = next(it)
+            if pid_at is None:
+                os.close(watch)
+                reply["error"] = "the job's waiter died while starting it"
+                continue
+            self.jobs[start.pid] = _Job(pid=start.pid, key=start.key)
+            reply.update(pid=start.pid, started_at=pid_at)
+            fds.append(watch)
+        return answers
+
+    def _prepare(self, conn: socket.socket, msg: dict[str, Any]) -> tuple[waiter.Start, int]:
         account: dict[str, Any] | None = msg.get("as")
         log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                     0o600 if account else 0o644)
         try:
             if account is not None:
+                self._can_start_as_accounts()
                 _hand_over(account, log, msg["status"], msg["env"].get("ROTA_EVENTS_FILE"))
+                env = {**account_env(account), **msg["env"]}
+            else:
+                env = {**self.base_env.get(conn, {}), **msg["env"]}
             if msg.get("header"):
                 os.write(log, (msg["header"] + "\n").encode())
             with contextlib.suppress(OSError):  # a stale status file would shadow the journal
                 os.unlink(msg["status"])
-            journal = self._journal(msg["status"])
-            self._tell_keeper(starting(msg["status"], journal.segment()))
-            try:
-                pid = self._spawn(argv, env, msg.get("cwd") or None, log) if account is None \
-                    else _spawn_as(account, argv, {**account_env(account), **msg["env"]},
-                                   msg.get("cwd") or None, log)
-            except OSError as e:
-                # as a shell says it: in the log, and an exit status of 127 (not found) or
-                # 126 (cannot run), from a stand-in process, so the job ends as any other
-                os.write(log, f"rota: {e.strerror or e}\n".encode())
-                code = 127 if e.errno == errno.ENOENT and "command not found" in str(e) \
-                    else 126
-                pid = os.posix_spawn("/bin/sh", ["sh", "-c", f"exit {code}"], env,
-                                     setsid=True)
-        finally:
+            segment, journal = self._journal(msg["status"]).reserve(msg["status"])
+        except BaseException:
             os.close(log)
-        started_at = time.time()
-        key: str = msg["status"]
-        job = _Job(pid=pid, pidfd=os.pidfd_open(pid), key=key, journal=journal)
+            raise
+        r, w = os.pipe()
+        return waiter.Start(key=msg["status"], segment=segment, journal=journal,
+                            argv=msg["argv"], env=env, cwd=msg.get("cwd") or None, log=log,
+                            account=account, watch=w), r
+
+    def _can_start_as_accounts(self) -> None:
+        """Imported here, before any fork: a waiter imports nothing (and finding libc
+        runs a program)."""
+        if not self.as_accounts:
+            import subprocess  # noqa: F401
+
+            from rota.storage.owner_files import _credentials
+
+            _credentials()
+            self.as_accounts = True
+
+    def _fork_waiter(self, starts: list[waiter.Start]) -> list[float | None]:
+        """Fork the waiter of these jobs, tell the keeper, let it start them: each job's
+        start time (its pid set in ``starts``), None for those it did not get to."""
+        go_r, go_w = os.pipe()
+        pids_r, pids_w = os.pipe()
+        since = time.clock_gettime(time.CLOCK_BOOTTIME)
         try:
-            # the journal first: a daemon that loses this answer reads it there. Should this
-            # runner die before the keeper hears ``started``, the keeper finds the job as
-            # the child it was not told of (and journals the start again, the same record)
-            job.journal.write({"key": key, "shim_pid": pid, "pgid": pid,
-                               "runner": self.holder_pid,
-                               "runner_started": self.holder_started})
-        except OSError as e:  # the job runs and is watched; only a restart cannot find it
-            print(f"rota runner: job {pid}: cannot record its start: {e}", file=sys.stderr)
-        self._tell_keeper(started(pid, key, journal.segment()))
-        self.jobs[pid] = job
-        self.sel.register(job.pidfd, selectors.EVENT_READ, lambda _fd, j=job: self._ended(j))
-        fds.append(self._watcher(job))
-        return {"pid": pid, "started_at": started_at}
+            pid = os.fork()
+        except OSError as e:
+            for fd in (go_r, go_w, pids_r, pids_w):
+                os.close(fd)
+            for s in starts:
+                os.close(s.log)
+                os.close(s.watch)
+            print(f"rota runner: cannot fork a waiter: {e}", file=sys.stderr)
+            return [None] * len(starts)
+        if pid == 0:
+            gc.disable()  # a collection would touch (and copy) every page of the runner
+            waiter.run(starts, go_r, pids_w, self.keeper, self.ends_w, self.holder)
+        for fd in (go_r, pids_w, *[s.log for s in starts], *[s.watch for s in starts]):
+            os.close(fd)
+        # the keeper first: a runner killed from here on leaves it to wait for this waiter
+        self._tell_keeper(intent(pid, since, [(s.key, s.segment) for s in starts]))
+        os.write(go_w, b"g")
+        os.close(go_w)
+        got: list[float | None] = []
+        with os.fdopen(pids_r, "rb") as f:
+            while len(got) < len(starts):
+                line = f.readline()
+                if not line.endswith(b"\n"):
+                    break  # it died
+                jpid, at = line.split()
+                starts[len(got)].pid = int(jpid)
+                got.append(float(at))
+        if len(got) < len(starts):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self._tell_keeper(lost(pid))
+            got += [None] * (len(starts) - len(got))
+        return got
 
     def _journal(self, key: str) -> _Journal:
         status_dir = os.path.dirname(key)
@@ -312,72 +388,37 @@ class Runner:
             journal = self.journals[status_dir] = _Journal(status_dir, self.started_at)
         return journal
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None, log: int) -> int:
-        """posix_spawn in ``cwd`` (the runner is single-threaded and uses absolute paths
-        only, so it simply moves there), the program looked up on the job's own PATH,
-        output to the log."""
-        if cwd is not None and cwd != self.cwd:
-            try:
-                os.chdir(cwd)
-            except OSError as e:
-                raise OSError(e.errno, f"cannot enter the working directory '{cwd}': "
-                                       f"{e.strerror}") from None
-            self.cwd = cwd
-        prog = argv[0]
-        key = (prog, env.get("PATH", os.defpath)) if "/" not in prog else None
-        found = self.programs.get(key) if key else None
-        if found is None:
-            found = shutil.which(prog, path=key[1]) if key else \
-                (prog if os.path.exists(prog) else None)
-            if found is None:
-                raise OSError(errno.ENOENT, f"cannot run '{prog}': command not found")
-            if key and len(self.programs) < 10_000:
-                self.programs[key] = found
-        try:
-            return os.posix_spawn(found, argv, env, setsid=True, setsigmask=(),
-                                  setsigdef=_DEFAULT_SIGNALS, file_actions=[
-                                      _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, log, 1),
-                                      (os.POSIX_SPAWN_DUP2, log, 2)])
-        except OSError as e:
-            if key:  # moved or removed since it was found: look again next time
-                self.programs.pop(key, None)
-            raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
-
-    def _watcher(self, job: _Job) -> int:
-        """A pipe for a daemon: it reads EOF once the job's end is recorded."""
-        r, w = os.pipe()
-        job.watchers.append(w)
-        return r
-
     # --- a job's end ------------------------------------------------------------------
-    def _ended(self, job: _Job) -> None:
-        # looked at, not reaped, until its end is journaled and the keeper told: should
-        # this runner die in between, the keeper reaps the zombie and records it
-        try:
-            res = os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            res = None
-            status = 128 + signal.SIGKILL  # not ours to reap: unknown
-        else:
-            if res is None:
+    def _from_waiters(self, fd: int) -> None:
+        """Ends journaled by the waiters (this runner's or a dead one's): ``PID LINE``."""
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            self.ends_buf += data
+        *lines, self.ends_buf = self.ends_buf.split(b"\n")
+        for line in lines:
+            pid, _, record = line.partition(b" ")
+            job = self.jobs.get(int(pid))
+            if job is not None:
+                self._done(job, record + b"\n")
+        self._reap_waiters()
+
+    def _reap_waiters(self) -> None:
+        """The waiters that have exited (the runner's only children)."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
                 return
-            status = exit_status_of(res)
-        record = {"key": job.key, "shim_pid": job.pid, "exit_status": status,
-                  "ended_at": time.time()}
-        try:
-            line = job.journal.write(record)
-        except OSError as e:  # a restarted daemon will find no end: the job is requeued
-            print(f"rota runner: job {job.pid}: cannot record its end: {e}", file=sys.stderr)
-            line = (json.dumps(record) + "\n").encode()
-        self.sel.unregister(job.pidfd)
-        os.close(job.pidfd)
-        self._tell_keeper(ended(job.pid))
-        if res is not None:
-            os.waitpid(job.pid, 0)
-        self._done(job, line)
+            if not pid:
+                return
 
     def _done(self, job: _Job, line: bytes) -> None:
-        """The job's end is journaled: to the daemons watching it."""
+        """The job's end is journaled: to the daemons that asked this runner to watch it."""
         for w in job.watchers:
             with contextlib.suppress(OSError):  # that daemon is gone: its pipe with it
                 os.write(w, line)
@@ -392,18 +433,25 @@ class Runner:
                 return
             except BlockingIOError:  # it is behind: wait for room
                 select.select([], [self.keeper], [], 1.0)
+            except OSError:  # it is gone: the waiters record the jobs' ends
+                return
 
     def _from_keeper(self, sock: socket.socket) -> None:
-        """Ends of adopted jobs, journaled by the keeper: ``D PID LINE``."""
+        """Ends of jobs whose waiter died, journaled by the keeper: ``D PID LINE``."""
         while True:
             try:
                 msg = sock.recv(1 << 16)
             except BlockingIOError:
                 return
+            except OSError:
+                msg = b""
+            if not msg:  # the keeper is gone: nothing more comes from it
+                self.sel.unregister(sock)
+                return
             kind, _, rest = msg.partition(b" ")
             pid, _, line = rest.partition(b" ")
             job = self.jobs.get(int(pid)) if kind == b"D" else None
-            if job is not None and job.pidfd < 0:
+            if job is not None:
                 self._done(job, line)
 
 
@@ -448,33 +496,3 @@ def _hand_over(account: dict[str, Any], log: int, status: str, events: str | Non
             os.fchown(fd, uid, gid)
         finally:
             os.close(fd)
-
-
-def _spawn_as(account: dict[str, Any], argv: list[str], env: dict[str, str],
-              cwd: str | None, log: int) -> int:
-    """fork + exec as the account: groups, gid, uid set before exec, umask 077, in a session
-    of its own, output to the log (posix_spawn cannot switch users). The runner (and its
-    keeper) reap it by pid, as any job: the Popen object is told it is done so that
-    subprocess never reaps it behind their back."""
-    import subprocess
-
-    prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
-    if prog is None:
-        raise OSError(errno.ENOENT, f"cannot run '{argv[0]}': command not found")
-    try:
-        proc = subprocess.Popen(argv, executable=prog, env=env, cwd=cwd,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, user=account["uid"],
-                                group=account["gid"], extra_groups=account["groups"],
-                                umask=0o077, close_fds=True, restore_signals=True,
-                                preexec_fn=_default_signals)
-    except OSError as e:
-        raise OSError(e.errno, f"cannot run '{argv[0]}' as {account['user']}: "
-                               f"{e.strerror}") from None
-    proc.returncode = 0  # never polled: the runner's selector and waitpid see its end
-    return proc.pid
-
-
-def _default_signals() -> None:
-    for sig in _DEFAULT_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)

@@ -1,0 +1,79 @@
+"""A job's working directory on a root daemon (issue 36): entered as the job's account,
+never with the daemon's rights. A folder the account may not enter is refused with the
+reason, in the job's log, and the command never runs.
+
+Run as root with real Unix accounts (see test_multi_user.py, whose helpers these are).
+An account of its own, so that these tests and the others may run side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_multi_user import _log, _wait_end, rota_as
+
+from rota_testing import DaemonProcess, kill_job_processes, unix_accounts
+
+CORA = "rtu-cora"
+
+
+@pytest.fixture(scope="module")
+def account() -> Iterator[int]:
+    with unix_accounts(CORA) as uids:
+        yield uids[CORA]
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rota-muc-", dir="/tmp"))
+    os.chmod(path, 0o755)  # others pass through to the socket (pytest's tmp_path is 0700)
+    yield path
+    kill_job_processes(path / "home")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(account: int, base: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(base / "home", extra_env={"ROTA_SHARED_ACCOUNT": "false"}).start()
+    yield d
+    d.stop()
+
+
+def _submit(d: DaemonProcess, cwd: Path, *argv: str) -> int:
+    r = rota_as(CORA, d.home, "submit", "--json", "--gpus", "0", "--cwd", str(cwd), "--",
+                *argv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return int(json.loads(r.stdout)["jobs"][0]["id"])
+
+
+def test_a_folder_the_account_cannot_enter_is_refused_and_the_command_never_runs(
+        daemon: DaemonProcess, account: int, base: Path) -> None:
+    secret = base / "root-only"
+    secret.mkdir(mode=0o700)  # root's: a root runner could enter it, the account cannot
+    ran = base / "ran"
+    ran.mkdir(mode=0o777)
+    os.chmod(ran, 0o777)
+    job = _submit(daemon, secret, "sh", "-c", f"pwd > {ran}/pwd; ls > {ran}/ls")
+    end = _wait_end(daemon, job)
+    assert (end["state"], end["exit_code"]) == ("failed", 126), end
+    log = _log(daemon, job)
+    assert (f"rota: cannot enter the working directory '{secret}': Permission denied "
+            f"(as {CORA})") in log, log
+    assert not list(ran.iterdir())  # the command never ran
+
+
+def test_a_folder_the_account_may_enter_is_its_working_directory(
+        daemon: DaemonProcess, account: int, base: Path) -> None:
+    own = base / "cora-work"
+    own.mkdir(mode=0o700)
+    os.chown(own, account, account)  # the account's own 0700 folder
+    job = _submit(daemon, own, "sh", "-c", "pwd; id -u")
+    end = _wait_end(daemon, job)
+    assert (end["state"], end["exit_code"]) == ("completed", 0), end
+    assert _log(daemon, job).split()[-2:] == [str(own), str(account)]
