@@ -26,3 +26,21 @@ def test_read_status_does_not_follow_a_link(tmp_path: Path) -> None:
     link.symlink_to(other)
     assert read_status(link) is None
     assert read_status(other) is not None
+
+
+def test_read_status_reads_a_plain_file_only_and_a_bounded_part_of_it(tmp_path: Path) -> None:
+    """A job's account writes its shim's status file: a fifo put there never blocks the
+    daemon, and a file grown huge is read no further than a status file's bound."""
+    import os
+
+    from rota.backends.common import MAX_STATUS_BYTES
+
+    fifo = tmp_path / "2-1.json"
+    os.mkfifo(fifo)
+    assert read_status(fifo) is None  # returns at once: no writer is waited for
+    big = tmp_path / "3-1.json"
+    record = json.dumps({"shim_pid": 7, "pgid": 7}) + "\n"
+    big.write_text(record + "x" * (8 * MAX_STATUS_BYTES) + "\n" + json.dumps({"exit_status": 9}))
+    got = read_status(big)
+    assert got is not None and got.get("shim_pid") == 7
+    assert "exit_status" not in got  # past the bound: not believed
