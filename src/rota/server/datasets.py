@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import tarfile
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +66,8 @@ MAX_FILES = 200_000
 #: waits before a failed fetch is tried again: passing trouble, then anything else
 RETRY_PASSING_S = 30.0
 RETRY_OTHER_S = 300.0
+#: the longest a version's check at a launch is taken for the next ones (one loop turn's)
+CHECKED_KEPT_S = 1.0
 
 
 class DatasetMissing(BackendError):
@@ -123,7 +126,7 @@ class Datasets:
         self.trouble: dict[str, str] = {}  # slot -> why its last fetch failed
         self.changed: set[str] = set()  # slots found changed in the cache, fetched again
         self._checked: dict[str, str] = {}  # slot -> why it cannot be used ("": it can),
-        # found in this loop turn
+        self._checked_at = 0.0  # found in this loop turn (time.monotonic() of the first)
         self.full: set[str] = set()  # of those, the ones the cache had no room for
         self.uploads: dict[str, Upload] = {}
         self.finished: dict[str, Upload] = {}  # committed: for a second client's commit
@@ -421,18 +424,24 @@ class Datasets:
         """Why the cached version cannot be handed to a job ("": it can): not here, or
         changed since it was placed (a root job, or the owner of a private copy, wrote
         into it). Checked once per loop turn: the jobs a pass starts together share it."""
+        now = time.monotonic()
+        if now - self._checked_at > CHECKED_KEPT_S:  # (should the loop's clear not come)
+            self._checked.clear()
         got = self._checked.get(slot)
         if got is not None:
             return got
         if not self._checked:
+            self._checked_at = now
             self.later(0.0, self._checked.clear)
         if not self.cache.present(slot):
             got = "is not on this machine (any more)"
         elif not self.cache.intact(slot):  # one lstat per file (docs/storage.md)
-            log.warning("dataset %s was changed in the cache since it was verified; "
-                        "fetched again", ref)
+            entry = self.cache.entry(slot)
+            why = "was changed in the cache since it was verified" if entry and entry.seal \
+                else "has no seal in the cache to verify it by (an older Rota placed it)"
+            log.warning("dataset %s %s; fetched again", ref, why)
             self.changed.add(slot)
-            got = "was changed in the cache since it was verified: it is fetched again"
+            got = f"{why}: it is fetched again"
         else:
             got = ""
         self._checked[slot] = got
