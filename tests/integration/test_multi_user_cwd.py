@@ -52,14 +52,32 @@ def _submit(d: DaemonProcess, cwd: Path, *argv: str) -> int:
     return int(json.loads(r.stdout)["jobs"][0]["id"])
 
 
-def test_a_folder_the_account_cannot_enter_is_refused_and_the_command_never_runs(
+def test_a_folder_the_account_cannot_enter_is_refused_at_submit_with_the_reason(
+        daemon: DaemonProcess, account: int, base: Path) -> None:
+    secret = base / "root-only-at-submit"
+    secret.mkdir(mode=0o700)  # root's: the daemon could enter it, the account cannot
+    r = rota_as(CORA, daemon.home, "submit", "--json", "--gpus", "0", "--cwd", str(secret),
+                "--", "true")
+    assert r.returncode != 0
+    said = r.stdout + r.stderr
+    assert f"cwd: '{secret}' is not a directory that {CORA} can enter" in said, said
+    with daemon.client() as c:  # nothing was stored
+        assert [j for j in c.jobs(limit=100) if j["user"] == CORA] == []
+
+
+def test_a_folder_closed_after_the_submit_is_refused_and_the_command_never_runs(
         daemon: DaemonProcess, account: int, base: Path) -> None:
     secret = base / "root-only"
-    secret.mkdir(mode=0o700)  # root's: a root runner could enter it, the account cannot
+    secret.mkdir(mode=0o755)  # open at the submit...
     ran = base / "ran"
     ran.mkdir(mode=0o777)
     os.chmod(ran, 0o777)
-    job = _submit(daemon, secret, "sh", "-c", f"pwd > {ran}/pwd; ls > {ran}/ls")
+    r = rota_as(CORA, daemon.home, "submit", "--json", "--hold", "--gpus", "0", "--cwd",
+                str(secret), "--", "sh", "-c", f"pwd > {ran}/pwd; ls > {ran}/ls")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = int(json.loads(r.stdout)["jobs"][0]["id"])
+    os.chmod(secret, 0o700)  # ...root's alone by its start: a root runner could enter it
+    assert rota_as(CORA, daemon.home, "release", str(job)).returncode == 0
     end = _wait_end(daemon, job)
     assert (end["state"], end["exit_code"]) == ("failed", 126), end
     log = _log(daemon, job)

@@ -106,8 +106,12 @@ class Intake:
         if spec.outputs and not spec.cwd and not all(map(os.path.isabs, spec.outputs)):
             raise InvalidSpec(f"{prefix}outputs: a relative folder is the job's cwd's, and "
                               "the job names no cwd", field="outputs")
-        if spec.cwd and not os.path.isdir(spec.cwd):
-            raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory", field="cwd")
+        if spec.cwd and not self.daemon.launcher.files_of(user).can_enter(spec.cwd):
+            # looked at with the rights the job will run with: a folder it could not enter
+            # is refused now, and root's view of a path is never told to a user
+            whose = "" if account is None else f" that {account} can enter"
+            raise InvalidSpec(f"{prefix}cwd: {spec.cwd!r} is not a directory{whose}",
+                              field="cwd")
         self._check_dependencies(spec, prefix)
         return spec
 
