@@ -154,3 +154,25 @@ def test_a_checkpoint_folder_is_tarred_with_the_owners_rights(
     assert status == 200 and b"model.bin" in body and b"trainer_state.json" in body
     assert b"shadow" not in body and b"root:" not in body and b"pipe.bin" not in body
 
+
+
+def test_a_pipelines_paths_are_read_with_the_callers_rights(daemon: DaemonProcess,
+                                                           secret_folder: Path) -> None:
+    """A pipeline's evaluation config naming root's file: read (and refused) as the caller,
+    so no line of it comes back in the error; nothing is stored."""
+    secret = secret_folder / "eval.yaml"
+    secret.write_text("root:$6$secrethash:19000:0:99999:7:::\n")
+    config = Path(tempfile.mkdtemp(prefix="rota-pipe-", dir="/tmp")) / "p.yaml"
+    config.parent.chmod(0o755)
+    config.write_text("version: 1\nname: claims\nmodel_repo: /m\ndatasets: [{name: /d.jsonl, "
+                      f"field_instruction: q, field_output: a}}]\nevaluate: {{config: {secret}}}\n")
+    config.chmod(0o644)
+    try:
+        r = rota_as(ALICE, daemon.home, "pipeline", "add", str(config))
+    finally:
+        shutil.rmtree(config.parent, ignore_errors=True)
+    said = r.stdout + r.stderr
+    assert r.returncode != 0 and "secrethash" not in said and "root:" not in said, said
+    assert f"{secret}: cannot read it: Permission denied" in said, said
+    with daemon.client() as c:
+        assert c.pipelines()["pipelines"] == []

@@ -306,8 +306,11 @@ class DaemonPorts:
         # built from the integer id only: no client text reaches the filesystem
         return self._d.settings.logs_dir / f"{int(job_id)}.log"
 
+    def user_files(self, user: str) -> OwnerFiles:
+        return self._d.launcher.files_of(user)
+
     def job_files(self, job_id: int) -> OwnerFiles:
-        return self._d.launcher.files_of(self._d.store.get_job(job_id).user)
+        return self.user_files(self._d.store.get_job(job_id).user)
 
     async def artifact_manifest(self, job_id: int) -> Manifest:
         # the store may be a bucket: read off the loop

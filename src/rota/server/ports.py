@@ -227,6 +227,10 @@ class Reads(Protocol):
         """NotFound when the job is not running; None when it runs without a session."""
         ...
     def log_path(self, job_id: int) -> Path: ...
+    def user_files(self, user: str) -> OwnerFiles:
+        """A user's files, acted on with the rights its jobs run with (the paths a request
+        names: a pipeline's files)."""
+        ...
     def job_files(self, job_id: int) -> OwnerFiles:
         """The job's files, acted on with its account's rights (rota.storage.owner_files):
         how every path the job or its owner names is read."""

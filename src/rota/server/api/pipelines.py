@@ -25,6 +25,9 @@ from rota.server.ports import Reads
 from rota.server.problems import errors
 from rota.store.repo import PipelineRecord, RoundRecord
 
+#: an evaluation config is a page of YAML; past this it is not one
+MAX_EVAL_CONFIG = 1 << 20
+
 router = APIRouter(prefix="/v1")
 Name = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                            description="the pipeline's name")]
@@ -64,12 +67,21 @@ async def add(body: AddBody, p: Caller, reads: ReadsPort,
         if not configs:
             raise InvalidSpec(f"task: the file has no task {body.task!r}", field="task")
     folder = os.path.dirname(body.path) if body.path else None
-    configs = [resolve_paths(c, folder) for c in configs]
+    # the paths it names are looked at, and read, with the caller's rights only
+    files = reads.user_files(p.user)
+    configs = [files.run(resolve_paths, c, folder) for c in configs]
     for c in configs:  # an evaluation config of its own: read and checked now
         if c.evaluate.config is not None:
-            from rota.eval.config import load as load_eval
+            from rota.eval.config import load_text as load_eval
 
-            load_eval(c.evaluate.config)
+            path = c.evaluate.config
+            try:
+                text = files.read_bytes(path, MAX_EVAL_CONFIG).decode("utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise InvalidSpec(f"evaluate.config: {path}: cannot read it: "
+                                  f"{getattr(e, 'strerror', None) or e}",
+                                  field="evaluate.config") from None
+            load_eval(text, where=path)
     pools = {x["name"]: x for x in (await reads.pools())["pools"]}
     for c in configs:
         for part in ("train", "merge", "evaluate"):
