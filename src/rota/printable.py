@@ -13,7 +13,16 @@ from __future__ import annotations
 import re
 
 # C0, DEL, C1; U+2028/2029; bidi embeddings, overrides, isolates
-CONTROL = _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CODES = (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+          *range(0x2066, 0x206A))
+
+
+def _class_of(codes: tuple[int, ...]) -> re.Pattern[str]:
+    """One character class (a plain class is several times faster than a lookahead)."""
+    return re.compile("[" + "".join(re.escape(chr(c)) for c in codes) + "]")
+
+
+CONTROL = _CONTROL = _class_of(_CODES)
 #: the pattern for each ``keep`` asked for (a handful: the callers' constants)
 _BUT: dict[str, re.Pattern[str]] = {"": _CONTROL}
 
@@ -32,7 +41,7 @@ def printable(text: str, keep: str = "") -> str:
     if pattern is None:
         if not all(_CONTROL.fullmatch(c) for c in keep):
             raise ValueError(f"keep {keep!r}: only control characters can be kept")
-        pattern = _BUT[keep] = re.compile(f"(?![{re.escape(keep)}]){_CONTROL.pattern}")
+        pattern = _BUT[keep] = _class_of(tuple(c for c in _CODES if chr(c) not in keep))
     return pattern.sub(_shown, text) if pattern.search(text) else text
 
 
