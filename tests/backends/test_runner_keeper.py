@@ -105,7 +105,7 @@ def die(here):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
 
-tell, fork_waiter, launch, handle = r.Runner._tell_keeper, r.Runner._fork_waiter, \\
+tell, start_in_waiter, launch, handle = r.Runner._tell_keeper, r.Runner._start_in_waiter, \\
     r.Runner._launch, r.Runner._handle
 
 def _handle(self, conn, msg, fds):
@@ -116,8 +116,8 @@ def _tell(self, msg):
     tell(self, msg)
     die({b"I": "announced"}.get(msg[:1]))
 
-def _fork_waiter(self, *args):
-    got = fork_waiter(self, *args)
+def _start_in_waiter(self, *args):
+    got = start_in_waiter(self, *args)
     die("started")
     return got
 
@@ -126,8 +126,8 @@ def _launch(self, *args):
     die("answering" if answer else None)
     return answer
 
-r.Runner._tell_keeper, r.Runner._fork_waiter, r.Runner._launch, r.Runner._handle = \\
-    _tell, _fork_waiter, _launch, _handle
+r.Runner._tell_keeper, r.Runner._start_in_waiter, r.Runner._launch, r.Runner._handle = \\
+    _tell, _start_in_waiter, _launch, _handle
 sys.exit(r.main(["runner", sock]))
 """
 

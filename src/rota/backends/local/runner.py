@@ -55,6 +55,7 @@ lifetime, and quickly.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -69,7 +70,8 @@ from typing import Any
 
 from rota.backends.local import waiter
 from rota.backends.local.journal import SEGMENT_BYTES, journal_dir, segment_name
-from rota.backends.local.keeper import Jobs, Keeper, become_subreaper, intent, lost
+from rota.backends.local.keeper import Jobs, Keeper, become_subreaper, intent
+from rota.backends.local.keeper import lost as lost_starts
 
 #: 3: a journal per runner instead of a status file per job; ends in the pipe.
 #: 4: a keeper holds the jobs; ``pid`` and ``started_at`` in ``hello`` are the keeper's.
@@ -84,6 +86,18 @@ _RECORDS_BYTES = 300
 
 
 @dataclass
+class _WaiterLink:
+    """The runner's end of the waiter taking bursts."""
+
+    pid: int
+    sock: socket.socket
+    jobs: int = 0  # handed to it so far
+    used: float = 0.0  # its last burst (monotonic)
+    segments: set[str] = field(default_factory=set)  # journal segments it holds
+    bases: set[int] = field(default_factory=set)  # the daemons' environments it holds
+
+
+@dataclass
 class _Job:
     pid: int
     key: str  # the attempt's status path: its name in the journal
@@ -95,6 +109,16 @@ def _hung_up(conn: socket.socket) -> bool:
     p = select.poll()
     p.register(conn, select.POLLRDHUP)
     return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in p.poll(0))
+
+
+def _message_limit() -> int:
+    """The largest job message a waiter's socketpair carries (the kernel caps its send
+    buffer at net.core.wmem_max, and a message at that buffer less a little)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, waiter.MESSAGE_BYTES)
+        got = a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    return min(waiter.MESSAGE_BYTES, got - 256) - 1  # the burst marker's byte
 
 
 def _open(path: str, flags: int, mode: int) -> int:
@@ -169,9 +193,14 @@ class Runner:
         self.jobs: dict[int, _Job] = {}
         self.last_client = time.monotonic()
         self.buf = bytearray(MAX_MESSAGE)
-        self.base_env: dict[socket.socket, dict[str, str]] = {}  # per connection
+        #: per connection: the daemon's environment as a waiter gets it (an id, and the
+        #: message that tells it), sent to each waiter once rather than with every job
+        self.base_env: dict[socket.socket, tuple[int, bytes]] = {}
+        self.base_ids = 0
         self.journals: dict[str, _Journal] = {}  # status directory -> its journal
         self.as_accounts = False  # what starting a job as an account needs is imported
+        self.waiter: _WaiterLink | None = None  # the waiter taking bursts, if any
+        self.message_limit = _message_limit()
         for pid, (key, _segment) in adopted.items():
             self.jobs[pid] = _Job(pid=pid, key=key)
 
@@ -181,6 +210,8 @@ class Runner:
             for key, _ in self.sel.select(timeout=5.0):
                 key.data(key.fileobj)
             self._reap_waiters()
+            if self.waiter and time.monotonic() - self.waiter.used > waiter.WAITER_IDLE_S:
+                self._retire()
             if self.clients:
                 self.last_client = time.monotonic()
             elif not self.jobs and time.monotonic() - self.last_client > IDLE_EXIT_S:
@@ -264,7 +295,8 @@ class Runner:
             return {"protocol": PROTOCOL, "pid": self.holder.pid,
                     "started_at": self.holder.started, "runner": os.getpid()}
         if op == "env":  # the daemon's environment, once: launches carry only their own
-            self.base_env[conn] = msg["env"]
+            self.base_ids += 1
+            self.base_env[conn] = (self.base_ids, waiter.encode_base(self.base_ids, msg["env"]))
             return {}
         if op == "watch":
             job = self.jobs.get(int(msg["pid"]))
@@ -281,7 +313,8 @@ class Runner:
                 ) -> list[tuple[dict[str, Any], list[int]]]:
         """Start these jobs through one waiter: an answer each, in order."""
         answers: list[tuple[dict[str, Any], list[int]]] = []
-        starts: list[tuple[waiter.Start, int]] = []  # and the read end of its watch pipe
+        #: each with its message, its daemon's environment's message, its watch pipe
+        starts: list[tuple[waiter.Start, bytes, bytes, int]] = []
         for msg in msgs:
             try:
                 starts.append(self._prepare(conn, msg))
@@ -290,12 +323,12 @@ class Runner:
                 answers.append(({"error": f"{type(e).__name__}: {e}"}, []))
         if not starts:
             return answers
-        got = self._fork_waiter([s for s, _ in starts])
+        got = self._start_in_waiter([(s, data, base) for s, data, base, _ in starts])
         it = iter(zip(starts, got, strict=True))
         for reply, fds in answers:
             if "error" in reply:
                 continue
-            (start, watch), pid_at = next(it)
+            (start, _, _, watch), pid_at = next(it)
             if pid_at is None:
                 os.close(watch)
                 reply["error"] = "the job's waiter died while starting it"
@@ -305,7 +338,8 @@ class Runner:
             fds.append(watch)
         return answers
 
-    def _prepare(self, conn: socket.socket, msg: dict[str, Any]) -> tuple[waiter.Start, int]:
+    def _prepare(self, conn: socket.socket, msg: dict[str, Any]
+                 ) -> tuple[waiter.Start, bytes, bytes, int]:
         account: dict[str, Any] | None = msg.get("as")
         log = _open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                     0o600 if account else 0o644)
@@ -314,20 +348,29 @@ class Runner:
                 self._can_start_as_accounts()
                 _hand_over(account, log, msg["status"], msg["env"].get("ROTA_EVENTS_FILE"))
                 env = {**account_env(account), **msg["env"]}
-            else:
-                env = {**self.base_env.get(conn, {}), **msg["env"]}
+                base = (0, b"")
+            else:  # the job's own variables over the daemon's (merged by the waiter)
+                env, base = msg["env"], self.base_env.get(conn, (0, b""))
+            start = waiter.Start(key=msg["status"], segment="", journal=-1, argv=msg["argv"],
+                                 env=env, cwd=msg.get("cwd") or None, log=log,
+                                 account=account, watch=-1, base=base[0])
+            data = waiter.encode(start)
+            if len(base[1]) > self.message_limit:
+                raise ValueError(f"the daemon's environment takes {len(base[1])} bytes; "
+                                 f"the local runner takes at most {self.message_limit}")
+            if len(data) > self.message_limit:
+                raise ValueError(f"its command and environment take {len(data)} bytes; "
+                                 f"the local runner takes at most {self.message_limit}")
             if msg.get("header"):
                 os.write(log, (msg["header"] + "\n").encode())
             with contextlib.suppress(OSError):  # a stale status file would shadow the journal
                 os.unlink(msg["status"])
-            segment, journal = self._journal(msg["status"]).reserve(msg["status"])
+            start.segment, start.journal = self._journal(msg["status"]).reserve(msg["status"])
         except BaseException:
             os.close(log)
             raise
-        r, w = os.pipe()
-        return waiter.Start(key=msg["status"], segment=segment, journal=journal,
-                            argv=msg["argv"], env=env, cwd=msg.get("cwd") or None, log=log,
-                            account=account, watch=w), r
+        r, start.watch = os.pipe()
+        return start, data, base[1], r
 
     def _can_start_as_accounts(self) -> None:
         """Imported here, before any fork: a waiter imports nothing (and finding libc
@@ -340,46 +383,101 @@ class Runner:
             _credentials()
             self.as_accounts = True
 
-    def _fork_waiter(self, starts: list[waiter.Start]) -> list[float | None]:
-        """Fork the waiter of these jobs, tell the keeper, let it start them: each job's
-        start time (its pid set in ``starts``), None for those it did not get to."""
-        go_r, go_w = os.pipe()
-        pids_r, pids_w = os.pipe()
-        since = time.clock_gettime(time.CLOCK_BOOTTIME)
+    def _start_in_waiter(self, starts: list[tuple[waiter.Start, bytes, bytes]]
+                         ) -> list[float | None]:
+        """Hand these jobs to the current waiter (forked if there is none), the keeper
+        told first: each job's start time (its pid set in ``starts``), None for those it
+        did not get to. The jobs' logs and watch pipes are the waiter's after this."""
+        try:
+            for _ in range(2):  # a waiter that died idle took nothing: the next one
+                link = self._waiter()
+                if link is None:
+                    return [None] * len(starts)
+                since = time.clock_gettime(time.CLOCK_BOOTTIME)
+                # the keeper first: a runner killed from here on leaves it to wait for the
+                # waiter to take this burst whole and start it, or to drop it at EOF
+                self._tell_keeper(intent(link.pid, since,
+                                         [(s.key, s.segment) for s, _, _ in starts]))
+                try:
+                    for i, (s, data, base) in enumerate(starts):
+                        if s.base and s.base not in link.bases:
+                            link.sock.send(base)
+                            link.bases.add(s.base)
+                        waiter.send(link.sock, s, data, s.segment not in link.segments,
+                                    i == len(starts) - 1)
+                        link.segments.add(s.segment)
+                except OSError as e:
+                    # not taken whole, so none of it starts (closed here: EOF to it, if
+                    # it lives, and it tells the keeper it is done)
+                    print(f"rota runner: waiter {link.pid}: {e}", file=sys.stderr)
+                    self._retire(dead=e.errno in (errno.EPIPE, errno.ECONNRESET))
+                    continue
+                return self._answers(link, [s for s, _, _ in starts])
+            return [None] * len(starts)
+        finally:
+            for s, _, _ in starts:
+                os.close(s.log)
+                os.close(s.watch)
+
+    def _answers(self, link: _WaiterLink, starts: list[waiter.Start]) -> list[float | None]:
+        got: list[float | None] = []
+        while len(got) < len(starts):
+            try:
+                answer = link.sock.recv(64)
+            except OSError:
+                answer = b""
+            if not answer:
+                break  # it died
+            jpid, at = answer.split()
+            starts[len(got)].pid = int(jpid)
+            got.append(float(at))
+        link.jobs += len(got)
+        link.used = time.monotonic()
+        if len(got) < len(starts):
+            self._retire(dead=True)
+            got += [None] * (len(starts) - len(got))
+        elif link.jobs >= waiter.WAITER_JOBS:
+            self._retire()
+        return got
+
+    def _waiter(self) -> _WaiterLink | None:
+        """The waiter taking bursts: the current one while it lives, else a new fork."""
+        link = self.waiter
+        if link is not None and _hung_up(link.sock):
+            self._retire()  # it died idle (killed): it held no burst
+            link = None
+        if link is None:
+            link = self.waiter = self._fork_waiter()
+        return link
+
+    def _fork_waiter(self) -> _WaiterLink | None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
         except OSError as e:
-            for fd in (go_r, go_w, pids_r, pids_w):
-                os.close(fd)
-            for s in starts:
-                os.close(s.log)
-                os.close(s.watch)
+            mine.close()
+            theirs.close()
             print(f"rota runner: cannot fork a waiter: {e}", file=sys.stderr)
-            return [None] * len(starts)
+            return None
         if pid == 0:
             gc.disable()  # a collection would touch (and copy) every page of the runner
-            waiter.run(starts, go_r, pids_w, self.keeper, self.ends_w, self.holder)
-        for fd in (go_r, pids_w, *[s.log for s in starts], *[s.watch for s in starts]):
-            os.close(fd)
-        # the keeper first: a runner killed from here on leaves it to wait for this waiter
-        self._tell_keeper(intent(pid, since, [(s.key, s.segment) for s in starts]))
-        os.write(go_w, b"g")
-        os.close(go_w)
-        got: list[float | None] = []
-        with os.fdopen(pids_r, "rb") as f:
-            while len(got) < len(starts):
-                line = f.readline()
-                if not line.endswith(b"\n"):
-                    break  # it died
-                jpid, at = line.split()
-                starts[len(got)].pid = int(jpid)
-                got.append(float(at))
-        if len(got) < len(starts):
+            waiter.serve(theirs, self.keeper, self.ends_w, self.holder)
+        theirs.close()
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, waiter.MESSAGE_BYTES)
+        return _WaiterLink(pid, mine, used=time.monotonic())
+
+    def _retire(self, dead: bool = False) -> None:
+        """Close the current waiter's socket: it takes no more bursts, and exits once its
+        jobs have ended. ``dead``: it died in a burst; once it is reaped (its jobs are the
+        keeper's children then), the keeper finds a job it started without saying so."""
+        link, self.waiter = self.waiter, None
+        if link is None:
+            return
+        link.sock.close()
+        if dead:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-            self._tell_keeper(lost(pid))
-            got += [None] * (len(starts) - len(got))
-        return got
+                os.waitpid(link.pid, 0)
+            self._tell_keeper(lost_starts(link.pid))
 
     def _journal(self, key: str) -> _Journal:
         status_dir = os.path.dirname(key)
@@ -416,6 +514,8 @@ class Runner:
                 return
             if not pid:
                 return
+            if self.waiter is not None and pid == self.waiter.pid:
+                self._retire()  # it died between bursts (killed): it held none
 
     def _done(self, job: _Job, line: bytes) -> None:
         """The job's end is journaled: to the daemons that asked this runner to watch it."""

@@ -1,5 +1,5 @@
-"""The waiter: a process forked by the local runner for a burst of launches, which starts
-those jobs, waits for each one and records its end, and lives exactly as long as they do.
+"""The waiter: a process forked by the local runner that starts the jobs handed to it, waits
+for each one and records its end, and lives exactly as long as the jobs it holds.
 
 Why: only a process's parent learns its exit status. With the runner as every job's parent,
 a SIGKILL of the runner *and* its keeper (as the OOM killer may) left the running jobs to
@@ -9,27 +9,36 @@ in a session of its own and holds nothing of the runner's, so it outlives the ru
 the keeper and writes each end to the journal itself, then to the pipe the daemon watches
 the job by (its write end held by the waiter alone: a runner's death does not close it).
 
-Why a waiter per burst and not per job: forking the runner (a Python process) costs this
-machine's kernel about 0.4 ms in the runner and 1.2 ms in the child (page tables, faults
-of a 15 MB interpreter), more than the trivial job itself; the runner takes in every
-launch already waiting in its socket and forks one waiter for them, so jobs started one at
-a time get a waiter each, and a pass that starts tens of jobs pays for one fork.
+Why one waiter for many bursts: forking the runner (a 15 MB Python process) costs about
+0.75 ms of wall time on a 2-core machine, more than a trivial job itself, and jobs that
+end one by one are launched in bursts of 1-3: a fork per burst made Rota slower than
+task-spooler. So the runner keeps one waiter *taking* bursts over a socketpair, each job a
+message with its log, journal segment and watch pipe as SCM_RIGHTS. It stops taking them
+(it *retires*) when the runner closes its end: after handing it WAITER_JOBS jobs, after
+WAITER_IDLE_S without a launch, or at the runner's death (EOF). A retired waiter exits
+once its last job has ended, so it lives from its first burst to its last job's end (a
+taking waiter with no job left waits at most WAITER_IDLE_S more for a burst).
 
-Protocol with the runner (its fork: every value is in memory already): the waiter waits
-for a go-ahead byte, sent once the keeper has been told of it (``keeper.intent``); without
-one (its runner died first) it starts nothing. Then, per job: enter the working directory
-(as the job's account, for a job that has one), start the job, journal its start, tell the
-keeper (``keeper.started``), write ``PID STARTED_AT`` to the runner; then ``keeper.done``.
-At each end: the journal, the keeper (``keeper.ended``), the daemon's pipe, the runner's
-ends pipe (``PID LINE``: for the daemons that asked the runner to watch the job), and only
-then is the job reaped, so its pid is not reused before its end is recorded.
+Protocol with the runner, per burst: the runner tells the keeper (``keeper.intent``), then
+sends the burst, one message per job (``last`` on the final one). A burst is taken whole or
+not at all: a runner that dies before its last message leaves the waiter to start none of
+it. Per job: enter the working directory (as the job's account, for a job that has one),
+start the job, journal its start, tell the keeper (``keeper.started``), answer
+``PID STARTED_AT`` to the runner; before the burst's last answer, ``keeper.done`` (so the
+keeper hears it before the runner's next intent). At EOF, ``keeper.done`` again: a runner
+killed between its intent and its burst leaves the keeper nothing to wait for. At each
+end: the journal, the keeper (``keeper.ended``), the daemon's pipe, the runner's ends pipe
+(``PID LINE``: for the daemons that asked the runner to watch the job), and only then is
+the job reaped, so its pid is not reused before its end is recorded.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import json
+import mmap
 import os
 import select
 import shutil
@@ -47,6 +56,15 @@ _DEVNULL_IN = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 #: Python ignores SIGPIPE (and the runner HUP and INT); an ignored signal stays ignored
 #: across exec, so the job gets the defaults back.
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ)
+#: the jobs a waiter is handed before the runner retires it: the fork is paid once per
+#: this many jobs, and a waiter's life (until its last job ends) stays bounded
+WAITER_JOBS = 256
+#: a waiter that has had no burst for this long is retired (so an idle runner holds none)
+WAITER_IDLE_S = 10.0
+#: the largest job message (argv, env); the socketpair's send buffer may allow less
+MESSAGE_BYTES = 4 << 20
+#: fds per job message: log, watch pipe, and the journal segment when new to the waiter
+MAX_FDS = 3
 
 
 @dataclass
@@ -63,6 +81,7 @@ class Start:
     account: dict[str, Any] | None  # the account it runs as (a root runner)
     watch: int  # the write end of the daemon's pipe
     pid: int = 0
+    base: int = 0  # the daemon's environment under ``env`` (0: none, ``env`` is whole)
 
 
 @dataclass
@@ -73,24 +92,35 @@ class Holder:
     started: float
 
 
-def run(starts: list[Start], go: int, pids: int, keeper: socket.socket, ends: int,
-        holder: Holder) -> NoReturn:
+# --- the runner's side ---------------------------------------------------------------
+def encode(s: Start) -> bytes:
+    """A job's message to its waiter (``send`` adds whether it ends the burst)."""
+    return json.dumps({"key": s.key, "segment": s.segment, "argv": s.argv, "env": s.env,
+                       "base": s.base, "cwd": s.cwd, "account": s.account},
+                      separators=(",", ":")).encode()
+
+
+def encode_base(base: int, env: dict[str, str]) -> bytes:
+    """A daemon's environment, sent to a waiter before the first job that needs it (jobs
+    carry only their own variables: encoding every variable per job cost more than the
+    job's start)."""
+    return b"B" + json.dumps({"base": base, "env": env}, separators=(",", ":")).encode()
+
+
+def send(sock: socket.socket, s: Start, data: bytes, new_segment: bool, last: bool) -> None:
+    """One job to the waiter: its message and fds (the segment's only when new to it)."""
+    fds = [s.log, s.watch, s.journal] if new_segment else [s.log, s.watch]
+    socket.send_fds(sock, [b"L" if last else b"M", data], fds)
+
+
+# --- the waiter ------------------------------------------------------------------------
+def serve(sock: socket.socket, keeper: socket.socket, ends: int, holder: Holder) -> NoReturn:
     """The waiter's whole life, in the runner's fresh fork."""
     code = 0
     try:
-        _keep_only([go, pids, keeper.fileno(), ends, *[s.log for s in starts],
-                    *[s.journal for s in starts], *[s.watch for s in starts]])
-        if not os.read(go, 1):
-            os._exit(0)  # the runner died before it could tell the keeper: start nothing
-        os.close(go)
+        _keep_only([sock.fileno(), keeper.fileno(), ends])
         os.setsid()  # a signal to the runner's group is not for the waiter
-        for s in starts:
-            _start(s, keeper, holder)
-            _write(pids, f"{s.pid} {time.time()}\n".encode())
-            os.close(s.log)
-        _tell(keeper, done(os.getpid()))
-        os.close(pids)
-        _wait(starts, keeper, ends)
+        _Waiter(sock, keeper, ends, holder).serve()
     except BaseException:  # a waiter never returns into the runner's code
         traceback.print_exc()
         code = 1
@@ -99,13 +129,125 @@ def run(starts: list[Start], go: int, pids: int, keeper: socket.socket, ends: in
 
 def _keep_only(fds: list[int]) -> None:
     """Close every inherited descriptor but these (and stdio): a waiter holding the
-    runner's sockets or other jobs' pipes would keep them open after the runner's death."""
+    runner's sockets, other waiters' sockets or other jobs' pipes would keep them open
+    after the runner's death."""
     low = 3
     for fd in sorted(set(fds)):
         if fd >= low:
             os.closerange(low, fd)
             low = fd + 1
     os.closerange(low, 1 << 20)
+
+
+class _Waiter:
+    def __init__(self, sock: socket.socket, keeper: socket.socket, ends: int,
+                 holder: Holder) -> None:
+        self.sock, self.keeper, self.ends, self.holder = sock, keeper, ends, holder
+        self.jobs: dict[int, Start] = {}  # pid -> the running job
+        self.burst: list[Start] = []  # taken, not started yet (its last message to come)
+        self.segments: dict[str, int] = {}  # journal segment -> its fd, kept to the end
+        self.bases: dict[int, dict[str, str]] = {}  # the daemons' environments
+        self.taking = True
+        self.buf = mmap.mmap(-1, MESSAGE_BYTES)  # pages are made only as written
+        self.anc = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+        # SIGCHLD wakes the select through this pipe (a child may end at any time)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(sock.fileno(), False)
+        signal.set_wakeup_fd(wake_w)
+
+    def serve(self) -> None:
+        while self.taking or self.jobs:
+            readable = [self.wake_r, self.sock.fileno()] if self.taking else [self.wake_r]
+            with contextlib.suppress(InterruptedError):
+                select.select(readable, [], [])
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.wake_r, 512):
+                    pass
+            if self.taking:
+                self._take()
+            self._reap()
+
+    # --- bursts ------------------------------------------------------------------------
+    def _take(self) -> None:
+        """The runner's messages waiting now; a burst's jobs start at its last one."""
+        while self.taking:
+            try:
+                n, anc, _flags, _addr = self.sock.recvmsg_into(
+                    [self.buf], self.anc, socket.MSG_CMSG_CLOEXEC)
+            except BlockingIOError:
+                return
+            except OSError:
+                n, anc = 0, []
+            fds = array.array("i")
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            if n == 0:
+                self._retire()
+                return
+            msg = json.loads(self.buf[1:n])
+            if self.buf[0] == ord("B"):
+                self.bases[msg["base"]] = msg["env"]
+                continue
+            env = msg["env"]
+            if msg["base"]:
+                env = {**self.bases[msg["base"]], **env}
+            s = Start(key=msg["key"], segment=msg["segment"], journal=-1, argv=msg["argv"],
+                      env=env, cwd=msg["cwd"], log=fds[0], account=msg["account"],
+                      watch=fds[1])
+            if len(fds) > 2:
+                old = self.segments.get(s.segment)
+                if old is not None:
+                    os.close(old)
+                self.segments[s.segment] = fds[2]
+            s.journal = self.segments[s.segment]
+            self.burst.append(s)
+            if self.buf[0] == ord("L"):
+                self._start_burst()
+
+    def _start_burst(self) -> None:
+        burst, self.burst = self.burst, []
+        for i, s in enumerate(burst):
+            _start(s, self.keeper, self.holder)
+            self.jobs[s.pid] = s
+            os.close(s.log)
+            if i == len(burst) - 1:  # the keeper hears it before the runner's next intent
+                _tell(self.keeper, done(os.getpid()))
+            _tell(self.sock, f"{s.pid} {time.time()}".encode())  # a runner gone: the journal
+
+    def _retire(self) -> None:
+        """The runner has closed its end: no more bursts. A burst not taken whole is not
+        started (the runner died sending it); the keeper stops waiting for one."""
+        self.taking = False
+        for s in self.burst:
+            os.close(s.log)
+            os.close(s.watch)
+        self.burst = []
+        _tell(self.keeper, done(os.getpid()))
+        self.sock.close()
+
+    # --- ends ----------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """Each ended job's end, recorded before it is reaped. The jobs are this process's
+        only children (their own orphans go to the keeper)."""
+        while True:
+            try:
+                res = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if res is None:
+                return
+            s = self.jobs.pop(res.si_pid, None)
+            if s is not None:
+                line = _record(s, {"key": s.key, "shim_pid": s.pid,
+                                   "exit_status": exit_status_of(res),
+                                   "ended_at": time.time()})
+                _tell(self.keeper, ended(s.pid))
+                _write(s.watch, line)
+                os.close(s.watch)
+                _write(self.ends, f"{s.pid} ".encode() + line)
+            os.waitpid(res.si_pid, 0)
 
 
 def _start(s: Start, keeper: socket.socket, holder: Holder) -> None:
@@ -187,28 +329,6 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _wait(starts: list[Start], keeper: socket.socket, ends: int) -> None:
-    """Each job's end, recorded before it is reaped; returns once every one has ended.
-    The jobs are this process's only children (their own orphans go to the keeper)."""
-    left = {s.pid: s for s in starts}
-    while left:
-        try:
-            res = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if res is None:
-            continue
-        s = left.pop(res.si_pid, None)
-        if s is not None:
-            line = _record(s, {"key": s.key, "shim_pid": s.pid,
-                               "exit_status": exit_status_of(res), "ended_at": time.time()})
-            _tell(keeper, ended(s.pid))
-            _write(s.watch, line)
-            os.close(s.watch)
-            _write(ends, f"{s.pid} ".encode() + line)
-        os.waitpid(res.si_pid, 0)
-
-
 def _record(s: Start, record: dict[str, Any]) -> bytes:
     """Into the job's journal segment; returns the line."""
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
@@ -225,14 +345,14 @@ def _write(fd: int, data: bytes) -> None:
         os.write(fd, data)
 
 
-def _tell(keeper: socket.socket, msg: bytes) -> None:
-    """To the keeper (its socket is non-blocking: wait for room); a keeper gone hears
+def _tell(sock: socket.socket, msg: bytes) -> None:
+    """To the keeper or the runner (a non-blocking socket: wait for room); one gone hears
     nothing."""
     while True:
         try:
-            keeper.send(msg)
+            sock.send(msg)
             return
         except BlockingIOError:
-            select.select([], [keeper], [], 1.0)
+            select.select([], [sock], [], 1.0)
         except OSError:
             return
