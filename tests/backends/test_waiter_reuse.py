@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rota.backends.base import Handle
+from rota.backends.base import Handle, Launched, LaunchFailed
 from rota.backends.local.backend import LocalBackend
 
 from .conftest import Env, wait_exit, wait_for
@@ -116,3 +116,79 @@ def test_runner_and_keeper_killed_under_a_reused_waiter(env: Env, tmp_path: Path
     after = env.launch(backend, env.req(["sh", "-c", "exit 9"]))
     assert wait_exit(backend, after).exit_code == 9
     assert _waiter_of(backend, after) not in waiters
+
+
+#: the runner and its keeper, the runner made to SIGKILL itself once, in its second burst
+#: (the first of two jobs): after telling the keeper ("announced"), after sending the first
+#: job ("sending"), or once the waiter has answered ("started")
+_DIES_AT_SECOND = """
+import os, signal, sys
+from rota.backends.local import runner as r, waiter as w
+
+point, marker, sock = sys.argv[1:4]
+seen = {}
+
+def die(here):
+    seen[here] = seen.get(here, 0) + 1
+    if here == point and seen[here] == (1 if here == "sending" else 2) \\
+            and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+tell, start_in_waiter, send = r.Runner._tell_keeper, r.Runner._start_in_waiter, w.send
+
+def _tell(self, msg):
+    tell(self, msg)
+    if msg[:1] == b"I":
+        die("announced")
+
+def _send(sock, s, data, new_segment, last):
+    send(sock, s, data, new_segment, last)
+    if not last:
+        die("sending")
+
+def _start_in_waiter(self, *args):
+    got = start_in_waiter(self, *args)
+    die("started")
+    return got
+
+r.Runner._tell_keeper, r.Runner._start_in_waiter, w.send = _tell, _start_in_waiter, _send
+sys.exit(r.main(["runner", sock]))
+"""
+
+
+@pytest.mark.parametrize("point", ["announced", "sending", "started"])
+def test_a_runner_killed_in_a_burst_to_a_reused_waiter(env: Env, tmp_path: Path,
+                                                       point: str) -> None:
+    """The waiter holds a running job of an earlier burst; its runner dies in the next one:
+    that burst is started whole, once, or not at all, and every end is recorded."""
+    sock, marker, runs = Path(env.screendir) / "runner.sock", tmp_path / "died", tmp_path / "runs"
+    go = tmp_path / "go"
+    with (tmp_path / "runner.log").open("wb") as log:
+        keeper = subprocess.Popen([sys.executable, "-c", _DIES_AT_SECOND, point, str(marker),
+                                   str(sock)], stdout=log, stderr=log, start_new_session=True)
+    wait_for(sock.exists, what="the runner's socket")
+    backend = env.backend("local")
+    assert isinstance(backend, LocalBackend)
+    wait = ["sh", "-c", f"echo first >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done; exit 2"]
+    first = env.launch(backend, env.req(wait))
+    got = backend.launch_many([env.req(["sh", "-c", f"echo {n} >> {runs}; exit {n}"])
+                               for n in (3, 4)])
+    assert marker.exists()  # the runner died where it was told to
+    if point in ("announced", "sending"):  # not taken whole: neither started
+        assert all(isinstance(g, LaunchFailed) and g.retryable and g.lost for g in got), got
+    else:
+        assert all(isinstance(g, Launched) for g in got), got
+        handles = [g.handle for g in got if isinstance(g, Launched)]
+        env.handles += handles
+        assert [wait_exit(backend, h).exit_code for h in handles] == [3, 4]
+        assert {_waiter_of(backend, h) for h in handles} == {_waiter_of(backend, first)}
+    go.touch()
+    assert wait_exit(backend, first).exit_code == 2  # its waiter recorded it
+    lines = runs.read_text().split()
+    assert lines == ["first"] + (["3", "4"] if point == "started" else []), lines
+    [after] = backend.launch_many([env.req(["sh", "-c", "exit 5"])])
+    assert isinstance(after, Launched), after
+    env.handles.append(after.handle)
+    assert wait_exit(backend, after.handle).exit_code == 5
+    assert backend.runner is not None and backend.runner.pid == keeper.pid

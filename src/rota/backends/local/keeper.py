@@ -69,10 +69,10 @@ def exit_status_of(res: os.waitid_result) -> int:
 
 
 def intent(waiter: int, since: float, jobs: list[tuple[str, str]]) -> bytes:
-    """The runner's message to the keeper: this waiter (just forked, waiting for the
-    go-ahead) is to start these jobs (attempt key, journal segment). ``since``: when the
-    runner forked it (CLOCK_BOOTTIME); a waiter that dies in its starts may leave a job it
-    had not said it started, found by that."""
+    """The runner's message to the keeper, before it sends a waiter a burst: this waiter
+    is to start these jobs (attempt key, journal segment). ``since``: when (CLOCK_BOOTTIME);
+    a waiter that dies in its starts may leave a job it had not said it started, found by
+    that."""
     where = b"".join(f"\0{segment}\0{key}".encode() for key, segment in jobs)
     return f"I {waiter} {since}".encode() + where
 
@@ -83,7 +83,8 @@ def started(pid: int, key: str, segment: str) -> bytes:
 
 
 def done(waiter: int) -> bytes:
-    """A waiter's message to the keeper: it has started every job it was given."""
+    """A waiter's message to the keeper: it has started every job of the burst it was
+    given (or, its runner's end closed, it will start none it was not given whole)."""
     return f"F {waiter}".encode()
 
 
@@ -107,7 +108,8 @@ class Keeper:
         self.path, self.listener = path, listener
         self.started_at = time.time()
         self.jobs: Jobs = {}
-        #: waiters told to start jobs and not done yet: pid -> (forked at, jobs not started)
+        #: waiters told to start a burst and not done yet: pid -> (burst sent at, jobs
+        #: not started)
         self.intents: dict[int, tuple[float, list[tuple[str, str]]]] = {}
         self.idle = False
         # own end: read here; the runner's end: kept open so messages outlive a runner

@@ -15,18 +15,21 @@ meanwhile still get their exit status in the journal, and the next daemon connec
 again.
 
 Its death is survived, and its keeper's too. Each job's parent is not the runner but a
-waiter (``rota.backends.local.waiter``): a fork of the runner, one per burst of launches
-(the launches waiting in its socket together), that starts those jobs, journals each start
-and end itself, writes each end into the pipe the daemon watches (whose write end it alone
-holds) and lives exactly as long as its jobs. So a SIGKILL of the runner, or of the runner
-and its keeper at once (the OOM killer), leaves every running job's end recorded, and the
-daemon runs none of them again. The process the daemon starts is the keeper
+waiter (``rota.backends.local.waiter``): a fork of the runner that takes the bursts of
+launches (the launches waiting in its socket together) as messages over a socketpair,
+starts those jobs, journals each start and end itself, writes each end into the pipe the
+daemon watches (whose write end it alone holds) and lives exactly as long as its jobs. One
+waiter takes burst after burst until it has been handed ``WAITER_JOBS`` jobs or has been
+idle ``WAITER_IDLE_S``; then the runner closes its end and forks the next one when needed
+(a fork per burst cost more than a trivial job). So a SIGKILL of the runner, or of the
+runner and its keeper at once (the OOM killer), leaves every running job's end recorded,
+and the daemon runs none of them again. The process the daemon starts is the keeper
 (``rota.backends.local.keeper``), a child subreaper that owns the listening socket and
 forks the runner again at once when it dies; the waiters tell it of each start and end,
 so the next runner knows the running jobs ("adopted": it answers ``watch`` for them) and
 their ends reach it through a pipe the keeper holds. The runner tells the keeper of each
-waiter before letting it start anything, so a runner killed at any point leaves each job
-started and journaled once, or not at all. A waiter killed with the job still running
+burst before sending it, and a waiter starts a burst only once it has it whole, so a
+runner killed at any point leaves each job started and journaled once, or not at all. A waiter killed with the job still running
 leaves the job to the keeper, which reaps it and journals its end. ``hello``'s ``pid``
 and ``started_at``, and the journal's ``runner``, are the keeper's: it is what holds the
 jobs.
