@@ -29,8 +29,9 @@ forks the runner again at once when it dies; the waiters tell it of each start a
 so the next runner knows the running jobs ("adopted": it answers ``watch`` for them) and
 their ends reach it through a pipe the keeper holds. The runner tells the keeper of each
 burst before sending it, and a waiter starts a burst only once it has it whole, so a
-runner killed at any point leaves each job started and journaled once, or not at all. A waiter killed with the job still running
-leaves the job to the keeper, which reaps it and journals its end. ``hello``'s ``pid``
+runner killed at any point leaves each job started and journaled once, or not at all. A
+waiter killed with the job still running leaves the job to the keeper, which reaps it and
+journals its end. ``hello``'s ``pid``
 and ``started_at``, and the journal's ``runner``, are the keeper's: it is what holds the
 jobs.
 
