@@ -34,7 +34,7 @@ from rota.core.plan import Start
 from rota.core.snapshot import MILLI, PendingJob
 from rota.core.spec import JobSpec
 from rota.core.tiers import charge
-from rota.errors import BackendError, RotaError, TrackerError
+from rota.errors import BackendError, RotaError, StoreError, TrackerError
 from rota.ml import checkpoints
 from rota.server.accounts import AccountRules
 from rota.server.backend_set import BackendSet
@@ -164,8 +164,7 @@ class Launcher:
                        started_at=now, pending=pending,
                        failures=row.failures, log_path=logs / f"{job_id}.log",
                        status_path=status / f"{job_id}-{number}.json",
-                       submitted_at=row.created_at, user=row.user,
-                       files=self.files_of(row.user))
+                       submitted_at=row.created_at, user=row.user)
 
     def _forget_intent(self, run: Running) -> None:
         """Undo _intend in memory after its transaction was rolled back."""
@@ -255,6 +254,10 @@ class Launcher:
     def _request(self, run: Running) -> LaunchRequest:
         spec = run.spec
         run_as = self.run_as(run.user)
+        # its checkpoints and TensorBoard folder are read with its account's rights
+        run.files = OwnerFiles.of(run_as)
+        if run.output is not None:
+            run.output.files = run.files
         resume = self._resume_point(run)
         argv = list(spec.command)
         if spec.cuda_arg and not spec.shell:  # a container sees its GPUs as 0..n-1
@@ -348,9 +351,14 @@ class Launcher:
     def files_of(self, user: str) -> OwnerFiles:
         """``user``'s files, acted on with the rights its jobs run with (an account that is
         gone or not allowed: no one's, so nothing private is reached)."""
-        try:
-            return OwnerFiles.of(self.run_as(user))
-        except BackendError:
+        if user == self.settings.user:
+            return OwnerFiles(None)
+        try:  # a store that fails is not an account's answer: that error goes on up
+            account = self.accounts.account_in(self.store, user)
+            return OwnerFiles.of(None if account is None else RunAs.of(account))
+        except StoreError:
+            raise
+        except RotaError:
             return OwnerFiles.nobody()
 
     def _resume_point(self, run: Running) -> str | None:
