@@ -72,12 +72,18 @@ def test_a_folder_closed_after_the_submit_is_refused_and_the_command_never_runs(
     ran = base / "ran"
     ran.mkdir(mode=0o777)
     os.chmod(ran, 0o777)
-    r = rota_as(CORA, daemon.home, "submit", "--json", "--hold", "--gpus", "0", "--cwd",
-                str(secret), "--", "sh", "-c", f"pwd > {ran}/pwd; ls > {ran}/ls")
+    first = rota_as(CORA, daemon.home, "submit", "--json", "--hold", "--gpus", "0", "--",
+                    "true")  # it waits for this one, held until the folder is closed
+    assert first.returncode == 0, first.stdout + first.stderr
+    blocker = json.loads(first.stdout)["jobs"][0]["id"]
+    r = rota_as(CORA, daemon.home, "submit", "--json", "--after", str(blocker), "--gpus",
+                "0", "--cwd", str(secret), "--", "sh", "-c",
+                f"pwd > {ran}/pwd; ls > {ran}/ls")
     assert r.returncode == 0, r.stdout + r.stderr
     job = int(json.loads(r.stdout)["jobs"][0]["id"])
     os.chmod(secret, 0o700)  # ...root's alone by its start: a root runner could enter it
-    assert rota_as(CORA, daemon.home, "release", str(job)).returncode == 0
+    released = rota_as(CORA, daemon.home, "release", str(blocker))
+    assert released.returncode == 0, released.stdout + released.stderr
     end = _wait_end(daemon, job)
     assert (end["state"], end["exit_code"]) == ("failed", 126), end
     log = _log(daemon, job)

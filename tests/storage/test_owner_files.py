@@ -172,6 +172,8 @@ def test_a_jobs_tensorboard_folder_is_read_with_its_accounts_rights(owner: Owner
         w = writer(str(folder))
         w.add_scalar("secret/loss", 0.5, 1)
         w.close()
+        for p in [folder, *folder.rglob("*")]:  # open to all (whatever this umask made)
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
         reader = OutputReader(job_id=1, log_path=place / "no.log",
                               events_path=place / "no.events", parser=LineParser.lenient(),
                               progress=Progress(attempt=1), tensorboard_dir=str(folder),
