@@ -156,6 +156,27 @@ def without_modules(folder: Path, *names: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(folder), *kept])}
 
 
+@contextlib.contextmanager
+def root_daemon_in_tmp(prefix: str, *, args: list[str] | None = None,
+                       **env: str) -> Iterator[DaemonProcess]:
+    """A root daemon for everyone (ROTA_SHARED_ACCOUNT off) whose home other accounts can
+    reach (a 0755 folder in /tmp: pytest's tmp_path is root's 0700); stopped, its jobs
+    killed and its folder removed after."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(base, 0o755)
+    d = DaemonProcess(base / "home", extra_env={"ROTA_SHARED_ACCOUNT": "false", **env},
+                      args=args)
+    try:
+        yield d.start()
+    finally:
+        d.stop()
+        kill_job_processes(base / "home")
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def kill_job_processes(home: Path) -> None:
     """Leave no job behind: SIGKILL the local runner of this home with every job it started
     (each its own process group), and every shim whose status file lives in this home."""

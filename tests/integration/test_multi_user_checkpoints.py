@@ -20,7 +20,7 @@ import httpx
 import pytest
 from test_multi_user import SYSTEM_PYTHON, _wait_end, rota_as, rota_json
 
-from rota_testing import DaemonProcess, free_port, kill_job_processes, unix_accounts
+from rota_testing import DaemonProcess, free_port, root_daemon_in_tmp, unix_accounts
 
 ALICE = "rtu-ckpt"  # an account of this module's own (other modules make and remove theirs)
 #: a job of alice that says it saved these, then ends
@@ -49,16 +49,10 @@ def alice() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def daemon(alice: int) -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="rota-ckpt-", dir="/tmp"))
-    os.chmod(base, 0o755)
     port = free_port()
-    d = DaemonProcess(base / "home", extra_env={"ROTA_SHARED_ACCOUNT": "false"},
-                      args=["--listen", f"127.0.0.1:{port}"]).start()
-    d.port = port  # type: ignore[attr-defined]
-    yield d
-    d.stop()
-    kill_job_processes(base / "home")
-    shutil.rmtree(base, ignore_errors=True)
+    with root_daemon_in_tmp("rota-ckpt-", args=["--listen", f"127.0.0.1:{port}"]) as d:
+        d.port = port  # type: ignore[attr-defined]
+        yield d
 
 
 @pytest.fixture

@@ -9,16 +9,13 @@ Run as root with real Unix accounts (see test_multi_user.py, whose helpers these
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_multi_user import _dataset_folders, _log, _wait_end, rota_as, rota_json
 
-from rota_testing import DaemonProcess, kill_job_processes, unix_accounts
+from rota_testing import DaemonProcess, root_daemon_in_tmp, unix_accounts
 
 DANA = "rtu-dana"
 CORPUS = "a corpus every user may read\n"
@@ -33,13 +30,8 @@ def account() -> Iterator[int]:
 
 @pytest.fixture
 def daemon(account: int) -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="rota-mud-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    d = DaemonProcess(base / "home", extra_env={"ROTA_SHARED_ACCOUNT": "false"}).start()
-    yield d
-    d.stop()
-    kill_job_processes(base / "home")
-    shutil.rmtree(base, ignore_errors=True)
+    with root_daemon_in_tmp("rota-mud-") as d:
+        yield d
 
 
 def _job_of(account: str | None, d: DaemonProcess, dataset: str, script: str) -> int:

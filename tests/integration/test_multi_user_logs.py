@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_multi_user import _wait_end, rota_as
 
-from rota_testing import DaemonProcess, kill_job_processes, unix_accounts, wait_until
+from rota_testing import DaemonProcess, root_daemon_in_tmp, unix_accounts, wait_until
 
 LOGAN = "rtu-logan"
 LIMIT = 1 << 20
@@ -48,14 +46,8 @@ def account() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def daemon(account: int) -> Iterator[DaemonProcess]:
-    path = Path(tempfile.mkdtemp(prefix="rota-mul-", dir="/tmp"))
-    os.chmod(path, 0o755)  # others pass through to the socket (pytest's tmp_path is 0700)
-    d = DaemonProcess(path / "home", extra_env={"ROTA_SHARED_ACCOUNT": "false",
-                                                "ROTA_MAX_LOG_BYTES": str(LIMIT)}).start()
-    yield d
-    d.stop()
-    kill_job_processes(path / "home")
-    shutil.rmtree(path, ignore_errors=True)
+    with root_daemon_in_tmp("rota-mul-", ROTA_MAX_LOG_BYTES=str(LIMIT)) as d:
+        yield d
 
 
 def _submit(d: DaemonProcess, *argv: str) -> int:

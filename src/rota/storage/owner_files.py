@@ -183,15 +183,7 @@ class OwnerFiles:
 
     def open_regular(self, path: str) -> int:
         """``open_read`` that accepts a regular file only (a fifo would block a reader)."""
-        fd = self.open_read(path)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise IsADirectoryError(f"{path} is not a regular file")
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return _plain(self.open_read(path), path, uids=None)
 
     def stat(self, path: str) -> os.stat_result:
         with owner_rights(self.owner):
@@ -242,11 +234,17 @@ def open_own_file(folder_fd: int, name: str, *, uid: int | None,
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder_fd)
+    return _plain(fd, name, uids=(os.geteuid(), uid))
+
+
+def _plain(fd: int, name: str, *, uids: tuple[int | None, ...] | None) -> int:
+    """``fd`` (opened non-blocking) when it is a regular file (of one of ``uids``, when
+    given), made blocking; closed, and PermissionError, when it is not."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise PermissionError(f"{name} is not a regular file")
-        if st.st_uid not in (os.geteuid(), uid):
+        if uids is not None and st.st_uid not in uids:
             raise PermissionError(f"{name} belongs to another account")
         os.set_blocking(fd, True)
     except BaseException:
