@@ -29,6 +29,8 @@ def test_repeated_sigkill_loses_nothing_and_runs_nothing_twice(daemon_factory, t
     for n in range(N_JOBS):
         code = 3 if n % 10 == 7 else 0
         pause = rng.choice(["0", "0.05", "0.2", "3"])
+        if n % 40 == 5:  # outlives a restart (a daemon takes seconds to start), to re-adopt
+            pause = "20"
         script = f'echo "$ROTA_JOB_ID" >> {runs}; sleep {pause}; exit {code}'
         specs.append(({"command": ["sh", "-c", script], "gpus": 0.25, "name": f"j{n}"}, code))
     with d.client() as c:

@@ -68,7 +68,8 @@ def test_a_folder_the_account_cannot_enter_is_refused_at_submit_with_the_reason(
 def test_a_folder_closed_after_the_submit_is_refused_and_the_command_never_runs(
         daemon: DaemonProcess, account: int, base: Path) -> None:
     secret = base / "root-only"
-    secret.mkdir(mode=0o755)  # open at the submit...
+    secret.mkdir()
+    os.chmod(secret, 0o755)  # open at the submit (whatever the umask)...
     ran = base / "ran"
     ran.mkdir(mode=0o777)
     os.chmod(ran, 0o777)
