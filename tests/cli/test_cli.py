@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rota.cli.jobs import wait_exit_code
+from rota.errors import Conflict
 from rota.jobsfile import format_jobs_line
 
 PY = sys.executable
@@ -309,6 +310,11 @@ def test_sessions_and_attach(rota: Any, daemon: Any, until: Any) -> None:
     r = rota("attach", str(plain))
     assert r.exit_code == 2 and "--session tmux" in r.stderr
     rota("cancel", str(plain))
+    daemon.client.wait(plain, timeout=20)
+    r = rota("attach", str(plain))  # the job is there, but not running: a conflict, not 404
+    assert r.exit_code != 0 and f"job {plain} is cancelled, not running" in r.stderr, r.stderr
+    with pytest.raises(Conflict, match="not running"):
+        daemon.client.attach_argv(plain)
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     jid = _one(rota, "--gpus", "0", "--session", "tmux", "--grace", "1s", "--", "sleep", "30")

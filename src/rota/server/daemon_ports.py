@@ -298,7 +298,9 @@ class DaemonPorts:
     def attach_argv(self, job_id: int) -> list[str] | None:
         run = self._d.live.running.get(job_id)
         if run is None or run.handle is None:
-            raise NotFound(f"job {job_id} is not running")
+            state = self._d.job_state(job_id)  # NotFound if unknown
+            raise Conflict(f"job {job_id} is {state.value}, not running: there is no session "
+                           "to attach to")
         return run.backend.attach_argv(run.handle)
 
     def log_path(self, job_id: int) -> Path:
