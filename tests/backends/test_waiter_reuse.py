@@ -120,9 +120,10 @@ def test_runner_and_keeper_killed_under_a_reused_waiter(env: Env, tmp_path: Path
 
 #: the runner and its keeper, the runner made to SIGKILL itself once, in its second burst
 #: (the first of two jobs): after telling the keeper ("announced"), after sending the first
-#: job ("sending"), or once the waiter has answered ("started")
+#: job ("sending"), or once the waiter has answered ("started"). It reads its socket a
+#: moment late, so that the two launches sent together are taken together (one burst).
 _DIES_AT_SECOND = """
-import os, signal, sys
+import os, signal, sys, time
 from rota.backends.local import runner as r, waiter as w
 
 point, marker, sock = sys.argv[1:4]
@@ -136,6 +137,11 @@ def die(here):
         os.kill(os.getpid(), signal.SIGKILL)
 
 tell, start_in_waiter, send = r.Runner._tell_keeper, r.Runner._start_in_waiter, w.send
+message = r.Runner._message
+
+def _message(self, conn):
+    time.sleep(0.2)
+    message(self, conn)
 
 def _tell(self, msg):
     tell(self, msg)
@@ -153,6 +159,7 @@ def _start_in_waiter(self, *args):
     return got
 
 r.Runner._tell_keeper, r.Runner._start_in_waiter, w.send = _tell, _start_in_waiter, _send
+r.Runner._message = _message
 sys.exit(r.main(["runner", sock]))
 """
 
@@ -174,7 +181,8 @@ def test_a_runner_killed_in_a_burst_to_a_reused_waiter(env: Env, tmp_path: Path,
     first = env.launch(backend, env.req(wait))
     got = backend.launch_many([env.req(["sh", "-c", f"echo {n} >> {runs}; exit {n}"])
                                for n in (3, 4)])
-    assert marker.exists()  # the runner died where it was told to
+    # the runner died where it was told to (once started, the jobs were answered first)
+    wait_for(marker.exists, what="the runner's death")
     if point in ("announced", "sending"):  # not taken whole: neither started
         assert all(isinstance(g, LaunchFailed) and g.retryable and g.lost for g in got), got
     else:

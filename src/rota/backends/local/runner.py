@@ -69,6 +69,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +84,12 @@ from rota.backends.local.keeper import lost as lost_starts
 PROTOCOL = 5
 MAX_MESSAGE = 1 << 20
 IDLE_EXIT_S = 30.0
-#: the most launches one waiter starts (taken from the socket together)
+#: the most launches taken from a daemon's connection together
 MAX_BURST = 64
+#: the most jobs handed to the waiter at once: it starts none of a burst before it has all
+#: of it, and the runner answers the daemon as each starts, so smaller bursts start the
+#: first jobs (and tell the daemon) sooner; each costs the keeper two messages
+BURST = 8
 #: what a job's two records take in its journal segment, about (the waiter writes them)
 _RECORDS_BYTES = 300
 
@@ -263,7 +268,6 @@ class Runner:
             # not done, since the next daemon starts those jobs again
             self._drop(conn)
             return
-        answers: list[tuple[dict[str, Any], list[int]]] = []
         launches: list[dict[str, Any]] = []
         for data in msgs:
             fds: list[int] = []
@@ -272,25 +276,29 @@ class Runner:
                 if msg.get("op") == "launch":
                     launches.append(msg)
                     continue
-                answers += self._launch(conn, launches)
+                if not self._launch(conn, launches):
+                    return
                 launches = []
                 reply = self._handle(conn, msg, fds)
             except Exception as e:  # a bad request gets an answer, the runner goes on
                 reply = {"error": f"{type(e).__name__}: {e}"}
-            answers.append((reply, fds))
-        answers += self._launch(conn, launches)
-        for i, (reply, fds) in enumerate(answers):
-            try:
-                socket.send_fds(conn, [json.dumps(reply).encode()], fds)
-            except OSError:
-                for _, rest in answers[i + 1:]:
-                    for fd in rest:
-                        os.close(fd)
-                self._drop(conn)
+            if not self._answer(conn, reply, fds):
                 return
-            finally:
-                for fd in fds:
-                    os.close(fd)
+        self._launch(conn, launches)
+
+    def _answer(self, conn: socket.socket, reply: dict[str, Any], fds: list[int]) -> bool:
+        """One answer, with its fds (closed here, sent or not); False once the daemon is
+        gone (its connection dropped)."""
+        try:
+            if conn in self.clients:
+                socket.send_fds(conn, [json.dumps(reply).encode()], fds)
+                return True
+        except OSError:
+            self._drop(conn)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return False
 
     def _handle(self, conn: socket.socket, msg: dict[str, Any],
                 fds: list[int]) -> dict[str, Any]:
@@ -313,34 +321,48 @@ class Runner:
         return {"error": f"unknown op {op!r}"}
 
     # --- starting jobs ----------------------------------------------------------------
-    def _launch(self, conn: socket.socket, msgs: list[dict[str, Any]]
-                ) -> list[tuple[dict[str, Any], list[int]]]:
-        """Start these jobs through one waiter: an answer each, in order."""
-        answers: list[tuple[dict[str, Any], list[int]]] = []
-        #: each with its message, its daemon's environment's message, its watch pipe
-        starts: list[tuple[waiter.Start, bytes, bytes, int]] = []
-        for msg in msgs:
-            try:
-                starts.append(self._prepare(conn, msg))
-                answers.append(({}, []))
-            except Exception as e:  # its log cannot be made, say: this job only
-                answers.append(({"error": f"{type(e).__name__}: {e}"}, []))
-        if not starts:
-            return answers
-        got = self._start_in_waiter([(s, data, base) for s, data, base, _ in starts])
-        it = iter(zip(starts, got, strict=True))
-        for reply, fds in answers:
-            if "error" in reply:
-                continue
-            (start, _, _, watch), pid_at = next(it)
-            if pid_at is None:
-                os.close(watch)
+    def _launch(self, conn: socket.socket, msgs: list[dict[str, Any]]) -> bool:
+        """Start these jobs through one waiter, in bursts of at most ``BURST``, each job
+        answered, in order, as soon as its waiter has started it (the daemon learns of the
+        first starts while the waiter starts the rest, and jobs that end meanwhile are
+        reaped between starts): a pipeline, not one step per burst. False once the daemon
+        is gone; the jobs handed to the waiter start anyway (the next daemon adopts them)."""
+        #: per launch, in order: its answer, and what it starts (None: refused already)
+        order: list[tuple[dict[str, Any], tuple[waiter.Start, bytes, bytes, int] | None]] = []
+        sent = 0
+
+        def answer_ready() -> None:  # the answers due, up to the first one not started
+            nonlocal sent
+            while sent < len(order) and order[sent][0]:
+                reply, prepared = order[sent]
+                sent += 1
+                self._answer(conn, reply, [prepared[3]] if prepared and "pid" in reply else [])
+
+        def started(k: int, at: float | None) -> None:
+            reply, prepared = order[k]
+            assert prepared is not None
+            if at is None:
+                os.close(prepared[3])
                 reply["error"] = "the job's waiter died while starting it"
-                continue
-            self.jobs[start.pid] = _Job(pid=start.pid, key=start.key)
-            reply.update(pid=start.pid, started_at=pid_at)
-            fds.append(watch)
-        return answers
+            else:
+                self.jobs[prepared[0].pid] = _Job(pid=prepared[0].pid, key=prepared[0].key)
+                reply.update(pid=prepared[0].pid, started_at=at)
+            answer_ready()
+
+        for first in range(0, len(msgs), BURST):  # prepared a burst at a time, too
+            burst: list[tuple[int, waiter.Start, bytes, bytes]] = []
+            for msg in msgs[first:first + BURST]:
+                try:
+                    prepared = self._prepare(conn, msg)
+                except Exception as e:  # its log cannot be made, say: this job only
+                    order.append(({"error": f"{type(e).__name__}: {e}"}, None))
+                    continue
+                burst.append((len(order), *prepared[:3]))
+                order.append(({}, prepared))
+            answer_ready()
+            if burst:
+                self._start_in_waiter(burst, started)
+        return conn in self.clients
 
     def _prepare(self, conn: socket.socket, msg: dict[str, Any]
                  ) -> tuple[waiter.Start, bytes, bytes, int]:
@@ -387,16 +409,49 @@ class Runner:
             _credentials()
             self.as_accounts = True
 
-    def _start_in_waiter(self, starts: list[tuple[waiter.Start, bytes, bytes]]
-                         ) -> list[float | None]:
-        """Hand these jobs to the current waiter (forked if there is none), the keeper
-        told first: each job's start time (its pid set in ``starts``), None for those it
-        did not get to. The jobs' logs and watch pipes are the waiter's after this."""
+    def _start_in_waiter(self, starts: list[tuple[int, waiter.Start, bytes, bytes]],
+                         started: Callable[[int, float | None], None]) -> None:
+        """Hand these jobs (each with a number, its message and its daemon's environment's
+        message) to the current waiter (forked if there is none), the keeper told first;
+        ``started(number, at)`` as the waiter starts each (its pid set in its ``Start``),
+        ``at`` None for those it did not get to. The jobs' logs and watch pipes are the
+        waiter's once sent (closed here)."""
+        link = self._hand_over_burst([(s, data, base) for _, s, data, base in starts])
+        if link is None:
+            for k, *_ in starts:
+                started(k, None)
+            return
+        got = 0
+        while got < len(starts):
+            try:
+                answer = link.sock.recv(64)
+            except OSError:
+                answer = b""
+            if not answer:
+                break  # it died
+            jpid, at = answer.split()
+            k, start, _, _ = starts[got]
+            start.pid = int(jpid)
+            got += 1
+            started(k, float(at))
+        link.jobs += got
+        link.used = time.monotonic()
+        if got < len(starts):
+            self._retire(dead=True)
+            for k, *_ in starts[got:]:
+                started(k, None)
+        elif link.jobs >= waiter.WAITER_JOBS:
+            self._retire()
+
+    def _hand_over_burst(self, starts: list[tuple[waiter.Start, bytes, bytes]]
+                         ) -> _WaiterLink | None:
+        """The burst sent whole to a waiter (the keeper told first): that waiter, or None
+        when none took it."""
         try:
             for _ in range(2):  # a waiter that died idle took nothing: the next one
                 link = self._waiter()
                 if link is None:
-                    return [None] * len(starts)
+                    return None
                 since = time.clock_gettime(time.CLOCK_BOOTTIME)
                 # the keeper first: a runner killed from here on leaves it to wait for the
                 # waiter to take this burst whole and start it, or to drop it at EOF
@@ -416,33 +471,12 @@ class Runner:
                     print(f"rota runner: waiter {link.pid}: {e}", file=sys.stderr)
                     self._retire(dead=e.errno in (errno.EPIPE, errno.ECONNRESET))
                     continue
-                return self._answers(link, [s for s, _, _ in starts])
-            return [None] * len(starts)
+                return link
+            return None
         finally:
             for s, _, _ in starts:
                 os.close(s.log)
                 os.close(s.watch)
-
-    def _answers(self, link: _WaiterLink, starts: list[waiter.Start]) -> list[float | None]:
-        got: list[float | None] = []
-        while len(got) < len(starts):
-            try:
-                answer = link.sock.recv(64)
-            except OSError:
-                answer = b""
-            if not answer:
-                break  # it died
-            jpid, at = answer.split()
-            starts[len(got)].pid = int(jpid)
-            got.append(float(at))
-        link.jobs += len(got)
-        link.used = time.monotonic()
-        if len(got) < len(starts):
-            self._retire(dead=True)
-            got += [None] * (len(starts) - len(got))
-        elif link.jobs >= waiter.WAITER_JOBS:
-            self._retire()
-        return got
 
     def _waiter(self) -> _WaiterLink | None:
         """The waiter taking bursts: the current one while it lives, else a new fork."""

@@ -147,6 +147,7 @@ class _Waiter:
         self.burst: list[Start] = []  # taken, not started yet (its last message to come)
         self.segments: dict[str, int] = {}  # journal segment -> its fd, kept to the end
         self.bases: dict[int, dict[str, str]] = {}  # the daemons' environments
+        self.programs: dict[tuple[str, str], str] = {}  # (name, PATH) -> where it was found
         self.taking = True
         self.buf = mmap.mmap(-1, MESSAGE_BYTES)  # pages are made only as written
         self.anc = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
@@ -209,12 +210,13 @@ class _Waiter:
     def _start_burst(self) -> None:
         burst, self.burst = self.burst, []
         for i, s in enumerate(burst):
-            _start(s, self.keeper, self.holder)
+            _start(s, self.keeper, self.holder, self.programs)
             self.jobs[s.pid] = s
             os.close(s.log)
             if i == len(burst) - 1:  # the keeper hears it before the runner's next intent
                 _tell(self.keeper, done(os.getpid()))
             _tell(self.sock, f"{s.pid} {time.time()}".encode())  # a runner gone: the journal
+            self._reap()  # short jobs end while the rest start: their ends go out now
 
     def _retire(self) -> None:
         """The runner has closed its end: no more bursts. A burst not taken whole is not
@@ -250,9 +252,10 @@ class _Waiter:
             os.waitpid(res.si_pid, 0)
 
 
-def _start(s: Start, keeper: socket.socket, holder: Holder) -> None:
+def _start(s: Start, keeper: socket.socket, holder: Holder,
+           programs: dict[tuple[str, str], str]) -> None:
     try:
-        s.pid = _spawn(s)
+        s.pid = _spawn(s, programs)
     except OSError as e:
         # as a shell says it: in the log, and an exit status of 127 (not found) or 126
         # (cannot run), from a stand-in process, so the job ends as any other
@@ -264,25 +267,31 @@ def _start(s: Start, keeper: socket.socket, holder: Holder) -> None:
     _tell(keeper, started(s.pid, s.key, s.segment))
 
 
-def _spawn(s: Start) -> int:
-    """The job, in its working directory, entered with its account's rights."""
+def _spawn(s: Start, programs: dict[tuple[str, str], str]) -> int:
+    """The job, in its working directory, entered with its account's rights; its program
+    looked up on its own PATH (remembered: a lookup cost a trivial job's start a tenth)."""
     if s.cwd is not None:
         _enter(s.cwd, s.account)
     prog = s.argv[0]
-    if "/" not in prog:
-        found = shutil.which(prog, path=s.env.get("PATH", os.defpath))
-    else:
-        found = prog if os.path.exists(prog) else None
+    key = (prog, s.env.get("PATH", os.defpath))
+    found = programs.get(key) if "/" not in prog else (prog if os.path.exists(prog) else None)
+    if found is None and "/" not in prog:
+        found = shutil.which(prog, path=key[1])
+        if found is not None and len(programs) < 10_000:
+            programs[key] = found
     if found is None:
         raise OSError(errno.ENOENT, f"cannot run '{prog}': command not found")
-    if s.account is not None:
-        return _spawn_as(s.account, s.argv, found, s.env, s.log)
     try:
+        if s.account is not None:
+            return _spawn_as(s.account, s.argv, found, s.env, s.log)
         return os.posix_spawn(found, s.argv, s.env, setsid=True, setsigmask=(),
                               setsigdef=DEFAULT_SIGNALS, file_actions=[
                                   _DEVNULL_IN, (os.POSIX_SPAWN_DUP2, s.log, 1),
                                   (os.POSIX_SPAWN_DUP2, s.log, 2)])
     except OSError as e:
+        programs.pop(key, None)  # moved or removed since it was found: look again next time
+        if s.account is not None:
+            raise
         raise OSError(e.errno, f"cannot run '{prog}': {e.strerror}") from None
 
 
