@@ -56,6 +56,7 @@ export ROTA_REQUIRE_ROOT=1     # tests/integration/test_multi_user.py: real Unix
 
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
+.venv/bin/lint-imports  # no import circle (pyproject.toml's [tool.importlinter])
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

@@ -36,7 +36,16 @@ import yaml
 
 from rota import yaml_bounds
 from rota.errors import InvalidSpec
-from rota.units import format_gpu_set, parse_gpu_set, parse_memory_person
+from rota.jobsfile_items import (
+    LINE_MAX,
+    JobsFileEntry,
+    JobsFileError,
+    JobsFileItem,
+    line_of,
+    spec_item,
+    too_long,
+)
+from rota.units import format_gpu_set, parse_gpu_set
 from rota.words import split_words
 
 TYPE_CHECKING = False  # typing's, without importing typing (`rota submit -f` starts faster)
@@ -44,7 +53,7 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
 if TYPE_CHECKING:
-    from rota.core.spec import JobSpec
+    pass
 
 if TYPE_CHECKING:
     JobsFormat = Literal["csv", "yaml", "json"]
@@ -56,69 +65,7 @@ _COMMA_HINT = "if the arguments contain commas, put them in double quotes"
 _NAME_MAX = 200  # JobSpec.name's limit
 _PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
 _DIGITS = re.compile(r"[+-]?[0-9]+")
-#: a line (or a YAML command string) at most as long as one argument may be (Linux's
-#: MAX_ARG_STRLEN): checked before anything else, so a huge line costs one len()
-LINE_MAX = 128 * 1024
 _GPU_LIST_CHARS = re.compile(r"[0-9,\- ]*")
-
-
-@dataclass(frozen=True, slots=True)
-class JobsFileEntry:
-    """One job read from the file; ``key`` (the spec's content hash) de-duplicates it."""
-
-    line: int
-    spec: JobSpec
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobsFileError:
-    """One line or item that could not be read. ``line`` 0 means the whole file.
-
-    ``message`` says what is wrong without the place; ``str()`` gives ``source:line: message``.
-    """
-
-    line: int
-    message: str
-    source: str = ""
-
-    def __str__(self) -> str:
-        if not self.line:
-            where = self.source
-        else:
-            where = f"{self.source}:{self.line}" if self.source else f"line {self.line}"
-        return f"{where}: {self.message}" if where else self.message
-
-
-@dataclass(frozen=True, slots=True)
-class JobsFileItem:
-    """One job as written in the file, its spec not yet checked: `rota submit -f` leaves
-    that to the daemon (no spec model to import), the watcher checks it here."""
-
-    line: int
-    data: dict[str, Any]
-    #: "job N" of a YAML item (0: a line of the line format)
-    number: int = 0
-    #: the item's YAML node: an error about a field points at that field's line
-    node: yaml.Node | None = field(default=None, compare=False, repr=False)
-
-    def check(self) -> JobsFileEntry | JobsFileError:
-        """The checked job, or what is wrong with it (as :func:`parse_jobs_text` words it)."""
-        from rota.core.spec import parse_spec
-
-        try:
-            spec = parse_spec(self.data)
-        except InvalidSpec as e:
-            return self.error(e)
-        return JobsFileEntry(self.line, spec, spec.content_hash())
-
-    def error(self, e: InvalidSpec, source: str = "") -> JobsFileError:
-        """``e`` about this job, on the line of the field it names (YAML) or its own."""
-        if not self.number:
-            return JobsFileError(self.line, str(e), source)
-        fline = _field_line(self.node, e.field) or self.line
-        at = f"job {self.number}" + (f" (from line {self.line})" if fline != self.line else "")
-        return JobsFileError(fline, f"{at}: {e}", source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +131,7 @@ def _read_lines(text: str) -> _Read:
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.removesuffix("\r")
         if len(line) > LINE_MAX:
-            errors.append(JobsFileError(number, _too_long("the line", len(line))))
+            errors.append(JobsFileError(number, too_long("the line", len(line))))
             continue
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -224,11 +171,6 @@ def _line_to_dict(line: str) -> dict[str, Any]:
         "allowed_gpus": _allowed(rest),
         "llm": _llm_arg(args),
     }
-
-
-def _too_long(what: str, size: int) -> str:
-    return (f"{what} has {size:,} characters; at most {LINE_MAX:,} (what one argument of a "
-            "command may hold): put long inputs in a file the job reads")
 
 
 def _argv(script: str, args: list[str]) -> list[str]:
@@ -356,7 +298,7 @@ def format_jobs_line(priority: int, script: str, conda: str | None, arguments: l
     line = ",".join([str(priority), _csv_field(script), _csv_field(conda or ""),
                      _csv_field(shlex.join(arguments)), gpus])
     if len(line) > LINE_MAX:
-        raise InvalidSpec(_too_long("the line", len(line)), field="line")
+        raise InvalidSpec(too_long("the line", len(line)), field="line")
     from rota.core.spec import parse_spec
 
     parse_spec(_line_to_dict(line))  # the same checks a watcher will make; raises if bad
@@ -419,11 +361,11 @@ def _expansion_ok(doc: yaml.Node, nodes: list[yaml.Node], number: int, bad: list
         try:
             size = counter.size(item)
         except yaml_bounds.AliasLoop as e:
-            errors.append(JobsFileError(_line_of(e.node), f"job {n}: {e}"))
+            errors.append(JobsFileError(line_of(e.node), f"job {n}: {e}"))
         else:
             if size <= yaml_bounds.ITEM_NODES_MAX:
                 continue
-            errors.append(JobsFileError(_line_of(item),
+            errors.append(JobsFileError(line_of(item),
                                         f"job {n}: {yaml_bounds.expansion_problem(size)}"))
         bad.append(item)
         _blank(doc, item)
@@ -432,11 +374,11 @@ def _expansion_ok(doc: yaml.Node, nodes: list[yaml.Node], number: int, bad: list
     try:
         total = counter.size(doc)
     except yaml_bounds.AliasLoop as e:
-        errors.append(JobsFileError(_line_of(e.node), str(e)))
+        errors.append(JobsFileError(line_of(e.node), str(e)))
         return False
     added = total - counter.distinct
     if added > yaml_bounds.ALIAS_ADDED_MAX:
-        errors.append(JobsFileError(_line_of(doc), yaml_bounds.document_problem(added)))
+        errors.append(JobsFileError(line_of(doc), yaml_bounds.document_problem(added)))
         return False
     return True
 
@@ -459,12 +401,12 @@ def _construct(loader: Any, doc: yaml.Node, nodes: list[yaml.Node], number: int,
         if not culprits:
             break
         for n, item, long_int in culprits:
-            errors.append(JobsFileError(_line_of(long_int),
+            errors.append(JobsFileError(line_of(long_int),
                                         f"job {n}: {yaml_bounds.long_int_problem(long_int)}"))
             bad.append(item)
             _blank(doc, item)
     where = yaml_bounds.long_int(doc)
-    line = _line_of(where) if where is not None else _line_of(doc)
+    line = line_of(where) if where is not None else line_of(doc)
     problem = (yaml_bounds.long_int_problem(where) if where is not None
                else f"YAML: cannot read a value: {why}")
     errors.append(JobsFileError(line, problem))
@@ -500,10 +442,6 @@ def _yaml_syntax_error(e: yaml.MarkedYAMLError, text: str) -> JobsFileError:
     return JobsFileError(line, f"YAML: {what}")
 
 
-def _line_of(node: yaml.Node) -> int:
-    return int(node.start_mark.line) + 1
-
-
 def _yaml_items(node: yaml.Node, errors: list[JobsFileError]) -> list[yaml.Node]:
     """The nodes of the job items in one document (in the order of the constructed data)."""
     if isinstance(node, yaml.SequenceNode):
@@ -514,7 +452,7 @@ def _yaml_items(node: yaml.Node, errors: list[JobsFileError]) -> list[yaml.Node]
             return [node]
         others = [k for k in keys if k != "jobs"]
         if others:
-            line = _line_of(keys[others[0]][0])
+            line = line_of(keys[others[0]][0])
             errors.append(JobsFileError(line, f"unknown top-level key(s) {others} next to "
                                               "'jobs'"))
         jobs = keys["jobs"][1]
@@ -522,12 +460,12 @@ def _yaml_items(node: yaml.Node, errors: list[JobsFileError]) -> list[yaml.Node]
             return list(jobs.value)
         if isinstance(jobs, yaml.ScalarNode) and jobs.value in ("", "~", "null"):
             return []
-        line = _line_of(jobs)
+        line = line_of(jobs)
         errors.append(JobsFileError(line, "'jobs' must be a list of specs"))
         return []
     if isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null"):
         return []
-    line = _line_of(node)
+    line = line_of(node)
     errors.append(JobsFileError(line, "expected a job spec mapping, a list of them, or "
                                       "jobs: [...]"))
     return []
@@ -557,7 +495,7 @@ def _duplicate_keys(items: list[yaml.Node], first: int,
         for k, _ in item.value:
             if isinstance(k, yaml.ScalarNode) and k.value != "<<":
                 if k.value in seen:
-                    line = _line_of(k)
+                    line = line_of(k)
                     errors.append(JobsFileError(line, f"job {number}: key {k.value!r} "
                                                       "appears twice"))
                     bad.append(item)
@@ -566,54 +504,7 @@ def _duplicate_keys(items: list[yaml.Node], first: int,
 
 
 def _yaml_item(node: yaml.Node, value: Any, number: int) -> JobsFileItem | JobsFileError:
-    return spec_item(_line_of(node), value, number, node)
-
-
-def spec_item(line: int, value: Any, number: int, node: yaml.Node | None = None,
-              ) -> JobsFileItem | JobsFileError:
-    """Job ``number`` of a YAML or JSON file as written (its command string split), or
-    what is wrong with it."""
-    if not isinstance(value, dict):
-        return JobsFileError(line, f"job {number}: expected a mapping of spec fields, "
-                                   f"got {type(value).__name__}")
-    item = JobsFileItem(line, value, number, node)
-    try:
-        return replace(item, data=_person_units(_command_from_string(value)))
-    except InvalidSpec as e:
-        return item.error(e)
-
-
-def _command_from_string(value: dict[Any, Any]) -> dict[Any, Any]:
-    """``command: python train.py`` -> argv by shell-style splitting (no shell is run)."""
-    command = value.get("command")
-    if not isinstance(command, str):
-        return value
-    if len(command) > LINE_MAX:
-        raise InvalidSpec(f"command: {_too_long('the command', len(command))}", field="command")
-    if value.get("shell") is True:
-        return {**value, "command": [command]}
-    try:
-        return {**value, "command": split_words(command)}
-    except ValueError as e:
-        raise InvalidSpec(f"command: cannot split {command!r}: {e}", field="command") from None
-
-
-def _person_units(value: dict[Any, Any]) -> dict[Any, Any]:
-    """``gpu_mem: 20`` written by a person means 20 GiB, as on the command line."""
-    if "gpu_mem" not in value:
-        return value
-    return {**value, "gpu_mem": parse_memory_person(value["gpu_mem"])}
-
-
-def _field_line(node: yaml.Node | None, field_path: str | None) -> int | None:
-    """The line of the key ``field_path`` names (its first part) in an item mapping."""
-    if not field_path or not isinstance(node, yaml.MappingNode):
-        return None
-    first = field_path.split(".")[0]
-    for k, _ in node.value:
-        if isinstance(k, yaml.ScalarNode) and k.value == first:
-            return _line_of(k)
-    return None
+    return spec_item(line_of(node), value, number, node)
 
 
 # --- watching ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from rota.jobsfile import JobsFileError, JobsFileItem, spec_item
+from rota.jobsfile_items import JobsFileError, JobsFileItem, spec_item
 from rota.yaml_bounds import INT_DIGITS_MAX
 
 _WS = re.compile(r"[ \t\n\r]*")

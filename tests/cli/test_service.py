@@ -84,6 +84,7 @@ def test_a_system_unit_runs_one_daemon_for_everyone_from_the_system_home(
 def test_a_users_cli_reaches_the_system_daemon_when_it_runs_none_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rota import home
+    from rota.daemon_socket import socket_path
 
     system = tmp_path / "system"
     system.mkdir()
@@ -92,9 +93,9 @@ def test_a_users_cli_reaches_the_system_daemon_when_it_runs_none_of_its_own(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
     own = str(tmp_path / "data" / "rota" / "rota.sock")
-    assert home.socket_path() == own  # no daemon anywhere: one's own, to start
+    assert socket_path() == own  # no daemon anywhere: one's own, to start
     (system / "rota.sock").touch()
-    assert home.socket_path() == str(system / "rota.sock")
+    assert socket_path() == str(system / "rota.sock")
     Path(own).parent.mkdir(parents=True)
     Path(own).touch()
-    assert home.socket_path() == own  # one's own daemon comes first
+    assert socket_path() == own  # one's own daemon comes first

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from rota.cli.common import Plain, client, emit, run_cli, warn
-from rota.cli.submit import FORCE_HELP, JOB_ITEM
+from rota.cli.submit import FORCE_HELP
+from rota.cli.submitted import JOB_ITEM
 from rota.cli.user_text import prose
 from rota.errors import NotFound, RotaError
 

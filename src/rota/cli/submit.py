@@ -9,12 +9,12 @@ the job (in a file: its line).
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections.abc import Iterable
 
 from rota.cli import lazy_typer as typer
-from rota.cli.common import Plain, client, emit, run_cli, warn
+from rota.cli.common import client, emit, run_cli, warn
+from rota.cli.submitted import JOB_ITEM, submitted_text
 from rota.errors import InvalidSpec
 from rota.units import MEMORY_HELP
 
@@ -23,11 +23,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 if TYPE_CHECKING:
-    from rota.answers import JobAnswer, SubmitAnswer
+    from rota.answers import SubmitAnswer
     from rota.client import RawClient as Client
-
-#: how the daemon names item i of a batch in an error
-JOB_ITEM = re.compile(r"^jobs\[(\d+)\]: ")
 
 GPU_TYPE_HELP = ("GPU model, matched against the GPU's name (A100, H100, ...); on a cluster "
                  "pool the engine's GPU type")
@@ -55,10 +52,6 @@ def _duration(text: str, field: str) -> float:
     if text.strip() in ("0", "0s", "0.0"):
         return 0.0
     return parse_duration(text, field=field)
-
-
-def job_ids(jobs: Iterable[JobAnswer]) -> str:
-    return ", ".join(str(j["id"]) for j in jobs)
 
 
 # --- submit ------------------------------------------------------------------------------
@@ -179,16 +172,6 @@ def post_jobs(c: Client, raws: list[dict[str, Any]], *, idempotency_key: str | N
               dedup: bool = False, force: bool = False) -> SubmitAnswer:
     """POST /v1/jobs; the whole answer (``jobs``, and ``warnings`` when there are any)."""
     return c.submit_full(raws, idempotency_key=idempotency_key, dedup=dedup, force=force)
-
-
-def submitted_text(jobs: list[JobAnswer]) -> Plain:
-    if not jobs:
-        return Plain("nothing submitted: an identical job is already queued or done (--dedup)")
-    if len(jobs) == 1:
-        return Plain(f"submitted job {jobs[0]['id']}")
-    lines = [f"submitted {len(jobs)} jobs: {job_ids(jobs)}"]
-    lines += [f"  {j['id']}  {j['name']}" for j in jobs]
-    return Plain("\n".join(lines))
 
 
 def submit(

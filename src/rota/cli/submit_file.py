@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from rota.cli.common import client, emit, fail, warn
 from rota.cli.lazy_typer import Exit
-from rota.cli.submit import JOB_ITEM, job_ids, submitted_text
+from rota.cli.submitted import JOB_ITEM, job_ids, submitted_text
 from rota.errors import InvalidSpec, RotaError
 from rota.jobsfile import (
     JobsFileError,

@@ -87,7 +87,7 @@ class Endpoint:
         if url is not None:
             return cls(base_url=url.rstrip("/"), token=token)
         if socket_path is None:
-            from rota.home import socket_path as configured
+            from rota.daemon_socket import socket_path as configured
 
             socket_path = configured()
         return cls(base_url="http://rota", socket_path=socket_path, token=token)

@@ -118,7 +118,7 @@ def json_size(value: object) -> int:
 def _metric_pattern(v: str, info: ValidationInfo) -> str:
     """One custom metric pattern: one RE2 runs (a stored one RE2 cannot run is left out by
     the reader instead)."""
-    from rota.ml.parse import compile_pattern
+    from rota.metric_patterns import compile_pattern  # RE2 only when a spec has patterns
 
     if _submitted(info):
         try:

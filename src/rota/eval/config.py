@@ -29,7 +29,7 @@ import difflib
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -47,6 +47,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from rota.errors import InvalidSpec
+from rota.eval.limits import Limits
 from rota.units import parse_duration, parse_memory_person
 
 #: the schema versions this Rota reads; a file names its own
@@ -132,26 +133,6 @@ class Model(ModelSource):
                                         "applied to the model")
 
 
-class Limits(_Strict):
-    max_instances: int | None = Field(default=None, ge=1, description="examples per task "
-                                      "at most (all: none given)")
-    num_fewshot: int | None = Field(default=None, ge=0)
-    batch_size: int = Field(default=8, ge=1, le=4096)
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    max_length: int | None = Field(default=None, ge=16, description="tokens per example")
-
-    #: each limit as a refusal names it (``the helm harness does not take a batch size``)
-    NOUNS: ClassVar[dict[str, str]] = {
-        "max_instances": "a maximum number of instances", "num_fewshot": "a few-shot count",
-        "batch_size": "a batch size", "dtype": "a dtype", "max_length": "a maximum length"}
-
-    def asked(self) -> list[str]:
-        """The limits the config sets: written in it, and neither null nor ``auto`` (which
-        leave the choice to the harness)."""
-        return [name for name in type(self).model_fields if name in self.model_fields_set
-                and getattr(self, name) not in (None, "auto")]
-
-
 class Harness(_Strict):
     kind: Literal["lm-eval", "helm", "heldout"]
     tasks: list[OneWord] = Field(
@@ -183,7 +164,7 @@ class Harness(_Strict):
     def _limits_honoured(cls, limits: Limits, info: ValidationInfo) -> Limits:
         """Refuses each limit the harness would not pass on (never silently dropped), by
         its own path: the harness's declaration says which it honours (harnesses/base.py)."""
-        from rota.eval.harnesses import HARNESSES  # they import this module
+        from rota.eval.harnesses import HARNESSES  # (they import Limits, not this module)
 
         kind = info.data.get("kind")
         harness = HARNESSES.get(kind) if isinstance(kind, str) else None

@@ -9,7 +9,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rota.backends import engines
 from rota.core.feasibility import never_runnable, never_typed, type_scope
@@ -22,11 +22,13 @@ from rota.jobsfile import JobsFileEntry, JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.pools import LOCAL, Pool, no_workspace
 from rota.server.accounts import AccountRules
-from rota.server.daemon import Daemon
 from rota.server.pool_reads import engine_job
 from rota.store.repo import JobRecord
 from rota.templates import missing_modules
 from rota.units import format_memory
+
+if TYPE_CHECKING:
+    from rota.server.daemon import Daemon
 
 GIB = 1 << 30
 DRAINING = "the daemon is draining: no job starts until `rota drain --off`"

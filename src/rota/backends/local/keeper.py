@@ -40,6 +40,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
 F_SETPIPE_SZ = 1031
@@ -51,6 +52,10 @@ BATCH_S = 0.05
 
 #: pid -> (attempt key, journal segment its start went to)
 Jobs = dict[int, tuple[str, str]]
+#: what serves the runner's socket in each fork: ``rota.backends.local.runner.Runner``,
+#: given by the runner's ``main`` (the keeper does not import the runner: it is below it)
+ServeRunner = Callable[[str, socket.socket, socket.socket, tuple[int, float], Jobs,
+                        tuple[int, int]], None]
 
 
 def become_subreaper() -> None:
@@ -104,8 +109,8 @@ def end_record(key: str, pid: int, status: int) -> bytes:
 
 
 class Keeper:
-    def __init__(self, path: str, listener: socket.socket) -> None:
-        self.path, self.listener = path, listener
+    def __init__(self, path: str, listener: socket.socket, serve_runner: ServeRunner) -> None:
+        self.path, self.listener, self.serve_runner = path, listener, serve_runner
         self.started_at = time.time()
         self.jobs: Jobs = {}
         #: waiters told to start a burst and not done yet: pid -> (burst sent at, jobs
@@ -293,10 +298,8 @@ class Keeper:
             os.close(self.wake_r)
             os.close(self.wake_w)
             self.own.close()
-            from rota.backends.local.runner import Runner
-
-            Runner(self.path, self.listener, self.runners_end, (os.getppid(), self.started_at),
-                   self.jobs, self.ends).serve()
+            self.serve_runner(self.path, self.listener, self.runners_end,
+                              (os.getppid(), self.started_at), self.jobs, self.ends)
             code = 0
         except BaseException:
             traceback.print_exc()

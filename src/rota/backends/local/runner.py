@@ -605,7 +605,13 @@ def main(argv: list[str]) -> int:
         print(f"rota runner: cannot listen on {argv[1]}: {e}", file=sys.stderr)
         return 1
     become_subreaper()
-    return Keeper(argv[1], listener).keep()
+    return Keeper(argv[1], listener, _serve).keep()
+
+
+def _serve(path: str, listener: socket.socket, keeper: socket.socket,
+           holder: tuple[int, float], adopted: Jobs, ends: tuple[int, int]) -> None:
+    """The runner's life in the keeper's fork."""
+    Runner(path, listener, keeper, holder, adopted, ends).serve()
 
 
 if __name__ == "__main__":

@@ -21,10 +21,13 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rota.errors import RotaError
-from rota.eval.config import EvalConfig, Limits
+from rota.eval.limits import Limits
+
+if TYPE_CHECKING:
+    from rota.eval.config import EvalConfig
 
 Metrics = dict[str, float]
 _NOT_WORD = re.compile(r"[^0-9a-z]+")

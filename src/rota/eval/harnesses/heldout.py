@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rota.eval.config import EvalConfig
 from rota.eval.harnesses.base import (
     EvalFailed,
     Harness,
@@ -25,6 +25,9 @@ from rota.eval.harnesses.base import (
     option_args,
     read_json,
 )
+
+if TYPE_CHECKING:
+    from rota.eval.config import EvalConfig
 
 KEYS = ("eval_loss", "perplexity", "eval_tokens", "examples", "left_out")
 

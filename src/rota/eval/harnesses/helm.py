@@ -24,9 +24,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rota.eval.config import EvalConfig, Limits
 from rota.eval.harnesses.base import (
     EvalFailed,
     Harness,
@@ -38,6 +37,10 @@ from rota.eval.harnesses.base import (
     snake,
     tool,
 )
+from rota.eval.limits import Limits
+
+if TYPE_CHECKING:
+    from rota.eval.config import EvalConfig
 
 _HAS_MODEL = re.compile(r"(^|[:,])model=")
 _HAS_FEWSHOT = re.compile(r"(^|[:,])max_train_instances=")

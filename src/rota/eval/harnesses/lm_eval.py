@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rota.eval.config import EvalConfig, Limits
 from rota.eval.harnesses.base import (
     EvalFailed,
     Harness,
@@ -24,6 +24,10 @@ from rota.eval.harnesses.base import (
     option_args,
     read_json,
 )
+from rota.eval.limits import Limits
+
+if TYPE_CHECKING:
+    from rota.eval.config import EvalConfig
 
 
 class LmEval(Harness):
