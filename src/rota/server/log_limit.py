@@ -79,13 +79,13 @@ class Cut:
 
 
 def cut_path(log_path: Path) -> Path:
-    return log_path.with_name(log_path.name + ".cut")
+    return Path(f"{log_path}.cut")
 
 
 def cut_of(log_path: Path) -> Cut | None:
     """The log's cut; None: never compacted (its offsets are the file's)."""
     try:  # (the daemon's own file, in its own folder)
-        fd = os.open(cut_path(log_path), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(f"{log_path}.cut", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
