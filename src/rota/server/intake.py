@@ -9,7 +9,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rota.backends import engines
 from rota.core.feasibility import never_runnable, never_typed, type_scope
@@ -28,7 +28,37 @@ from rota.templates import missing_modules
 from rota.units import format_memory
 
 if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
+    from collections.abc import Callable
+
+    from rota.config import Settings
+    from rota.devices.base import GpuReading
+    from rota.server.backend_set import BackendSet
+    from rota.server.datasets import Datasets
+    from rota.server.launcher import Launcher
+    from rota.server.secrets import Secrets
+    from rota.server.tracking import Tracking
+    from rota.store.repo import Store
+
+
+class IntakePort(Protocol):
+    """What intake needs of the daemon (which is one): its settings, store, secrets,
+    trackers, datasets, engines and accounts' rights; its clock, GPUs and whether it
+    drains; and a door for the jobs it stores (``accept``)."""
+
+    settings: Settings
+    store: Store
+    secrets: Secrets
+    tracking: Tracking
+    datasets: Datasets
+    backends: BackendSet
+    launcher: Launcher
+    clock: Callable[[], float]
+    draining: bool
+
+    @property
+    def readings(self) -> dict[int, GpuReading]: ...
+    def job_state(self, job_id: int) -> JobState: ...
+    def accept(self, rows: list[JobRecord], specs: Sequence[JobSpec] = ()) -> None: ...
 
 GIB = 1 << 30
 DRAINING = "the daemon is draining: no job starts until `rota drain --off`"
@@ -55,7 +85,7 @@ class Unknown:
 UNKNOWN = Unknown()
 
 class Intake:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: IntakePort) -> None:
         self.daemon = daemon
         self.accounts = AccountRules.here(daemon.settings.user, daemon.settings.shared_account)
         self.settings = daemon.settings
