@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -23,7 +23,25 @@ from rota.core.snapshot import MILLI
 from rota.server.auth import VIA_HEADER, VIA_KEY
 
 if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
+    from collections.abc import Sized
+
+    from rota.core.snapshot import GpuView
+    from rota.devices.base import GpuReading
+    from rota.store.repo import Store
+
+
+class Watched(Protocol):
+    """What the gauges read from the daemon (which is one) at each scrape."""
+
+    store: Store
+
+    @property
+    def readings(self) -> dict[int, GpuReading]: ...
+    @property
+    def paused(self) -> set[int]: ...
+    @property
+    def queue(self) -> Sized: ...
+    def gpu_views(self) -> list[GpuView]: ...
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _WAIT_BUCKETS = (0.01, 0.1, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400)
@@ -115,7 +133,7 @@ class Metrics:
         self.worker_requests = WorkerRequests()
         r.register(_Requests(self.requests, self.worker_requests))
 
-    def watch(self, daemon: Daemon) -> None:
+    def watch(self, daemon: Watched) -> None:
         """Add the gauges read from the daemon at scrape time."""
         self.registry.register(_DaemonCollector(daemon))
 
@@ -181,7 +199,7 @@ class _Requests(Collector):
 
 
 class _DaemonCollector(Collector):
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Watched) -> None:
         self.daemon = daemon
 
     def collect(self) -> Iterator[Metric]:
