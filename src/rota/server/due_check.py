@@ -5,11 +5,31 @@ any submit. One failure is logged and the next look still comes."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from rota.server.intake import IntakePort
 
 if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from rota.core.lifecycle import JobState
     from rota.server.intake import Intake
+    from rota.server.running import Running
+
+
+class DuePort(IntakePort, Protocol):
+    """What a due check needs of the daemon (which is one): intake's port, and its timers,
+    batches (one transaction), running jobs, cancelling, and whether its memory is to be
+    trusted (``diverged``: not until it has taken its work up again from the store)."""
+
+    diverged: bool
+
+    @property
+    def running(self) -> dict[int, Running]: ...
+    def later(self, delay: float, fn: Callable[[], None]) -> None: ...
+    def batch(self) -> AbstractContextManager[None]: ...
+    def cancel(self, job_id: int) -> JobState: ...
 
 TICK_S = 1.0  # how often due work is looked at: it starts within this of its time
 
@@ -18,7 +38,7 @@ class DueCheck:
     #: what is checked, for the log ("evaluation schedules")
     what = "due work"
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: DuePort) -> None:
         self.d = daemon
         self._intake: Intake | None = None
 
