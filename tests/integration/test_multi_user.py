@@ -366,17 +366,20 @@ def test_a_users_session_job_runs_as_that_user_in_that_users_server(
                            capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr
     else:
-        assert argv == ["screen", "-r", f"{_screen_pid(ALICE, sleeper)}.{argv[2].split('.')[1]}"]
+        name = argv[2].split(".", 1)[1]
+        assert name.startswith(f"rota-{sleeper}-"), argv
+        assert argv == ["screen", "-r", f"{_screen_pid(ALICE, name)}.{name}"]
     assert rota_as(ALICE, home, "cancel", "--yes", str(sleeper)).returncode == 0
 
 
-def _screen_pid(account: str, job_id: int) -> str:
-    """The pid of ``account``'s screen session of job ``job_id`` (from its own `screen -ls`:
-    the session is in that account's screen folder)."""
+def _screen_pid(account: str, name: str) -> str:
+    """The pid of ``account``'s screen session called ``name`` (from its own `screen -ls`:
+    the session is in that account's screen folder; the name ends in the daemon home's tag,
+    so a dead session of an earlier daemon's job of the same number is not it)."""
     r = subprocess.run(["runuser", "-u", account, "--", "screen", "-ls"], capture_output=True,
                        text=True, check=False)
     found = [line.split()[0].split(".")[0] for line in r.stdout.splitlines()
-             if f"rota-{job_id}-" in line]
+             if line.split() and line.split()[0].split(".", 1)[-1] == name]
     assert len(found) == 1, r.stdout
     return found[0]
 
