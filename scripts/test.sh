@@ -58,7 +58,7 @@ export ROTA_REQUIRE_ROOT=1     # tests/integration/test_multi_user.py: real Unix
 .venv/bin/mypy
 .venv/bin/lint-imports  # no import circle (pyproject.toml's [tool.importlinter])
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "$@"  # the slowest 30: the CI budget is 45 min
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
