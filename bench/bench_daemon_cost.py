@@ -2,7 +2,7 @@
 
     python bench/bench_daemon_cost.py [--jobs 1000] [--batch 100] [--json FILE]
 
-A daemon (rota.server.daemon.Daemon on 8 simulated 80 GB GPUs, its own SQLite store and
+A daemon (rota.server.loop.daemon.Daemon on 8 simulated 80 GB GPUs, its own SQLite store and
 local runner) runs in this process; ``--jobs`` `true` jobs of 0.25 GPU are submitted
 through its intake ``--batch`` at a time, as the API would (no HTTP: that is
 bench_api_load's), and run to their end. Printed: the wall time, this process's CPU per
@@ -35,9 +35,9 @@ from sqlalchemy import event  # noqa: E402
 
 from rota.config import load_settings  # noqa: E402
 from rota.devices.simulated import SimulatedDevices  # noqa: E402
-from rota.server.daemon import Daemon  # noqa: E402
 from rota.server.daemon_ports import DaemonPorts  # noqa: E402
 from rota.server.intake import Intake  # noqa: E402
+from rota.server.loop.daemon import Daemon  # noqa: E402
 from rota.store.repo import Store  # noqa: E402
 from rota_testing import kill_job_processes  # noqa: E402
 

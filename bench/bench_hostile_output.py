@@ -7,7 +7,7 @@ A real process writes, into a job's log: first one 50 MB line with no newline (i
 writes), then 1,000 lines a second of 10,000-character lines built to be slow for the
 built-in parser's regexes (``x=1,`` repeated, spaces before a digit, ``step `` repeated,
 ``1%|`` repeated, dict-shaped text, ``eta `` repeated). On an asyncio loop, the daemon's
-own reading code (``rota.server.job_output.read_outputs`` over an ``OutputReader`` with a
+own reading code (``rota.server.jobs.job_output.read_outputs`` over an ``OutputReader`` with a
 ``LineParser`` holding a pattern that backtracks catastrophically in Python's ``re``:
 it runs in RE2) reads that log every ``--every`` seconds, and every CATCH_UP_S while a
 read left output unread, as the daemon's outputs loop does. Beside it a probe task sleeps
@@ -31,8 +31,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from rota.ml.parse import LineParser
-from rota.server import job_output
-from rota.server.outputs import OutputReader, Progress, events_path
+from rota.server.jobs import job_output
+from rota.server.tracking.outputs import OutputReader, Progress, events_path
 
 WRITER = r"""
 import sys, time

@@ -228,10 +228,10 @@ def never_pass(n: int) -> dict[str, float]:
     """In process, on the same 8x80G machine: a pass over N forced jobs that can never
     start (16 whole GPUs each) behind 4 that can (so 4 GPUs stay free and the pass cannot
     stop early), as the daemon's queue hands them to the scheduler (set aside:
-    rota.server.queue), against the same pass given them all."""
+    rota.server.jobs.queue), against the same pass given them all."""
     from rota.core.schedule import schedule
     from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
-    from rota.server.queue import PendingQueue
+    from rota.server.jobs.queue import PendingQueue
 
     gpus = [GpuView(index=i, memory_total=80 << 30) for i in range(8)]
     jobs = [PendingJob(i, 0, i, 1000 if i <= 4 else 16_000) for i in range(1, n + 5)]

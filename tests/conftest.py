@@ -11,7 +11,7 @@ import pytest
 from rota_testing import DaemonProcess, kill_job_processes
 
 # The suite runs as root, so its daemons can start jobs as any account, and would refuse
-# the jobs of token users who have no Unix account (rota.server.accounts). Tests of the API's
+# the jobs of token users who have no Unix account (rota.server.access.accounts). Tests of the API's
 # rights use such users; they run with every user's jobs under the daemon's account, as a
 # daemon's admin may choose. tests/integration/test_multi_user.py sets it back to false.
 os.environ.setdefault("ROTA_SHARED_ACCOUNT", "true")

@@ -20,7 +20,7 @@ import pytest
 from rota.client import RawClient as Client
 
 if TYPE_CHECKING:
-    from rota.server.daemon import Daemon
+    from rota.server.loop.daemon import Daemon
     from rota.store.repo import Store
 
 
@@ -240,7 +240,7 @@ async def in_process_daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, Store
     afterwards no job process is left."""
     from rota.config import load_settings
     from rota.devices.simulated import SimulatedDevices
-    from rota.server.daemon import Daemon
+    from rota.server.loop.daemon import Daemon
     from rota.store.repo import Store
 
     settings = load_settings(home=tmp_path / "home")

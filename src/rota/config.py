@@ -112,7 +112,7 @@ class PrioritySettings(BaseModel):
 
 
 class AlertSettings(BaseModel):
-    """``[alerts]``: where alerts go (rota.server.alert_sender). The webhook's URL is a
+    """``[alerts]``: where alerts go (rota.server.policy.alert_sender). The webhook's URL is a
     stored secret, never a setting: a Slack-style URL is itself the credential."""
 
     model_config = ConfigDict(extra="forbid")
@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     safety_tick: float = Field(default=5.0, gt=0, description="seconds between safety passes")
     device_poll: float = Field(default=2.0, gt=0, description="seconds between GPU readings")
     quota_check: float = Field(default=30.0, gt=0, description="seconds between readings of "
-                               "usage for GPU-hours and money quotas (rota.server.quotas)")
+                               "usage for GPU-hours and money quotas (rota.server.policy.quotas)")
     jobs_file_poll: float = Field(default=1.0, gt=0)
     tmux_socket: str = "rota"
     listen: str | None = Field(default=None, description="HOST:PORT for the API over TCP "
@@ -239,7 +239,7 @@ class Settings(BaseSettings):
     shared_account: bool = Field(default=False, description="a daemon not run as root runs "
                                  "every user's jobs as its own account, with its rights "
                                  "(docs/security.md); false: only its own account's jobs")
-    # experiment trackers (rota.server.tracking)
+    # experiment trackers (rota.server.tracking.trackers)
     mlflow: bool = Field(default=False, description="every job gets an MLflow run unless "
                          "it says mlflow=false")
     mlflow_tracking_uri: str | None = Field(default=None, description="default: SQLite in "

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 import rota
-from rota.server.log_times import index_path
-from rota.server.outputs import READ_EVERY_S
+from rota.server.tracking.log_times import index_path
+from rota.server.tracking.outputs import READ_EVERY_S
 from rota_testing import DaemonProcess, running_daemon, wait_until
 
 #: a line's print time and when the daemon sees it differ by one read interval, and a

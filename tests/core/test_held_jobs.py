@@ -1,5 +1,5 @@
 """Jobs held back outside the pass (Snapshot.held: their datasets are being fetched to this
-machine, rota.server.datasets): a held job does not start and carries the reason it was
+machine, rota.server.storage.datasets): a held job does not start and carries the reason it was
 given, in the pass and in the lazy tail alike (what `rota why` reads through Plan.reason);
 it takes no queue position, keeps no GPUs and makes no one stop, so the jobs behind it
 start on the GPUs it would have taken; once it is no longer held it starts like any job."""

@@ -15,7 +15,7 @@ from rota.config import Settings
 from rota.core.packing import PACKINGS, FragCache, Shape, fgd_pick, fragmentation, workload_of
 from rota.core.pool import GpuPool
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
-from rota.server.daemon import Daemon
+from rota.server.loop.daemon import Daemon
 
 HALVES = (Shape(500, 1.0),)
 

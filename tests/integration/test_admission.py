@@ -1,4 +1,4 @@
-"""Point requests before bulk reads (rota.server.admission): a waiting job list lets the
+"""Point requests before bulk reads (rota.server.api.admission): a waiting job list lets the
 requests about one job go first, and is never starved by them."""
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from rota.core.spec import JobSpec
-from rota.server import admission
-from rota.server.admission import PointRequestsFirst
-from rota.server.api import build_app
+from rota.server.api import admission, build_app
+from rota.server.api.admission import PointRequestsFirst
 from rota.server.daemon_ports import DaemonPorts
 from rota.server.intake import Intake
 from rota_testing import PATIENCE_S, in_process_daemon

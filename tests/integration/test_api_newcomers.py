@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from rota.server.api import build_app, tcp_app
-from rota.server.daemon import Daemon
 from rota.server.daemon_ports import DaemonPorts
 from rota.server.intake import Intake
+from rota.server.loop.daemon import Daemon
 from rota_testing import in_process_daemon, until
 
 
@@ -162,7 +162,7 @@ def test_faults_for_a_gpu_the_simulation_lacks_are_a_404(tmp_path: Path) -> None
 
 def test_neither_the_routers_nor_the_api_workers_import_the_daemon() -> None:
     code = ("import sys, rota.server.api, rota.server.api_worker; "
-            "print('rota.server.daemon' in sys.modules)")
+            "print('rota.server.loop.daemon' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "False"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rota.core.spec import JobSpec
-from rota.server import job_table
 from rota.server.intake import Intake
+from rota.server.jobs import job_table
 from rota_testing import in_process_daemon, until
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rota.core.spec import JobSpec
-from rota.server import daemon as daemon_module
-from rota.server.daemon import Daemon
+from rota.server.loop import daemon as daemon_module
+from rota.server.loop.daemon import Daemon
 from rota.store.repo import Store
 from rota_testing import in_process_daemon, until
 

@@ -16,8 +16,8 @@ from rota.core.lifecycle import JobState
 from rota.core.outcome import LOST, LOST_LAUNCHES_MAX
 from rota.core.spec import JobSpec
 from rota.devices.simulated import SimulatedDevices
-from rota.server.daemon import Daemon
-from rota.server.views import job_view, stored_facts, why_view
+from rota.server.api.views import job_view, stored_facts, why_view
+from rota.server.loop.daemon import Daemon
 from rota.store.repo import Store
 from rota_testing import kill_job_processes, until
 

@@ -508,7 +508,7 @@ def test_a_private_dataset_is_its_owners_alone_and_a_shared_one_everyones(
     assert r.returncode == 0, r.stderr
     out = _wait_for_log(root_daemon, json.loads(r.stdout)["jobs"][0]["id"])
     # a private copy is cached apart from the same content's others: its name is the
-    # digest and its owner's uid, hashed (rota.server.datasets.Datasets._slot)
+    # digest and its owner's uid, hashed (rota.server.storage.datasets.Datasets._slot)
     slot = hashlib.sha256(f"{private['digest']}:{accounts[ALICE]}".encode()).hexdigest()  # type: ignore[index]
     cached = home / "dataset-cache" / slot
     assert ALICES_NOTES in out and f"at {cached}" in out, out

@@ -26,9 +26,9 @@ from test_multi_user import (  # (fixtures used by name)
     shared_home,
 )
 
-from rota.server.workspace_cleanup import remove_listed, stale_files
-from rota.server.workspace_owner import rights_in
-from rota.server.workspaces import folder_size
+from rota.server.storage.workspace_cleanup import remove_listed, stale_files
+from rota.server.storage.workspace_owner import rights_in
+from rota.server.storage.workspaces import folder_size
 from rota.storage.sync import Remote, sync_up
 from rota_testing import DaemonProcess, moto_s3, s3_client, unix_accounts
 

@@ -13,8 +13,8 @@ from rota.config import load_settings
 from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota.devices.simulated import SimulatedDevices
-from rota.server import recovery
-from rota.server.daemon import Daemon
+from rota.server.loop import recovery
+from rota.server.loop.daemon import Daemon
 from rota.store.repo import Store
 from rota_testing import kill_job_processes, until
 

@@ -14,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rota.server import body_limit
-from rota.server.api import build_app
+from rota.server.api import body_limit, build_app
 from rota.server.daemon_ports import DaemonPorts
 from rota.server.intake import Intake
 from rota_testing import DaemonProcess, free_port, in_process_daemon, kill_job_processes

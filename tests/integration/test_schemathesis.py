@@ -43,7 +43,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rota.client import RawClient
-from rota.server.metrics import REQUESTS
+from rota.server.tracking.metrics import REQUESTS
 from rota_testing import DaemonProcess, free_port, kill_job_processes, s3_server
 
 SEED = 20240501

@@ -13,7 +13,7 @@ from rota.core.lifecycle import JobState
 from rota.core.spec import JobSpec
 from rota.devices.simulated import SimulatedDevices
 from rota.errors import StoreError
-from rota.server.daemon import Daemon
+from rota.server.loop.daemon import Daemon
 from rota.store.repo import Store
 from rota_testing import kill_job_processes, until
 
@@ -102,8 +102,8 @@ def test_a_job_no_backend_here_can_run_is_refused_at_submit(
     from rota.backends.base import Capabilities
     from rota.backends.local.backend import LocalBackend
     from rota.errors import InvalidSpec
-    from rota.server import backend_set
     from rota.server.intake import Intake
+    from rota.server.loop import backend_set
 
     class NoPinning(LocalBackend):
         capabilities = dataclasses.replace(Capabilities(), gpu_pinning=False)

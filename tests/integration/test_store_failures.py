@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from rota.core.spec import JobSpec
-from rota.server import daemon as daemon_module
-from rota.server.daemon import Daemon
+from rota.server.loop import daemon as daemon_module
+from rota.server.loop.daemon import Daemon
 from rota.store.repo import Store
 from rota_testing import in_process_daemon, until
 

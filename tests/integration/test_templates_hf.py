@@ -285,4 +285,4 @@ def test_eval_heldout_with_mlflow_logs_to_the_run_rota_made(
     assert "results.json" in {a.path for a in client.list_artifacts(run_id)}
     assert {a.path for a in client.list_artifacts(run_id, "rota")} == \
         {f"rota/{job_id}.log", "rota/checkpoints.json", "rota/card.md", "rota/card.html",
-         "rota/loss.svg"}  # (its card: rota.server.cards; its eval_loss drawn)
+         "rota/loss.svg"}  # (its card: rota.server.storage.cards; its eval_loss drawn)

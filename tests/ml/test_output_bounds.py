@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rota.ml.parse import LineParser
-from rota.server.outputs import MAX_PARTIAL, MAX_READ, OutputReader, Progress, events_path
+from rota.server.tracking.outputs import MAX_PARTIAL, MAX_READ, OutputReader, Progress, events_path
 
 PAST = 0.0  # a deadline already gone: each read parses one line, then stops
 

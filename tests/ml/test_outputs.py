@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rota.ml.parse import LineParser
-from rota.server.outputs import MAX_PER_TICK, OutputReader, Progress, events_path
+from rota.server.tracking.outputs import MAX_PER_TICK, OutputReader, Progress, events_path
 
 
 def reader(tmp_path: Path, *, custom: list[str] | None = None, log_offset: int = 0,

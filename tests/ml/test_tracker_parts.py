@@ -11,7 +11,7 @@ from rota.core.spec import JobSpec, parse_spec
 from rota.errors import InvalidSpec, NotFound, RotaError
 from rota.ml import mlflow_bridge, wandb_bridge
 from rota.ml.gitinfo import GitInfo, git_info, strip_credentials
-from rota.server.secrets import Secrets
+from rota.server.access.secrets import Secrets
 from rota.store.repo import Store
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rota.ml.parse import LineParser
-from rota.server.outputs import OutputReader, Progress, events_path
+from rota.server.tracking.outputs import OutputReader, Progress, events_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _HEADER_END = b"# ----\n"

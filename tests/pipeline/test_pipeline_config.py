@@ -15,7 +15,7 @@ from rota.eval.config import ConfigErrors
 from rota.eval.config import load_text as load_eval
 from rota.pipeline import steps, timing
 from rota.pipeline.config import OnFailure, RunIntervals, load_text, resolve_paths
-from rota.server.pipelines import verdict
+from rota.server.schedules.pipelines import verdict
 
 #: a Gradients Scheduler config.yaml (data/gradients-config.yaml) laid out as its example
 #: file is: several tasks, one disabled, one without `enabled` (Gradients skips it too),

@@ -13,7 +13,7 @@ import pytest
 
 from receiver import receiving
 from rota.config import AlertSettings
-from rota.server.alert_sender import AlertSender
+from rota.server.policy.alert_sender import AlertSender
 from rota.store.repo import Store
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from rota.core.spec import JobSpec
 from rota.errors import StorageError
-from rota.server.artifacts import _COLLECTOR, receive, sources_of
+from rota.server.storage.artifacts import _COLLECTOR, receive, sources_of
 
 
 def collect(*pairs: str) -> bytes:

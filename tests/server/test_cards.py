@@ -13,8 +13,15 @@ from typing import Any
 import pytest
 
 from rota.core.spec import JobSpec
-from rota.server import cards
-from rota.server.cards import CURVE_POINTS, CardFacts, curve_metric, curve_svg, html_page, markdown
+from rota.server.storage import cards
+from rota.server.storage.cards import (
+    CURVE_POINTS,
+    CardFacts,
+    curve_metric,
+    curve_svg,
+    html_page,
+    markdown,
+)
 from rota.store.repo import Store
 
 

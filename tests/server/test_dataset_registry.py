@@ -1,4 +1,4 @@
-"""The dataset registry (rota.server.datasets.Datasets) against a real store (SQLite) and a
+"""The dataset registry (rota.server.storage.datasets.Datasets) against a real store (SQLite) and a
 real local object store: names, the chunked upload and its checks, versions by content
 (numbers never reused, a removed version's content revived under its number), which
 version a name finds for whom, what a submit may name, removal, and jobs held until their
@@ -24,7 +24,7 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import ReasonCode
 from rota.core.spec import JobSpec
 from rota.errors import Conflict, Forbidden, InvalidSpec, NotFound, StorageError
-from rota.server.datasets import RETRY_OTHER_S, Datasets, Upload, env_name
+from rota.server.storage.datasets import RETRY_OTHER_S, Datasets, Upload, env_name
 from rota.storage import FileEntry, LocalStore, Manifest
 from rota.store.repo import Store
 
@@ -332,7 +332,7 @@ def test_an_upload_a_restart_cut_off_goes_on_and_others_are_dropped(reg: Registr
     """A restarted daemon takes its uploads up again, each with what its files received
     (read from the staged files); one older than a day, one whose content made a version
     (the daemon stopped in its commit) and an import's leftovers are dropped."""
-    from rota.server import dataset_uploads
+    from rota.server.storage import dataset_uploads
 
     files = corpus()
     first = begin(reg.ds, "alice", "text-mini", files)["upload"]

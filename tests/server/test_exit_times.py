@@ -1,5 +1,5 @@
 """An attempt's end is stored at the time its runner, shim or engine recorded, not when the
-daemon learnt of it (rota.server.exits)."""
+daemon learnt of it (rota.server.loop.exits)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rota.backends.base import ExitInfo
 from rota.core.spec import JobSpec
-from rota.server.exits import recorded_end
+from rota.server.loop.exits import recorded_end
 from rota_testing import in_process_daemon, until
 
 

@@ -9,7 +9,7 @@ import pytest
 from rota.config import PrioritySettings
 from rota.core.fairshare import account_usage
 from rota.core.spec import JobSpec
-from rota.server.fair_order import FairOrder
+from rota.server.policy.fair_order import FairOrder
 from rota.store.repo import Store
 
 
@@ -79,7 +79,7 @@ def test_the_kept_order_follows_the_queue_through_every_kind_of_change(
     from rota.core.fairshare import order_queue
     from rota.core.schedule import queue_order
     from rota.core.snapshot import MILLI, PendingJob
-    from rota.server.queue import PendingQueue
+    from rota.server.jobs.queue import PendingQueue
 
     store = Store.open(f"sqlite:///{tmp_path / 'rota.db'}")
     now = [1000.0]
@@ -131,7 +131,7 @@ def test_usage_after_reads_new_attempts_and_the_named_ones_only(
     assert [r.attempt_id for r in store.usage_after(b, [])] == [c, d]
     assert [r.attempt_id for r in store.usage_after(c, [a])] == [a, d]
     # more running than a query names: the sum reads the whole horizon again, still right
-    import rota.server.fair_order as fo
+    import rota.server.policy.fair_order as fo
 
     monkeypatch.setattr(fo, "MAX_WATCHED", 1)
     now = [100.0]

@@ -1,4 +1,4 @@
-"""The daemon's idle watch (rota.server.idle_watch) with a fake clock: one event per idle
+"""The daemon's idle watch (rota.server.policy.idle_watch) with a fake clock: one event per idle
 stretch, an unhealthy GPU is not idle, stop only with action = "stop", and the stored
 figure written with batches at most every WRITE_EVERY_S (a restarted daemon adds to it)."""
 
@@ -13,8 +13,8 @@ from rota.core.outcome import StopReason
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
 from rota.devices.base import GpuReading
-from rota.server.idle_watch import WRITE_EVERY_S, IdleWatch
-from rota.server.running import Running
+from rota.server.jobs.running import Running
+from rota.server.policy.idle_watch import WRITE_EVERY_S, IdleWatch
 
 
 class FakeStore:

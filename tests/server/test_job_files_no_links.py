@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rota.backends.common import read_status
-from rota.server.logstream import read_range
+from rota.server.tracking.logstream import read_range
 
 
 def test_read_range_does_not_follow_a_link(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from typing import Any, cast
 from rota.backends.base import Capabilities
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec
-from rota.server.launcher import Launcher
-from rota.server.running import Running
+from rota.server.jobs.running import Running
+from rota.server.loop.launcher import Launcher
 
 
 def launch_env(tmp_path: Path, **spec: Any) -> dict[str, str]:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from rota.ml.parse import LineParser
-from rota.server.log_limit import LogLimit, compact, cut_of
-from rota.server.log_times import LogTimes, window
-from rota.server.logstream import follow, read_log, read_range, read_tail
-from rota.server.outputs import OutputReader, Progress, events_path
+from rota.server.tracking.log_limit import LogLimit, compact, cut_of
+from rota.server.tracking.log_times import LogTimes, window
+from rota.server.tracking.logstream import follow, read_log, read_range, read_tail
+from rota.server.tracking.outputs import OutputReader, Progress, events_path
 from rota.storage.owner_files import OwnerFiles
 
 LIMIT = 256 << 10

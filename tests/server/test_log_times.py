@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rota.errors import Conflict
-from rota.server import log_times
-from rota.server.log_times import LogTimes, index_path, opened, window
+from rota.server.tracking import log_times
+from rota.server.tracking.log_times import LogTimes, index_path, opened, window
 
 R = 2.0  # the daemon's read interval in these tests
 

@@ -17,9 +17,9 @@ from rota.backends.base import LaunchRequest
 from rota.backends.engine import EngineJob
 from rota.backends.engine_backend import EngineBackend
 from rota.core.spec import JobSpec
-from rota.server.job_output import read_outputs
-from rota.server.log_times import window
-from rota.server.running import Running
+from rota.server.jobs.job_output import read_outputs
+from rota.server.jobs.running import Running
+from rota.server.tracking.log_times import window
 
 POLL, READ, EVERY = 1.0, 2.0, 0.3  # the poller's, the daemon's, the job's printing
 

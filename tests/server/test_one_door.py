@@ -25,35 +25,39 @@ FILE_ACTION = re.compile(
 #: module -> what it touches (and why that is not a user's path, or how the door guards it)
 ALLOWED = {
     "api/pipelines.py": "a pipeline's paths: resolved and read through Reads.user_files",
-    "artifacts.py": "the daemon's staging folder; a job's outputs are read by the collector, "
-                    "a process of the job's account",
-    "cards.py": "writes a card into the daemon's staging folder; git runs as the account",
-    "daemon.py": "makes the daemon's own folders in its home",
+    "storage/artifacts.py":
+        "the daemon's staging folder; a job's outputs are read by the collector, "
+        "a process of the job's account",
+    "storage/cards.py": "writes a card into the daemon's staging folder; git runs as the account",
+    "loop/daemon.py": "makes the daemon's own folders in its home",
     "daemon_ports.py": "saved artifacts through the object store (the daemon's)",
-    "dashboard.py": "the dashboard's own files, shipped with Rota",
-    "dataset_uploads.py": "the daemon's upload staging folders",
-    "datasets.py": "the daemon's staging and cache folders",
-    "eval_schedules.py": "the daemon's ROTA_HOME/eval folders",
+    "web/__init__.py": "the dashboard's own files, shipped with Rota",
+    "storage/dataset_uploads.py": "the daemon's upload staging folders",
+    "storage/datasets.py": "the daemon's staging and cache folders",
+    "schedules/eval_schedules.py": "the daemon's ROTA_HOME/eval folders",
     "home_lock.py": "the daemon's home",
     "intake.py": "looks conda up on the daemon's PATH; a job's cwd is checked through the "
                  "door (can_enter)",
-    "job_output.py": "the size of a job's log, in the daemon's logs folder",
-    "log_limit.py": "a job's log (open_own_path: a plain file of the daemon or the account) "
-                    "and its .cut record, in the daemon's logs folder",
-    "log_times.py": "a log's time index, in the daemon's logs folder",
-    "logstream.py": "a job's log, through open_own_path",
-    "outputs.py": "the size of a job's log, in the daemon's logs folder",
-    "pipelines.py": "a round's folder in the daemon's home (pipelines run as the daemon's "
-                    "own account only)",
-    "secrets.py": "secrets.key, in the daemon's home",
+    "jobs/job_output.py": "the size of a job's log, in the daemon's logs folder",
+    "tracking/log_limit.py":
+        "a job's log (open_own_path: a plain file of the daemon or the account) "
+        "and its .cut record, in the daemon's logs folder",
+    "tracking/log_times.py": "a log's time index, in the daemon's logs folder",
+    "tracking/logstream.py": "a job's log, through open_own_path",
+    "tracking/outputs.py": "the size of a job's log, in the daemon's logs folder",
+    "schedules/pipelines.py":
+        "a round's folder in the daemon's home (pipelines run as the daemon's "
+        "own account only)",
+    "access/secrets.py": "secrets.key, in the daemon's home",
     "serve.py": "the daemon's socket and pid file",
-    "stopper.py": "a job's stop file, made by the daemon in its status folder",
-    "tracking.py": "its own private folder for a W&B card; its helper runs as the account",
+    "jobs/stopper.py": "a job's stop file, made by the daemon in its status folder",
+    "tracking/trackers.py": "its own private folder for a W&B card; its helper runs as the account",
     "workers.py": "the API workers, processes of the daemon",
-    "workspace_cleanup.py": "a workspace, with its account's rights (rights_in), O_NOFOLLOW",
-    "workspace_owner.py": "a workspace's owner, by lstat of the folder the daemon made",
-    "workspace_sync.py": "a workspace, with its account's rights (storage.sync's files=)",
-    "workspaces.py": "a workspace's size, with its account's rights (rights_in), no links",
+    "storage/workspace_cleanup.py":
+        "a workspace, with its account's rights (rights_in), O_NOFOLLOW",
+    "storage/workspace_owner.py": "a workspace's owner, by lstat of the folder the daemon made",
+    "storage/workspace_sync.py": "a workspace, with its account's rights (storage.sync's files=)",
+    "storage/workspaces.py": "a workspace's size, with its account's rights (rights_in), no links",
 }
 
 

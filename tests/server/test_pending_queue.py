@@ -4,7 +4,7 @@ never start kept out of the passes until the machine changes."""
 from __future__ import annotations
 
 from rota.core.snapshot import PendingJob
-from rota.server.queue import PendingQueue
+from rota.server.jobs.queue import PendingQueue
 
 G80 = 80 << 30
 

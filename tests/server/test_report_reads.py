@@ -11,8 +11,8 @@ from rota.core.report import report_time
 from rota.core.tiers import CRUCIBLE
 from rota.core.usage import UsageRecord
 from rota.errors import InvalidSpec
+from rota.server.api.report_reads import report_answer, tiers_answer
 from rota.server.api.usage import _TIME_PATTERN
-from rota.server.report_reads import report_answer, tiers_answer
 
 DAY = 86400.0
 

@@ -1,5 +1,5 @@
 """The API answers a store's failure as a StoreError problem with a sentence, whether the
-store translated it or a read met it raw (rota.server.problems)."""
+store translated it or a read met it raw (rota.server.api.problems)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
 from rota.errors import StoreError
-from rota.server.problems import answer_errors_as_problems
+from rota.server.api.problems import answer_errors_as_problems
 
 
 def _app() -> FastAPI:

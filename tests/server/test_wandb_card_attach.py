@@ -14,8 +14,8 @@ from typing import Any, cast
 import pytest
 
 from rota.ml import wandb_card
-from rota.server import tracking
-from rota.server.tracking import Tracking, WandbCard
+from rota.server.tracking import trackers as tracking
+from rota.server.tracking.trackers import Tracking, WandbCard
 
 KEY = "s3cr3t" * 7
 CARD = {"rota/card.md": "# wb-run\n", "rota/card.html": "<h1/>", "rota/loss.svg": "<svg/>"}

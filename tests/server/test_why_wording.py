@@ -1,12 +1,12 @@
 """`rota why` for jobs that do not wait: what a running job does and how an ended one
-ended, as a person would say it (rota.server.views.why_view)."""
+ended, as a person would say it (rota.server.api.views.why_view)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from rota.server.views import span_text, why_view
+from rota.server.api.views import span_text, why_view
 
 NOON = datetime(2024, 5, 1, 12, 3).timestamp()
 

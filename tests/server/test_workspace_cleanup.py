@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from rota.server.workspace_cleanup import remove_listed, stale_files
+from rota.server.storage.workspace_cleanup import remove_listed, stale_files
 
 
 def test_a_folder_swapped_for_a_link_after_the_dry_run_steers_nothing(tmp_path: Path) -> None:

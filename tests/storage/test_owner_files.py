@@ -166,7 +166,7 @@ def test_a_jobs_tensorboard_folder_is_read_with_its_accounts_rights(owner: Owner
     """tensorboard_dir naming root's 0700 folder gives no metrics; the account's own does."""
     writer = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
     from rota.ml.parse import LineParser
-    from rota.server.outputs import OutputReader, Progress
+    from rota.server.tracking.outputs import OutputReader, Progress
 
     def scalars_in(folder: Path) -> list[str]:
         w = writer(str(folder))

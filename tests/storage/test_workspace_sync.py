@@ -323,7 +323,7 @@ def test_a_missing_bucket_is_a_clear_error(tmp_path: Path, s3: Any) -> None:
                   staging=tmp_path / "st")
 
 
-# --- the daemon's side (rota.server.workspace_sync): which jobs wait, no S3 needed ---------
+# --- the daemon's side (rota.server.storage.workspace_sync): which jobs wait, no S3 needed -
 
 class _Pool:
     """An executor that only records what it was given."""
@@ -352,7 +352,7 @@ def test_jobs_wait_for_a_workspace_not_current_here_looked_up_not_walked(
     from rota.core.plan import ReasonCode
     from rota.core.schedule import schedule
     from rota.core.snapshot import GpuView, PendingJob, Policy, Snapshot
-    from rota.server.workspace_sync import FRESH_S, WorkspaceSync
+    from rota.server.storage.workspace_sync import FRESH_S, WorkspaceSync
 
     now = [1000.0]
     timers: list[Any] = []

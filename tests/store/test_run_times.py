@@ -1,9 +1,9 @@
-"""Predicted run times from the history of completed jobs (rota.server.run_times)."""
+"""Predicted run times from the history of completed jobs (rota.server.jobs.run_times)."""
 
 from __future__ import annotations
 
 from rota.core.spec import JobSpec
-from rota.server.run_times import HISTORY, RunTimes, predict
+from rota.server.jobs.run_times import HISTORY, RunTimes, predict
 from rota.store.repo import Store
 
 

@@ -175,7 +175,7 @@ def test_changes_of_one_row_in_a_batch_are_written_as_one_update(
 def test_samples_that_cannot_be_stored_in_a_batch_fail_the_batch(store: Store):
     """Inside a batch, a failed insert of samples is the store's failure (a StoreError the
     daemon's batch handles), not one item's to log and pass over (``each``)."""
-    from rota.server.batch import each
+    from rota.server.jobs.batch import each
 
     [row] = store.add_jobs([spec()], user="u", source="cli", now=1.0)
     bad = [{"job_id": 999_999, "attempt": 1, "ts": 2.0, "step": 1, "name": "loss",

@@ -1,4 +1,4 @@
-"""The answers about alerts (rota.server.alert_sender) (see rota.answers)."""
+"""The answers about alerts (rota.server.policy.alert_sender) (see rota.answers)."""
 
 from typing import TypedDict
 

@@ -1,4 +1,5 @@
-"""`rota alerts`: the alerts sent to the webhook, and a test one (rota.server.alert_sender)."""
+"""`rota alerts`: the alerts sent to the webhook, and a test one
+(rota.server.policy.alert_sender)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`rota dataset add/list/show/rm`: datasets registered once, versioned by content, that
-jobs name with `--dataset NAME[:VERSION]` (rota.server.datasets)."""
+jobs name with `--dataset NAME[:VERSION]` (rota.server.storage.datasets)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`rota pipeline add | validate | list | show | history | pause | resume | run-now | rm`:
 recurring fine-tuning pipelines (rota.pipeline), run by the daemon as rounds of ordinary
-jobs (rota.server.pipelines). Plain text out (no Rich), or --json.
+jobs (rota.server.schedules.pipelines). Plain text out (no Rich), or --json.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Alerts as the webhook gets them, and what to do after each POST.
 
-Pure: the sender (rota.server.alert_sender) does the I/O and hands in the answer, ``now``
+Pure: the sender (rota.server.policy.alert_sender) does the I/O and hands in the answer, ``now``
 and a seeded ``rng``; these functions decide whether the alert is sent, tried again (and
 when) or given up.
 """

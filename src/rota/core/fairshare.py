@@ -244,7 +244,7 @@ def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
 class EndedUsage:
     """The decayed GPU-seconds of ended runs by user and project, brought up to date as time
     passes (multiplied by the decay since the last time), so a caller adds each run once
-    as it ends rather than summing every run again. The daemon (rota.server.fair_order)
+    as it ends rather than summing every run again. The daemon (rota.server.policy.fair_order)
     feeds it the attempts read from its store, the simulator its trace's ended jobs."""
 
     def __init__(self, half_life: float = DEFAULT_HALF_LIFE_S) -> None:

@@ -28,7 +28,7 @@ class ReasonCode(StrEnum):
     NOT_SCHEDULED = "not_scheduled"  # no pass has looked at it yet
     POOL_FULL = "pool_full"  # an engine's pool has as many of Rota's jobs as it may hold
     QUOTA = "quota"  # its user or project is at a quota (rota.core.quota)
-    DATA = "data"  # its datasets are not on this machine yet (rota.server.datasets)
+    DATA = "data"  # its datasets are not on this machine yet (rota.server.storage.datasets)
 
 
 @dataclass(frozen=True, slots=True)

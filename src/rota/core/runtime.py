@@ -5,7 +5,7 @@ The prediction is the 90th percentile (nearest rank) of the run times of the new
 a backfilled job rarely outlives the shadow time it was let in on; the newest runs only, so
 a name whose work grows is followed. No history (or no name): no prediction.
 
-Pure: the daemon (rota.server.run_times) reads the history from its store, the simulator
+Pure: the daemon (rota.server.jobs.run_times) reads the history from its store, the simulator
 keeps it as its trace's jobs complete (``History``); both predict with ``predict``.
 """
 

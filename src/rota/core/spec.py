@@ -46,7 +46,7 @@ MAX_ENV = 1000
 MAX_OUTPUTS = 16
 #: datasets one job may read (datasets)
 MAX_DATASETS = 16
-#: a dataset a job reads: [OWNER/]NAME[:VERSION] (rota.server.datasets), VERSION vN, a
+#: a dataset a job reads: [OWNER/]NAME[:VERSION] (rota.server.storage.datasets), VERSION vN, a
 #: digest's first 6-64 hex digits, or latest (the default)
 DATASET_OWNER = r"[a-z_][a-z0-9_.-]{0,63}"
 DATASET_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
@@ -506,7 +506,7 @@ class JobSpec(BaseModel):
 
 
 #: how a ``secret_env`` value is stored: SEALED + a keyed tag of the value + ":" + the value
-#: encrypted (rota.server.secrets seals and unseals; the core only reads the tag)
+#: encrypted (rota.server.access.secrets seals and unseals; the core only reads the tag)
 SEALED = "rota-sealed:v1:"
 
 

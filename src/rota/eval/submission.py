@@ -1,6 +1,6 @@
 """Submitting an evaluation: its jobs for one pool (rota.eval.jobs), in order, nothing
 half-submitted. Shared by `rota eval submit` (through the API) and the daemon's schedules
-(rota.server.eval_schedules, through its intake): each hands in how it submits one job
+(rota.server.schedules.eval_schedules, through its intake): each hands in how it submits one job
 and cancels one.
 """
 

@@ -4,7 +4,7 @@ its log, its checkpoint list and its card (``rota/card.md``...) as artifacts and
 final status.
 
 Everything here blocks on the tracking store (a database or a server), so the daemon
-calls it from its tracking thread (rota.server.tracking), never from its event loop.
+calls it from its tracking thread (rota.server.tracking.trackers), never from its event loop.
 ``mlflow`` (or ``mlflow-skinny``) is imported lazily: ``pip install 'rota[trackers]'``.
 """
 

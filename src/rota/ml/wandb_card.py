@@ -2,7 +2,7 @@
 
 The daemon never imports wandb (``wandb.init`` keeps global state, starts a service
 process and hooks the console): when a ``--wandb`` job ends for good it runs this module
-(rota.server.tracking), as the job's own account under a root daemon, with only W&B's
+(rota.server.tracking.trackers), as the job's own account under a root daemon, with only W&B's
 environment: the run id Rota gave the job, its project and entity, the API key from the
 user's stored secret and the job's own ``WANDB_*`` (``WANDB_MODE``, ``WANDB_BASE_URL``).
 It continues the run (``resume="allow"``), saves ``CARD_DIR/rota/*`` as the run's files

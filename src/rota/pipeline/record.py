@@ -1,6 +1,6 @@
 """A round's lineage and numbers in the trackers: ``python -m rota.pipeline.record``.
 
-The daemon submits this job after a round's verdict (rota.server.pipelines), with the
+The daemon submits this job after a round's verdict (rota.server.schedules.pipelines), with the
 round as JSON in ``ROTA_PIPELINE_ROUND``. Rota's store already holds the round: this only
 copies it to MLflow (the run Rota opened for this job, ``MLFLOW_RUN_ID``: the lineage as
 params and tags, the numbers as metrics) and to Weights & Biases when the job has

@@ -1,5 +1,5 @@
 """A round's steps as ordinary Rota job specs (pure: the config and the round in, specs
-out). The daemon (rota.server.pipelines) submits one step at a time, when the one before
+out). The daemon (rota.server.schedules.pipelines) submits one step at a time, when the one before
 has completed and its result file says what it made:
 
     prep      python -m rota.pipeline.prep            -> FOLDER/prep.json  (chunk, held-out)

@@ -36,11 +36,13 @@ from prometheus_client import CollectorRegistry, Histogram
 from rota import __version__
 from rota.config import Settings
 from rota.errors import DaemonUnavailable
-from rota.server import job_reads
-from rota.server.admission import PointRequestsFirst
-from rota.server.auth import VIA_HEADER, Authenticator, Principal
-from rota.server.body_limit import BodyLimit
-from rota.server.metrics import (
+from rota.server.access.auth import VIA_HEADER, Authenticator, Principal
+from rota.server.api import job_reads
+from rota.server.api.admission import PointRequestsFirst
+from rota.server.api.body_limit import BodyLimit
+from rota.server.api.problems import answer_errors_as_problems
+from rota.server.api.views import needs_live_facts, stored_facts
+from rota.server.tracking.metrics import (
     FORWARDED_ROUTE_KEY,
     ROUTE_HEADER,
     RequestTimer,
@@ -48,8 +50,6 @@ from rota.server.metrics import (
     request_histogram,
     totals_of,
 )
-from rota.server.problems import answer_errors_as_problems
-from rota.server.views import needs_live_facts, stored_facts
 from rota.store.db import make_engine
 from rota.store.repo import JobRecord, Store
 

@@ -26,32 +26,38 @@ from rota.core.tiers import Tier
 from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
-from rota.server import cards
-from rota.server.accounts import check_unix_account
-from rota.server.artifacts import chosen, tar_of
-from rota.server.auth import Authenticator, Principal, check_user_name, new_token, token_digest
-from rota.server.daemon import Daemon
-from rota.server.datasets import Datasets
-from rota.server.forwarding import engine_ids
-from rota.server.intake import Intake
-from rota.server.metrics import Totals
-from rota.server.pool_reads import (
+from rota.server.access.accounts import check_unix_account
+from rota.server.access.auth import (
+    Authenticator,
+    Principal,
+    check_user_name,
+    new_token,
+    token_digest,
+)
+from rota.server.api.pool_reads import (
     containers_answer,
     pools_answer,
     render_answer,
     render_spec_answer,
 )
-from rota.server.ports import Fault, Submitted, UserRemoved
-from rota.server.running import Running
-from rota.server.share_links import Shared
-from rota.server.shares_view import (
+from rota.server.api.views import HELD, job_view, tracked, with_gpu_type
+from rota.server.intake import Intake
+from rota.server.jobs.running import Running
+from rota.server.loop.daemon import Daemon
+from rota.server.loop.forwarding import engine_ids
+from rota.server.policy.shares_view import (
     WEEK_S,
     fair_share_wait,
     priority_answer,
     shares_answer,
 )
-from rota.server.views import HELD, job_view, tracked, with_gpu_type
-from rota.server.workspace_cleanup import remove_listed, stale_files
+from rota.server.ports import Fault, Submitted, UserRemoved
+from rota.server.storage import cards
+from rota.server.storage.artifacts import chosen, tar_of
+from rota.server.storage.datasets import Datasets
+from rota.server.storage.share_links import Shared
+from rota.server.storage.workspace_cleanup import remove_listed, stale_files
+from rota.server.tracking.metrics import Totals
 from rota.storage import FileEntry, Manifest
 from rota.storage.owner_files import OwnerFiles
 from rota.store.db import redact_url

@@ -21,8 +21,8 @@ from rota.errors import InvalidSpec, NotFound
 from rota.jobsfile import JobsFileEntry, JobsFileWatcher
 from rota.ml.estimate import LlmTable, estimate_llm
 from rota.pools import LOCAL, Pool, no_workspace
-from rota.server.accounts import AccountRules
-from rota.server.pool_reads import engine_job
+from rota.server.access.accounts import AccountRules
+from rota.server.api.pool_reads import engine_job
 from rota.store.repo import JobRecord
 from rota.templates import missing_modules
 from rota.units import format_memory
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
     from rota.config import Settings
     from rota.devices.base import GpuReading
-    from rota.server.backend_set import BackendSet
-    from rota.server.datasets import Datasets
-    from rota.server.launcher import Launcher
-    from rota.server.secrets import Secrets
-    from rota.server.tracking import Tracking
+    from rota.server.access.secrets import Secrets
+    from rota.server.loop.backend_set import BackendSet
+    from rota.server.loop.launcher import Launcher
+    from rota.server.storage.datasets import Datasets
+    from rota.server.tracking.trackers import Tracking
     from rota.store.repo import Store
 
 

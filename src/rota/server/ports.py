@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from rota.core.tiers import Tier
     from rota.core.usage import UsageRecord
     from rota.pipeline.config import PipelineConfig
-    from rota.server.auth import Principal
-    from rota.server.dataset_uploads import Upload
-    from rota.server.metrics import Totals
-    from rota.server.share_links import Shared
+    from rota.server.access.auth import Principal
+    from rota.server.storage.dataset_uploads import Upload
+    from rota.server.storage.share_links import Shared
+    from rota.server.tracking.metrics import Totals
     from rota.storage import FileEntry, Manifest
     from rota.storage.owner_files import OwnerFiles
     from rota.store.repo import (
@@ -105,7 +105,7 @@ class UserRemoved:
 
 
 class DatasetsPort(Protocol):
-    """Registered datasets (rota.server.datasets), as the API reaches them."""
+    """Registered datasets (rota.server.storage.datasets), as the API reaches them."""
 
     def views(self, user: str, admin: bool) -> list[dict[str, Any]]: ...
     async def show(self, given: str, user: str, admin: bool) -> dict[str, Any]: ...
@@ -159,12 +159,12 @@ class Commands(Protocol):
     def revoke_token(self, token_id: int) -> TokenRow: ...
     def put_secret(self, user: str, name: str, value: str) -> bool: ...
     def add_eval_schedule(self, **fields: Any) -> ScheduleRecord:
-        """A new evaluation schedule (rota.server.eval_schedules), due from now on."""
+        """A new evaluation schedule (rota.server.schedules.eval_schedules), due from now on."""
         ...
     def remove_eval_schedule(self, schedule_id: int) -> None: ...
     def add_pipelines(self, configs: list[PipelineConfig], *, user: str, text: str,
                       path: str) -> list[PipelineRecord]:
-        """Each pipeline of a file, all or none (rota.server.pipelines)."""
+        """Each pipeline of a file, all or none (rota.server.schedules.pipelines)."""
         ...
     def pause_pipeline(self, name: str, reason: str) -> PipelineRecord: ...
     def resume_pipeline(self, name: str) -> PipelineRecord: ...
@@ -206,7 +206,7 @@ class Reads(Protocol):
                   peer_uid: int | None = None) -> Principal: ...
     def now(self) -> float: ...
     async def facts(self, rows: Sequence[JobRecord]) -> list[dict[str, Any]]:
-        """Per row, what its stored state does not give (see rota.server.views)."""
+        """Per row, what its stored state does not give (see rota.server.api.views)."""
         ...
     def job_state(self, job_id: int) -> JobState:
         """NotFound for a job that does not exist."""
@@ -261,7 +261,7 @@ class Reads(Protocol):
         """What a link serves, and its bytes (NotFound, Gone)."""
         ...
     async def card(self, job_id: int, fmt: str) -> tuple[str, str]:
-        """The job's card now (rota.server.cards) in ``fmt`` (markdown, html, svg), and
+        """The job's card now (rota.server.storage.cards) in ``fmt`` (markdown, html, svg), and
         its media type (NotFound: svg of a job without metrics)."""
         ...
     async def artifact_archive(self, job_id: int, prefix: str | None

@@ -18,8 +18,8 @@ from typing import Any
 from rota.config import Settings
 from rota.devices.probe import open_devices
 from rota.errors import DaemonUnavailable, RotaError
-from rota.server.daemon import Daemon
 from rota.server.home_lock import check_unlocked, lock_home, prepare_home, settle_home
+from rota.server.loop.daemon import Daemon
 from rota.server.workers import ApiWorkers
 from rota.store.db import redact_url
 from rota.store.repo import Store
@@ -144,11 +144,12 @@ async def _serve(settings: Settings, store: Store, devices) -> None:  # type: ig
 
 
 def _socket_protocol() -> type[asyncio.Protocol]:
-    """Uvicorn's own HTTP protocol, told the peer's uid on each connection (rota.server.peer)."""
+    """Uvicorn's own HTTP protocol, told the peer's uid on each connection
+    (rota.server.access.peer)."""
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
-    from rota.server.peer import peer_aware
+    from rota.server.access.peer import peer_aware
 
     return peer_aware(import_from_string(HTTP_PROTOCOLS["auto"]))
 
@@ -174,7 +175,7 @@ def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
 async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[no-untyped-def]
     while not server.started:
         await asyncio.sleep(0.01)
-    # who connects is told by the kernel (rota.server.auth): a root daemon lets every local
+    # who connects is told by the kernel (rota.server.access.auth): a root daemon lets every local
     # account in, as itself; any other daemon only its own account
     os.chmod(settings.socket_path, 0o666 if serves_everyone() else 0o600)
     settings.pid_path.write_text(str(os.getpid()))

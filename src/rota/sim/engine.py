@@ -15,7 +15,7 @@ what an ended attempt becomes. The loop only keeps the books:
   daemon, its time limit, else the p90 of the last runs of its name (rota.core.runtime),
   so core's EASY backfill and start estimates work as they do in the daemon.
 - Fair share orders the queue with rota.core.fairshare.order_queue, over the decayed usage
-  of ended and running jobs (fairshare.EndedUsage), as rota.server.fair_order does.
+  of ended and running jobs (fairshare.EndedUsage), as rota.server.policy.fair_order does.
 - A job wider than the largest node (Tiresias' 8-GPU jobs on 4-GPU nodes) asks core for
   a whole node at a time; the nodes core grants it are held (idle, and unusable to core:
   "held for job N") until it has enough, then it runs on all of them. One such job
@@ -406,7 +406,7 @@ class Simulation:
 
     # --- fair share -----------------------------------------------------------------------
     def _fair_order(self, now: float) -> None:
-        """The queue in the daemon's fair-share order (rota.server.fair_order): the shares
+        """The queue in the daemon's fair-share order (rota.server.policy.fair_order): the shares
         given (1 each where none is), each job's own priority, age and size weighed as
         [priority] says; each job's queue priority becomes its place in that order."""
         ended = self.ended_usage

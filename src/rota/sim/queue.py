@@ -1,5 +1,5 @@
 """The simulator's pending queue, kept in (priority, seq) order as the daemon keeps its own
-(rota.server.queue), so every pass may be ``presorted``; insert and remove by bisection."""
+(rota.server.jobs.queue), so every pass may be ``presorted``; insert and remove by bisection."""
 
 from __future__ import annotations
 

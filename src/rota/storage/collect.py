@@ -5,7 +5,7 @@
 The daemon starts this as the job's Unix account (a root daemon) or as itself, never
 reading a user's files with more rights than the job had: whatever it streams, the job
 itself could have read. The daemon writes what it receives into its own staging folder,
-and the storage layer publishes that (rota.server.artifacts).
+and the storage layer publishes that (rota.server.storage.artifacts).
 
 Inside each folder only regular files are read; links are not followed (a link to
 ``/etc`` or to another user's files saves nothing but a note), nor are sockets, fifos or

@@ -97,7 +97,7 @@ class AccountsRepo(StoreBase):
         with self.transaction() as c:
             c.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=now))
 
-    # --- secrets (stored encrypted; see rota.server.secrets) ------------------------------
+    # --- secrets (stored encrypted; see rota.server.access.secrets) ------------------------------
     def put_secret(self, user: str, name: str, ciphertext: bytes, *, now: float) -> bool:
         """Store or replace one; True when it is new."""
         with self.session() as s, s.begin():

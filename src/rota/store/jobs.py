@@ -239,7 +239,7 @@ class JobsRepo(StoreBase):
         job at ``(priority, id)``, as PendingJobs read from ix_jobs_queue alone (no spec: a
         queue may be a million jobs long). A job's expected run time is its time limit,
         else what ``predicted`` says of its name (asked once for the page's names of jobs
-        without a time limit: rota.server.run_times), else unknown.
+        without a time limit: rota.server.jobs.run_times), else unknown.
 
         The rows are read through the driver's own cursor: SQLAlchemy's Row cost more per
         row than the database's read of it (4.8 s for a million, against 1.6 s)."""
@@ -306,7 +306,7 @@ class JobsRepo(StoreBase):
         self._update("job", _SET_PROGRESS, {"id_": job_id, **fields})
 
     def set_tracking(self, job_id: int, tracking: dict[str, Any]) -> None:
-        """The job's runs in experiment trackers (rota.server.tracking)."""
+        """The job's runs in experiment trackers (rota.server.tracking.trackers)."""
         self.update_job(job_id, tracking=tracking)
 
     # --- attempts ------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from rota.store.base import (
 
 
 class SchedulesRepo(StoreBase):
-    # --- evaluation schedules (rota.server.eval_schedules) -------------------------------
+    # --- evaluation schedules (rota.server.schedules.eval_schedules) ----------------------
     def add_eval_schedule(self, *, now: float, **fields: Any) -> ScheduleRecord:
         """Store a schedule, enabled; its row back."""
         values = {"evaluated": [], "runs": 0, "enabled": True, **fields, "created_at": now}
@@ -69,7 +69,7 @@ class SchedulesRepo(StoreBase):
             if not c.execute(delete(_schedules).where(_schedules.c.id == schedule_id)).rowcount:
                 raise NotFound(f"no evaluation schedule {schedule_id}")
 
-    # --- pipelines and their rounds (rota.server.pipelines) ------------------------------
+    # --- pipelines and their rounds (rota.server.schedules.pipelines) ---------------------
     def add_pipeline(self, *, now: float, **fields: Any) -> PipelineRecord:
         """Store a pipeline; its row back (Conflict when the name is taken)."""
         values = {"rounds": 0, "failures": 0, **fields, "created_at": now}

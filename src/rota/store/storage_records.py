@@ -32,7 +32,7 @@ from rota.store.base import (
 
 
 class StorageRepo(StoreBase):
-    # --- artifacts: what a job's outputs saved (rota.server.artifacts) -------------------
+    # --- artifacts: what a job's outputs saved (rota.server.storage.artifacts) -------------------
     def want_artifacts(self, job_id: int, *, key: str, store_url: str,
                        sources: dict[str, str], user: str, now: float) -> None:
         """The job's outputs are to be saved: a ``pending`` row, written in the open
@@ -88,7 +88,7 @@ class StorageRepo(StoreBase):
         with self.transaction() as c:
             c.execute(update(_links).where(_links.c.id == link_id).values(**fields))
 
-    # --- workspaces' own quotas (rota.server.workspaces) --------------------------------
+    # --- workspaces' own quotas (rota.server.storage.workspaces) --------------------------------
     def workspace_quotas(self) -> dict[str, int]:
         with self._reading() as c:
             return {n: int(lim) for n, lim in c.execute(select(_ws_quotas.c.name,
@@ -103,7 +103,7 @@ class StorageRepo(StoreBase):
                 c.execute(insert(_ws_quotas), {"name": name, "limit": limit, "set_by": by,
                                                "set_at": now})
 
-    # --- datasets (rota.server.datasets) -------------------------------------------------
+    # --- datasets (rota.server.storage.datasets) -------------------------------------------------
     def add_dataset_version(self, *, owner: str, name: str, digest: str, key: str,
                             store_url: str, shared: bool, files: int, size: int, source: str,
                             description: str | None, by: str, now: float,

@@ -65,10 +65,10 @@ class JobRow(Base):
     # ",a,b," so one tag is found with LIKE '%,a,%' on every database
     tags: Mapped[str] = mapped_column(Text, default="")
     # the latest progress read from the job's output (step, totals, rate, eta, where the
-    # reading of its log got to); see rota.server.outputs
+    # reading of its log got to); see rota.server.tracking.outputs
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # the job's runs in experiment trackers: {"mlflow": {...}, "wandb": {...}}; see
-    # rota.server.tracking
+    # rota.server.tracking.trackers
     tracking: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # what the scheduler reads from the spec, kept as columns so the queue loads from
     # ix_jobs_queue without the specs: "0,1,3" (allowed GPUs, job ids it runs after) or
@@ -238,7 +238,7 @@ class EvalScheduleRow(Base):
     """An evaluation that runs by itself (`rota eval schedule`): every so often, once
     after a job completes, or on each new checkpoint of a job. The daemon submits its jobs
     and moves ``next_at`` (or adds to ``evaluated``) in the same transaction, so a due run
-    is submitted once across restarts; see rota.server.eval_schedules."""
+    is submitted once across restarts; see rota.server.schedules.eval_schedules."""
 
     __tablename__ = "eval_schedules"
 
@@ -265,7 +265,7 @@ class EvalScheduleRow(Base):
 
 
 class AlertRow(Base):
-    """An alert waiting to be, or once, POSTed to the webhook (rota.server.alert_sender):
+    """An alert waiting to be, or once, POSTed to the webhook (rota.server.policy.alert_sender):
     a durable outbox. ``key`` is the producer's once-only key: a second alert with the
     same key is not stored, which is what makes each alert go out once."""
 
@@ -287,7 +287,7 @@ class AlertRow(Base):
 class PipelineRow(Base):
     """A recurring fine-tuning pipeline (`rota pipeline add`): its definition as validated
     when added, its schedule and the model the next round starts from. ``next_at`` is drawn
-    when a round ends and stored, so a restart keeps it; see rota.server.pipelines."""
+    when a round ends and stored, so a restart keeps it; see rota.server.schedules.pipelines."""
 
     __tablename__ = "pipelines"
 
@@ -346,7 +346,7 @@ class PipelineRoundRow(Base):
 
 
 class ArtifactRow(Base):
-    """What a job's ``outputs`` saved when it ended (rota.server.artifacts). A row is
+    """What a job's ``outputs`` saved when it ended (rota.server.storage.artifacts). A row is
     written ``pending`` in the batch that records the end, so a daemon killed before the
     save finished does it again after its restart; the store holds the files and their
     manifest under ``key``."""

@@ -46,7 +46,7 @@ class UsageRepo(StoreBase):
 
     def usage_after(self, last_id: int, ids: Collection[int]) -> list[UsageRecord]:
         """The attempts stored after attempt ``last_id`` and those of ``ids`` (read again:
-        they were running), for a sum kept up to date (rota.server.fair_order)."""
+        they were running), for a sum kept up to date (rota.server.policy.fair_order)."""
         a = _attempts.c
         return self._usage_rows(or_(a.id > last_id, a.id.in_(list(ids))) if ids
                                 else a.id > last_id)
@@ -111,7 +111,7 @@ class UsageRepo(StoreBase):
         with self.transaction() as c:
             return int(c.execute(delete(_quotas).where(*where)).rowcount)
 
-    # --- the alerts' outbox (rota.server.alert_sender) ------------------------------------
+    # --- the alerts' outbox (rota.server.policy.alert_sender) ------------------------------------
     def add_alert(self, key: str, payload: dict[str, Any], *, now: float,
                   user: str | None = None) -> bool:
         """Store an alert, due at once; False, storing nothing, when one with ``key`` is

@@ -120,7 +120,7 @@ def test_local_pool_container_defaults_reach_the_container(dockerd: str, docker_
     """[pools.local] container_shm_size sizes /dev/shm inside (Docker's own: 64 MiB), and a
     job that gives no limits gets the pool's: settings -> the daemon's backend -> Docker."""
     from rota.config import load_settings
-    from rota.server.backend_set import BackendSet
+    from rota.server.loop.backend_set import BackendSet
 
     settings = load_settings(home=tmp_path / "home", pools={"local": {
         "docker_host": dockerd, "container_shm_size": "48M", "container_cpus": 0.5,

@@ -75,8 +75,8 @@ def test_the_daemon_refuses_it_at_submit_and_says_so_in_pools(
     from rota.config import load_settings
     from rota.devices.simulated import SimulatedDevices
     from rota.errors import InvalidSpec
-    from rota.server.daemon import Daemon
     from rota.server.intake import Intake
+    from rota.server.loop.daemon import Daemon
     from rota.store.repo import Store
 
     monkeypatch.setattr(docker_api, "connect", lambda base_url: FakeDocker({"runc": {}}))

@@ -143,7 +143,7 @@ def test_the_local_pool_s_defaults_reach_the_backend(tmp_path: Path) -> None:
     """[pools.local] in the settings -> the daemon's container backend -> the kwargs."""
     from rota.backends.container import ContainerBackend
     from rota.config import load_settings
-    from rota.server.backend_set import BackendSet
+    from rota.server.loop.backend_set import BackendSet
 
     settings = load_settings(home=tmp_path, pools={"local": {
         "container_shm_size": "2G", "container_cpus": 3, "container_memory": "12G"}})

@@ -24,9 +24,9 @@ from rota.core.spec import JobSpec
 from rota.devices.simulated import SimulatedDevices
 from rota.errors import BackendError
 from rota.pools import SlurmPool
-from rota.server.daemon import Daemon
-from rota.server.forwarding import engine_after, engine_ids
-from rota.server.running import Running
+from rota.server.jobs.running import Running
+from rota.server.loop.daemon import Daemon
+from rota.server.loop.forwarding import engine_after, engine_ids
 from rota.store.repo import Store
 from rota_testing import until
 

@@ -24,7 +24,7 @@ from rota.backends.kubernetes.pod import secret_name
 from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
 from rota.pools import KubernetesPool, Pools
-from rota.server.pool_reads import engine_job
+from rota.server.api.pool_reads import engine_job
 from rota.storage.job_workspace import WorkspacePlan
 
 

@@ -1,6 +1,10 @@
 """The HTTP API (/v1): one router per resource over the two ports (rota.server.ports), so
 nothing here reads the daemon. Served on the daemon's Unix socket (and TCP); handlers are
-coroutines so they run on the loop thread, where the daemon is the single writer."""
+coroutines so they run on the loop thread, where the daemon is the single writer. Beside
+the routers: how jobs look in answers (``views``) and the reads behind them
+(``job_reads``, ``report_reads``, ``eval_reads``, ``pool_reads``), error answers
+(``problems``), request size limits and admission. May import ``ports``, ``tracking``
+(metrics) and ``access``; never the loop or the daemon's ports."""
 
 from __future__ import annotations
 
@@ -10,8 +14,7 @@ from fastapi import Depends, FastAPI
 
 from rota import __version__
 from rota.config import DEFAULT_MAX_REQUEST_BYTES
-from rota.server import job_reads
-from rota.server.admission import PointRequestsFirst
+from rota.server.access.auth import VIA_KEY
 from rota.server.api import (
     access,
     alerts,
@@ -20,6 +23,7 @@ from rota.server.api import (
     eval,
     gpus,
     job_outputs,
+    job_reads,
     jobs,
     pipelines,
     pools,
@@ -32,13 +36,13 @@ from rota.server.api import (
     workspaces,
 )
 from rota.server.api._shared import caller
+from rota.server.api.admission import PointRequestsFirst
 from rota.server.api.answer_schemas import document_answers
-from rota.server.auth import VIA_KEY
-from rota.server.body_limit import BodyLimit
-from rota.server.dashboard import mount_dashboard
-from rota.server.metrics import RequestTimer
+from rota.server.api.body_limit import BodyLimit
+from rota.server.api.problems import answer_errors_as_problems, document_problems, methods_by_path
 from rota.server.ports import Commands, Reads
-from rota.server.problems import answer_errors_as_problems, document_problems, methods_by_path
+from rota.server.tracking.metrics import RequestTimer
+from rota.server.web import mount_dashboard
 
 #: every /v1 route (the prefix is in each router's route templates: metrics labels)
 ROUTERS = (job_reads.router, jobs.router, job_outputs.router, gpus.router, access.router,

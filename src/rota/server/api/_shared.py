@@ -13,9 +13,9 @@ from typing import Annotated, Any, cast
 from fastapi import Depends, Request
 from fastapi import Path as PathParam
 
-from rota.server.auth import VIA_HEADER, VIA_KEY, Principal
-from rota.server.job_reads import MAX_ID, JobId
-from rota.server.peer import scope_peer_uid
+from rota.server.access.auth import VIA_HEADER, VIA_KEY, Principal
+from rota.server.access.peer import scope_peer_uid
+from rota.server.api.job_reads import MAX_ID, JobId
 from rota.server.ports import Commands, Reads
 
 __all__ = ["MAX_ID", "Caller", "CommandsPort", "GpuIndex", "JobId", "Json", "ReadsPort",
@@ -30,7 +30,7 @@ GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]
 #: like an environment variable's name (rota.core.spec.check_secret_name)
 SecretName = Annotated[str, PathParam(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$",
                                       description="like an environment variable's name")]
-#: a user's name (rota.server.auth.check_user_name)
+#: a user's name (rota.server.access.auth.check_user_name)
 UserName = Annotated[str, PathParam(pattern=r"^[a-z_][a-z0-9_.-]{0,63}$",
                                     description="a user's name")]
 
@@ -44,7 +44,7 @@ async def _commands(request: Request) -> Commands:
 
 
 async def caller(request: Request) -> Principal:
-    """Who is asking (see rota.server.auth): every /v1 call needs one."""
+    """Who is asking (see rota.server.access.auth): every /v1 call needs one."""
     via = request.scope.get(VIA_KEY, "socket")
     if via == "socket" and request.headers.get(VIA_HEADER) == "tcp":
         via = "tcp"  # forwarded by an API worker: the caller's token decides

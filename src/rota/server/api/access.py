@@ -16,9 +16,9 @@ from rota.answers import (
     UsersAnswer,
     WhoAmIAnswer,
 )
+from rota.server.access.auth import UserNameText
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, RowId, UserName
-from rota.server.auth import UserNameText
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 from rota.store.tables import TokenRow, UserRow
 
 

@@ -1,4 +1,4 @@
-"""Alerts sent to the webhook (rota.server.alert_sender): listed with their state; an
+"""Alerts sent to the webhook (rota.server.policy.alert_sender): listed with their state; an
 admin may send a test one. No answer carries the webhook's URL (it is never stored with
 an alert)."""
 
@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from rota.answers import AlertAnswer, AlertsAnswer
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 from rota.store.repo import AlertRecord
 
 

@@ -1,4 +1,4 @@
-"""What a job's ``outputs`` saved when it ended (rota.server.artifacts): the list with
+"""What a job's ``outputs`` saved when it ended (rota.server.storage.artifacts): the list with
 sizes and sha256, and each file. Its owner's and admins' only, as its log is."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 from rota.answers import ArtifactsAnswer
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, JobId, Json, ReadsPort, own
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 

@@ -1,4 +1,4 @@
-"""Registered datasets (rota.server.datasets): list, show, add (an upload in chunks, or a
+"""Registered datasets (rota.server.storage.datasets): list, show, add (an upload in chunks, or a
 copy of an S3 prefix) and remove."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rota.answers import (
 from rota.core.spec import DATASET_VERSION
 from rota.errors import InvalidSpec, StorageError
 from rota.server.api._shared import Caller, CommandsPort, Json
-from rota.server.datasets import NAME_RE, OWNER_RE
-from rota.server.problems import errors
+from rota.server.api.problems import errors
+from rota.server.storage.datasets import NAME_RE, OWNER_RE
 from rota.storage import FileEntry
 from rota.storage.manifest import safe_relpath
 

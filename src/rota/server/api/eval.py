@@ -1,5 +1,5 @@
-"""Evaluations: the runs of evaluation configs and their metrics (rota.server.eval_reads),
-and the schedules that run them by themselves (rota.server.eval_schedules); `rota eval
+"""Evaluations: the runs of evaluation configs and their metrics (rota.server.api.eval_reads),
+and the schedules that run them by themselves (rota.server.schedules.eval_schedules); `rota eval
 submit` sends ordinary jobs (POST /v1/jobs), `rota eval render` a spec to
 POST /v1/pools/{name}/render.
 
@@ -20,11 +20,11 @@ from rota.answers import (
     EvalUnscheduledAnswer,
 )
 from rota.errors import InvalidSpec
+from rota.server.access.auth import Principal
 from rota.server.api._shared import MAX_ID, Caller, CommandsPort, Json, ReadsPort, RowId, own
-from rota.server.auth import Principal
-from rota.server.eval_reads import eval_runs, run_view
+from rota.server.api.eval_reads import eval_runs, run_view
+from rota.server.api.problems import errors
 from rota.server.ports import Reads
-from rota.server.problems import errors
 from rota.store.repo import ScheduleRecord
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)

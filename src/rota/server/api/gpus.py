@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from rota.answers import GpuPausedAnswer, GpusAnswer, SimulateAnswer
 from rota.server.api._shared import Caller, CommandsPort, GpuIndex, Json, ReadsPort
+from rota.server.api.problems import errors
 from rota.server.ports import Fault
-from rota.server.problems import errors
 
 
 class SimulateBody(BaseModel):

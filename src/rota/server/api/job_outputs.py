@@ -21,13 +21,13 @@ from rota.errors import InvalidSpec, NotFound
 from rota.ml.checkpoints import Checkpoint, newest_valid, tar_stream
 from rota.ml.checkpoints import of_job as checkpoints_of_job
 from rota.server.api._shared import MAX_ID, Caller, JobId, Json, ReadsPort, own
-from rota.server.log_times import window
-from rota.server.logstream import follow as follow_log
-from rota.server.logstream import log_size, read_log
-from rota.server.logstream import sse as log_sse
+from rota.server.api.problems import errors
+from rota.server.api.views import progress_view
 from rota.server.ports import Reads
-from rota.server.problems import errors
-from rota.server.views import progress_view
+from rota.server.tracking.log_times import window
+from rota.server.tracking.logstream import follow as follow_log
+from rota.server.tracking.logstream import log_size, read_log
+from rota.server.tracking.logstream import sse as log_sse
 from rota.storage.owner_files import OwnerFiles
 
 _OFFSET = {"type": "integer", "minimum": 0}

@@ -19,11 +19,11 @@ from rota.answers import (
 )
 from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec
+from rota.server.access.auth import UserNameText
 from rota.server.api._shared import Caller, CommandsPort, JobId, Json, ReadsPort, own
-from rota.server.auth import UserNameText
+from rota.server.api.problems import errors
+from rota.server.api.views import event_view, job_view, why_view
 from rota.server.ports import Reads
-from rota.server.problems import errors
-from rota.server.views import event_view, job_view, why_view
 
 
 class SubmitBody(BaseModel):

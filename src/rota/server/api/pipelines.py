@@ -1,4 +1,4 @@
-"""Pipelines (rota.server.pipelines): added, paused, resumed, run now and removed through
+"""Pipelines (rota.server.schedules.pipelines): added, paused, resumed, run now and removed through
 the daemon's commands (it stays the one writer); their rounds read from the store."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from rota.answers import (
     RoundFactsAnswer,
 )
 from rota.errors import NotFound
+from rota.server.access.auth import Principal
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
-from rota.server.auth import Principal
+from rota.server.api.problems import errors
 from rota.server.ports import Reads
-from rota.server.problems import errors
 from rota.store.repo import PipelineRecord, RoundRecord
 
 #: an evaluation config is a page of YAML; past this it is not one

@@ -11,7 +11,7 @@ from fastapi import Path as PathParam
 from rota.answers import PoolsAnswer, RenderAnswer
 from rota.core.spec import JobSpec
 from rota.server.api._shared import Caller, JobId, Json, ReadsPort, own
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 

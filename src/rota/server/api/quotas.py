@@ -12,8 +12,8 @@ from rota.answers import QuotaAnswer, QuotaChangedAnswer, QuotasAnswer
 from rota.core.quota import Quota
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
-from rota.server.problems import errors
-from rota.server.quotas import quota_views
+from rota.server.api.problems import errors
+from rota.server.policy.quotas import quota_views
 
 Kind = Literal["user", "project"]
 What = Literal["gpus", "gpu_hours", "money"]

@@ -1,4 +1,4 @@
-"""Users' stored secrets: names and dates out, values in only (rota.server.secrets)."""
+"""Users' stored secrets: names and dates out, values in only (rota.server.access.secrets)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from rota.answers import SecretDeletedAnswer, SecretsAnswer, SecretSetAnswer
+from rota.server.access.auth import Principal, UserNameText
+from rota.server.access.secrets import MAX_VALUE_BYTES
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, SecretName
-from rota.server.auth import Principal, UserNameText
-from rota.server.problems import errors
-from rota.server.secrets import MAX_VALUE_BYTES
+from rota.server.api.problems import errors
 
 _NAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
 _OWNER = Query(None, pattern=_NAME, description="whose secrets (default: the caller's; "

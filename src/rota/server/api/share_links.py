@@ -1,6 +1,7 @@
-"""Links to a job's saved outputs for people without a Rota account (rota.server.share_links):
-made, listed and revoked by the job's owner (or an admin) under /v1, and served by
-``GET /share/TOKEN``, which needs no token of Rota's: the link is the credential."""
+"""Links to a job's saved outputs for people without a Rota account
+(rota.server.storage.share_links): made, listed and revoked by the job's owner (or an
+admin) under /v1, and served by ``GET /share/TOKEN``, which needs no token of Rota's: the
+link is the credential."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pydantic import BaseModel, Field
 from rota.answers import ShareLinkAnswer, ShareLinksAnswer
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, CommandsPort, JobId, Json, ReadsPort, own
-from rota.server.problems import errors
-from rota.server.share_links import DEFAULT_EXPIRES_S, MAX_EXPIRES_S
+from rota.server.api.problems import errors
+from rota.server.storage.share_links import DEFAULT_EXPIRES_S, MAX_EXPIRES_S
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 public_router = APIRouter()  # no caller: the link is its own credential

@@ -11,11 +11,11 @@ from pydantic import BaseModel, Field
 
 from rota.answers import PriorityAnswer, SharesAnswer
 from rota.server.api._shared import Caller, CommandsPort, JobId, Json, ReadsPort
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 
 router = APIRouter(prefix="/v1")
 
-#: a user's name (rota.server.auth) or a project's (rota.core.spec: JobSpec.project)
+#: a user's name (rota.server.access.auth) or a project's (rota.core.spec: JobSpec.project)
 AccountName = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$",
                                        description="a user's or a project's name")]
 

@@ -22,10 +22,10 @@ from rota.answers import (
     SummaryAnswer,
 )
 from rota.errors import NotFound
+from rota.server.access.auth import VIA_HEADER, VIA_KEY
 from rota.server.api._shared import MAX_ID, Caller, CommandsPort, Json, ReadsPort, caller
-from rota.server.auth import VIA_HEADER, VIA_KEY
-from rota.server.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
-from rota.server.problems import errors
+from rota.server.api.problems import errors
+from rota.server.tracking.metrics import CONTENT_TYPE, REQUEST_BUCKETS, Totals
 
 MAX_PAGE = 10_000
 
@@ -151,7 +151,7 @@ async def live(body: LiveBody, request: Request, reads: ReadsPort) -> dict[str, 
 async def worker_requests(body: WorkerRequestsBody, request: Request,
                           commands: CommandsPort) -> dict[str, Any]:
     """For the API workers: the running totals of the requests a worker answered, for
-    /metrics (see rota.server.metrics.WorkerRequests)."""
+    /metrics (see rota.server.tracking.metrics.WorkerRequests)."""
     _for_workers_only(request)
     commands.report_worker_requests(body.slot, body.pid, body.totals())
     return {"ok": True}

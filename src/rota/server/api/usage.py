@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query
 
 from rota.answers import ReportAnswer, TiersAnswer
 from rota.server.api._shared import Caller, Json, ReadsPort
-from rota.server.problems import errors
-from rota.server.report_reads import report_answer, tiers_answer
+from rota.server.api.problems import errors
+from rota.server.api.report_reads import report_answer, tiers_answer
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 

@@ -1,4 +1,4 @@
-"""Workspaces (rota.server.workspaces): their sizes and quotas; an admin sets a quota."""
+"""Workspaces (rota.server.storage.workspaces): their sizes and quotas; an admin sets a quota."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pydantic import BaseModel, Field
 
 from rota.answers import CleanupDoneAnswer, CleanupPlanAnswer, WorkspaceAnswer, WorkspacesAnswer
 from rota.errors import NotFound
+from rota.server.access.auth import Principal
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort
-from rota.server.auth import Principal
-from rota.server.problems import errors
+from rota.server.api.problems import errors
 
 router = APIRouter(prefix="/v1")  # in the route templates (metrics labels)
 

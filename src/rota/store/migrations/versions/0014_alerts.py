@@ -1,4 +1,4 @@
-"""alerts: the durable outbox of webhook alerts (rota.server.alert_sender), one row per
+"""alerts: the durable outbox of webhook alerts (rota.server.policy.alert_sender), one row per
 once-only key
 
 Revision ID: 0014

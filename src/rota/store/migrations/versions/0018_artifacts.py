@@ -1,4 +1,4 @@
-"""artifacts: what a job's outputs saved when it ended (rota.server.artifacts)
+"""artifacts: what a job's outputs saved when it ended (rota.server.storage.artifacts)
 
 Revision ID: 0018
 Revises: 0017
