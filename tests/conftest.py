@@ -16,6 +16,29 @@ from rota_testing import DaemonProcess, kill_job_processes
 # daemon's admin may choose. tests/integration/test_multi_user.py sets it back to false.
 os.environ.setdefault("ROTA_SHARED_ACCOUNT", "true")
 
+#: Tests that share something of the machine's run in one xdist worker, one after another
+#: (scripts/test.sh runs the suite in workers, ``--dist loadgroup``): the private engines
+#: (Slurm's daemons, a Ray cluster's /tmp/ray, dockerd's bridge) and the real Unix
+#: accounts (fixed names, made and removed by each test). Any other test file is a group
+#: of its own, so its module-scoped fixtures are made once.
+_SHARED_GROUPS = (
+    ("tests/backends/slurm/", "engines"),
+    ("tests/backends/ray/", "engines"),
+    ("tests/backends/container/", "engines"),
+    ("tests/backends/engine_backend/", "engines"),
+    ("tests/contract/", "engines"),
+    ("tests/integration/test_multi_user", "unix-accounts"),
+    ("tests/storage/test_owner_files.py", "unix-accounts"),
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = next((g for prefix, g in _SHARED_GROUPS if path.startswith(prefix)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[type[DaemonProcess]]:
