@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rota.backends.base import Handle
 from rota.core.lifecycle import JobState
@@ -29,7 +29,42 @@ from rota.server.loop.backend_set import BackendSet
 from rota.store.repo import AttemptRecord, JobRecord
 
 if TYPE_CHECKING:
-    from rota.server.loop.daemon import Daemon
+    from contextlib import AbstractContextManager
+
+    from rota.config import Settings
+    from rota.server.jobs.job_table import JobTable
+    from rota.server.jobs.queue import PendingQueue
+    from rota.server.loop.exits import Exits
+    from rota.server.loop.launcher import Launcher
+    from rota.server.tracking.trackers import Tracking
+    from rota.store.repo import Store
+
+
+class RecoveryPort(Protocol):
+    """What taking up the work needs of the daemon (which meets it): the store and the
+    job table, the queue and the states it fills, the backends that locate attempts, the
+    launcher and exits that adopt or end them, and the loop's timer and batches."""
+
+    settings: Settings
+    store: Store
+    table: JobTable
+    backends: BackendSet
+    launcher: Launcher
+    exits: Exits
+    tracking: Tracking
+    clock: Callable[[], float]
+
+    @property
+    def queue(self) -> PendingQueue: ...
+    @property
+    def states(self) -> dict[int, JobState]: ...
+    @property
+    def running(self) -> dict[int, Running]: ...
+    @property
+    def stopping(self) -> bool: ...
+    def later(self, delay: float, fn: Callable[[], None]) -> None: ...
+    def batch(self) -> AbstractContextManager[None]: ...
+    def enqueue(self, row: JobRecord, *, queue: bool = True) -> None: ...
 
 #: seconds before an engine that could not say whether it holds an attempt is asked again
 LOCATE_AGAIN_S = 30.0
@@ -42,7 +77,7 @@ KNOWN_NAMES_AT_MOST = 200_000
 LOAD_PAGE = 50_000
 
 
-def recover(daemon: Daemon, *, pending: bool = True) -> None:
+def recover(daemon: RecoveryPort, *, pending: bool = True) -> None:
     """Take up every waiting, starting and running job. ``pending`` False: all but the
     pending jobs, which the daemon then reads page by page while it already answers
     (:func:`load_pending`); a resync reads them all at once here."""
@@ -58,7 +93,7 @@ def recover(daemon: Daemon, *, pending: bool = True) -> None:
         _take_up(daemon, row, state, attempts.get(row.id))
 
 
-def load_queue(daemon: Daemon) -> None:
+def load_queue(daemon: RecoveryPort) -> None:
     """The pending and held jobs rejoin the queue, read without their specs (a queue may
     be a million jobs long), each with its expected run time; those that want an MLflow
     run go the way a new job does."""
@@ -69,7 +104,7 @@ def load_queue(daemon: Daemon) -> None:
     _load_apart(daemon, queued.held, queued.tracked)
 
 
-async def load_pending(daemon: Daemon, page: int | None = None) -> bool:
+async def load_pending(daemon: RecoveryPort, page: int | None = None) -> bool:
     """After a start: the pending jobs join the queue a page at a time, in queue order,
     the loop answering between pages, so that the daemon's first answer does not wait
     for a long queue (a million jobs take seconds to read). Jobs that changed meanwhile
@@ -92,7 +127,7 @@ async def load_pending(daemon: Daemon, page: int | None = None) -> bool:
     return False
 
 
-def _predictor(daemon: Daemon) -> Callable[[list[str]], dict[str, float | None]]:
+def _predictor(daemon: RecoveryPort) -> Callable[[list[str]], dict[str, float | None]]:
     """The expected run times of a restart's queue: asked only for names that some
     completed job had (a queue of a million uniquely named jobs asked a million times took
     minutes), unless there are too many such names to hold."""
@@ -103,14 +138,14 @@ def _predictor(daemon: Daemon) -> Callable[[list[str]], dict[str, float | None]]
     return lambda names: run_times.predicted_many([n for n in names if n in known])
 
 
-def _load_apart(daemon: Daemon, held: list[int], tracked: list[int]) -> None:
+def _load_apart(daemon: RecoveryPort, held: list[int], tracked: list[int]) -> None:
     daemon.states.update(dict.fromkeys(held, JobState.HELD))
     for row in daemon.store.jobs(tracked).values():
         daemon.states[row.id] = JobState(row.state)
         daemon.enqueue(row, queue=row.state == JobState.PENDING.value)
 
 
-def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
+def _take_up(daemon: RecoveryPort, row: JobRecord, state: JobState,
              attempt: AttemptRecord | None) -> None:
     """One job that was starting or running: requeue it, record its end, or adopt it."""
     table = daemon.table
@@ -155,7 +190,7 @@ def _take_up(daemon: Daemon, row: JobRecord, state: JobState,
     daemon.launcher.adopt(run, found.handle, state)
 
 
-def _take_up_again(daemon: Daemon, job_id: int) -> None:
+def _take_up_again(daemon: RecoveryPort, job_id: int) -> None:
     row = daemon.store.get_job(job_id)
     state = JobState(row.state)
     if state in (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTED) \
