@@ -186,7 +186,7 @@ def test_while_an_end_cannot_be_stored_reads_show_the_stored_state_then_the_whol
     """The store refuses every write for a while (a full disk); a job ends meanwhile. Reads
     show it running, as stored, never half-ended; once the store takes writes again its end
     is stored with every field, at the time its runner recorded."""
-    from rota.server.daemon_ports import live_facts
+    from rota.server.daemon_reads import live_facts
 
     go = tmp_path / "go"
 

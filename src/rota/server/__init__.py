@@ -14,6 +14,6 @@ bottom up:
 - ``api`` and ``web``: the HTTP API (routers over ``ports``) and the dashboard.
 
 The modules left at this level wire the rest: ``intake`` (every submit's one way in),
-``ports`` (what the API is given), ``daemon_ports`` (the daemon behind them), ``serve``
-(a daemon process: its home lock, socket, API workers).
+``ports`` (what the API is given), ``daemon_ports`` and ``daemon_reads`` (the daemon
+behind them), ``serve`` (a daemon process: its home lock, socket, API workers).
 """

@@ -140,7 +140,7 @@ async def shutdown(p: Caller, commands: CommandsPort) -> Annotated[Json, Shutdow
 @router.post("/live", include_in_schema=False)
 async def live(body: LiveBody, request: Request, reads: ReadsPort) -> dict[str, Any]:
     """For the API workers: what the daemon's memory knows of these jobs (see
-    rota.server.daemon_ports.live_facts), by id."""
+    rota.server.daemon_reads.live_facts), by id."""
     _for_workers_only(request)
     rows = list(reads.store.jobs(body.ids).values())
     facts = await reads.facts(rows)

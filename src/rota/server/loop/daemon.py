@@ -56,6 +56,7 @@ from rota.server.loop.backend_set import BackendSet
 from rota.server.loop.exits import Exits
 from rota.server.loop.forwarding import forwarded
 from rota.server.loop.launcher import Launcher
+from rota.server.loop.resync import Resync
 from rota.server.policy.alert_sender import AlertSender, webhook_url
 from rota.server.policy.fair_order import FairOrder
 from rota.server.policy.idle_watch import IdleWatch
@@ -78,11 +79,6 @@ LAUNCH_RECORD_S = 0.01
 #: recorded exits between two tidy-ups of the backends' records of ended attempts (the
 #: local runner's journal segments)
 TIDY_EVERY_EXITS = 5000
-#: after a batch could not be stored: the first wait before the work is taken up again from
-#: the store, and the longest between tries while the store still fails
-RESYNC_FIRST_S = 0.0
-RESYNC_MAX_S = 30.0
-RESYNC_POLL_S = 0.05  # while launches are still unanswered
 Clock = Callable[[], float]
 
 
@@ -95,11 +91,6 @@ class Daemon:
         self.last_plan = Plan()
         self.pass_seconds: list[float] = []
         self._wake = asyncio.Event()
-        # set when memory is ahead of the store (a batch's commit failed) until the work is
-        # taken up again from the store; no pass runs meanwhile
-        self.diverged = False
-        self._resync_timer: asyncio.TimerHandle | None = None
-        self._resync_wait = RESYNC_FIRST_S
         self.metrics = Metrics()
         self.secrets = Secrets(store, settings.secrets_key_path, clock)
         self.tracking = Tracking(settings, self.secrets, post=self._post, store=store,
@@ -150,6 +141,7 @@ class Daemon:
         # set once every pending job is in the queue (_load_queue, after start() returns)
         self.queue_ready = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.resync = Resync(self)  # after a batch that could not be stored
         for d in (settings.logs_dir, settings.status_dir):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -218,8 +210,7 @@ class Daemon:
         self._stopping = True
         for t in self._tasks:
             t.cancel()
-        if self._resync_timer is not None:
-            self._resync_timer.cancel()
+        self.resync.cancel()
         if self.launcher.unrecorded:
             self.launcher.record_launches()
         self.exits.record_exits()  # those gathered, not yet recorded
@@ -428,46 +419,15 @@ class Daemon:
             with self.store.transaction():
                 yield
         except StoreError:
-            log.exception("a batch could not be stored; taking the work up again from the "
-                          "store")
-            self._resync_soon(self._resync_wait)
+            self.resync.after_failed_batch()
+
+    @property
+    def diverged(self) -> bool:
+        """Memory is ahead of the store until the work is taken up again (no pass runs)."""
+        return self.resync.diverged
 
     def _resync_soon(self, delay: float) -> None:
-        self.diverged = True
-        if self._resync_timer is None and self.loop is not None and not self._stopping:
-            self._resync_timer = self.loop.call_later(delay, self._resync)
-
-    def _resync(self) -> None:
-        """Forget what memory says of the jobs and read it all again from the store, as at
-        start-up. Only once every launch sent has been answered: the runner records a start
-        when it answers, and an unanswered one would look never carried out (run twice)."""
-        from rota.server.loop.recovery import recover
-
-        self._resync_timer = None
-        if self._stopping:
-            return
-        if self.launcher.in_flight > 0:
-            self._resync_soon(RESYNC_POLL_S)
-            return
-        try:
-            with self.store.transaction():  # should it fail, memory is put back as it was
-                self.exits.forget()
-                self.launcher.forget_unrecorded()
-                self.table.forget()
-                recover(self)
-                self.workspaces.resume(self.running.values())
-        except Exception:
-            self._resync_wait = min(max(2 * self._resync_wait, 0.5), RESYNC_MAX_S)
-            log.exception("taking the work up again failed; next try in %.1f s",
-                          self._resync_wait)
-            self._resync_soon(self._resync_wait)
-            return
-        self.diverged = False
-        self._resync_wait = RESYNC_FIRST_S
-        log.info("taken up again from the store: %d running, %d pending", len(self.running),
-                 len(self.queue))
-        self.monitor.refresh()
-        self.kick()
+        self.resync.soon(delay)
 
     def _tidy(self) -> bool:
         """Let the backends drop their records of attempts whose end is stored (only once it

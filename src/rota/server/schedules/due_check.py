@@ -23,7 +23,8 @@ class DuePort(IntakePort, Protocol):
     batches (one transaction), running jobs, cancelling, and whether its memory is to be
     trusted (``diverged``: not until it has taken its work up again from the store)."""
 
-    diverged: bool
+    @property
+    def diverged(self) -> bool: ...
 
     @property
     def running(self) -> dict[int, Running]: ...
