@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rota.backends.local import runner as runner_mod
+from rota.backends.local import journal_writer
 from rota.backends.local.backend import LocalBackend
 from rota.backends.local.journal import JournalIndex, journal_dir, segment_name
 
@@ -105,8 +105,8 @@ def test_segments_rotate_and_a_jobs_end_goes_with_its_start(tmp_path: Path,
                                                              ) -> None:
     """The runner hands each job a segment (a new one past SEGMENT_BYTES); its waiter, a
     fork holding that segment open, writes the job's start and, later, its end there."""
-    monkeypatch.setattr(runner_mod, "SEGMENT_BYTES", 300)
-    journal = runner_mod._Journal(str(tmp_path), 1234.5)
+    monkeypatch.setattr(journal_writer, "SEGMENT_BYTES", 300)
+    journal = journal_writer._Journal(str(tmp_path), 1234.5)
     keys = [str(tmp_path / f"{n}-1.json") for n in range(6)]
     held = []
     for n, key in enumerate(keys):

@@ -7,21 +7,18 @@ jobs unchanged:
 
 - ``launch`` hands the request's :class:`EngineJob` to the engine (on a worker thread:
   ``capabilities.launch_blocks``). Crash safety: a small record next to the attempt's status
-  file (``<status_path>.engine``) is written *before* the submit; a launch that finds it
-  from an earlier try asks ``engine.find(key)`` first, so an attempt never reaches the
-  engine twice. A fresh attempt (no record) skips that round trip.
+  file (``<status_path>.engine``, ``rota.backends.engine_record``) is written *before* the
+  submit; a launch that finds it from an earlier try asks ``engine.find(key)`` first, so an
+  attempt never reaches the engine twice. A fresh attempt (no record) skips that round trip.
 - Arrays (an engine with ``capabilities.arrays``): first attempts of one ``launch_later``
   (or ``launch_many``) that differ only in their command, name and Rota's own per-attempt
   integers (a sweep's points) go as one engine job (``submit_array``). Every member's record
   names the group's key, its index and the group's size before the one submit; a later try
   asks ``find_array`` by that key. Retries, jobs with dependencies and multi-node jobs go
   alone, as do members whose attempt already has a record.
-- One poller thread per adapter asks ``engine.poll`` about every followed job at once
-  every ``poll_every`` seconds, copies new output into the job's log (the engine-side
-  offset kept in the record), and makes the job's watch fd readable once it has ended.
-- ``on_start(status_path, started_at)`` tells the daemon when the engine has started an
-  attempt it held in its queue (the first time this adapter sees it running, or ended
-  after a start): the job runs from then on, and its time limit counts from then.
+- Watching: one poller thread per adapter (``rota.backends.engine_poller``) polls every
+  followed job at once, copies its output into its log, makes its watch fd readable once
+  it has ended, and tells ``on_start`` when the engine has started an attempt it held.
 - ``signal`` hands the stop to a command thread: ``engine.stop`` may block (scancel).
 - Secret values (``req.env`` for the variables named by ``engine_job.secret_env``) live in
   memory only while their own submit runs, under names of that attempt alone
@@ -39,9 +36,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import signal as signals
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,76 +63,17 @@ from rota.backends.engine import (
     EngineState,
     EngineStatus,
     array_key,
-    engine_key,
 )
+from rota.backends.engine_poller import _ENDED, OnStart, Poller, _size
+from rota.backends.engine_record import SUFFIX, _read_record, _write_record, key_of, state_path
 from rota.errors import BackendError
 
 log = logging.getLogger("rota.backends.engine")
 
-#: The record of an attempt's engine job, next to its status file.
-SUFFIX = ".engine"
-_ENDED = (EngineState.ENDED, EngineState.LOST)
-_READS_PER_POLL = 8  # log reads per job per poll while it runs (a chatty job cannot starve)
-_FINAL_READS = 1024  # after its end: the rest of its output, bounded all the same
 _GRACE = 30.0  # EngineJob's default, for a record that lacks it
 _ARRAY_MAX = 1000  # tasks per array (Slurm's MaxArraySize is 1001 by default)
 
 MakeEngine = Callable[[Callable[[str], str]], Engine]
-#: Told an attempt's status path and when its engine started it, if the engine says
-#: (called from the poller thread, or the daemon's during recovery).
-OnStart = Callable[[str, float | None], None]
-
-
-def state_path(status_path: str | Path) -> Path:
-    return Path(f"{status_path}{SUFFIX}")
-
-
-def key_of(status_path: str | Path, install: str = "") -> str:
-    """The engine key of an attempt from its status file's name (``<job>-<attempt>.json``,
-    as the launcher names it) and this installation's id."""
-    job, _, attempt = Path(status_path).name.removesuffix(".json").rpartition("-")
-    return engine_key(install, int(job), int(attempt))
-
-
-@dataclasses.dataclass
-class _Job:
-    """One attempt's engine job as the adapter follows it."""
-
-    engine_id: str
-    status_path: str
-    log_path: Path
-    offset: int = 0  # engine-side: how much of its output is in the log already
-    log_size: int = 0  # the log's size right after the last copy
-    last: EngineStatus | None = None
-    following: bool = False  # polled by the poller
-    watched: bool = False  # the daemon holds its handle (it can be told of its start)
-    told_start: bool = False  # on_start has been called for it
-    pipes: list[int] = dataclasses.field(default_factory=list)  # watch fds' write ends
-    copying: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-
-def _read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            got = json.load(fh)
-    except (FileNotFoundError, ValueError):
-        return None
-    return got if isinstance(got, dict) else None
-
-
-def _write_record(path: Path, record: dict[str, Any]) -> None:
-    """Atomically: a reader sees the old record or the new one, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, path)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def exit_info(status: EngineStatus | None) -> ExitInfo | None:
@@ -169,18 +105,13 @@ class EngineBackend:
                  poll_every: float = 2.0, install: str = "",
                  on_start: OnStart | None = None) -> None:
         self.pool_name = pool_name
-        self.poll_every = poll_every
-        self.on_start = on_start
         self.install = install  # this installation's id, in every engine key
         self._secrets: dict[str, str] = {}  # only while the submit that needs them runs
         self.engine = make_engine(self._secret)
         self.name = f"{self.engine.name}:{pool_name}"
         self.capabilities = dataclasses.replace(  # its engine's, per pool
             EngineBackend.capabilities, run_as=self.engine.capabilities.run_as)
-        self._lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}  # by engine id
-        self._closing = threading.Event()
-        self._poller: threading.Thread | None = None
+        self._poller = Poller(self.engine, self.name, poll_every, on_start)
         self._commands: ThreadPoolExecutor | None = None
 
     # --- secrets ----------------------------------------------------------------------------
@@ -406,7 +337,7 @@ class EngineBackend:
         record["engine_id"] = engine_id
         _write_record(state_path(req.status_path), record)
         handle = self._handle(str(req.status_path), record)
-        self._follow(handle, record)
+        self._poller.follow(handle, record)
         return handle
 
     def _handle(self, status_path: str, record: dict[str, Any]) -> Handle:
@@ -431,154 +362,25 @@ class EngineBackend:
                 fh.write(req.log_header.encode() + b"\n")
         return _size(req.log_path)
 
-    # --- following: the poller ----------------------------------------------------------------
-    def _known(self, handle: Handle, record: dict[str, Any] | None = None) -> _Job:
-        eid = str(handle.extra["engine_id"])
-        with self._lock:
-            job = self._jobs.get(eid)
-            if job is None:
-                job = self._jobs[eid] = self._job_of(handle, record)
-        return job
-
-    def _follow(self, handle: Handle, record: dict[str, Any] | None = None) -> _Job:
-        """Poll this job from now on (its output copied from where the record says)."""
-        job = self._known(handle, record)
-        with self._lock:
-            if job.last is None or job.last.state not in _ENDED:
-                job.following = True
-            self._start_poller()
-        return job
-
-    def _job_of(self, handle: Handle, record: dict[str, Any] | None) -> _Job:
-        """Where its output stands. The log is appended before the record is written, so
-        a daemon killed in between finds the log longer than the record says: those bytes
-        are the engine's next ones, and are not copied twice."""
-        eid = str(handle.extra["engine_id"])
-        log_path = Path(handle.extra["log_path"])
-        record = record or _read_record(state_path(handle.status_path)) or {}
-        offset, recorded = int(record.get("offset") or 0), record.get("log_size")
-        size = _size(log_path)
-        if recorded is not None and size > int(recorded):
-            offset += size - int(recorded)
-        return _Job(engine_id=eid, status_path=handle.status_path, log_path=log_path,
-                    offset=offset, log_size=size)
-
-    def _start_poller(self) -> None:
-        if self._poller is None and not self._closing.is_set():
-            self._poller = threading.Thread(target=self._poll_loop, daemon=True,
-                                            name=f"rota-poll-{self.name}")
-            self._poller.start()
-
-    def _poll_loop(self) -> None:
-        while not self._closing.wait(self.poll_every):
-            try:
-                self.poll_once()
-            except Exception:  # keep polling: the next round may succeed
-                log.exception("%s: polling failed", self.name)
-
-    def poll_once(self) -> None:
-        """One round: every followed job's status in one ``engine.poll``, new output copied,
-        ended jobs' watch fds made readable."""
-        with self._lock:
-            ids = [eid for eid, job in self._jobs.items() if job.following]
-        if not ids:
-            return
-        try:
-            statuses = self.engine.poll(ids)
-        except BackendError as e:
-            log.warning("%s: polling %d jobs failed: %s", self.name, len(ids), e)
-            return
-        for eid in ids:
-            status = statuses.get(eid)
-            job = self._jobs.get(eid)
-            if status is not None and job is not None:
-                self._update(job, status)
-
-    def _update(self, job: _Job, status: EngineStatus) -> None:
-        ended = status.state in _ENDED
-        if status.state is not EngineState.QUEUED:
-            self._copy_log(job, _FINAL_READS if ended else _READS_PER_POLL)
-        with self._lock:
-            job.last = status
-            started = self._to_tell(job)
-            pipes: list[int] = []
-            if ended:
-                job.following = False
-                pipes, job.pipes = job.pipes, []
-        self._tell_start(job, started)  # before its end: it ran
-        for fd in pipes:  # the output is in the log before the daemon hears of the end
-            with contextlib.suppress(OSError):  # the daemon stopped watching it
-                os.write(fd, b"ended\n")
-            os.close(fd)
-
-    def _copy_log(self, job: _Job, reads: int) -> None:
-        with job.copying:  # one copier at a time, or output would be copied twice
-            for _ in range(reads):
-                if not self._copy_once(job):
-                    return
-
-    def _copy_once(self, job: _Job) -> bool:
-        """One read of new output into the log; False when there was none (or no answer)."""
-        try:
-            data = self.engine.read_log(job.engine_id, job.offset)
-        except (BackendError, OSError) as e:
-            log.warning("%s: reading job %s's output failed: %s", self.name, job.engine_id, e)
-            return False
-        if data:
-            self._append(job, data)
-        return bool(data)
-
-    def _append(self, job: _Job, data: bytes) -> None:
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(job.log_path, "ab") as fh:
-            fh.write(data)
-            job.log_size = fh.tell()
-        job.offset += len(data)
-        path = state_path(job.status_path)
-        record = _read_record(path) or {"engine_id": job.engine_id}
-        record.update(offset=job.offset, log_size=job.log_size)
-        _write_record(path, record)
-
     # --- watch and collect --------------------------------------------------------------
     def watch(self, handle: Handle) -> int | None:
         """A pipe the poller writes to once the job has ended; None when it has already.
         The daemon holds the job's handle from now on: it is told when the job starts."""
-        job = self._follow(handle)
-        with self._lock:
-            job.watched = True
-            started = self._to_tell(job)
-            read_end: int | None = None
-            if job.following:
-                read_end, write_end = os.pipe()
-                job.pipes.append(write_end)
-        self._tell_start(job, started)
-        return read_end
+        return self._poller.watch(handle)
 
-    @staticmethod
-    def _to_tell(job: _Job) -> EngineStatus | None:
-        """Under the lock: the status that says the job started, if the daemon watches it
-        and has not been told yet (it then has been)."""
-        last = job.last
-        if job.told_start or not job.watched or last is None or not (
-                last.state is EngineState.RUNNING or last.started_at is not None):
-            return None
-        job.told_start = True
-        return last
-
-    def _tell_start(self, job: _Job, started: EngineStatus | None) -> None:
-        if started is not None and self.on_start is not None:
-            self.on_start(job.status_path, started.started_at)
+    def poll_once(self) -> None:
+        """One round of the poller (``Poller.poll_once``), now."""
+        self._poller.poll_once()
 
     def status(self, handle: Handle) -> EngineStatus | None:
         """The engine's last word on the job (QUEUED with its reason, RUNNING since when);
         None before the first poll."""
-        job = self._jobs.get(str(handle.extra.get("engine_id")))
-        return None if job is None else job.last
+        return self._poller.status(handle)
 
     def is_alive(self, handle: Handle) -> bool:
         """Not known to have ended. Never asks the engine (the event loop calls this): a
         job not followed yet is followed from now on."""
-        return exit_info(self._follow(handle).last) is None
+        return exit_info(self._poller.follow(handle).last) is None
 
     def collect(self, handle: Handle, watched: bytes = b"") -> ExitInfo | None:
         return exit_info(self.status(handle))
@@ -593,18 +395,18 @@ class EngineBackend:
             handle = self._find(status_path)
             if handle is None:
                 return Located(None)
-        job = self._known(handle)
+        job = self._poller.known(handle)
         try:
             status = self.engine.poll([job.engine_id])[job.engine_id]
         except (BackendError, KeyError) as e:  # still ours: the poller follows it
             log.warning("%s: job %s not polled after the restart: %s", self.name,
                         job.engine_id, e)
-            self._follow(handle)
+            self._poller.follow(handle)
             return Located(handle)
-        self._update(job, status)
+        self._poller.update(job, status)
         ended = exit_info(status)
         if ended is None:
-            self._follow(handle)
+            self._poller.follow(handle)
         return Located(handle, ended)
 
     def _find(self, status_path: str) -> Handle | None:
@@ -616,11 +418,7 @@ class EngineBackend:
 
     def tidy(self, status_dir: Path, active: set[str]) -> None:
         """Drop the records (and statuses kept in memory) of attempts whose end is stored."""
-        with self._lock:
-            followed = {j.status_path for j in self._jobs.values() if j.following}
-            for eid, job in list(self._jobs.items()):
-                if not job.following and job.status_path not in active:
-                    del self._jobs[eid]
+        followed = self._poller.forget(active)
         for path in status_dir.glob(f"*{SUFFIX}"):
             status_path = str(path)[:-len(SUFFIX)]
             if status_path not in active and status_path not in followed:
@@ -646,16 +444,10 @@ class EngineBackend:
 
     def close(self) -> None:
         """Stop the poller and the command thread (waiting for stops already asked for)."""
-        self._closing.set()
-        if self._poller is not None:
-            self._poller.join()
+        self._poller.stop()
         if self._commands is not None:
             self._commands.shutdown(wait=True)
-        with self._lock:
-            for job in self._jobs.values():
-                for fd in job.pipes:
-                    os.close(fd)
-                job.pipes.clear()
+        self._poller.close_pipes()
 
     # --- the rest -----------------------------------------------------------------------
     def attach_argv(self, handle: Handle) -> list[str] | None:

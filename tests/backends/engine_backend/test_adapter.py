@@ -15,7 +15,9 @@ import pytest
 
 from rota.backends.base import ExitInfo, Handle, Launched, LaunchFailed, LaunchRequest
 from rota.backends.engine import EngineJob, EngineState, EngineStatus
-from rota.backends.engine_backend import EngineBackend, OnStart, key_of, state_path
+from rota.backends.engine_backend import EngineBackend
+from rota.backends.engine_poller import OnStart
+from rota.backends.engine_record import key_of, state_path
 from rota.errors import BackendError
 from rota_testing import wait_until
 

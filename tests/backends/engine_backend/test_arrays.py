@@ -15,7 +15,8 @@ import pytest
 
 from rota.backends.base import Launched, LaunchFailed, LaunchRequest, TakenBack
 from rota.backends.engine import EngineCapabilities, EngineJob, EngineState, EngineStatus
-from rota.backends.engine_backend import exit_info, state_path
+from rota.backends.engine_backend import exit_info
+from rota.backends.engine_record import state_path
 
 from .fake import FakeEngine, request
 from .test_adapter import Cluster

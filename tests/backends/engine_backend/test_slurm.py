@@ -17,7 +17,8 @@ import pytest
 
 from rota.backends.base import ExitInfo, Handle, LaunchRequest, Located
 from rota.backends.engine import EngineJob, EngineState
-from rota.backends.engine_backend import EngineBackend, state_path
+from rota.backends.engine_backend import EngineBackend
+from rota.backends.engine_record import state_path
 from rota.backends.slurm import SlurmEngine
 from rota.pools import SlurmPool
 from rota_testing import wait_until

@@ -52,15 +52,17 @@ removes a stale status file of the attempt's name (read before the journal).
 The runner exits when it has no jobs and no daemon has been connected for IDLE_EXIT_S,
 and the keeper with it.
 
-Standard library only (and the journal's and waiter's names): it starts once per daemon
-lifetime, and quickly.
+Its parts beside it: its journal's segments (``journal_writer``), its end of the waiters
+(``waiter_link``), a job as another account (``as_account``); all imported at its top,
+before any fork.
+
+Standard library only (beside those, and the journal's, waiter's and keeper's names): it
+starts once per daemon lifetime, and quickly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import gc
 import json
 import os
 import select
@@ -74,9 +76,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rota.backends.local import waiter
-from rota.backends.local.journal import SEGMENT_BYTES, journal_dir, segment_name
-from rota.backends.local.keeper import Jobs, Keeper, become_subreaper, intent
-from rota.backends.local.keeper import lost as lost_starts
+from rota.backends.local.as_account import _hand_over, account_env
+from rota.backends.local.journal_writer import _Journal, _open
+from rota.backends.local.keeper import Jobs, Keeper, become_subreaper
+from rota.backends.local.waiter_link import Waiters, _hung_up, _message_limit
 
 #: 3: a journal per runner instead of a status file per job; ends in the pipe.
 #: 4: a keeper holds the jobs; ``pid`` and ``started_at`` in ``hello`` are the keeper's.
@@ -90,20 +93,6 @@ MAX_BURST = 64
 #: of it, and the runner answers the daemon as each starts, so smaller bursts start the
 #: first jobs (and tell the daemon) sooner; each costs the keeper two messages
 BURST = 8
-#: what a job's two records take in its journal segment, about (the waiter writes them)
-_RECORDS_BYTES = 300
-
-
-@dataclass
-class _WaiterLink:
-    """The runner's end of the waiter taking bursts."""
-
-    pid: int
-    sock: socket.socket
-    jobs: int = 0  # handed to it so far
-    used: float = 0.0  # its last burst (monotonic)
-    segments: set[str] = field(default_factory=set)  # journal segments it holds
-    bases: set[int] = field(default_factory=set)  # the daemons' environments it holds
 
 
 @dataclass
@@ -111,65 +100,6 @@ class _Job:
     pid: int
     key: str  # the attempt's status path: its name in the journal
     watchers: list[int] = field(default_factory=list)  # write ends of later daemons' pipes
-
-
-def _hung_up(conn: socket.socket) -> bool:
-    """Whether the other end has closed (messages it sent may still be waiting)."""
-    p = select.poll()
-    p.register(conn, select.POLLRDHUP)
-    return any(ev & (select.POLLRDHUP | select.POLLHUP) for _, ev in p.poll(0))
-
-
-def _message_limit() -> int:
-    """The largest job message a waiter's socketpair carries (the kernel caps its send
-    buffer at net.core.wmem_max, and a message at that buffer less a little)."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with a, b:
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, waiter.MESSAGE_BYTES)
-        got = a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-    return min(waiter.MESSAGE_BYTES, got - 256) - 1  # the burst marker's byte
-
-
-def _open(path: str, flags: int, mode: int) -> int:
-    """open(2), making the file's directory first if it is missing (the daemon makes them
-    at its start; this spares it a mkdir and a stat per job)."""
-    try:
-        return os.open(path, flags, mode)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        return os.open(path, flags, mode)
-
-
-class _Journal:
-    """This runner's journal in one status directory: one O_APPEND write per record, so a
-    reader sees whole lines; a new segment past SEGMENT_BYTES (the daemon deletes a
-    segment once every job it names has ended and been stored)."""
-
-    def __init__(self, status_dir: str, runner_started: float) -> None:
-        self.dir = journal_dir(status_dir)
-        self.started = runner_started
-        self.fd, self.seq, self.size, self.path = -1, 0, 0, ""
-
-    def segment(self) -> str:
-        """The segment the next record goes to."""
-        if self.fd < 0 or self.size >= SEGMENT_BYTES:
-            self._next()
-        return self.path
-
-    def reserve(self, key: str) -> tuple[str, int]:
-        """The segment (path, fd) a job's records go to, written by its waiter."""
-        self.segment()
-        self.size += _RECORDS_BYTES + 2 * len(key)
-        return self.path, self.fd
-
-    def _next(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.seq += 1
-        self.path = os.path.join(self.dir, segment_name(os.getpid(), self.started, self.seq))
-        self.fd = _open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.size = os.fstat(self.fd).st_size
 
 
 def listen(path: str) -> socket.socket:
@@ -208,7 +138,7 @@ class Runner:
         self.base_ids = 0
         self.journals: dict[str, _Journal] = {}  # status directory -> its journal
         self.as_accounts = False  # what starting a job as an account needs is imported
-        self.waiter: _WaiterLink | None = None  # the waiter taking bursts, if any
+        self.waiters = Waiters(self.keeper, self.ends_w, self.holder, self._tell_keeper)
         self.message_limit = _message_limit()
         for pid, (key, _segment) in adopted.items():
             self.jobs[pid] = _Job(pid=pid, key=key)
@@ -219,8 +149,7 @@ class Runner:
             for key, _ in self.sel.select(timeout=5.0):
                 key.data(key.fileobj)
             self._reap_waiters()
-            if self.waiter and time.monotonic() - self.waiter.used > waiter.WAITER_IDLE_S:
-                self._retire()
+            self.waiters.retire_if_idle()
             if self.clients:
                 self.last_client = time.monotonic()
             elif not self.jobs and time.monotonic() - self.last_client > IDLE_EXIT_S:
@@ -416,7 +345,7 @@ class Runner:
         ``started(number, at)`` as the waiter starts each (its pid set in its ``Start``),
         ``at`` None for those it did not get to. The jobs' logs and watch pipes are the
         waiter's once sent (closed here)."""
-        link = self._hand_over_burst([(s, data, base) for _, s, data, base in starts])
+        link = self.waiters.hand_over_burst([(s, data, base) for _, s, data, base in starts])
         if link is None:
             for k, *_ in starts:
                 started(k, None)
@@ -437,85 +366,11 @@ class Runner:
         link.jobs += got
         link.used = time.monotonic()
         if got < len(starts):
-            self._retire(dead=True)
+            self.waiters.retire(dead=True)
             for k, *_ in starts[got:]:
                 started(k, None)
         elif link.jobs >= waiter.WAITER_JOBS:
-            self._retire()
-
-    def _hand_over_burst(self, starts: list[tuple[waiter.Start, bytes, bytes]]
-                         ) -> _WaiterLink | None:
-        """The burst sent whole to a waiter (the keeper told first): that waiter, or None
-        when none took it."""
-        try:
-            for _ in range(2):  # a waiter that died idle took nothing: the next one
-                link = self._waiter()
-                if link is None:
-                    return None
-                since = time.clock_gettime(time.CLOCK_BOOTTIME)
-                # the keeper first: a runner killed from here on leaves it to wait for the
-                # waiter to take this burst whole and start it, or to drop it at EOF
-                self._tell_keeper(intent(link.pid, since,
-                                         [(s.key, s.segment) for s, _, _ in starts]))
-                try:
-                    for i, (s, data, base) in enumerate(starts):
-                        if s.base and s.base not in link.bases:
-                            link.sock.send(base)
-                            link.bases.add(s.base)
-                        waiter.send(link.sock, s, data, s.segment not in link.segments,
-                                    i == len(starts) - 1)
-                        link.segments.add(s.segment)
-                except OSError as e:
-                    # not taken whole, so none of it starts (closed here: EOF to it, if
-                    # it lives, and it tells the keeper it is done)
-                    print(f"rota runner: waiter {link.pid}: {e}", file=sys.stderr)
-                    self._retire(dead=e.errno in (errno.EPIPE, errno.ECONNRESET))
-                    continue
-                return link
-            return None
-        finally:
-            for s, _, _ in starts:
-                os.close(s.log)
-                os.close(s.watch)
-
-    def _waiter(self) -> _WaiterLink | None:
-        """The waiter taking bursts: the current one while it lives, else a new fork."""
-        link = self.waiter
-        if link is not None and _hung_up(link.sock):
-            self._retire()  # it died idle (killed): it held no burst
-            link = None
-        if link is None:
-            link = self.waiter = self._fork_waiter()
-        return link
-
-    def _fork_waiter(self) -> _WaiterLink | None:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            pid = os.fork()
-        except OSError as e:
-            mine.close()
-            theirs.close()
-            print(f"rota runner: cannot fork a waiter: {e}", file=sys.stderr)
-            return None
-        if pid == 0:
-            gc.disable()  # a collection would touch (and copy) every page of the runner
-            waiter.serve(theirs, self.keeper, self.ends_w, self.holder)
-        theirs.close()
-        mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, waiter.MESSAGE_BYTES)
-        return _WaiterLink(pid, mine, used=time.monotonic())
-
-    def _retire(self, dead: bool = False) -> None:
-        """Close the current waiter's socket: it takes no more bursts, and exits once its
-        jobs have ended. ``dead``: it died in a burst; once it is reaped (its jobs are the
-        keeper's children then), the keeper finds a job it started without saying so."""
-        link, self.waiter = self.waiter, None
-        if link is None:
-            return
-        link.sock.close()
-        if dead:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(link.pid, 0)
-            self._tell_keeper(lost_starts(link.pid))
+            self.waiters.retire()
 
     def _journal(self, key: str) -> _Journal:
         status_dir = os.path.dirname(key)
@@ -552,8 +407,8 @@ class Runner:
                 return
             if not pid:
                 return
-            if self.waiter is not None and pid == self.waiter.pid:
-                self._retire()  # it died between bursts (killed): it held none
+            if self.waiters.current is not None and pid == self.waiters.current.pid:
+                self.waiters.retire()  # it died between bursts (killed): it held none
 
     def _done(self, job: _Job, line: bytes) -> None:
         """The job's end is journaled: to the daemons that asked this runner to watch it."""
@@ -617,26 +472,3 @@ def _serve(path: str, listener: socket.socket, keeper: socket.socket,
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
 
-
-# --- a job as another account (a root runner: docs/security.md) --------------------------
-def account_env(account: dict[str, Any]) -> dict[str, str]:
-    """A login's environment for the account; the runner's (root's) never reaches the job."""
-    from rota.backends.base import login_env
-
-    return login_env(account["user"], account["home"], account["shell"])
-
-
-def _hand_over(account: dict[str, Any], log: int, status: str, events: str | None) -> None:
-    """The job's own files become its account's: its log, and the file rota.job writes its
-    metrics to (made here, in a status folder it may pass through but not list)."""
-    uid, gid = account["uid"], account["gid"]
-    os.fchown(log, uid, gid)
-    os.fchmod(log, 0o600)
-    status_dir = os.path.dirname(status)
-    os.chmod(status_dir, 0o711)
-    if events:
-        fd = os.open(events, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        try:
-            os.fchown(fd, uid, gid)
-        finally:
-            os.close(fd)

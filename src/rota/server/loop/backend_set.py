@@ -13,7 +13,7 @@ from rota.errors import BackendError
 from rota.pools import LOCAL, LocalPool
 
 if TYPE_CHECKING:
-    from rota.backends.engine_backend import OnStart
+    from rota.backends.engine_poller import OnStart
 
 log = logging.getLogger("rota.daemon")
 
