@@ -61,7 +61,7 @@ set +e
 # in 3 workers: the suite mostly waits (on daemons, jobs, engines), using under half of 2
 # cores in one process. Tests sharing the machine's engines or Unix accounts keep to one
 # worker (tests/conftest.py's groups). The slowest 30 printed: the CI budget is 45 min.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${ROTA_TEST_WORKERS:-3}" --dist loadgroup \
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${ROTA_TEST_WORKERS:-3}" \
   --durations=30 "$@"
 rc=$?
 set -e

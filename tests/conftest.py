@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,10 +18,10 @@ from rota_testing import DaemonProcess, kill_job_processes
 os.environ.setdefault("ROTA_SHARED_ACCOUNT", "true")
 
 #: Tests that share something of the machine's run in one xdist worker, one after another
-#: (scripts/test.sh runs the suite in workers, ``--dist loadgroup``): the private engines
-#: (Slurm's daemons, a Ray cluster's /tmp/ray, dockerd's bridge) and the real Unix
-#: accounts (fixed names, made and removed by each test). Any other test file is a group
-#: of its own, so its module-scoped fixtures are made once.
+#: (scripts/test.sh runs the suite in workers): the private engines (Slurm's daemons, a Ray
+#: cluster's /tmp/ray, dockerd's bridge) and the real Unix accounts (fixed names, made and
+#: removed by each test). Any other test file is a group of its own, so its module-scoped
+#: fixtures are made once.
 _SHARED_GROUPS = (
     ("tests/backends/slurm/", "engines"),
     ("tests/backends/ray/", "engines"),
@@ -32,12 +33,22 @@ _SHARED_GROUPS = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = next((g for prefix, g in _SHARED_GROUPS if path.startswith(prefix)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
+def _group_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((g for prefix, g in _SHARED_GROUPS if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling, a scope being a group above. (``--dist loadgroup`` cannot
+    do it with pytest 9: it renames test ids, which pytest 9 no longer lets a plugin do.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return ByGroup(config, log)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from rota.cli.common import emit, fail, warn
 from rota.cli.styled import Line, Lines
-from rota.core.spec import command_name
+from rota.core.job_names import command_name
 from rota.printable import printable
 from rota_testing import DaemonProcess, wait_until
 

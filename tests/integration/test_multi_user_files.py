@@ -29,7 +29,8 @@ from test_multi_user import (  # (fixtures used by name)
 from rota.server.storage.workspace_cleanup import remove_listed, stale_files
 from rota.server.storage.workspace_owner import rights_in
 from rota.server.storage.workspaces import folder_size
-from rota.storage.sync import Remote, sync_up
+from rota.storage.sync import sync_up
+from rota.storage.sync_remote import Remote
 from rota_testing import DaemonProcess, moto_s3, s3_client, unix_accounts
 
 __all__ = ["root_daemon", "shared_home"]  # pytest finds the fixtures here

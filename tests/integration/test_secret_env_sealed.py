@@ -14,7 +14,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from rota.core.spec import SEALED, JobSpec
+from rota.core.job_secrets import SEALED
+from rota.core.spec import JobSpec
 from rota.server.intake import Intake
 from rota_testing import in_process_daemon, until
 

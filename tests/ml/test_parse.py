@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rota.errors import InvalidSpec
-from rota.ml.parse import MAX_LINE, LineParser, Reading, validate_patterns
+from rota.ml.parse import MAX_LINE, LineParser, validate_patterns
+from rota.ml.reading import Reading
 
 PARSER = LineParser()
 PROGRESS_FIELDS = ("step", "total_steps", "epoch", "total_epochs", "rate", "eta_s")

@@ -57,7 +57,7 @@ def test_the_publish_retries_each_file_alone_and_puts_the_manifest_last(
     pytest.importorskip("moto.server")
     from s3_testing import s3_client
 
-    from rota.storage import s3 as storage_s3
+    from rota.storage import s3_transfers as storage_s3
 
     none = str(tmp_path / "none")
     for name, value in {"AWS_ENDPOINT_URL_S3": s3_url, "AWS_ACCESS_KEY_ID": "t",

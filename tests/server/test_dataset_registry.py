@@ -24,7 +24,9 @@ from rota.core.lifecycle import JobState
 from rota.core.plan import ReasonCode
 from rota.core.spec import JobSpec
 from rota.errors import Conflict, Forbidden, InvalidSpec, NotFound, StorageError
-from rota.server.storage.datasets import RETRY_OTHER_S, Datasets, Upload, env_name
+from rota.server.storage.dataset_names import env_name
+from rota.server.storage.dataset_uploads import Upload
+from rota.server.storage.datasets import RETRY_OTHER_S, Datasets
 from rota.storage import FileEntry, LocalStore, Manifest
 from rota.store.repo import Store
 

@@ -33,7 +33,7 @@ ALLOWED = {
     "daemon_ports.py": "saved artifacts through the object store (the daemon's)",
     "web/__init__.py": "the dashboard's own files, shipped with Rota",
     "storage/dataset_uploads.py": "the daemon's upload staging folders",
-    "storage/datasets.py": "the daemon's staging and cache folders",
+    "storage/dataset_registry.py": "the daemon's staging folders (uploads, imports)",
     "schedules/eval_schedules.py": "the daemon's ROTA_HOME/eval folders",
     "home_lock.py": "the daemon's home",
     "intake.py": "looks conda up on the daemon's PATH; a job's cwd is checked through the "

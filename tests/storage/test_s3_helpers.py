@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from rota.errors import StorageError
-from rota.storage import s3 as storage_s3
-from rota.storage.s3 import (
+from rota.storage import s3_transfers as storage_s3
+from rota.storage.s3_transfers import (
     download_prefix,
     presigned_get,
     transfer_config,

@@ -17,14 +17,9 @@ from typing import Any
 
 import pytest
 
-from rota.storage.sync import (
-    Remote,
-    conflict_name,
-    load_index,
-    save_index,
-    sync_down,
-    sync_up,
-)
+from rota.storage.sync import conflict_name, sync_down, sync_up
+from rota.storage.sync_index import load_index, save_index
+from rota.storage.sync_remote import Remote
 from rota_testing import moto_s3, s3_client
 
 BUCKET = "rota-workspaces"

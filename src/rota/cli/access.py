@@ -146,7 +146,7 @@ def secret_set(name: str = typer.Argument(..., help="e.g. WANDB_API_KEY, HF_TOKE
                json_out: bool = JSON) -> None:
     """Store a secret (the value is asked for, or read from stdin)."""
     with run_cli(json_out=json_out):
-        from rota.core.spec import check_secret_name
+        from rota.core.job_secrets import check_secret_name
 
         value = _read_secret(check_secret_name(name))
         with client() as c:

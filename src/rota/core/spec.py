@@ -1,4 +1,8 @@
-"""JobSpec: what a person asks to run. Validated once, at the edge, with clear errors."""
+"""JobSpec: what a person asks to run. Validated once, at the edge, with clear errors.
+
+Beside it: a job's name and tags as a terminal shows them (``job_names``), a secret's name
+and a sealed value (``job_secrets``), and how the spec's errors are worded
+(``spec_errors``)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import json
 import posixpath
 import re
 import signal
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,8 +26,10 @@ from pydantic import (
     model_validator,
 )
 
+from rota.core.job_names import _no_control, command_name
+from rota.core.job_secrets import _SECRET_NAME, sealed_tag
+from rota.core.spec_errors import _as_value_error, spec_error
 from rota.errors import InvalidSpec
-from rota.printable import printable
 from rota.units import MAX_GPU_INDEX, parse_duration, parse_gpu_set, parse_memory
 
 SessionKind = Literal["none", "tmux", "screen"]
@@ -55,10 +60,6 @@ DATASET_REF = rf"^(?:{DATASET_OWNER}/)?{DATASET_NAME}(?::(?:{DATASET_VERSION}))?
 #: the same, its parts named (owner, name, version); JSON Schema's patterns name no groups
 DATASET_REF_PARTS = re.compile(rf"^(?:(?P<owner>{DATASET_OWNER})/)?(?P<name>{DATASET_NAME})"
                                rf"(?::(?P<version>{DATASET_VERSION}))?$")
-#: characters that make a terminal act (C0 and C1 controls, DEL: ESC starts sequences that
-#: clear the screen or move the cursor) or reorder what follows (bidi overrides): a name or
-#: a tag with one could fake rows in `rota queue`
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: a validation context for a spec read back from the store: the checks added since it was
 #: stored (and secret values sealed since) must not make an old row unreadable
 STORED = {"stored": True}
@@ -69,18 +70,9 @@ _LABEL = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
 _GPU_INDEX = r"(0{0,3}[0-9]|0{0,2}[1-9][0-9]|0?[1-9][0-9]{2}|10[01][0-9]|102[0-3])"
 _GPU_RANGE = rf"{_GPU_INDEX}(-{_GPU_INDEX})?"
 _GPU_SET = rf"^ *({_GPU_RANGE}( *, *{_GPU_RANGE})*)? *$"  # what units.parse_gpu_set reads ("": all)
-_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 #: a GPU type: what every engine takes as it is (a Slurm GRES type, a Ray resource name, a
 #: Kubernetes label value: at most 63 characters, a letter or digit at each end)
 _GPU_TYPE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
-
-
-def check_secret_name(name: str) -> str:
-    """A stored secret's name: like an environment variable's (it often becomes one)."""
-    if not _SECRET_NAME.fullmatch(name):
-        raise InvalidSpec(f"secret name {name!r}: 1-100 letters, digits and _, not starting "
-                          "with a digit (like an environment variable)", field="name")
-    return name
 
 
 def wants_mlflow(asked: bool | None, default: bool) -> bool:
@@ -93,21 +85,6 @@ def wants_mlflow(asked: bool | None, default: bool) -> bool:
 def _submitted(info: ValidationInfo) -> bool:
     """Whether a spec is being submitted (not read back from the store)."""
     return not (isinstance(info.context, dict) and info.context.get("stored"))
-
-
-def _no_control(what: str, text: str) -> None:
-    m = _CONTROL.search(text)
-    if m is not None:
-        raise ValueError(f"{what} has a control character (U+{ord(m.group()):04X} at "
-                         f"position {m.start()}); it could rewrite the terminal that shows it")
-
-
-def command_name(command: list[str]) -> str:
-    """A job's name when it was given none: its command's start. A given name with a
-    control character is refused, but a command may hold any (yesterday's submits keep
-    working), so here they are escaped: the name shows what the command holds and
-    rewrites no terminal that lists it (DESIGN.md invariant 12)."""
-    return printable(" ".join(command))[:60]
 
 
 def json_size(value: object) -> int:
@@ -126,15 +103,6 @@ def _metric_pattern(v: str, info: ValidationInfo) -> str:
         except InvalidSpec as e:  # reported by pydantic at the pattern's place
             raise ValueError(str(e)) from None
     return v
-
-
-def _as_value_error(parse: Callable[[Any], Any], v: Any) -> Any:
-    """A units parser's InvalidSpec as the ValueError pydantic reports at its field (where
-    the spec is a request body, pydantic lets other exceptions through)."""
-    try:
-        return parse(v)
-    except InvalidSpec as e:
-        raise ValueError(str(e)) from None
 
 
 class JobSpec(BaseModel):
@@ -505,19 +473,6 @@ class JobSpec(BaseModel):
         return d
 
 
-#: how a ``secret_env`` value is stored: SEALED + a keyed tag of the value + ":" + the value
-#: encrypted (rota.server.access.secrets seals and unseals; the core only reads the tag)
-SEALED = "rota-sealed:v1:"
-
-
-def sealed_tag(value: str) -> str:
-    """What a secret value counts as in a content hash: the tag of a sealed one, a clear
-    one (stored before values were sealed, or not sealed yet) as it is."""
-    if value.startswith(SEALED):
-        return SEALED + value[len(SEALED):].partition(":")[0]
-    return value
-
-
 def parse_spec(data: dict[str, Any], *, where: str = "") -> JobSpec:
     """Build a JobSpec, turning pydantic's errors into one InvalidSpec naming the field."""
     try:
@@ -527,31 +482,6 @@ def parse_spec(data: dict[str, Any], *, where: str = "") -> JobSpec:
     except InvalidSpec as e:
         prefix = f"{where}: " if where else ""
         raise InvalidSpec(f"{prefix}{e}", field=e.field) from None
-
-
-def spec_error(e: ValidationError, *, where: str = "") -> InvalidSpec:
-    parts = []
-    first_field: str | None = None
-    for err in e.errors():
-        loc = field_path(err["loc"])
-        first_field = first_field or loc
-        parts.append(f"{loc}: {error_text(loc, err['msg'])}")
-    prefix = f"{where}: " if where else ""
-    return InvalidSpec(prefix + "; ".join(parts), field=first_field)
-
-
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """pydantic's location as a field path: ``metric_patterns[2]``, ``env.HF_HOME``."""
-    out = ""
-    for x in loc:
-        out += f"[{x}]" if isinstance(x, int) else (f".{x}" if out else str(x))
-    return out or "spec"
-
-
-def error_text(loc: str, msg: str) -> str:
-    """Pydantic's message for a field, without its prefix or a repeat of the field's name
-    (the units parsers name it too)."""
-    return msg.removeprefix("Value error, ").removeprefix(f"{loc}: ")
 
 
 GpuCount = Annotated[float, Field(ge=0)]

@@ -147,9 +147,9 @@ def _mlflow(source: ModelSource, dst: Path, env: Mapping[str, str]) -> None:
 
 
 def _s3(uri: str, dst: Path) -> None:
-    """Every object under the URI's prefix into ``dst`` (rota.storage.s3.download_prefix:
+    """Every object under the URI's prefix into ``dst`` (rota.storage.s3_transfers.download_prefix:
     the folders below the prefix kept, nothing outside it written)."""
-    from rota.storage.s3 import download_prefix
+    from rota.storage.s3_transfers import download_prefix
 
     def skipped(key: str) -> None:
         print(f"rota-eval: skipped s3://{uri.removeprefix('s3://').partition('/')[0]}/"

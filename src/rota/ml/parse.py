@@ -2,8 +2,14 @@
 
 :class:`LineParser` is pure: no I/O, no clock, no global state. The caller splits the
 job's output on both ``\\n`` and ``\\r`` (tqdm redraws its bar with ``\\r``) and hands
-over one line at a time, without its terminator. ``parse`` returns a :class:`Reading`,
-or ``None`` for the many lines that say nothing it recognises; it never raises.
+over one line at a time, without its terminator. ``parse`` returns a
+:class:`~rota.ml.reading.Reading`, or ``None`` for the many lines that say nothing it
+recognises; it never raises.
+
+This module holds the parser, the line's cleaning, key/value text, progress words, JSON
+and Python dicts and custom patterns; progress bars (tqdm, Rich, Keras, mmengine) and a
+standalone rate or time left are read in :mod:`rota.ml.bars`, and what a name means
+(which step count wins, which names are measurements) is :mod:`rota.ml.reading`'s.
 
 Before parsing, a line is cut to its first 10,000 characters and ANSI escape sequences
 (colours, ``ESC[K``, cursor moves, hyperlinks) are removed. A line without any digit is
@@ -36,7 +42,7 @@ Key/value pairs in free text::
   measurement's (one of its words, split at anything not a letter or digit, is
   ``loss``, ``acc``, ``accuracy``, ``ppl``, ``lr``, ``learning``, ``grad``, ``reward``,
   ``bleu``, ``rouge``, ``f1``, ``wer``, ``auc``, ``map``, ``iou``, ``precision``,
-  ``recall``, ``mse``, ``score``, ``top1``...; see ``_METRIC_WORDS``) or when the line
+  ``recall``, ``mse``, ``score``, ``top1``...; see ``reading._METRIC_WORDS``) or when the line
   has such a name elsewhere, a progress word or a training bar. ``OMP_NUM_THREADS=4``,
   ``batch_size: 2`` and ``int unused = 3;`` alone give nothing; ``step 10: loss=0.5
   tokens_seen=1200`` gives both. This holds for Python dict reprs too; a JSON object
@@ -172,38 +178,19 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import re2
 
 from rota.errors import InvalidSpec
 from rota.metric_patterns import compile_pattern, validate_patterns
+from rota.ml.bars import _keras_bar, _mmengine_line, _rate_and_eta, _rich_bar, _tqdm_bar
+from rota.ml.reading import _STEP_KEYS, Reading, _Draft
 
 #: Longer lines are cut to this many characters before parsing.
 MAX_LINE = 10_000
 
-__all__ = ["MAX_LINE", "LineParser", "Reading", "validate_patterns"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """What one line says. Empty fields mean the line did not say."""
-
-    metrics: dict[str, float]
-    step: int | None = None
-    total_steps: int | None = None
-    epoch: float | None = None
-    total_epochs: int | None = None
-    rate: float | None = None
-    eta_s: float | None = None
-
-    @property
-    def empty(self) -> bool:
-        """Nothing at all was found."""
-        return not self.metrics and all(
-            v is None for v in (self.step, self.total_steps, self.epoch,
-                                self.total_epochs, self.rate, self.eta_s))
+__all__ = ["MAX_LINE", "LineParser", "validate_patterns"]
 
 
 # --- patterns ------------------------------------------------------------------------------
@@ -223,7 +210,6 @@ _NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 # What may follow a value: a comma only when no digit comes next (no thousands
 # separators), ':' and '.' only as punctuation (not "12:30", "1.2.3").
 _END = r"(?=$|[\s|\])};'\"]|,(?![0-9])|[:.](?:\s|$))"
-_TIME = r"(?:[0-9]{1,6}\s*days?,\s*)?[0-9]{1,9}:[0-9]{2}(?::[0-9]{2})?"
 
 _KV = re.compile(
     r"(?<![^\s|,\[({;'\"])"                                # start, space or a delimiter
@@ -246,45 +232,6 @@ _PROGRESS = re.compile(
     r"(?:(?:\s*/\s*|\s+of\s+)(?P<total>[0-9]{1,15}))?"
     r"(?:\s*\])?(?![\w]|[.,][0-9])", _AI)
 
-_TQDM = re.compile(
-    r"(?P<pct>[0-9]{1,3})%\|[^|]{0,400}\|\s*"
-    r"(?P<n>[0-9.]{1,20}[kMGTPEZY]?)/(?P<total>[0-9.]{1,20}[kMGTPEZY]?)\s*"
-    r"\[(?P<elapsed>" + _TIME + r")<(?P<remaining>" + _TIME + r"|\?)"
-    r"(?:,\s*(?P<rate>[^,\]]{1,40}))?[^\]]*\]", _A)
-_TQDM_NO_TOTAL = re.compile(
-    r"(?<![\w.])(?P<n>[0-9]{1,15})(?P<unit>[A-Za-z]{1,12})\s\[(?P<elapsed>" + _TIME + r")"
-    r"(?:,\s*(?P<rate>[^,\]]{1,40}))?[^\]]*\]", _A)
-_TQDM_RATE = re.compile(
-    r"\s*(?P<v>[0-9]{1,15}(?:\.[0-9]+)?|\?)\s?"
-    r"(?:(?P<si>[kMGTPEZY])?(?P<unit>[A-Za-z]{1,12})/s|s/(?P<inv>[A-Za-z]{1,12}))\s*", _A)
-_SI = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
-_ITER_UNITS = frozenset({"it", "its", "iter", "iters", "iteration", "iterations",
-                         "step", "steps", "batch", "batches"})
-# Words that start a side task's bar description. At a word start only: "DataLoader"
-# and "latest" are no side tasks.
-_SIDE_TASK = re.compile(
-    r"\b(?:valid|eval|test|predict|sanity|load|download|upload|fetch|map|filter|token|shard"
-    r"|extract|convert|saving|writ|generat|infer|preprocess|resolv)", _AI)
-
-_KERAS = re.compile(
-    r"^\s*(?P<n>[0-9]{1,15})/(?:(?P<total>[0-9]{1,15})\s+(?:\[[=>.]*\]|(?P<rich>━+)"
-    r"(?:\s+(?P<eta>[0-9]{1,9}s|[0-9]{1,9}:[0-9]{2}(?::[0-9]{2})?)(?=\s|$))?|-\s)"
-    r"|Unknown\b)", _A)
-_RICH = re.compile(
-    r"(?<![━╸╺])[━╸╺]{3,}\s+(?P<n>[0-9]{1,15})/(?P<total>[0-9]{1,15})(?![\w.])"
-    r"(?:\s+" + _TIME + r"\s*•\s*(?P<remaining>" + _TIME + r"))?", _A)
-_MMENGINE = re.compile(
-    r"(?<!\w)(?P<kind>Epoch|Iter)\((?P<mode>[A-Za-z]{1,10})\)\s*"
-    r"\[\s*(?P<a>[0-9]{1,15})(?:\s*/\s*(?P<at>[0-9]{1,15}))?\s*\]"
-    r"(?:\s*\[\s*(?P<b>[0-9]{1,15})\s*/\s*(?P<bt>[0-9]{1,15})\s*\])?", _A)
-
-_RATE = re.compile(
-    r"(?<![\w.])(?P<v>[0-9]{1,15}(?:\.[0-9]+)?)\s?(?P<unit>it/s|s/it|ms/step|us/step|µs/step"
-    r"|s/step)(?![\w/])", _A)
-_ETA = re.compile(
-    r"(?<![\w.])eta\s*[:=]?\s*(?:(?P<t>" + _TIME + r")|(?P<s>[0-9]{1,9}(?:\.[0-9]+)?)\s?"
-    r"(?:s|sec|secs|seconds))(?![\w:])", _AI)
-
 # A Python dict repr of plain values, checked before ast.literal_eval: the tokenizer
 # prints SyntaxWarnings for text like "1if" and "\d", and a daemon must not spray its
 # stderr because a job printed odd braces.
@@ -302,156 +249,13 @@ _QUOTED_KV = re.compile(
     r"(?P<q>['\"])(?P<name>[^'\"\\]{1,200})(?P=q)\s*:\s*"
     r"(?P<vq>'?)(?P<value>" + _NUM + r")(?P=vq)(?=\s*[,}])", _A)
 
-# --- what names mean -----------------------------------------------------------------------
-
-# Ranks of step sources: a lower rank is a more global count and wins.
-_CUSTOM, _GLOBAL, _STEP, _ITER, _BAR, _BATCH, _NONE = -1, 0, 1, 2, 3, 4, 99
-_STEP_KEYS = {"global_step": _GLOBAL, "global step": _GLOBAL, "step": _STEP,
-              "iteration": _ITER, "iter": _ITER, "batch": _BATCH}
-_TOTAL_STEP_KEYS = frozenset({"total_steps", "max_steps"})
-_TOTAL_EPOCH_KEYS = frozenset({"epochs", "num_epochs", "total_epochs"})
-#: Identifiers that tools print in metric form; never metrics of the built-in rules.
-#: ``eta`` too: its own rule reads it as eta_s ("eta: 1 day, 2:03:04" is not eta=1).
-_IGNORED = frozenset({"v_num", "pid", "rank", "local_rank", "world_size", "seed", "eta"})
-#: Words that make a name a measurement of training or evaluation wherever it appears
-#: (``train/loss``, ``eval_acc``, ``rouge1``, ``learning_rate``). A pair whose name has
-#: none counts only on a line that looks like training output (see ``_Draft.put``).
-_METRIC_WORDS = frozenset({
-    "loss", "losses", "acc", "acc1", "acc5", "accuracy", "ppl", "perplexity", "lr",
-    "learning", "grad", "gnorm", "reward", "rewards", "return", "bleu", "rouge", "rouge1",
-    "rouge2", "rougel", "rougelsum", "f1", "wer", "cer", "mfu", "auc", "auroc", "map",
-    "map50", "iou", "miou", "precision", "recall", "mse", "mae", "rmse", "nll", "kl",
-    "entropy", "top1", "top5", "psnr", "ssim", "fid", "exact", "score", "throughput",
-    "tflops"})
-_NAME_WORD = re.compile(r"[a-z0-9]+", _A)
 # Lines that quote a command rather than report on a run: Ray's job supervisor before
 # the job's output (its arguments are often ``--loss 0.5`` or ``loss=0.5``) and a shell's
 # ``set -x`` trace.
 _COMMAND_ECHO = re.compile(r"Running entrypoint for job [^\s:]{1,200}: |\++ \S", _A)
 
 
-def _metric_like(name: str) -> bool:
-    return any(w in _METRIC_WORDS for w in _NAME_WORD.findall(name))
-
-
-class _Draft:
-    """Accumulates one line's findings; first built-in value wins, custom overrides."""
-
-    __slots__ = ("epoch", "eta_s", "key_total", "loose", "metrics", "rank", "rate",
-                 "shaped", "step", "total_epochs", "total_steps")
-
-    def __init__(self) -> None:
-        self.metrics: dict[str, float] = {}
-        # pairs whose name says nothing (``batch_size: 2``, ``OMP_NUM_THREADS=4``): kept
-        # only when the line is shaped like training output (progress, or a metric's name)
-        self.loose: dict[str, float] = {}
-        self.shaped = False
-        self.step: int | None = None
-        self.total_steps: int | None = None
-        self.rank = _NONE
-        self.key_total: int | None = None
-        self.epoch: float | None = None
-        self.total_epochs: int | None = None
-        self.rate: float | None = None
-        self.eta_s: float | None = None
-
-    def progress(self, rank: int, step: int, total: int | None) -> None:
-        # Step and total travel as a pair: a global step over a per-epoch total is wrong.
-        self.shaped = True
-        if rank < self.rank:
-            self.rank, self.step, self.total_steps = rank, step, total
-
-    def set_epoch(self, epoch: float, total: int | None = None, *, force: bool = False) -> None:
-        if epoch < 0:
-            return
-        self.shaped = True
-        if force or self.epoch is None:
-            self.epoch = epoch
-        if total is not None and total > 0 and (force or self.total_epochs is None):
-            self.total_epochs = total
-
-    def put(self, name: str, value: float, *, custom: bool = False,
-            trusted: bool = False) -> None:
-        """A name and a number from text, JSON or a custom group. ``trusted``: a JSON
-        object's, which a program prints on purpose, so any name is a metric."""
-        if not math.isfinite(value):
-            return
-        name = name.strip().lower()
-        if not name:
-            return
-        whole = value.is_integer() and value >= 0
-        if name in _STEP_KEYS:
-            if whole:
-                if custom:
-                    self.rank, self.step = _CUSTOM, int(value)
-                else:
-                    self.progress(_STEP_KEYS[name], int(value), None)
-        elif name == "epoch":
-            self.set_epoch(value, force=custom)
-        elif name in _TOTAL_STEP_KEYS:
-            if whole and value > 0 and (custom or self.key_total is None):
-                self.key_total = int(value)
-        elif name in _TOTAL_EPOCH_KEYS:
-            if whole and value > 0 and (custom or self.total_epochs is None):
-                self.total_epochs = int(value)
-        elif custom:
-            self.metrics[name] = value
-        elif name in _IGNORED or name in self.metrics or name in self.loose:
-            return  # the first value of a name wins
-        elif trusted or _metric_like(name):
-            self.metrics[name] = value
-            self.shaped = True
-        else:
-            self.loose[name] = value
-
-    def reading(self) -> Reading | None:
-        total = self.total_steps if self.total_steps is not None else self.key_total
-        metrics = {**self.loose, **self.metrics} if self.shaped else dict(self.metrics)
-        r = Reading(metrics, self.step, total, self.epoch, self.total_epochs,
-                    self.rate, self.eta_s)
-        return None if r.empty else r
-
-
 # --- helpers -------------------------------------------------------------------------------
-
-def _seconds(text: str) -> float | None:
-    """``mm:ss``, ``h:mm:ss`` or ``N days, h:mm:ss`` -> seconds."""
-    days = 0
-    if "day" in text:
-        head, _, text = text.partition(",")
-        days = int(head.split()[0].replace("days", "").replace("day", ""))
-    parts = [int(p) for p in text.strip().split(":")]
-    if len(parts) == 2:
-        secs = parts[0] * 60 + parts[1]
-    elif len(parts) == 3:
-        secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    else:
-        return None
-    return float(days * 86400 + secs)
-
-
-def _count(text: str) -> int | None:
-    # tqdm's unit-scaled counts ("1.2k") are rounded: not exact enough for a step.
-    return int(text) if text.isdigit() and len(text) <= 15 else None
-
-
-def _bar_rate(text: str | None) -> tuple[bool, float | None]:
-    """(unit is an iteration, iterations per second) from a tqdm rate like ``14.8it/s``."""
-    if text is None:
-        return True, None  # a custom bar_format without the rate: assume iterations
-    m = _TQDM_RATE.fullmatch(text)
-    if m is None:
-        return False, None
-    unit = (m["unit"] or m["inv"]).lower()
-    if unit not in _ITER_UNITS:
-        return False, None
-    if m["v"] == "?":
-        return True, None
-    v = float(m["v"])
-    if m["inv"]:
-        return True, (1.0 / v if v > 0 else None)
-    return True, (v * _SI[m["si"]] if m["si"] else v)
-
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -621,67 +425,6 @@ def _free_text(text: str, d: _Draft, *, nested: bool = False) -> None:
         _rate_and_eta(text, d)
 
 
-def _tqdm_bar(text: str, d: _Draft, nested: bool) -> tuple[bool, int]:
-    """A tqdm bar (with a total or without): whether there is one, and where the other
-    rules start."""
-    if "%|" in text and (m := _TQDM.search(text)):
-        iters, rate = _bar_rate(m["rate"])
-        if not iters or nested or _SIDE_TASK.search(text, 0, m.start()):
-            return True, m.start()
-        done, of = _count(m["n"]), _count(m["total"])
-        if done is not None:
-            d.progress(_BAR, done, of or None)
-        d.rate = rate
-        if m["remaining"] != "?":
-            d.eta_s = _seconds(m["remaining"])
-        return True, 0
-    if "[" in text and (m := _TQDM_NO_TOTAL.search(text)):
-        iters, rate = _bar_rate(m["rate"])
-        if (m["unit"].lower() not in _ITER_UNITS or not iters or nested
-                or _SIDE_TASK.search(text, 0, m.start())):
-            return True, m.start()
-        d.progress(_BAR, int(m["n"]), None)
-        d.rate = rate
-        return True, 0
-    return False, 0
-
-
-def _rich_bar(text: str, d: _Draft, bar: bool, start: int) -> tuple[bool, int]:
-    """A Rich progress bar; a side task's bar moves ``start`` past it."""
-    if not ("━" in text or "╸" in text or "╺" in text) or not (m := _RICH.search(text)):
-        return bar, start
-    if _SIDE_TASK.search(text, 0, m.start()):
-        return True, m.start()
-    # its rate stands alone after the bar: the standalone rule reads it
-    d.progress(_BAR, int(m["n"]), int(m["total"]) or None)
-    if m["remaining"]:
-        d.eta_s = _seconds(m["remaining"])
-    return bar, start
-
-
-def _keras_bar(text: str, d: _Draft) -> None:
-    if not (text[:1].isspace() or text[:1].isdigit()) or not (m := _KERAS.match(text)):
-        return
-    done = int(m["n"])
-    of = int(m["total"]) if m["total"] else None
-    d.progress(_BAR, done, of or None)
-    if m["eta"] and of is not None and done < of:  # a finished bar shows time elapsed
-        eta = m["eta"]
-        d.eta_s = float(eta[:-1]) if eta.endswith("s") else _seconds(eta)
-
-
-def _mmengine_line(text: str, d: _Draft) -> None:
-    if "(" not in text or not (m := _MMENGINE.search(text)):
-        return
-    training = m["mode"].lower() == "train"
-    if m["kind"] == "Epoch":
-        d.set_epoch(float(m["a"]), int(m["at"]) if m["at"] else None)
-        if training and m["b"]:
-            d.progress(_BAR, int(m["b"]), int(m["bt"]) or None)
-    elif training:
-        d.progress(_ITER, int(m["a"]), int(m["at"]) if m["at"] else None)
-
-
 def _progress_words(text: str, d: _Draft, start: int) -> None:
     """Progress words: "epoch 3/10", "step 120 of 1000" and the like."""
     for m in _PROGRESS.finditer(text, start):
@@ -705,15 +448,3 @@ def _key_values(text: str, d: _Draft, start: int) -> None:
         f = _as_float(m["value"])
         if f is not None:
             d.put(m["name"].replace(" ", "_"), f)
-
-
-def _rate_and_eta(text: str, d: _Draft) -> None:
-    """A rate ("3.2 it/s", "310ms/step") and a time left standing alone in the line."""
-    if d.rate is None and ("/s" in text or "s/" in text) and (m := _RATE.search(text)):
-        v, unit = float(m["v"]), m["unit"]
-        if unit == "it/s":
-            d.rate = v
-        elif v > 0:  # seconds (or ms, us) per iteration
-            d.rate = 1.0 / (v / {"s": 1, "m": 1e3, "u": 1e6, "µ": 1e6}[unit[0]])
-    if d.eta_s is None and (m := _ETA.search(text)):
-        d.eta_s = _seconds(m["t"]) if m["t"] else float(m["s"])

@@ -112,7 +112,7 @@ def _parse(file_name: str, body: bytes, dataset: str) -> list[dict[str, Any]]:
 
 
 def _from_s3(uri: str, client: S3Client) -> Iterator[dict[str, Any]]:
-    from rota.storage.s3 import list_objects, read_object
+    from rota.storage.s3_transfers import list_objects, read_object
 
     bucket = uri.removeprefix("s3://").partition("/")[0]
     what = f"dataset {uri}"
@@ -132,9 +132,9 @@ def _from_s3(uri: str, client: S3Client) -> Iterator[dict[str, Any]]:
 
 
 def s3_error(what: str, e: Exception) -> RotaError:
-    """boto3's error as Rota's, by the storage layer's rules (rota.storage.s3):
+    """boto3's error as Rota's, by the storage layer's rules (rota.storage.s3_edge):
     DataUnavailable when it may pass (the network, 5xx, throttling), DataError otherwise."""
-    from rota.storage.s3 import translate_error
+    from rota.storage.s3_edge import translate_error
 
     return _data_error(translate_error(e, what))
 

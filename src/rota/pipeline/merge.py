@@ -30,7 +30,8 @@ from typing import Any
 
 from rota.errors import RotaError, StorageError
 from rota.pipeline.results import write_private
-from rota.storage.s3 import translate_error, upload_prefix
+from rota.storage.s3_edge import translate_error
+from rota.storage.s3_transfers import upload_prefix
 
 MERGE_RECORD = "rota-merge.json"
 MANIFEST = "rota-manifest.json"
@@ -179,7 +180,7 @@ def _manifest(out: Path) -> list[dict[str, Any]]:
 
 
 def _to_s3(out: Path, dest: str) -> str:
-    """Every file (each retried alone), then the manifest (rota.storage.s3.upload_prefix)."""
+    """Every file (each retried alone), then the manifest (storage.s3_transfers.upload_prefix)."""
     manifest = _manifest(out)
     body = json.dumps({"files": manifest}, indent=1).encode()
     upload_prefix(out, dest, last={MANIFEST: body}, attempt=_retrying)
@@ -226,7 +227,7 @@ def _retrying(what: str, call: Any) -> Any:
     for wait in (*RETRY_WAITS_S, None):
         try:
             return call()
-        except Exception as e:  # by the storage layer's rules (rota.storage.s3)
+        except Exception as e:  # by the storage layer's rules (rota.storage.s3_edge)
             err = translate_error(e, what)
             if not (isinstance(err, StorageError) and err.passing):
                 raise MergeFailed(str(err)) from None

@@ -32,7 +32,7 @@ from rota.pipeline import data
 from rota.pipeline.config import PipelineConfig
 from rota.pipeline.results import write_private
 from rota.pipeline.steps import CONFIG_ENV, HELDOUT_FILE
-from rota.storage import s3
+from rota.storage import s3_transfers as s3
 
 RETRY_WAITS_S = (2.0, 8.0)  # a passing S3 error gets two more tries
 

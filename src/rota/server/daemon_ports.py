@@ -15,9 +15,10 @@ from typing import IO, Any
 from prometheus_client import Histogram
 
 from rota.backends.engine import PoolHealth
+from rota.core.job_secrets import check_secret_name
 from rota.core.lifecycle import JobState
 from rota.core.quota import Quota
-from rota.core.spec import JobSpec, check_secret_name
+from rota.core.spec import JobSpec
 from rota.core.tiers import Tier
 from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig

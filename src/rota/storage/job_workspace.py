@@ -32,8 +32,10 @@ from pathlib import Path
 
 from rota.errors import StorageError
 from rota.storage._common import node_cache
-from rota.storage.s3 import make_client, split_uri
-from rota.storage.sync import Counts, Remote, load_index, save_index, sync_down, sync_up
+from rota.storage.s3_transfers import make_client, split_uri
+from rota.storage.sync import Counts, sync_down, sync_up
+from rota.storage.sync_index import load_index, save_index
+from rota.storage.sync_remote import Remote
 
 SYNC_ENV = "ROTA_WORKSPACE_SYNC"
 CACHE_ENV = "ROTA_WORKSPACE_CACHE"

@@ -26,31 +26,29 @@ there with them: nothing the owner could not read goes up (a hard link to anothe
 account's file included), whatever is swapped in when. A download is written
 aside (in ``staging``) and renamed into place: a file is whole or absent. Both functions
 change ``index`` in place as each file is done, so that an index saved after a failure is
-still true of what was done. Errors are Rota's (``rota.storage.s3.translate_error``)."""
+still true of what was done. Errors are Rota's (``rota.storage.s3_edge.translate_error``).
+The index is rota.storage.sync_index; the bucket's side, rota.storage.sync_remote."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rota.errors import NotFound, StorageError
 from rota.storage.manifest import CHUNK
 from rota.storage.owner_files import OwnerFiles
-from rota.storage.s3 import MULTIPART_CHUNK, MULTIPART_THRESHOLD, _edge
+from rota.storage.s3_edge import _edge
+from rota.storage.s3_transfers import MULTIPART_CHUNK
+from rota.storage.sync_index import Index, Indexed
+from rota.storage.sync_remote import Remote
 
-#: the object metadata that carries a file's mode (rclone's key and form), so that a
-#: script comes back executable
-MODE_KEY = "mode"
 #: S3's most parts of one upload (boto3 doubles the part size while there would be more)
 MAX_PARTS = 10_000
 #: the daemon's own rights (a folder of its own, or a daemon that is not root)
@@ -59,20 +57,6 @@ OWN = OwnerFiles(None)
 MAX_DEPTH = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-INDEX_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Indexed:
-    """A file as both sides last held it: the object's size and ETag, the local file's
-    mtime (ns)."""
-
-    size: int
-    etag: str
-    mtime_ns: int
-
-
-Index = dict[str, Indexed]
 
 
 @dataclass
@@ -102,137 +86,6 @@ class Counts:
             (len(self.conflicts), "kept beside as conflicts"),
             (len(self.skipped), "skipped")) if n]
         return ", ".join(parts) or "nothing to do"
-
-
-# --- the index ------------------------------------------------------------------------------
-
-def load_index(path: Path) -> Index:
-    """The index kept at ``path``; empty when there is none. A damaged one counts as none:
-    every file is then new to both sides, so nothing is removed on either side for it, and
-    a file on both sides is kept as it is here unless the bytes are the same."""
-    try:
-        doc = json.loads(Path(path).read_text())
-        files = doc["files"]
-        return {str(k): Indexed(int(v[0]), str(v[1]), int(v[2])) for k, v in files.items()}
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return {}
-
-
-def save_index(path: Path, index: Index) -> None:
-    """Write the index atomically (aside, then renamed over the old one)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    doc = {"version": INDEX_VERSION,
-           "files": {k: [v.size, v.etag, v.mtime_ns] for k, v in sorted(index.items())}}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-# --- the bucket -----------------------------------------------------------------------------
-
-class Remote:
-    """The objects under ``s3://bucket/prefix/`` through boto3's ``client``."""
-
-    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
-        self.client, self.bucket = client, bucket
-        self.prefix = prefix.strip("/")
-        self.base = f"{self.prefix}/" if self.prefix else ""
-        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-
-    def key(self, rel: str) -> str:
-        return self.base + rel
-
-    def name(self, rel: str) -> str:
-        return f"s3://{self.bucket}/{self.key(rel)}"
-
-    def listing(self, skipped: list[str] | None = None) -> dict[str, tuple[int, str]]:
-        """Path below the prefix -> (size, ETag) of every object; folder markers and keys
-        that are no plain relative path (``..``, ``//``) are passed over."""
-        found: dict[str, tuple[int, str]] = {}
-        with _edge(f"{self.url}: list"):
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.base)
-            for page in pages:
-                for obj in page.get("Contents", []):
-                    rel = obj["Key"][len(self.base):]
-                    if not rel or rel.endswith("/"):
-                        continue  # a folder marker
-                    if not _plain(rel):
-                        if skipped is not None:
-                            skipped.append(f"{rel}: not a plain path")
-                        continue
-                    found[rel] = (int(obj.get("Size") or 0), str(obj.get("ETag") or ""))
-        return found
-
-    def get(self, rel: str) -> tuple[Any, int, str, int | None]:
-        """(streamed body, size, ETag, mode) of the object now: the ETag of the bytes read;
-        the file mode its ``mode`` metadata gives (None: none, or not a mode)."""
-        with _edge(self.name(rel)):
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))
-        return (got["Body"], int(got.get("ContentLength") or 0), str(got.get("ETag") or ""),
-                _mode_of(got.get("Metadata") or {}))
-
-    def put(self, rel: str, f: Any, size: int, mode: int) -> str:
-        """Upload the open file ``f`` (``size`` bytes, file mode ``mode``) as the object;
-        its ETag."""
-        where = self.name(rel)
-        meta = {MODE_KEY: f"0{mode:o}"}  # rclone's form: st_mode in octal, "0100755"
-        with _edge(where):
-            if size < MULTIPART_THRESHOLD:  # one request, which answers the ETag
-                got = self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=f,
-                                             Metadata=meta)
-                return str(got.get("ETag") or "")
-            from rota.storage.s3 import transfer_config
-
-            self.client.upload_fileobj(f, self.bucket, self.key(rel), Config=transfer_config(),
-                                       ExtraArgs={"Metadata": meta})
-            head = self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
-            return str(head.get("ETag") or "")
-
-    def copy(self, rel: str, to: str) -> None:
-        """Copy the object, in the bucket (boto3's managed copy: in parts for a big one, as
-        one CopyObject stops at 5 GB)."""
-        from rota.storage.s3 import transfer_config
-
-        with _edge(f"{self.name(rel)} -> {self.name(to)}"):
-            self.client.copy({"Bucket": self.bucket, "Key": self.key(rel)}, self.bucket,
-                             self.key(to), Config=transfer_config())
-
-    def delete(self, rels: list[str]) -> None:
-        """Delete these objects, a thousand a request."""
-        for i in range(0, len(rels), 1000):
-            batch = rels[i:i + 1000]
-            with _edge(f"{self.url}: delete"):
-                got = self.client.delete_objects(
-                    Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": self.key(r)} for r in batch], "Quiet": True})
-            if got.get("Errors"):
-                e = got["Errors"][0]
-                raise StorageError(f"s3://{self.bucket}/{e.get('Key')}: cannot delete: "
-                                   f"{e.get('Code')}: {e.get('Message')} "
-                                   f"({len(got['Errors'])} objects not deleted)")
-
-
-def _mode_of(meta: dict[str, str]) -> int | None:
-    mode = meta.get(MODE_KEY, "")
-    try:
-        return int(mode, 8) if mode.isdigit() else None
-    except ValueError:  # (an 8 or a 9)
-        return None
-
-
-def _plain(rel: str) -> bool:
-    parts = rel.split("/")
-    return "\0" not in rel and all(p not in ("", ".", "..") for p in parts)
 
 
 # --- the folder -----------------------------------------------------------------------------
@@ -591,3 +444,4 @@ def _upload(remote: Remote, folder: Path, rel: str, here: Local, index: Index,
     index[rel] = Indexed(before.st_size, etag, mtime)
     counts.uploaded += 1
     counts.moved_bytes += before.st_size
+

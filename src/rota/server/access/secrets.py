@@ -7,7 +7,7 @@ server's included, does not give them away. A secret belongs to one user; a job 
 its own user's secrets.
 
 The values of a job's ``--secret-env`` variables are sealed the same way before its spec is
-stored (``SEALED`` + a keyed tag + the Fernet token, rota.core.spec) and unsealed only into
+stored (``SEALED`` + a keyed tag + the Fernet token, rota.core.job_secrets) and unsealed only into
 the launch environment. The tag, an HMAC of the value under a key derived from secrets.key,
 lets equal secrets de-duplicate (content_hash) without a stored hash to test guesses on.
 """
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from rota.core.spec import SEALED, JobSpec, check_secret_name
+from rota.core.job_secrets import SEALED, check_secret_name
+from rota.core.spec import JobSpec
 from rota.errors import InvalidSpec, NotFound, RotaError
 from rota.store.repo import Store
 

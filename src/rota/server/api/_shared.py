@@ -27,7 +27,7 @@ Json = dict[str, Any]
 
 RowId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 GpuIndex = Annotated[int, PathParam(ge=0, le=1023, description="a GPU's index")]
-#: like an environment variable's name (rota.core.spec.check_secret_name)
+#: like an environment variable's name (rota.core.job_secrets.check_secret_name)
 SecretName = Annotated[str, PathParam(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$",
                                       description="like an environment variable's name")]
 #: a user's name (rota.server.access.auth.check_user_name)

@@ -21,7 +21,7 @@ from rota.core.spec import DATASET_VERSION
 from rota.errors import InvalidSpec, StorageError
 from rota.server.api._shared import Caller, CommandsPort, Json
 from rota.server.api.problems import errors
-from rota.server.storage.datasets import NAME_RE, OWNER_RE
+from rota.server.storage.dataset_names import NAME_RE, OWNER_RE
 from rota.storage import FileEntry
 from rota.storage.manifest import safe_relpath
 

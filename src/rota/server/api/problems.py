@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
-from rota.core.spec import error_text
+from rota.core.spec_errors import error_text
 from rota.errors import RotaError, StoreError
 from rota.store.failures import store_error
 

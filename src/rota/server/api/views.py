@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from rota.core.job_names import command_name
 from rota.core.lifecycle import TERMINAL
-from rota.core.spec import JobSpec, command_name, wants_mlflow
+from rota.core.spec import JobSpec, wants_mlflow
 from rota.store.repo import AttemptRecord, EventRecord, JobRecord
 from rota.units import format_gpu_set
 

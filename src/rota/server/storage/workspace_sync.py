@@ -47,8 +47,11 @@ from rota.core.snapshot import PendingJob
 from rota.errors import StorageError
 from rota.server.storage.workspace_owner import rights_in
 from rota.storage.job_workspace import WorkspacePlan
-from rota.storage.s3 import S3Store, split_uri
-from rota.storage.sync import Counts, Remote, load_index, save_index, sync_down, sync_up
+from rota.storage.s3 import S3Store
+from rota.storage.s3_transfers import split_uri
+from rota.storage.sync import Counts, sync_down, sync_up
+from rota.storage.sync_index import load_index, save_index
+from rota.storage.sync_remote import Remote
 
 if TYPE_CHECKING:
     from rota.server.jobs.running import Running

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rota.ml import tfevents, wandb_bridge
-from rota.ml.parse import LineParser, Reading
+from rota.ml.parse import LineParser
+from rota.ml.reading import Reading
 from rota.server.tracking.logstream import read_range
 from rota.storage.owner_files import OwnerFiles
 
