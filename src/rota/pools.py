@@ -301,5 +301,5 @@ def no_workspace(pool_name: str, pool: Pool) -> str:
             "shared_workspaces = true (its nodes see the workspaces folder at the same path)")
     return (f"pool {pool_name} gives its jobs no workspace: it needs {what} in "
             f"[pools.{pool_name}], or [storage] workspace_url (a bucket its jobs sync "
-            "from); a job that needs none says so (--no-workspace, workspace: false)")
+            "from); without --workspace (workspace: true) a job runs there without one")
 

@@ -33,7 +33,7 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     if name == "slurm":
         conf = request.getfixturevalue("slurm").env["SLURM_CONF"]
         (home / "rota.toml").write_text(
-            f'default_pool = "hpc"\n[pools.hpc]\nengine = "slurm"\nshared_workspaces = true\n'
+            f'default_pool = "hpc"\n[pools.hpc]\nengine = "slurm"\n'
             f'slurm_conf = "{conf}"\n')
     elif name == "container":
         host = request.getfixturevalue("dockerd")
@@ -43,7 +43,7 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     elif name == "ray":
         address = request.getfixturevalue("ray_cluster").address
         (home / "rota.toml").write_text(
-            f'default_pool = "rc"\n[pools.rc]\nengine = "ray"\nshared_workspaces = true\n'
+            f'default_pool = "rc"\n[pools.rc]\nengine = "ray"\n'
             f'address = "{address}"\n')
     d = DaemonProcess(home).start()
     try:

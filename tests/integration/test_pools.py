@@ -244,3 +244,42 @@ def test_the_two_node_lora_job_renders_as_a_valid_pytorchjob(daemon: DaemonProce
     args = replicas["Master"]["template"]["spec"]["containers"][0]["args"]
     assert "--nnodes" in args and "2" in args
 
+
+
+def test_a_workspace_is_offered_never_required_on_a_pool_that_gives_none(
+        tmp_path: Path) -> None:
+    """Yesterday's plain submit to a Slurm or Ray pool whose nodes share no workspaces is
+    accepted and runs without ROTA_WORKSPACE (stored as workspace: false, shown); only a
+    job that asks for one (--workspace, YAML workspace: true) is refused, with the reason,
+    and nothing of that submit is queued."""
+    no_slurm = tmp_path / "no-slurm"
+    no_slurm.mkdir()
+    toml = (f'[pools.hpc]\nengine = "slurm"\nbin_dir = "{no_slurm}"\n\n'
+            f'[pools.rc]\nengine = "ray"\naddress = "http://127.0.0.1:{free_port()}"\n')
+    with running_daemon(tmp_path, toml) as d:
+        for pool in ("hpc", "rc"):
+            job = d.submit("--pool", pool, "--hold", "--gpus", "1", "--", "python", "train.py")
+            shown = json.loads(d.cli("show", str(job), "--json").stdout)
+            assert shown["spec"]["workspace"] is False and shown["spec"]["pool"] == pool
+            human = d.cli("show", str(job)).stdout
+            assert "workspace" in human and "none (no ROTA_WORKSPACE)" in human, human
+        before = len(d.client().jobs(limit=100))
+        asked = d.cli("submit", "--pool", "hpc", "--workspace", "--", "true")
+        assert asked.returncode != 0
+        assert ("workspace: pool hpc gives its jobs no workspace: it needs "
+                "shared_workspaces = true") in asked.stderr, asked.stderr
+        assert "without --workspace" in asked.stderr, asked.stderr
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(yaml.safe_dump({"jobs": [
+            {"name": "plain", "pool": "rc", "command": ["true"]},
+            {"name": "asks", "pool": "rc", "workspace": True, "command": ["true"]}]}))
+        assert len(d.client().jobs(limit=100)) == before  # nothing of that submit queued
+        # each spec of a file stands alone: the plain one is queued, the other refused
+        from_file = d.cli("submit", "-f", str(jobs))
+        assert from_file.returncode == 2 and "workspace: pool rc" in from_file.stderr
+        [queued] = [j for j in d.client().jobs(limit=100) if j["name"] in ("plain", "asks")]
+        shown = json.loads(d.cli("show", str(queued["id"]), "--json").stdout)
+        assert shown["name"] == "plain" and shown["spec"]["workspace"] is False
+        # this machine's pool gives one, asked or not
+        here = d.submit("--workspace", "--hold", "--", "true")
+        assert json.loads(d.cli("show", str(here), "--json").stdout)["spec"]["workspace"]

@@ -156,6 +156,8 @@ def render_job(job: ShownJob) -> Group:
     add_row(facts, "gpus", gpus)
     if job["spec"]["pool"]:
         add_row(facts, "pool", job["spec"]["pool"])
+    if job["spec"].get("workspace") is False:  # asked for none, or its pool gives none
+        add_row(facts, "workspace", "none (no ROTA_WORKSPACE)")
     engine = job.get("engine")
     if engine is not None:
         add_row(facts, "engine", " ".join(x for x in (

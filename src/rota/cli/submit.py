@@ -85,8 +85,8 @@ def build_raw(command: list[str], opts: dict[str, Any]) -> dict[str, Any]:
     raw.update({k: opts[k] for k in _AS_GIVEN if opts[k] is not None})
     raw.update({k: True for k in _FLAGS if opts[k]})
     raw.update({field: list(opts[o]) for field, o in _LISTS if opts[o]})
-    if opts["no_workspace"]:
-        raw["workspace"] = False
+    if opts["workspace"] is not None:  # given: asked for (refused where a pool has none)
+        raw["workspace"] = opts["workspace"]
     raw.update(tracker_fields({k: opts[k] for k in _TRACKERS}, opts["secret"] or []))
     if opts["mount_file"]:
         raw["files"] = mounted_files(opts["mount_file"])
@@ -243,10 +243,11 @@ def submit(
         None, "--dataset", metavar="NAME[:VERSION]",
         help="a registered dataset it reads, read-only at $ROTA_DATASET_<NAME> before it "
              "starts (`rota dataset list`); repeatable"),
-    no_workspace: bool = typer.Option(
-        False, "--no-workspace",
-        help="it needs no workspace (no ROTA_WORKSPACE): it may run on a cluster pool that "
-             "gives none"),
+    workspace: bool = typer.Option(
+        None, "--workspace/--no-workspace",
+        help="--workspace: it must have its workspace (ROTA_WORKSPACE), refused on a pool "
+             "that gives none; --no-workspace: it needs none. Neither: it gets one where its "
+             "pool gives one"),
     metric_pattern: list[str] = typer.Option(
         None, "--metric-pattern",
         help="a regex for metrics in its output; each (?P<name>...) group is one; repeatable"),

@@ -216,8 +216,10 @@ class JobSpec(BaseModel):
                     "OWNER/NAME:vN")
     workspace: StrictBool = Field(
         default=True, description="the job gets its user's and project's workspace "
-                                  "(ROTA_WORKSPACE; /workspace in a container); false: it "
-                                  "needs none, so it may run on a cluster pool that gives none")
+                                  "(ROTA_WORKSPACE; /workspace in a container) where its pool "
+                                  "gives one; on a cluster pool that gives none it runs "
+                                  "without, unless it asks for one (true given): then it is "
+                                  "refused. false: it needs none")
     mlflow: StrictBool | None = Field(
         default=None, description="an MLflow run for the job (params, git tags, metrics, "
                                   "log and checkpoint list); None: the daemon's setting")

@@ -216,8 +216,12 @@ class Intake:
                               "picks them, and the job sees only those (CUDA devices 0 to "
                               "n-1): drop cuda_arg", field="cuda_arg")
         if spec.workspace and self.settings.workspace_kind(pool_name) is None:
-            raise InvalidSpec(f"{prefix}workspace: {no_workspace(pool_name, pool)}",
-                              field="workspace")
+            # offered, never required: only a job that asks for one is refused here; any
+            # other runs without (stored so: `rota show` says so, no quota holds it)
+            if "workspace" in spec.model_fields_set:
+                raise InvalidSpec(f"{prefix}workspace: {no_workspace(pool_name, pool)}",
+                                  field="workspace")
+            spec = spec.model_copy(update={"workspace": False})
         why = engines.refusal(pool, engine_job(0, user, spec, attempt=1),
                               work_dir=self.settings.home)
         if why is not None:

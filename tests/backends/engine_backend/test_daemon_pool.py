@@ -245,9 +245,9 @@ def test_a_job_on_slurm_fetches_its_dataset_itself_before_its_command(
 def test_a_pool_that_shares_workspaces_gives_its_jobs_the_same_folder_as_here(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     """On a pool whose nodes see the workspaces folder, a Slurm job and a job on this
-    machine of the same user and project share ROTA_WORKSPACE; a pool that shares none
-    refuses a job at submit, with the reason and the ways out, unless the job needs no
-    workspace (--no-workspace), which then runs there without one."""
+    machine of the same user and project share ROTA_WORKSPACE; on a pool that shares none a
+    plain job runs without one (yesterday's submits keep working), and only a job that
+    asks for one (--workspace) is refused at submit, with the reason and the ways out."""
     first = daemon.submit("--pool", "hpc", "--gpus", "0", "--project", "slurmws",
                           "--", "sh", "-c", 'echo from-slurm > "$ROTA_WORKSPACE/note"',
                           cwd=tmp_path)
@@ -257,18 +257,19 @@ def test_a_pool_that_shares_workspaces_gives_its_jobs_the_same_folder_as_here(
     assert wait_end(daemon, here)["state"] == "completed"
     assert "from-slurm" in daemon.cli("logs", str(here)).stdout
     before = len(daemon.client().jobs(limit=1000))
-    r = daemon.cli("submit", "--pool", "hpc-bare", "--gpus", "0", "--", "true",
-                   cwd=tmp_path)
+    r = daemon.cli("submit", "--pool", "hpc-bare", "--gpus", "0", "--workspace", "--",
+                   "true", cwd=tmp_path)
     assert r.returncode != 0, r.stdout
     assert ("workspace: pool hpc-bare gives its jobs no workspace: it needs "
             "shared_workspaces = true") in r.stderr, r.stderr
-    assert "--no-workspace" in r.stderr and "workspace_url" in r.stderr, r.stderr
+    assert "--workspace" in r.stderr and "workspace_url" in r.stderr, r.stderr
     assert len(daemon.client().jobs(limit=1000)) == before  # nothing queued
-    bare = daemon.submit("--pool", "hpc-bare", "--gpus", "0", "--no-workspace", "--", "sh",
-                         "-c", 'echo "workspace=[${ROTA_WORKSPACE:-}]"', cwd=tmp_path)
-    done = wait_end(daemon, bare)
-    assert done["state"] == "completed" and done["spec"]["workspace"] is False, done
-    assert "workspace=[]" in daemon.cli("logs", str(bare)).stdout
+    for flags in ((), ("--no-workspace",)):
+        bare = daemon.submit("--pool", "hpc-bare", "--gpus", "0", *flags, "--", "sh", "-c",
+                             'echo "workspace=[${ROTA_WORKSPACE:-}]"', cwd=tmp_path)
+        done = wait_end(daemon, bare)
+        assert done["state"] == "completed" and done["spec"]["workspace"] is False, done
+        assert "workspace=[]" in daemon.cli("logs", str(bare)).stdout
 
 
 def test_with_a_bucket_home_a_slurm_job_brings_its_workspace_and_sends_it_back(

@@ -34,7 +34,6 @@ TOML = """
 default_pool = "rc"
 [pools.rc]
 engine = "ray"
-shared_workspaces = true
 address = "{address}"
 poll_every = 0.5
 """
