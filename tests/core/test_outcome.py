@@ -118,7 +118,7 @@ def test_a_cancelled_job_is_cancelled_however_it_ended(end: Exited) -> None:
 
 def test_a_job_stopped_at_its_time_limit_timed_out() -> None:
     got = decide(facts(stop=StopReason.TIMEOUT, time_limit=3.0), KILLED, NOW)
-    assert got == TimedOut("time limit 3s reached (killed by signal 9)")
+    assert got == TimedOut("stopped by its time limit of 3s (killed by signal 9)")
 
 
 def test_a_preempted_job_queues_again_saying_what_it_saved() -> None:

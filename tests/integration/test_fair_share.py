@@ -83,9 +83,14 @@ def test_two_users_flooding_the_queue_get_their_shares(daemon_factory, tmp_path:
                 return "fair-share factor" in said[-1]
 
             wait_until(names_fair_share, timeout=20, what="why naming fair share")
+            # as many digits as tell the two apart (never two equal numbers with "<")
+            factors = (rf"[01]\.\d{{2,4}} < {ann}'s [01]\.\d{{2,4}}|"
+                       rf"[01]\.\d\d, slightly lower than {ann}'s")
             assert re.match(rf"waits behind job \d+ of {ann}: bob's fair-share factor "
-                            rf"[01]\.\d\d < {ann}'s [01]\.\d\d \(bob used \d+\.\d GPU-h of "
+                            rf"({factors}) \(bob used \d+\.\d GPU-h of "
                             r"a 33% share this week\); ", said[-1]), said[-1]
+            shown = re.search(r"factor ([01]\.\d+) < \S+ ([01]\.\d+)", said[-1])
+            assert shown is None or shown[1] != shown[2], said[-1]
             # both keep jobs waiting throughout; stop before either runs out
             wait_until(lambda: sum(_gpu_seconds(url, (ann, "bob"))) >= 30, timeout=90,
                        what="30 GPU-seconds used")

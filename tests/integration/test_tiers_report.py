@@ -73,12 +73,18 @@ def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_pa
         out = d.cli("report", "--by", "user", "--period", "week", "--since", "0", "--csv")
         assert out.returncode == 0, out.stderr
         rows = list(csv.DictReader(io.StringIO(out.stdout)))
-        assert sum(float(r["gpu_hours"]) for r in rows) * 3600 == pytest.approx(
-            sum(seconds.values()), rel=1e-6)
         assert all(r["week"].startswith("20") and "-W" in r["week"] for r in rows)
-        spent = sum(float(r["cost"]) for r in rows)
-        assert spent == pytest.approx(totals["small"]["cost"] + totals["big"]["cost"],
-                                      rel=1e-6)
+        # the CSV rounds (hours to 3 decimals, costs to cents): the JSON's figures, rounded
+        whole = json.loads(d.cli("report", "--by", "user", "--period", "week", "--since",
+                                 "0", "--json").stdout)["rows"]
+        assert [(r["user"], r["week"], r["gpu_hours"], r["cost"], r["wasted_gpu_hours"])
+                for r in rows] == [
+            (w["group"], w["bucket"], f"{w['gpu_hours']:.3f}", f"{w['cost']:.2f}",
+             f"{w['wasted_gpu_hours']:.3f}") for w in whole]
+        assert sum(w["gpu_hours"] for w in whole) * 3600 == pytest.approx(
+            sum(seconds.values()), rel=1e-6)
+        assert sum(w["cost"] for w in whole) == pytest.approx(
+            totals["small"]["cost"] + totals["big"]["cost"], rel=1e-6)
 
         # times it cannot read, or a window that ends before it starts, are named
         bad = d.cli("report", "--since", "yesterday")

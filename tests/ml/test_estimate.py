@@ -39,6 +39,10 @@ EMPTY = LlmTable()
     ("deepseek-coder-6.7b-base", 6.7e9),
     ("t5_11b", 11e9),
     ("some-1t-model", 1e12),
+    # common models whose names have no size: their published counts
+    ("gpt2", 124e6),
+    ("openai-community/gpt2-xl", 1.558e9),
+    ("google-bert/bert-base-uncased", 110e6),
 ])
 def test_params_from_name(name: str, params: float) -> None:
     got = params_from_name(name)
@@ -49,7 +53,7 @@ def test_unknown_moe_uses_the_shared_weight_factor() -> None:
     assert params_from_name("toy-4x2b") == pytest.approx(4 * 2e9 * 0.83)
 
 
-@pytest.mark.parametrize("name", ["qwen2.5", "llama-3.1", "gpt2", "v0.1",
+@pytest.mark.parametrize("name", ["qwen2.5", "llama-3.1", "gpt2-finetuned", "v0.1",
                                   "phi-3-mini-4k-instruct", "mistral-large", "", "128k"])
 def test_versions_and_context_lengths_are_not_sizes(name: str) -> None:
     assert params_from_name(name) is None
@@ -106,8 +110,9 @@ def test_7b_on_a_24gb_gpu_takes_three_quarters() -> None:
     assert est.gpus == 0.75
     assert est.gpu_mem == 16_800_000_000
     assert est.source == "model name"
+    # in GiB, as --gpu-mem reads it (16.8e9 bytes, GPUs of 24e9 bytes)
     assert est.explanation == ("qwen2.5-7b: 7.0B params x 2 B (bf16) x 1.2 (inference) "
-                               "= 16.8 GB -> 0.75 of a 24.0 GB GPU")
+                               "= 15.6 GiB -> 0.75 of a 22.4 GiB GPU")
 
 
 def test_small_model_gets_at_least_a_quarter() -> None:
@@ -127,13 +132,13 @@ def test_70b_inference_needs_several_80gb_gpus() -> None:
     est = estimate_llm("llama-3.1-70b-instruct", table=EMPTY, gpu_memory=80 * GIB)
     assert est.gpus == 3.0
     assert est.gpu_mem is None
-    assert "3 GPUs" in est.explanation and "168.0 GB" in est.explanation
+    assert "3 GPUs" in est.explanation and "156.5 GiB" in est.explanation
 
 
 def test_7b_full_fine_tune_spans_whole_gpus() -> None:
     est = estimate_llm("qwen2.5-7b", table=EMPTY, gpu_memory=80 * GIB, mode="full")
     assert est.gpus == 2.0 and est.gpu_mem is None
-    assert "134.4 GB" in est.explanation
+    assert "125.2 GiB" in est.explanation
     est = estimate_llm("qwen2.5-7b", table=EMPTY, gpu_memory=24 * GIB, mode="qlora")
     assert est.gpus == 0.25 and "qlora" in est.explanation
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rota.cli.common import client, emit, run_cli
+from rota.cli.common import client, confirm, emit, fail, run_cli
 from rota.cli.fmt import add_row, fmt_time
 from rota.errors import InvalidSpec
 
@@ -75,9 +75,9 @@ def user_rm(name: str = typer.Argument(..., help="the user to remove"),
     with run_cli(json_out=json_out):
         if not yes:
             what = "cancel their active jobs, " if cancel_jobs else ""
-            if not typer.confirm(f"remove user {name} ({what}revoke their tokens, delete "
-                                 "their secrets; their ended jobs stay as history)?",
-                                 default=False, err=True):
+            if not confirm(f"remove user {name} ({what}revoke their tokens, delete their "
+                           "secrets; their ended jobs stay as history)?"):
+                fail(f"user {name} not removed (--yes removes without asking)")
                 raise typer.Exit(1)
         with client() as c:
             got = c.remove_user(name, cancel_jobs=cancel_jobs)

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     )
     from rota.client import RawClient
 
+#: the most `rota workspace clean --days` the daemon takes (100 years; its API's bound)
+MAX_DAYS = 36_500
+
 
 def artifacts_text(data: ArtifactsAnswer) -> str:
     head = f"job {data['id']}: outputs {data['state']}"
@@ -215,8 +218,10 @@ def workspaces_text(data: WorkspacesAnswer) -> str:
     width = max(len(w["name"]) for w in rows)
     lines = []
     for w in rows:
-        used = "not measured yet" if w["bytes"] is None else format_memory(w["bytes"])
-        lines.append(f"{w['name']:<{width}}  {used:>8} of {format_memory(w['quota'])}"
+        quota = format_memory(w["quota"])
+        used = (f"not measured yet; quota {quota}" if w["bytes"] is None
+                else f"{format_memory(w['bytes']):>8} of {quota}")
+        lines.append(f"{w['name']:<{width}}  {used}"
                      + (" (its own)" if w["own_quota"] else "")
                      + ("  OVER: its jobs wait" if w["over"] else "") + f"  {w['path']}")
         if w["sync"] is not None:
@@ -282,6 +287,9 @@ def workspace(
             if name is None:
                 raise InvalidSpec("rota workspace clean USER/PROJECT [--days N] lists; "
                                   "--apply PLAN removes", field="name")
+            if days is not None and not 0 < days <= MAX_DAYS:  # the daemon's bounds
+                raise InvalidSpec(f"--days must be more than 0 and at most {MAX_DAYS} "
+                                  f"(a number of days, e.g. 30), not {days:g}", field="days")
             emit(c.clean_workspace(name, days), json_out, plan_text)
             return
         if action != "quota" or name is None or size is None:

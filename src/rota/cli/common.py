@@ -123,6 +123,22 @@ def _said(label: str, style: str, message: str) -> None:
                                   soft_wrap=True)
 
 
+def confirm(question: str) -> bool:
+    """Ask ``question [y/N]:`` on stderr; only y or yes is yes (no answer, end of input
+    or Ctrl-C: no). The prompt's line is always ended: a terminal echoes the newline of a
+    typed answer, but a pipe, a closed stdin or Ctrl-C leaves the line open, and what is
+    said next would follow on it."""
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+    if not (answer.endswith("\n") and sys.stdin.isatty()):
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
 @contextmanager
 def run_cli(*, json_out: bool) -> Iterator[None]:
     """Turn Rota's errors into a clear message and an exit code (2 bad input, 3 no daemon)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rota.cli.common import apply_each, client, emit, run_cli
+from rota.cli.common import apply_each, client, confirm, emit, run_cli
 from rota.cli.fmt import fail
 from rota.cli.job_view import JOB_ARG
 from rota.errors import InvalidSpec
@@ -280,16 +280,10 @@ def cancel(jobs: list[str] = JOBS_ARG,
 
 
 def _confirm(picked: list[JobAnswer]) -> None:
-    import click
-
     shown = ", ".join(f"{j['id']} {j['name']} ({j['state']})" for j in picked[:10])
     more = f" and {len(picked) - 10} more" if len(picked) > 10 else ""
-    prompt = f"cancel {len(picked)} job{'s' if len(picked) != 1 else ''}: {shown}{more}?"
-    try:
-        ok = typer.confirm(prompt, default=False, err=True)
-    except click.exceptions.Abort:
-        ok = False
-    if not ok:
+    if not confirm(f"cancel {len(picked)} job{'s' if len(picked) != 1 else ''}: "
+                   f"{shown}{more}?"):
         fail("nothing cancelled (--yes cancels without asking)")
         raise typer.Exit(1)
 

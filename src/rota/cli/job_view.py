@@ -69,12 +69,21 @@ def _spec_lines(spec: SpecAnswer) -> Table:
             value = format_duration(value)
         elif key == "gpu_mem":
             value = format_memory(value)
-        elif key == "env":
-            value = " ".join(f"{k}={v}" for k, v in value.items())
+        elif key == "files":  # path -> text: the paths (--json has the texts)
+            value = ", ".join(value)
+        elif isinstance(value, dict):  # env, or a field this CLI does not know of
+            value = " ".join(f"{k}={_word(v)}" for k, v in value.items())
         elif isinstance(value, list):
-            value = ", ".join(map(str, value))
-        add_row(t, key, str(value))
+            value = ", ".join(map(_word, value))
+        add_row(t, key, _word(value))
     return t
+
+
+def _word(value: object) -> str:
+    """A spec value as the rest of the CLI writes it: yes/no, never Python's True/False."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def _attempt_line(a: AttemptAnswer, now: float) -> str:
@@ -167,7 +176,7 @@ def render_job(job: ShownJob) -> Group:
     add_row(facts, "submitted", fmt_time(job["created_at"]))
     reason = job.get("reason")
     if reason:
-        add_row(facts, Text("waits", style="bold yellow"), reason["message"])
+        add_row(facts, Text("waits", style="bold yellow"), _after_waits(reason["message"]))
     if job["end_reason"] and job["state"] not in ("pending", "held", "running"):
         add_row(facts, "ended", job["end_reason"])
     # URLs and paths are never folded: each tracker line is printed whole, so it can be
@@ -223,6 +232,16 @@ def show(job: str = JOB_ARG,
         emit(data, json_out, render_job)
 
 
+def _after_waits(message: str) -> str:
+    """A reason less the "waits" most of the daemon's reasons start with, where the label
+    or the sentence says it already: "waits for 2 GPUs" -> "for 2 GPUs", "waits: quota"
+    -> "quota"; any other reason as it is."""
+    word, sep, rest = message.partition(" ")
+    if word == "waits:" or (word == "waits" and sep):
+        return rest
+    return message
+
+
 def why_sentence(d: WhyAnswer) -> str:
     """`job 7 waits: ...`, `job 7 is held: ...`, `job 7 runs on GPU 0 since 12:03 (2m10s)`.
 
@@ -231,6 +250,8 @@ def why_sentence(d: WhyAnswer) -> str:
     """
     job, state, message = d["id"], d["state"], d["message"]
     if state == "pending":
+        if _after_waits(message) != message:  # "waits for ...": its own verb
+            return f"job {job} {message}"
         return f"job {job} waits: {message}" if message else f"job {job} waits"
     if state == "held":
         rest = message.removeprefix("held: ").removeprefix("held")

@@ -21,10 +21,12 @@ from rota.cli.job_view import JOB_ARG
 from rota.cli.jobs import fmt_time
 from rota.cli.ml_text import ended_text, progress_text
 from rota.errors import InvalidSpec, RotaError
+from rota.ml.estimate import gib
 from rota.units import format_duration, format_memory, parse_memory
 
 if TYPE_CHECKING:
     from rota.answers import CheckpointsAnswer, JobAnswer, MetricsAnswer
+    from rota.ml.advise import Machine
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
@@ -42,23 +44,58 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARKS[round((m - lo) / (hi - lo) * (len(SPARKS) - 1))] for m in means)
 
 
-def metrics_table(data: MetricsAnswer, job: JobAnswer | None = None) -> Table | str:
+#: A trend narrower than this says too little to be worth a column.
+MIN_TREND = 8
+_NUMBER_COLUMNS = ("last", "at step", "min", "max", "samples")
+
+
+def _table_width(widths: list[int]) -> int:
+    """Characters a boxed Rich table of these column widths takes: each column's padding
+    (2) and rule (1), and the closing rule."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def metrics_table(data: MetricsAnswer, job: JobAnswer | None = None,
+                  width: int | None = None) -> Table | str:
+    """Each metric's last value, step, range and count, whole at any ``width`` (the
+    terminal's by default): the trend gives up its room first, then the names wrap, and
+    where even the numbers do not fit side by side each metric gets a line of its own."""
     series = data["series"]
     head = progress_text(data["progress"], ended_text(job) if job else None)
     if not series:
         return f"job {data['id']}: no metrics yet" + (f" ({head})" if head else "")
-    t = Table(title=f"job {data['id']}" + (f": {head}" if head else ""), title_justify="left",
-              header_style="bold")
-    for col, right in (("metric", False), ("last", True), ("at step", True), ("min", True),
-                       ("max", True), ("samples", True), ("trend", False)):
-        t.add_column(col, justify="right" if right else "left", no_wrap=True)
+    if width is None:
+        from rota.cli.fmt import console_width
+
+        width = console_width()
+    title = f"job {data['id']}" + (f": {head}" if head else "")
+    rows = []
     for name in sorted(series):
-        points = series[name]
-        values = [p[1] for p in points]
-        step = points[-1][0]
-        add_row(t, name, f"{values[-1]:.6g}", "-" if step is None else str(step),
-                   f"{min(values):.6g}", f"{max(values):.6g}", str(len(values)),
-                   sparkline(values))
+        values = [p[1] for p in series[name]]
+        step = series[name][-1][0]
+        rows.append((name, f"{values[-1]:.6g}", "-" if step is None else str(step),
+                     f"{min(values):.6g}", f"{max(values):.6g}", str(len(values)), values))
+    numbers = [max(len(col), *(len(r[i + 1]) for r in rows))
+               for i, col in enumerate(_NUMBER_COLUMNS)]
+    names = max(len("metric"), *(len(r[0]) for r in rows))
+    trend = min(SPARK_WIDTH, width - _table_width([names, *numbers, 0]))
+    room = width - _table_width([0, *numbers])  # what the names may take without a trend
+    if trend < MIN_TREND and room < len("metric"):
+        from rota.cli.fmt import wrap_words
+
+        said = [f"{r[0]}: last {r[1]} at step {r[2]}, min {r[3]}, max {r[4]}, {r[5]} "
+                + ("sample" if r[5] == "1" else "samples") for r in rows]
+        # broken between words here: a terminal would break a number where the line ends
+        return "\n".join(part for line in [title, *said] for part in wrap_words(line, width))
+    t = Table(title=title, title_justify="left", header_style="bold")
+    # numbers never wrap nor shrink; a name too long for the room left folds
+    t.add_column("metric", overflow="fold", max_width=min(names, room))
+    for col in _NUMBER_COLUMNS:
+        t.add_column(col, justify="right", no_wrap=True)
+    if trend >= MIN_TREND:
+        t.add_column("trend", no_wrap=True)
+    for *cells, values in rows:
+        add_row(t, *cells, *([sparkline(values, trend)] if trend >= MIN_TREND else []))
     return t
 
 
@@ -104,20 +141,29 @@ def checkpoints(job: str = JOB_ARG,
 DEFAULT_GPU_MEMORY = "80G"
 
 
-def _machine(gpu_memory: str | None) -> tuple[int, str]:
-    """GPU memory to size for: the option, else this machine's largest GPU (asking the
-    daemon), else 80 GB."""
-    if gpu_memory is not None:
-        return parse_memory(gpu_memory, field="gpu_memory"), "as --gpu-memory says"
+def _here() -> Machine | None:
+    """This machine's GPUs and the cluster pools, from the daemon; None without one."""
+    from rota.ml.advise import Machine
+
     try:
         with client() as c:
             gpus = c.gpus()["gpus"]
-        if gpus:
-            top = max(g["memory_total"] for g in gpus)
-            return top, f"the largest GPU of this machine ({len(gpus)} GPUs)"
+            pools = {p["name"]: p["health"]["gpus_total"] for p in c.pools()["pools"]
+                     if p["engine"] != "local"}
     except RotaError:
-        pass
-    return parse_memory(DEFAULT_GPU_MEMORY), "no daemon to ask: sized for 80 GiB GPUs " \
+        return None
+    return Machine(tuple(g["memory_total"] for g in gpus), pools)
+
+
+def _machine(gpu_memory: str | None, here: Machine | None) -> tuple[int, str]:
+    """GPU memory to size for: the option, else this machine's largest GPU, else 80 GiB."""
+    if gpu_memory is not None:
+        return parse_memory(gpu_memory, field="gpu_memory"), "as --gpu-memory says"
+    if here is not None and here.gpu_memory:
+        n = len(here.gpu_memory)
+        return max(here.gpu_memory), f"the largest GPU of this machine ({n} GPUs)"
+    why = "no daemon to ask" if here is None else "this machine has no GPU"
+    return parse_memory(DEFAULT_GPU_MEMORY), f"{why}: sized for 80 GiB GPUs " \
         "(--gpu-memory to change)"
 
 
@@ -138,13 +184,31 @@ def advice_text(data: dict[str, Any]) -> str:
     lines = [f"{data['target']}: " + ", ".join(
         x for x in (f"{data['gpus']:g} GPU" + ("" if data["gpus"] == 1 else "s")
                     if data["gpus"] is not None else "",
-                    f"{format_memory(data['gpu_mem'])} each" if data["gpu_mem"] else "",
+                    f"{gib(data['gpu_mem'])} each" if data["gpu_mem"] else "",
                     f"time limit {format_duration(data['time_limit'])}"
                     if data["time_limit"] else "") if x)]
     lines += [f"  - {r}" for r in data["reasons"]]
-    if data["submit_options"]:
+    lines.append(data["here"])
+    if data["fits_here"] is False:  # what it needs would be refused: say what would do
+        lines.append("what would:")
+        for alt in data["alternatives"]:
+            if alt["kind"] != "sizing":
+                lines.append(f"  - {alt['what']}: {alt['how']}")
+            elif alt["fits_here"]:
+                lines.append(f"  - {alt['what']}: {_count(alt)}, fits here "
+                             f"({alt['how']}; then rota submit "
+                             f"{' '.join(alt['submit_options'])} -- ...)")
+            else:
+                lines.append(f"  - {alt['what']}: {_count(alt)}, does not fit here either")
+    elif data["submit_options"]:
         lines.append("suggested: rota submit " + " ".join(data["submit_options"]) + " -- ...")
     return "\n".join(lines)
+
+
+def _count(alt: dict[str, Any]) -> str:
+    n = alt["gpus"]
+    return f"{n:g} GPU{'' if n == 1 else 's'}" + (
+        f" with {gib(alt['gpu_mem'])}" if alt["gpu_mem"] else "")
 
 
 def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
@@ -166,7 +230,8 @@ def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
 
     with run_cli(json_out=json_out):
         table = LlmTable.load(load().llm_config_path)
-        memory, where = _machine(gpu_memory)
+        here = _here()
+        memory, where = _machine(gpu_memory, here)
         path = Path(target)
         if path.suffix == ".py" and path.is_file():
             facts = scan(path.read_text(encoding="utf-8", errors="replace"), name=path.name)
@@ -184,9 +249,12 @@ def estimate(target: str = typer.Argument(..., metavar="MODEL|CONFIG|SCRIPT.py",
         else:
             a = advise.for_model(target, table=table, gpu_memory=memory,
                                  mode=mode or "inference", dtype=dtype)
-        a.reasons.append(f"GPU memory: {format_memory(memory)}, {where}")
-        emit({"target": target, **a.to_json(), "submit_options": a.submit_options()},
-             json_out, advice_text)
+        a.reasons.append(f"GPU memory: {gib(memory)}, {where}")
+        ok = None if here is None else advise.fits(a.gpus, a.gpu_mem, memory, here)
+        alts = advise.alternatives(a, target, here) if here is not None and not ok else []
+        emit({"target": target, **a.to_json(), "submit_options": a.submit_options(),
+              "fits_here": ok, "here": advise.here_text(a, here, memory),
+              "alternatives": [x.to_json() for x in alts]}, json_out, advice_text)
 
 
 def templates(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rota.cli.common import Plain, client, emit, run_cli
-from rota.cli.fmt import add_row
+from rota.cli.fmt import add_row, console_width, wrap_words
 from rota.cli.job_refs import resolve
 
 if TYPE_CHECKING:
@@ -21,12 +21,20 @@ share_app = typer.Typer(help="Fair shares: each user's and project's share, usag
 JSON = typer.Option(False, "--json", help="print JSON")
 
 
+#: the table's columns: short headers, so that it fits 80 columns (the note says the rest)
+_COLUMNS = ("kind", "name", "shares", "share", "usage", "used", "factor", "day", "week")
+
+
 def shares_view(d: SharesAnswer) -> Group:
+    from rich.box import SIMPLE_HEAD
     from rich.console import Group
     from rich.table import Table
 
-    t = Table("kind", "name", "shares", "share", "usage (GPU-h, decayed)", "used",
-              "factor", "GPU-h day", "GPU-h week", header_style="bold")
+    t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
+              header_style="bold")
+    for col in _COLUMNS:  # only a long name wraps; figures and headers never do
+        t.add_column(col, no_wrap=col != "name", overflow="fold",
+                     justify="left" if col in ("kind", "name") else "right")
     for a in d["accounts"]:
         add_row(t, a["kind"], a["name"], f"{a['shares']:g}", f"{a['norm_shares']:.0%}",
                    f"{a['usage_gpu_hours']:.2f}", f"{a['norm_usage']:.0%}",
@@ -38,8 +46,14 @@ def shares_view(d: SharesAnswer) -> Group:
            "by it)")
     half = (f"{hl / 86_400:g} days" if hl >= 86_400 else f"{hl / 3600:g} h" if hl >= 3600
             else f"{hl:g} s")
-    return Group(t if d["accounts"] else Plain("no usage and no shares set yet"),
-                 Plain(f"{how}; usage halves every {half}"))
+    if not d["accounts"]:
+        return Group(Plain("no usage and no shares set yet"),
+                     Plain(f"{how}; usage halves every {half}"))
+    legend = ("share: part of all shares; usage: decayed GPU-hours; used: part of everyone's "
+              "usage; day, week: GPU-hours in the last 24 hours and 7 days")
+    width = console_width()
+    return Group(t, *(Plain(line) for text in (legend, f"{how}; usage halves every {half}")
+                      for line in wrap_words(text, width)))
 
 
 def priority_view(d: PriorityAnswer) -> Group:

@@ -66,9 +66,11 @@ def report_csv(data: ReportAnswer) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow([data["by"], data["period"], "gpu_hours", "cost", "wasted_gpu_hours"])
     for r in data["rows"]:
-        # a group is a user's or project's name: on one line, as words (rota.cli.user_text)
-        w.writerow([cell(r["group"]), r["bucket"], repr(r["gpu_hours"]), repr(r["cost"]),
-                    repr(r["wasted_gpu_hours"])])
+        # a group is a user's or project's name: on one line, as words (rota.cli.user_text);
+        # hours to 3.6 s and costs to cents: past that the digits are float noise (--json
+        # keeps them whole)
+        w.writerow([cell(r["group"]), r["bucket"], f"{r['gpu_hours']:.3f}",
+                    f"{r['cost']:.2f}", f"{r['wasted_gpu_hours']:.3f}"])
     return out.getvalue()
 
 

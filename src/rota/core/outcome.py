@@ -238,7 +238,9 @@ def decide(facts: AttemptFacts, end: Exited | NeverStarted, now: float) -> Outco
     if facts.stop is StopReason.CANCEL:
         return Cancelled(f"cancelled ({how})", end_reason=f"cancelled ({how})")
     if facts.stop is StopReason.TIMEOUT:
-        return TimedOut(f"time limit {facts.time_limit or 0:g}s reached ({how})")
+        # asked to stop up to its grace before the limit (stopper): not "reached"
+        return TimedOut(f"stopped by its time limit of {_duration(facts.time_limit or 0)} "
+                        f"({how})")
     if facts.stop is StopReason.PREEMPT:
         return Requeue(f"preempted ({how}){_saved_text(facts)}; queued again in its place",
                        record="preempted",

@@ -68,6 +68,15 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)([mbt])")
 _SIZE_BLOOM = re.compile(r"(\d+)([mbt])(\d+)")  # bloom-7b1 = 7.1B, bloom-1b7 = 1.7B
 _SIZE_MOE = re.compile(r"(\d+)x(\d+(?:\.\d+)?)([mbt])")
 _SPLIT = re.compile(r"[-_/:\s]+")
+#: Models whose names carry no size, by their Hugging Face names (an org prefix is
+#: dropped): the published parameter counts.
+KNOWN_PARAMS: dict[str, float] = {
+    "gpt2": 124e6, "distilgpt2": 82e6, "gpt2-medium": 355e6, "gpt2-large": 774e6,
+    "gpt2-xl": 1.558e9, "bert-base-uncased": 110e6, "bert-base-cased": 109e6,
+    "bert-large-uncased": 336e6, "bert-large-cased": 335e6,
+    "distilbert-base-uncased": 66e6, "roberta-base": 125e6, "roberta-large": 355e6,
+    "t5-small": 60e6, "t5-base": 220e6, "t5-large": 770e6,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +156,11 @@ def params_from_name(model: str) -> float | None:
     The size is the first token (after splitting on ``- _ / :``) that is entirely a size,
     like ``7b``, ``0.5B``, ``110m``, ``8x7b`` or ``7b1``. Version numbers glued to a name
     (``qwen2.5``) or standing alone (``llama-3.1``, ``v0.1``) carry no unit and are skipped.
+    Common models whose names have no size (``gpt2``, ``bert-base-uncased``) are known.
     """
+    known = KNOWN_PARAMS.get(model.strip().lower().rsplit("/", 1)[-1])
+    if known is not None:
+        return known
     for token in _SPLIT.split(model.strip().lower()):
         if m := _SIZE.fullmatch(token):
             return float(m.group(1)) * _SCALE[m.group(2)]
@@ -193,8 +206,9 @@ class LlmEstimate:
     explanation: str  # one sentence for people (`rota why`, `rota submit --dry-run`)
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+def gib(n: float) -> str:
+    """Bytes in GiB, the unit ``--gpu-mem`` and ``--gpu-memory`` read (``24G`` is 24 GiB)."""
+    return f"{n / GIB:.1f} GiB"
 
 
 def _count(gpus: float) -> str:
@@ -235,22 +249,22 @@ def sized(label: str, params: float, *, gpu_memory: int, mode: str = "inference"
     if need <= gpu_memory:
         quarters = max(1, -(-need * 4 // gpu_memory))  # integer ceil: no float drift
         gpus = quarters * FRACTION_STEP
-        return LlmEstimate(gpus, need, source, f"{how} -> {gpus:g} of a {_gb(gpu_memory)} GPU")
+        return LlmEstimate(gpus, need, source, f"{how} -> {gpus:g} of a {gib(gpu_memory)} GPU")
     n = math.ceil(need / (MULTI_GPU_USABLE * gpu_memory))
     return LlmEstimate(float(n), None, source,
-                       f"{how} -> {n} GPUs of {_gb(gpu_memory)} "
+                       f"{how} -> {n} GPUs of {gib(gpu_memory)} "
                        f"({MULTI_GPU_USABLE:.0%} of each counted on when split)")
 
 
 def _formula(model: str, params: float, dtype: str, mode: str, need: int) -> str:
-    p = f"{params / 1e9:.1f}B params"
+    p = f"{params / 1e9:.1f}B params" if params >= 1e9 else f"{params / 1e6:.0f}M params"
     if mode == "qlora":
-        return f"{model}: {p} x 0.5 B (4-bit) x 1.3 (qlora) + 1 GiB = {_gb(need)}"
+        return f"{model}: {p} x 0.5 B (4-bit) x 1.3 (qlora) + 1 GiB = {gib(need)}"
     if mode == "full":
-        return f"{model}: {p} x 16 B (mixed-precision Adam) x 1.2 (full) = {_gb(need)}"
+        return f"{model}: {p} x 16 B (mixed-precision Adam) x 1.2 (full) = {gib(need)}"
     bpp = BYTES_PER_PARAM[dtype.lower()]
     return (f"{model}: {p} x {bpp:g} B ({dtype}) x {_mode_factor(mode):g} ({mode}) "
-            f"= {_gb(need)}")
+            f"= {gib(need)}")
 
 
 def _first(config: Mapping[str, Any], *keys: str) -> Any:

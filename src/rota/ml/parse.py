@@ -162,9 +162,11 @@ Custom patterns, per job::
   RE2's reason, naming the pattern's place (``metric_patterns[2]``). ``\\d``, ``\\w`` and
   ``\\s`` are ASCII, as in the built-ins.
 
-Everywhere: non-finite values (``nan``, ``inf``) are dropped, and so are the built-in
-metrics ``v_num``, ``pid``, ``rank``, ``local_rank``, ``world_size`` and ``seed``,
-which are identifiers, not measurements, and ``eta``, which its own rule reads.
+Everywhere: non-finite values (``nan``, ``inf``) are dropped, and so are the names of a
+run's setup, which are not measurements (``reading._setup``): identifiers, seeds, device
+lists and counts of parts (``v_num``, ``world_size``, ``job_id``, ``random_seed``,
+``local_rank``, ``CUDA_VISIBLE_DEVICES``, ``num_gpus``, ``n_layer``), so ``lr=0.001
+seed=0 CUDA_VISIBLE_DEVICES=0`` gives ``lr`` only; and ``eta``, which its own rule reads.
 
 Known limits: a numbered instruction such as ``Step 1: download data`` reads as step 1
 (it has the same shape as ``step 100: loss 2.31``); percentages (``acc: 91.3%``) and

@@ -48,6 +48,22 @@ _TOTAL_EPOCH_KEYS = frozenset({"epochs", "num_epochs", "total_epochs"})
 #: Identifiers that tools print in metric form; never metrics of the built-in rules.
 #: ``eta`` too: its own rule reads it as eta_s ("eta: 1 day, 2:03:04" is not eta=1).
 _IGNORED = frozenset({"v_num", "pid", "rank", "local_rank", "world_size", "seed", "eta"})
+# A run's setup is not a measurement of it: identifiers, seeds, device lists and counts of
+# the machine's or the model's parts (``job_id``, ``random_seed``, ``CUDA_VISIBLE_DEVICES``,
+# ``num_gpus``, ``n_layer``) hold still for the whole run. The trackers keep them apart
+# (W&B's run config, MLflow's params: recorded once, never charted), and so does Rota.
+# ``lr`` stays a metric: a schedule moves it every step, and the Trainer, Lightning's
+# LearningRateMonitor and the W&B and MLflow integrations all log it as a series.
+#: A name whose last word is one of these names a thing, not an amount.
+_SETUP_LAST = frozenset({"id", "ids", "uuid", "pid", "seed", "rank", "port", "device",
+                         "devices", "gpus", "node", "nodes"})
+#: Parts of a machine or a model that a setting counts (``num_workers``, ``n_head``,
+#: ``OMP_NUM_THREADS``); a count of work done (``num_tokens``) is a measurement.
+_COUNTED = frozenset({"gpu", "gpus", "device", "devices", "node", "nodes", "worker",
+                      "workers", "proc", "procs", "process", "processes", "thread", "threads",
+                      "cpu", "cpus", "rank", "ranks", "replica", "replicas", "layer",
+                      "layers", "head", "heads"})
+_COUNT_WORDS = frozenset({"num", "n", "nb", "number"})
 #: Words that make a name a measurement of training or evaluation wherever it appears
 #: (``train/loss``, ``eval_acc``, ``rouge1``, ``learning_rate``). A pair whose name has
 #: none counts only on a line that looks like training output (see ``_Draft.put``).
@@ -63,6 +79,17 @@ _NAME_WORD = re.compile(r"[a-z0-9]+", _A)
 
 def _metric_like(name: str) -> bool:
     return any(w in _METRIC_WORDS for w in _NAME_WORD.findall(name))
+
+
+def _setup(name: str) -> bool:
+    """A name of the run's setup (see ``_SETUP_LAST``): never a metric of the built-in
+    rules, whatever the line (a job's own pattern may still name one)."""
+    words = _NAME_WORD.findall(name)
+    if not words:
+        return False
+    return (name in _IGNORED or words[-1] in _SETUP_LAST or "world" in words
+            or any(w in _COUNT_WORDS and any(c in _COUNTED for c in words[i + 1:])
+                   for i, w in enumerate(words)))
 
 
 class _Draft:
@@ -127,7 +154,7 @@ class _Draft:
                 self.total_epochs = int(value)
         elif custom:
             self.metrics[name] = value
-        elif name in _IGNORED or name in self.metrics or name in self.loose:
+        elif _setup(name) or name in self.metrics or name in self.loose:
             return  # the first value of a name wins
         elif trusted or _metric_like(name):
             self.metrics[name] = value

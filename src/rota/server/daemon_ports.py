@@ -384,7 +384,8 @@ class DaemonPorts:
             raise Conflict(f"{name} has {len(active)} active job{'s' * (len(active) != 1)} "
                            f"({', '.join(map(str, active[:10]))}"
                            f"{', ...' if len(active) > 10 else ''}); cancel them first, or "
-                           "remove the user with cancel_jobs=true")
+                           "remove the user and cancel them at once (rota user rm "
+                           "--cancel-jobs; cancel_jobs=true over the API)")
         for job_id in active:
             d.cancel(job_id)
         revoked = d.store.remove_user(name)

@@ -19,6 +19,7 @@ from rota.core.outcome import StopReason, stop_text, time_limit_text
 from rota.server.jobs.running import Running
 from rota.server.tracking.outputs import stop_file
 from rota.store.repo import Store
+from rota.units import format_duration
 
 
 class Stopper:
@@ -70,6 +71,17 @@ class Stopper:
     def _time_limit(self, job_id: int) -> None:
         run = self.running.get(job_id)
         if run is not None and run.spec.time_limit:
-            left = run.started_at + run.spec.time_limit - self.clock()
-            self.stop(run, StopReason.TIMEOUT, time_limit_text(run.spec.time_limit),
-                      kill_in=left)
+            now = self.clock()
+            left = run.started_at + run.spec.time_limit - now
+            self.stop(run, StopReason.TIMEOUT, _early_stop_text(
+                run.spec.time_limit, now - run.started_at, run.spec.grace), kill_in=left)
+
+
+def _early_stop_text(limit: float, ran: float, grace: float) -> str:
+    """Why a job is stopped before its time limit: so that its grace (at most half the
+    limit) fits before SIGKILL at the limit. "time limit reached" would be untrue then."""
+    if ran >= limit:  # the daemon was down when the warning was due
+        return time_limit_text(limit)
+    cut = ", at most half the limit" if grace > limit - ran + 1 else ""
+    return (f"asked to stop after {format_duration(ran)} so that it ends within its time "
+            f"limit of {format_duration(limit)} (grace {format_duration(grace)}{cut})")

@@ -58,9 +58,19 @@ def fair_share_wait(job: PendingJob, other: PendingJob, standing: Standing,
     mine = standing.factor(job.user, job.project)
     theirs = standing.factor(other.user, other.project)
     text = (f"waits behind job {other.id} of {other.user}: {job.user}'s fair-share factor "
-            f"{mine:.2f} < {other.user}'s {theirs:.2f}")
+            f"{_lower(mine, theirs, other.user)}")
     account = standing.users.get(job.user)
     if account is not None:
         text += (f" ({job.user} used {week_gpu_hours:.1f} GPU-h of a "
                  f"{account.norm_shares:.0%} share this week)")
     return text
+
+
+def _lower(mine: float, theirs: float, whose: str) -> str:
+    """``0.48 < bob's 0.52``, with as many digits as it takes for the two to differ (two
+    equal numbers with ``<`` between them read as a mistake); past 4, in words."""
+    for digits in (2, 3, 4):
+        a, b = f"{mine:.{digits}f}", f"{theirs:.{digits}f}"
+        if a != b:  # rounding keeps the order, so a < b
+            return f"{a} < {whose}'s {b}"
+    return f"{mine:.2f}, slightly lower than {whose}'s"
