@@ -141,6 +141,7 @@ def recorded(d: DaemonProcess, n: int) -> None:
                == "completed", timeout=300, every=0.5, what=f"round {n} recorded")
 
 
+@pytest.mark.timeout(900)  # three real trainings, merges and evaluations: minutes on a busy CI
 def test_three_rounds_train_merge_evaluate_and_one_is_rejected(s3: str, tmp_path: Path
                                                                ) -> None:
     where = chunks_of_rows(tmp_path)

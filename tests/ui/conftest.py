@@ -102,7 +102,10 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
         yield dash
 
 
-@pytest.fixture(scope="session")
+# module-scoped: Playwright's sync API keeps an event loop running on the main thread while
+# it is open, so with it open any later test of the same xdist worker that calls
+# asyncio.run() fails ("cannot be called from a running event loop")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         _no_browser(f"{CHROMIUM} is missing (apt-get install chromium)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -157,14 +158,18 @@ def test_submit_form_checks_fields_then_the_job_runs_and_its_log_is_searchable(
     assert seen.bodies and not any(SECRET in b for b in seen.bodies)
 
 
-def test_the_log_of_a_running_job_streams_in_live(open_page: Open, dashboard: Dashboard) -> None:
-    job = dashboard.submit(command=["sh", "-c", "echo first-line; sleep 2; echo second-line"],
-                           name="ui-live-log", gpus=0)
+def test_the_log_of_a_running_job_streams_in_live(open_page: Open, dashboard: Dashboard,
+                                                  tmp_path: Path) -> None:
+    go = tmp_path / "go"  # the job's second line waits for it (not for a time: a busy
+    job = dashboard.submit(  # machine may take longer to show the first)
+        command=["sh", "-c", f"echo first-line; while [ ! -e {go} ]; do sleep 0.1; done; "
+                 "echo second-line"], name="ui-live-log", gpus=0)
     page = open_page(hash=f"#/jobs/{job['id']}")
     log = page.locator("pre.log")
     expect(log).to_contain_text("first-line")
     assert dashboard.job(job["id"])["state"] == "running"  # it came while the job ran
     expect(log).not_to_contain_text("second-line")
+    go.touch()
     expect(log).to_contain_text("second-line")  # pushed by the stream, no reload
     expect(page.locator(".page-head .badge")).to_have_text("completed")
     expect(log).to_contain_text("first-line\nsecond-line")  # each line once, in order
