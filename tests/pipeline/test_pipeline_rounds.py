@@ -141,7 +141,11 @@ def recorded(d: DaemonProcess, n: int) -> None:
                == "completed", timeout=300, every=0.5, what=f"round {n} recorded")
 
 
-@pytest.mark.timeout(900)  # three real trainings, merges and evaluations: minutes on a busy CI
+# alone, after the workers: under their load (3 on 2 cores) its daemon, killed just after
+# round 1, was twice found not to run round 2's training within 5 minutes (rounds 2-8 made
+# their chunks meanwhile); alone it passes in about 2 minutes. To be understood: issue 39.
+@pytest.mark.serial
+@pytest.mark.timeout(900)
 def test_three_rounds_train_merge_evaluate_and_one_is_rejected(s3: str, tmp_path: Path
                                                                ) -> None:
     where = chunks_of_rows(tmp_path)
