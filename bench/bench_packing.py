@@ -8,17 +8,18 @@ memory). The workload is built as the paper's simulator builds it
 (hkust-adsl/kubernetes-scheduler-simulator: shuffled pods, then "workload tuning" to 1.3):
 the trace's own tasks (openb_pod_list_default.csv, asking 98 % of the GPUs) in an order
 shuffled by the seed, then tasks resampled from it appended up to 130 % of the GPUs
-(rota.core.cluster.arrivals). They arrive one after another, none ever leaving; a task no
+(rota.sim.fill.arrivals). They arrive one after another, none ever leaving; a task no
 node can take is skipped and the run goes on. The figure is the share of the cluster's GPU
 capacity allocated while the GPUs asked for (placed or not) round to 100 % of the
-cluster's, as the paper's analysis reads it (rota.core.cluster.allocation_at), averaged
-over the seeds. Tasks are placed by rota.core.cluster.Cluster: each node's GPUs are a
-rota.core.pool.GpuPool choosing with the Policy's packing, the same code as the daemon's
-pass; CPUs and memory of nodes are honoured (a task needs its cpu_milli and memory_mib free
-on the node). Nodes that score alike are ranked by a permutation drawn per seed after the
-workload, as the paper's simulator names its nodes (rota.core.cluster.tie_order;
---first-wins-ties: the first of the node list, as before). FGD's workload is the paper's
-"typical pods" of the trace (or the variant's).
+cluster's, as the paper's analysis reads it (rota.sim.fill.allocation_at), averaged
+over the seeds. Tasks are placed by the daemon's own placement, one rota.core.pool.GpuPool
+over the whole cluster with the nodes' GPU types, CPUs and memory (rota.core.nodes): the
+node by the Policy's packing, then the GPUs there by the same per-GPU rules as the
+daemon's pass; a task needs its cpu_milli and memory_mib free on the node. Nodes that
+score alike are ranked by a permutation drawn per seed after the workload, as the paper's
+simulator names its nodes (rota.core.nodes.tie_order; --first-wins-ties: the first of the
+node list, as before). FGD's workload is the paper's "typical pods" of the trace (or the
+variant's).
 
 Variants (the paper's families of openb traces). Where --traces holds the paper's own file
 (its artifact's data/csv/openb_pod_list_gpuspec33.csv and so on, see PAPER_TRACE) it is
@@ -43,9 +44,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals, tie_order
+from rota.core.nodes import Demand, tie_order
 from rota.core.packing import PACKINGS, Shape, Workload, workload_of
 from rota.core.snapshot import MILLI, Policy
+from rota.sim.fill import Node, allocation_at, arrivals, cluster_pool
 
 # ../shared/traces beside the checkout (a worktree one level deeper looks one more up)
 _REPO = Path(__file__).resolve().parents[1]
@@ -146,15 +148,15 @@ def run_once(nodes: list[Node], trace: list[Demand], workload: Workload, packing
              seed: int, integer_scores: bool = True, random_ties: bool = True) -> float:
     """Share of GPU capacity allocated when the arrived requests reach the capacity.
     `random_ties`: nodes scoring alike are ranked by a permutation drawn after the workload,
-    as the paper's simulator names its nodes (rota.core.cluster.tie_order); else the first
+    as the paper's simulator names its nodes (rota.core.nodes.tie_order); else the first
     of the node list wins."""
     policy = Policy(packing=packing, packing_seed=seed)
     # the same tasks in the same order, and the same tie order, for every policy
     rng = random.Random(seed)
     tasks = arrivals(trace, sum(n.gpus for n in nodes) * MILLI, rng)
     order = tie_order(len(nodes), rng) if random_ties else None
-    cluster = Cluster(nodes, policy, workload, random.Random(seed), integer_scores, order)
-    return allocation_at(cluster, tasks)
+    pool = cluster_pool(nodes, policy, workload, random.Random(seed), integer_scores, order)
+    return allocation_at(pool, tasks)
 
 
 def workload_for(sampler: Sampler, n: int = 20_000) -> Workload:

@@ -35,7 +35,7 @@ class Shape(NamedTuple):
     weight: float
     cpu: int = 0  # what a node must also have free for it (0: not counted)
     memory: int = 0
-    models: frozenset[str] | None = None  # GPU types it runs on (rota.core.cluster); None: any
+    models: frozenset[str] | None = None  # GPU types it runs on (rota.core.nodes); None: any
 
 
 Workload = tuple[Shape, ...]
@@ -56,10 +56,11 @@ def check_packing(name: str) -> str:
 
 
 def workload_of(shapes: Iterable[tuple[Any, ...]]) -> Workload:
-    """The workload of some tasks, given as (gpus_milli, cpu, memory[, models]): each
-    distinct shape with its share of the GPU tasks. Tasks without GPUs are left out: they leave
+    """The workload of some tasks, given as (gpus_milli, cpu, memory[, models, ...]; what
+    follows models is not part of a shape): each distinct shape with its share of the GPU
+    tasks. Tasks without GPUs are left out: they leave
     every GPU usable. Only the MAX_SHAPES commonest shapes are kept (then renormalised)."""
-    counts = Counter(s for s in shapes if s[0] > 0)
+    counts = Counter(s[:4] for s in shapes if s[0] > 0)
     top = counts.most_common(MAX_SHAPES)
     total = sum(n for _, n in top)
     return tuple(Shape(key[0], n / total, *key[1:]) for key, n in top)

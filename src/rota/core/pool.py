@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from rota.core import packing
 from rota.core.feasibility import most_memory
+from rota.core.nodes import Demand, NodeLayer, NodeResources
 from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy
 
 ClassKey = tuple[int, int]  # (free_milli, memory_total)
@@ -29,7 +30,13 @@ ClassKey = tuple[int, int]  # (free_milli, memory_total)
 class GpuPool:
     def __init__(self, gpus: Sequence[GpuView], policy: Policy,
                  workload: packing.Workload | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 nodes: Sequence[NodeResources] | None = None,
+                 order: Sequence[int] | None = None, whole_points: bool = True) -> None:
+        """`nodes`: what node k (GpuView.node) holds besides GPUs, for each k (the node
+        layer, rota.core.nodes; `order` ranks nodes scoring alike, the lowest winning,
+        None: node 0 first; `whole_points`: score nodes in whole points as the paper's
+        scheduler, else by exact figures)."""
         self.policy = policy
         self.packing = packing.check_packing(policy.packing)
         # FGD's idea of the jobs to come: the caller's, the policy's, else a default
@@ -46,8 +53,11 @@ class GpuPool:
         self.version = 0  # bumped whenever capacity changes
         self._cands: dict[tuple[int, int | None], tuple[int, frozenset[int]]] = {}
         self._sorted_keys: list[ClassKey] | None = None
-        # FGD's figure over the filed GPUs, kept up to date by _file/_unfile
-        self._frag = packing.FragCache(self.workload) if self.packing == "fgd" else None
+        # FGD's figure over the filed GPUs, kept up to date by _file/_unfile (with nodes,
+        # each node's own figure is the layer's)
+        self._frag = packing.FragCache(self.workload) \
+            if self.packing == "fgd" and nodes is None else None
+        self.nodes: NodeLayer | None = None
         # nodes: only kept when the GPUs are on more than one
         self.multi = len({g.node for g in gpus}) > 1
         self.node_of: dict[int, int] = {}
@@ -72,6 +82,8 @@ class GpuPool:
                 self._key_of[g.index] = None
             else:
                 self._file(g.index)
+        if nodes is not None:
+            self.nodes = NodeLayer(self, nodes, order, whole_points)
 
     def copy(self, policy: Policy, workload: packing.Workload | None = None) -> GpuPool:
         """A pass's own copy of a pool its caller keeps up to date (Snapshot.pool): dicts
@@ -98,8 +110,9 @@ class GpuPool:
         new.multi, new.node_of, new.members = self.multi, self.node_of, self.members
         new._whole_on, new._free_on = self._whole_on.copy(), self._free_on.copy()
         new._mem_desc, new._least = self.mem_desc(), self.least_memory()
+        new.nodes = None if self.nodes is None else self.nodes.copy(new)
         frag = None
-        if new.packing == "fgd":  # the copy's own figure, over its own workload
+        if new.packing == "fgd" and new.nodes is None:  # its own figure, its own workload
             frag = packing.FragCache(new.workload)
             for filed in new._key_of.values():
                 if filed is not None:
@@ -147,10 +160,19 @@ class GpuPool:
                     self._whole_on[self.node_of[i]] -= 1
         self._key_of[i] = None
 
+    def is_filed(self, i: int) -> bool:
+        """Whether GPU i can take new work (some of it free, not kept nor out of use)."""
+        return self._key_of.get(i) is not None
+
+    def _node_changed(self, i: int) -> None:
+        if self.nodes is not None:
+            self.nodes.refile(self.views[i].node)
+
     def _file(self, i: int) -> None:
         self._unfile(i)
         self.version += 1
         if self.free_milli[i] <= 0 or i in self.reserved_for or i in self.unusable:
+            self._node_changed(i)
             return
         key = (self.free_milli[i], self.views[i].memory_total)
         self._key_of[i] = key
@@ -166,6 +188,7 @@ class GpuPool:
             self._classes[key] = heap = []
             self._sorted_keys = None
         heapq.heappush(heap, i)
+        self._node_changed(i)
 
     def _keys(self) -> list[ClassKey]:
         if self._sorted_keys is None:
@@ -240,6 +263,26 @@ class GpuPool:
 
     def find(self, job: PendingJob) -> tuple[int, ...] | None:
         """GPUs for the job as the pool stands, or None. Does not take them."""
+        if self.nodes is not None:
+            found = self.nodes.find(Demand(job.gpus_milli, gpu_mem=job.gpu_mem))
+            return None if found is None else found[1]
+        return self.find_gpus(job)
+
+    def place(self, d: Demand) -> tuple[int, tuple[int, ...]] | None:
+        """Put a task on the node the policy picks (the node layer's): (node, its GPUs
+        there), taken with its CPUs and memory; None when no node can take it."""
+        if self.nodes is None:
+            raise ValueError("GpuPool.place: the pool was built without node resources")
+        found = self.nodes.find(d)
+        if found is None:
+            return None
+        node, gpus = found
+        self.take(gpus, min(d.gpus_milli, MILLI), d.gpu_mem)
+        self.nodes.take(node, d)
+        return found
+
+    def find_gpus(self, job: PendingJob) -> tuple[int, ...] | None:
+        """GPUs for the job by the per-GPU rules, over all GPUs or job.allowed."""
         if job.gpus_milli < MILLI:
             return self._find_share(job)
         return self._find_whole(job, job.gpus_milli // MILLI)
@@ -371,6 +414,7 @@ class GpuPool:
             for i in picked:
                 self._unfile(i)
                 self.reserved_for[i] = job.id
+                self._node_changed(i)
             return picked
         candidates = [i for i in (job.allowed if job.allowed is not None else self.views)
                       if i in self.views and i not in self.unusable and i not in self.reserved_for
@@ -383,6 +427,7 @@ class GpuPool:
         for i in picked:
             self._unfile(i)
             self.reserved_for[i] = job.id
+            self._node_changed(i)
         return picked
 
     def _closest_node(self, job: PendingJob, need: int) -> tuple[int, ...]:
@@ -428,6 +473,8 @@ class GpuPool:
             for i in saved:
                 self._unfile(i)
             self.reserved_for.update(saved)
+            for i in saved:
+                self._node_changed(i)
             # the pool is as it was: keep the candidate sets computed before the probe (and
             # drop any computed during it, so no version number is ever reused for them)
             self.version, self._cands = version, cands

@@ -1,4 +1,5 @@
-"""Placing tasks on a cluster of GPU nodes (rota.core.cluster) and the openb benchmark."""
+"""Placing tasks on a cluster of GPU nodes: the node layer of a GpuPool (rota.core.nodes),
+the paper's experiment (rota.sim.fill) and the openb benchmark."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from bench.bench_packing import Sampler, load, paper_trace, run_once, typical_wo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rota.core.cluster import Cluster, Demand, Node, allocation_at, arrivals, tie_order
+from rota.core.nodes import Demand, NodeResources, tie_order
 from rota.core.packing import PACKINGS, Shape
-from rota.core.snapshot import MILLI, Policy
+from rota.core.pool import GpuPool
+from rota.core.schedule import schedule
+from rota.core.snapshot import MILLI, GpuView, PendingJob, Policy, Snapshot
+from rota.sim.fill import Node, allocation_at, arrivals, cluster_pool
 
 OPENB = Path(__file__).parent / "data" / "openb"
 BIG = 1 << 20
@@ -22,8 +26,33 @@ def node(name: str, gpus: int, cpu: int = BIG, memory: int = BIG, model: str = "
     return Node(name, model, gpus, cpu, memory)
 
 
-def frees(c: Cluster) -> list[list[int]]:
-    return [[p.free_milli[i] for i in sorted(p.free_milli)] for p in c.pools]
+def Cluster(nodes: list[Node], policy: Policy, workload: tuple[Shape, ...] | None = None,
+            rng: random.Random | None = None, whole_points: bool = True,
+            order: list[int] | None = None) -> GpuPool:
+    return cluster_pool(nodes, policy, workload, rng, whole_points, order)
+
+
+def frees(c: GpuPool) -> list[list[int]]:
+    """Each node's GPUs' free thousandths."""
+    assert c.nodes is not None
+    return [[c.free_milli[i] for i in gpus] for gpus in c.nodes.gpus_of]
+
+
+def on_node(c: GpuPool, k: int, gpus: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """(node, GPU indices) with the node's own GPU numbers, as a task placed there sees them."""
+    assert c.nodes is not None
+    first = c.nodes.gpus_of[k][0]
+    return k, tuple(i - first for i in gpus)
+
+
+def place(c: GpuPool, d: Demand) -> tuple[int, tuple[int, ...]] | None:
+    got = c.place(d)
+    return None if got is None else on_node(c, *got)
+
+
+def take_all(c: GpuPool, k: int, milli: int) -> None:
+    assert c.nodes is not None
+    c.take(c.nodes.gpus_of[k], milli, None)
 
 
 def test_fgd_keeps_a_whole_node_free_for_the_whole_gpu_tasks_to_come() -> None:
@@ -33,43 +62,42 @@ def test_fgd_keeps_a_whole_node_free_for_the_whole_gpu_tasks_to_come() -> None:
     nodes = [node("a", 1), node("b", 2)]
     workload = (Shape(500, 0.5), Shape(2000, 0.5))
     c = Cluster(nodes, Policy(packing="fgd"), workload)
-    c.place(Demand(500))  # the first goes on a (a is empty: 1.0 free; b would lose 2.0)
+    place(c, Demand(500))  # the first goes on a (a is empty: 1.0 free; b would lose 2.0)
     assert frees(c) == [[500], [1000, 1000]]
-    assert c.place(Demand(500)) == (0, (0,))
+    assert place(c, Demand(500)) == (0, (0,))
     assert frees(c) == [[0], [1000, 1000]]
-    assert c.place(Demand(2000)) == (1, (0, 1))
+    assert place(c, Demand(2000)) == (1, (0, 1))
 
 
 def test_best_fit_takes_the_fullest_node_and_first_fit_the_first() -> None:
     nodes = [node("a", 2), node("b", 2)]
     c = Cluster(nodes, Policy(packing="best-fit"))
-    c.place(Demand(1000))
-    assert c.place(Demand(300)) == (0, (1,))  # a has less left than b
+    place(c, Demand(1000))
+    assert place(c, Demand(300)) == (0, (1,))  # a has less left than b
     f = Cluster(nodes, Policy(packing="first-fit"))
-    f.pools[0].take([0, 1], 900, None)
-    f._refile(0)
-    assert f.place(Demand(300)) == (1, (0,))  # a cannot hold it: the next one
+    take_all(f, 0, 900)
+    assert place(f, Demand(300)) == (1, (0,))  # a cannot hold it: the next one
 
 
 def test_cpus_memory_and_gpu_types_are_honoured() -> None:
     nodes = [node("small", 2, cpu=4000, memory=8000, model="T4"), node("big", 2, model="V100")]
     c = Cluster(nodes, Policy(packing="best-fit"))
-    assert c.place(Demand(500, cpu=8000))[0] == 1  # type: ignore[index]
-    assert c.place(Demand(500, memory=9000))[0] == 1  # type: ignore[index]
-    assert c.place(Demand(1000, models=frozenset({"T4"})))[0] == 0  # type: ignore[index]
-    assert c.place(Demand(3000)) is None  # no node has 3 GPUs
+    assert place(c, Demand(500, cpu=8000))[0] == 1  # type: ignore[index]
+    assert place(c, Demand(500, memory=9000))[0] == 1  # type: ignore[index]
+    assert place(c, Demand(1000, models=frozenset({"T4"})))[0] == 0  # type: ignore[index]
+    assert place(c, Demand(3000)) is None  # no node has 3 GPUs
 
 
 def test_a_multi_gpu_task_takes_all_its_gpus_on_one_node() -> None:
     c = Cluster([node("a", 2, model="X"), node("b", 2, model="Y")], Policy(packing="fgd"))
-    assert c.place(Demand(1000, models=frozenset({"X"})))[0] == 0  # type: ignore[index]
-    assert c.place(Demand(1000, models=frozenset({"Y"})))[0] == 1  # type: ignore[index]
-    assert c.place(Demand(2000)) is None  # two GPUs free, on two nodes
-    assert c.allocated_milli == 2000
+    assert place(c, Demand(1000, models=frozenset({"X"})))[0] == 0  # type: ignore[index]
+    assert place(c, Demand(1000, models=frozenset({"Y"})))[0] == 1  # type: ignore[index]
+    assert place(c, Demand(2000)) is None  # two GPUs free, on two nodes
+    assert sum(MILLI - f for fs in frees(c) for f in fs) == 2000
     c = Cluster([node("a", 2), node("b", 2)], Policy(packing="fgd"))
-    c.place(Demand(1000))
-    assert c.place(Demand(1000)) == (0, (1,))  # FGD fills a: b keeps its 2 GPUs together
-    assert c.place(Demand(2000)) == (1, (0, 1))
+    place(c, Demand(1000))
+    assert place(c, Demand(1000)) == (0, (1,))  # FGD fills a: b keeps its 2 GPUs together
+    assert place(c, Demand(2000)) == (1, (0, 1))
 
 
 tasks = st.lists(st.tuples(st.sampled_from([0, 110, 320, 470, 810, 1000, 2000, 4000, 8000]),
@@ -84,14 +112,15 @@ def test_no_policy_over_commits_a_node(packing: str, seed: int,
     c = Cluster(nodes, Policy(packing=packing, packing_seed=seed), rng=random.Random(seed))
     placed = 0
     for milli, cpu in ts:
-        got = c.place(Demand(milli, cpu=cpu))
+        got = place(c, Demand(milli, cpu=cpu))
         if got is not None:
             placed += milli
             assert len(got[1]) == (milli // MILLI if milli >= MILLI else 1 if milli else 0)
     assert all(0 <= f <= MILLI for fs in frees(c) for f in fs)
-    assert all(free >= 0 for free in c.cpu_free)
+    assert c.nodes is not None
+    assert all(free is not None and free >= 0 for free in c.nodes.cpu_free)
     used = sum(MILLI - f for fs in frees(c) for f in fs)
-    assert used == placed == c.allocated_milli
+    assert used == placed
 
 
 def test_the_openb_experiment_runs_on_an_excerpt() -> None:
@@ -113,7 +142,7 @@ def test_best_fit_is_the_papers_cpu_and_gpu_left_over_the_largest_node() -> None
     # (GPU 1/2 + CPU 1 + memory 1 on both) tie, and a wins.
     nodes = [node("a", 2, cpu=64_000), node("b", 2, cpu=16_000)]
     assert Cluster(nodes, Policy(packing="best-fit")).place(Demand(1000))[0] == 1  # type: ignore[index]
-    exact = Cluster(nodes, Policy(packing="best-fit"), integer_scores=False)
+    exact = Cluster(nodes, Policy(packing="best-fit"), whole_points=False)
     assert exact.place(Demand(1000))[0] == 0  # type: ignore[index]
 
 
@@ -130,13 +159,12 @@ def test_nodes_scoring_alike_go_by_the_tie_order_not_the_node_list() -> None:
     for packing in ("fgd", "best-fit"):
         c = Cluster(nodes, Policy(packing=packing), workload, order=[2, 1, 0])
         for i in range(3):
-            c.pools[i].take([0], MILLI, None)
-            c._refile(i)
-        assert len(c._members) == 3
-        assert c.place(Demand(0, cpu=8000)) == (2, ()), packing
+            take_all(c, i, MILLI)
+        assert c.nodes is not None and len(c.nodes._members) == 3
+        assert place(c, Demand(0, cpu=8000)) == (2, ()), packing
     # the list's order when none is given (the first node wins)
     c = Cluster([node("a", 1), node("b", 1)], Policy(packing="fgd"), workload)
-    assert c.place(Demand(0, cpu=8000)) == (0, ())
+    assert place(c, Demand(0, cpu=8000)) == (0, ())
     with pytest.raises(ValueError, match="order must rank the 2 nodes 0-1"):
         Cluster([node("a", 1), node("b", 1)], Policy(packing="fgd"), order=[1, 1])
     assert sorted(tie_order(5, random.Random(3))) == [0, 1, 2, 3, 4]
@@ -177,7 +205,7 @@ def test_the_figure_is_read_at_100_percent_arrival_and_failed_tasks_are_skipped(
     c = Cluster([node("a", 2), node("b", 2)], Policy(packing="first-fit"))
     tasks = [Demand(3000), Demand(500), Demand(500), Demand(1000), Demand(1000)]
     assert allocation_at(c, tasks) == 0.25
-    assert c.allocated_milli == 1000  # nothing placed past 101 %
+    assert sum(MILLI - f for fs in frees(c) for f in fs) == 1000  # nothing placed past 101 %
     # a big task jumping from 25 % to 125 %: the allocation just before it
     c = Cluster([node("a", 1), node("b", 1)], Policy(packing="first-fit"))
     assert allocation_at(c, [Demand(500), Demand(2000), Demand(1000)]) == 0.25
@@ -202,3 +230,39 @@ def test_typical_pods_are_the_commonest_shapes_covering_95_percent_one_at_a_time
     assert [(s.gpus_milli, s.cpu) for s in one] == [(500, 1000), (1000, 2000)]
     assert abs(sum(s.weight for s in one) - 1) < 1e-9 and one[0].weight == 90 / 96
     assert len(typical_workload(trace, step=10)) == 3  # ten at a time: all of them
+
+
+def test_the_pass_places_on_nodes_by_the_node_layer() -> None:
+    # core's own pass over a pool with node resources: the FGD case of the first test, as
+    # the simulator would run it (schedule -> GpuPool.find -> the node layer)
+    workload = (Shape(500, 0.5), Shape(2000, 0.5))
+    pool = Cluster([node("a", 1), node("b", 2)], Policy(packing="fgd"), workload)
+    jobs = [PendingJob(id=1, priority=0, seq=1, gpus_milli=500),
+            PendingJob(id=2, priority=0, seq=2, gpus_milli=500),
+            PendingJob(id=3, priority=0, seq=3, gpus_milli=2000)]
+    plan = schedule(Snapshot((), jobs, pool=pool), Policy(packing="fgd"), 0.0)
+    assert {s.job_id: s.gpu_indices for s in plan.starts} == {1: (0,), 2: (0,), 3: (1, 2)}
+    assert frees(pool) == [[1000], [1000, 1000]]  # the pass worked on its own copy
+
+
+def test_a_copy_keeps_its_own_nodes_and_a_gpu_out_of_use_offers_nothing() -> None:
+    pool = Cluster([node("a", 2, cpu=8000), node("b", 2, cpu=8000)], Policy(packing="best-fit"))
+    copy = pool.copy(Policy(packing="best-fit"))
+    assert place(copy, Demand(1000, cpu=6000)) == (0, (0,))
+    assert copy.nodes is not None and pool.nodes is not None
+    assert (copy.nodes.cpu_free, pool.nodes.cpu_free) == ([2000, 8000], [8000, 8000])
+    assert place(pool, Demand(1000, cpu=6000)) == (0, (0,))  # the original: untouched
+    # best-fit takes the fullest node that holds it: a, unless a's other GPU is out of use
+    assert place(copy, Demand(500)) == (0, (1,))
+    pool.set_unusable(1, "unhealthy")
+    assert place(pool, Demand(500)) == (1, (0,))
+    assert place(pool, Demand(0, cpu=4000)) == (1, ())  # a has 2 cores left
+
+
+def test_a_pool_without_node_resources_places_no_task_and_a_gpu_needs_its_node() -> None:
+    views = [GpuView(index=0, memory_total=0, node=0), GpuView(index=1, memory_total=0, node=1)]
+    with pytest.raises(ValueError, match="place: the pool was built without node resources"):
+        GpuPool(views, Policy()).place(Demand(500))
+    with pytest.raises(ValueError, match="GPU 1 is on node 1, but resources are given for "
+                                         "nodes 0-0 only"):
+        GpuPool(views, Policy(), nodes=[NodeResources("G")])
