@@ -55,3 +55,35 @@ def test_a_record_still_being_written_waits(tmp_path: Path) -> None:
         f.write(Path(path).read_bytes()[os.path.getsize(path) - 5:])
     rest, _ = tfevents.read_scalars(str(cut), offset)
     assert [(t, s, v) for t, s, v in rest] == [("loss", 2, 2.0)]
+
+
+def test_a_step_the_log_and_tensorboard_both_report_is_one_sample(tmp_path: Path) -> None:
+    # nanoGPT-like: each step printed and written to TensorBoard under the same name
+    from rota.ml.parse import LineParser
+    from rota.server.tracking.outputs import OutputReader, Progress, events_path
+
+    r = OutputReader(job_id=7, log_path=tmp_path / "7.log",
+                     events_path=events_path(tmp_path / "7-1.json"), parser=LineParser([]),
+                     progress=Progress.from_json(None, 1), tensorboard_dir=str(tmp_path / "tb"))
+    w = SummaryWriter(str(tmp_path / "tb"))
+    with open(r.log_path, "w") as f:
+        for step in range(3):
+            f.write(f"step {step}/10: loss={1 / (step + 1):.4f}\n")
+            w.add_scalar("loss", 1 / (step + 1), step)
+        f.write("step 2/10: loss=0.3333\n")  # the log saying it twice: its own business
+    w.add_scalar("loss", 0.25, 3)  # only in TensorBoard: kept
+    w.add_scalar("grad_norm", 0.5, 1)  # a name only TensorBoard gives: kept
+    w.flush()
+    r.read(1000.0)
+    got = sorted((x["name"], x["step"]) for x in r.drain())
+    assert got == [("grad_norm", 1), ("loss", 0), ("loss", 1), ("loss", 2), ("loss", 2),
+                   ("loss", 3)]
+    w.add_scalar("loss", 0.2, 4)
+    w.flush()
+    r.read(1001.0)  # TensorBoard's step 4 first this time
+    assert [(x["name"], x["step"]) for x in r.drain()] == [("loss", 4)]
+    with open(r.log_path, "a") as f:
+        f.write("step 4/10: loss=0.2000\nstep 5/10: loss=0.1667\n")
+    r.read(1002.0)  # the log's step 4 is dropped
+    assert [(x["name"], x["step"]) for x in r.drain()] == [("loss", 5)]
+    w.close()

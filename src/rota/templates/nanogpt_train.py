@@ -6,7 +6,8 @@ A small decoder-only transformer (after Karpathy's nanoGPT) on the Shakespeare t
 ships with Rota (``rota/templates/data/shakespeare.txt``, public domain; ``--data FILE``
 for another text), so nothing is downloaded. It prints ``step N/TOTAL: loss=... lr=...``
 lines and ``val_loss`` every ``--eval-every`` steps (which Rota reads as metrics), writes
-TensorBoard scalars to ``OUT/tb`` when TensorBoard is installed, and saves a checkpoint
+the same scalars under the same names to ``OUT/tb`` when TensorBoard is installed (Rota
+counts a step both report once), and saves a checkpoint
 (model, optimizer, step, random state) to ``OUT/ckpt/step_NNNNNN.pt`` every
 ``--ckpt-every`` steps and when Rota asks it to stop (``rota.job.should_stop``), telling
 Rota with ``rota.job.checkpoint_saved``. ``--resume PATH`` (Rota passes the newest
@@ -180,12 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         value = loss.item()
         print(f"step {step}/{args.steps}: loss={value:.4f} lr={lr_at(step):.3e}", flush=True)
         if writer is not None:
-            writer.add_scalar("train/loss", value, step)
+            writer.add_scalar("loss", value, step)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             val_loss = evaluate(model, batch, val)
             print(f"step {step}/{args.steps}: val_loss={val_loss:.4f}", flush=True)
             if writer is not None:
-                writer.add_scalar("val/loss", val_loss, step)
+                writer.add_scalar("val_loss", val_loss, step)
         if (step + 1) % args.ckpt_every == 0 or step + 1 == args.steps:
             save(step)
         if job.should_stop():

@@ -38,6 +38,9 @@ MAX_READ = 1 << 20
 #: Samples kept per metric per tick: a loss printed at every step is thinned evenly
 #: (the last one always kept), so a fast loop cannot flood the database.
 MAX_PER_TICK = 100
+#: (metric, step) pairs remembered per attempt to count a step reported by the log and by
+#: TensorBoard once
+SEEN_STEPS = 20_000
 #: A line longer than this is cut (the parser looks at the start only).
 MAX_LINE = 10_000
 #: Bytes of an unfinished line kept between reads: past it the line's start is kept for
@@ -158,6 +161,9 @@ class OutputReader:
     tensorboard_dir: str | None = None  # scalars in its event files are metrics too
     # the job's account's rights, with which its TensorBoard folder (a path it names) is read
     files: OwnerFiles = field(default_factory=lambda: OwnerFiles(None))
+    # (name, step) -> where it came from ("tb" or "out": the log and events), so a step that
+    # the log and TensorBoard both report is one sample, not two (bounded: SEEN_STEPS)
+    seen: dict[tuple[str, int], str] = field(default_factory=dict)
     json_only: bool = False  # metrics only from lines that are a JSON object (log_metrics)
     # an ended attempt's log size at its end: what follows is a later attempt's, not its
     until: int | None = None
@@ -177,8 +183,22 @@ class OutputReader:
         found = self.files.run(_tensorboard_scalars, self.tensorboard_dir or "", offsets)
         for scalars in found:
             for tag, step, value in scalars:
-                self.samples.append((now, step, tag[:100], value))
-                self.changed = True
+                if self._first_from(tag[:100], step, "tb"):
+                    self.samples.append((now, step, tag[:100], value))
+                    self.changed = True
+
+    def _first_from(self, name: str, step: int | None, source: str) -> bool:
+        """Whether a sample is new here: not already given for that step by the other
+        source (a script that prints a metric and writes it to TensorBoard too)."""
+        if step is None:
+            return True
+        key = (name, step)
+        if self.seen.setdefault(key, source) != source:
+            return False
+        if len(self.seen) > SEEN_STEPS:  # forget the oldest half: sources agree in time
+            for old in list(self.seen)[:SEEN_STEPS // 2]:
+                del self.seen[old]
+        return True
 
     def ended(self) -> None:
         """The attempt ended: what its log holds now is all of its output (a retry's
@@ -302,7 +322,8 @@ class OutputReader:
         self.changed = True
         step = reading.step if reading.step is not None else self.progress.step
         for name, value in reading.metrics.items():
-            self.samples.append((now, step, name[:100], value))
+            if self._first_from(name[:100], step, "out"):
+                self.samples.append((now, step, name[:100], value))
 
     # --- rota.job's events -------------------------------------------------------------
     def _read_events(self, now: float, deadline: float | None) -> None:
