@@ -65,9 +65,41 @@ def test_jobs_of_a_user_and_project_share_a_workspace(tmp_path: Path) -> None:
         assert ended(d, other)["state"] == "failed"
         ws = tmp_path / "home" / "workspaces"
         assert (ws / me / "default" / "data.bin").stat().st_size == 1234
-        assert (ws / me / "vision").is_dir()
+        assert not (ws / me / "vision").exists()  # nothing written there: not left behind
         assert str(ws / me / "default") in d.cli("logs", str(first)).stdout
         assert (ws / me / "default").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_workspace_no_job_wrote_into_goes_with_its_last_job(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    me = getpass.getuser()
+    folder = tmp_path / "home" / "workspaces" / me / "default"
+    go = work / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
+    with running_daemon(tmp_path / "home") as d:
+        plain = run(d, work, "print('no workspace used')")
+        assert ended(d, plain)["state"] == "completed"
+        assert not folder.exists() and not folder.parent.exists()
+        # two jobs share it: the first ending while the other runs leaves it in place
+        waiting = run(d, work, wait)
+
+        def state(job: int) -> str:
+            with d.client() as c:
+                return str(c.request("GET", f"/v1/jobs/{job}")["state"])
+
+        wait_until(lambda: state(waiting) == "running", timeout=patience(30),
+                   what="the waiting job to run")
+        quick = run(d, work, "print('done')")
+        assert ended(d, quick)["state"] == "completed"
+        assert folder.is_dir()
+        go.touch()
+        assert ended(d, waiting)["state"] == "completed"
+        assert not folder.exists()
+        # what a job leaves there stays, with its folder
+        writer = run(d, work, WRITE, "--env", "SIZE=10")
+        assert ended(d, writer)["state"] == "completed"
+        assert (folder / "data.bin").stat().st_size == 10
 
 
 def test_a_workspace_over_its_quota_holds_its_jobs_until_an_admin_raises_it(

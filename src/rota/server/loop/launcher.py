@@ -289,7 +289,7 @@ class Launcher:
             kind = self.settings.workspace_kind(spec.pool)
             if kind in ("here", "shared"):  # the same path, here or on the nodes
                 env[WORKSPACE_ENV] = str(self.workspaces.ensure(run.user, spec.project,
-                                                                 run_as))
+                                                                 run_as, run.job_id))
                 workspace = env[WORKSPACE_ENV] if kind == "here" else None
             if kind in ("shared", "claim"):
                 engine_workspace = workspace_name(run.user, spec.project)

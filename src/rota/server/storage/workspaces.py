@@ -1,9 +1,11 @@
 """Workspaces: a folder per user and project that each of their jobs sees, with a quota.
 
 Every job on this machine gets ``ROTA_WORKSPACE``: ``ROOT/USER/PROJECT`` (``default`` for
-a job without a project), made at its first launch and owned by the job's account (mode
-0700). A container job sees it mounted at ``/workspace``. It outlives the jobs: what one
-job leaves there, the next one of the same user and project finds.
+a job without a project), made at its launch when missing and owned by the job's account
+(mode 0700). A container job sees it mounted at ``/workspace``. It outlives the jobs: what
+one job leaves there, the next one of the same user and project finds. One that no job
+wrote into is removed when the last of its jobs ends, so a job that never uses its
+workspace leaves no empty folder behind.
 
 With ``[storage] workspace_url`` (an S3 prefix) the bucket is each workspace's home and
 this folder a synced copy: brought before a job starts, sent back when the last one ends
@@ -18,6 +20,7 @@ with that reason until it is back under; running jobs go on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -89,6 +92,7 @@ class Workspaces:
         self.every = settings.storage.workspace_scan
         self.cleanup_days = settings.storage.cleanup_days
         self.ready: set[str] = set()  # made (and handed over) in this daemon's life
+        self.jobs_in: dict[str, set[int]] = {}  # name -> the running jobs it was given to
         self.sizes: dict[str, int] = {}  # name -> bytes, as last measured
         self.scanned_at: float | None = None
         self.quotas: dict[str, int] = {}  # their own, set by an admin
@@ -102,6 +106,8 @@ class Workspaces:
 
     def start(self, running: Iterable[Running] = ()) -> None:
         """After recovery (``running``: the jobs it took up again)."""
+        running = list(running)
+        self._given(running)
         self.quotas = self.store.workspace_quotas()
         self.scan()
         if self.sync is not None:
@@ -128,11 +134,43 @@ class Workspaces:
     def ended(self, job_id: int) -> None:
         if self.sync is not None:
             self.sync.ended(job_id)
+        for name, jobs in list(self.jobs_in.items()):
+            if job_id in jobs:
+                jobs.discard(job_id)
+                if not jobs:
+                    del self.jobs_in[name]
+                    if self.sync is None:  # a bucket's copy is the sync's to keep
+                        self._remove_if_empty(name)
+
+    def _remove_if_empty(self, name: str) -> None:
+        """The workspace's last job ended: an empty one goes (made again at the next
+        launch), with its user's folder when that is empty too. rmdir never follows a link
+        nor removes a folder with anything in it; the folders above are the daemon's."""
+        path = self.root / name
+        try:
+            os.rmdir(path)
+        except OSError:  # something in it (it is used), or already gone
+            return
+        self.ready.discard(name)
+        self.sizes.pop(name, None)
+        with contextlib.suppress(OSError):
+            os.rmdir(path.parent)
 
     def resume(self, running: Iterable[Running]) -> None:
         """The jobs running here after the daemon took its work up again."""
+        running = list(running)
+        self._given(running)
         if self.sync is not None:
             self.sync.resume(running)
+
+    def _given(self, running: Iterable[Running]) -> None:
+        """Which running jobs were given which workspace, from the jobs themselves."""
+        self.jobs_in = {}
+        for run in running:
+            if run.spec.workspace and \
+                    self.settings.workspace_kind(run.spec.pool) in ("here", "shared"):
+                self.jobs_in.setdefault(workspace_name(run.user, run.spec.project),
+                                        set()).add(run.job_id)
 
     # --- at launch (on the loop: cheap once made) -------------------------------------------
     def job_sync_env(self, user: str, project: str | None) -> dict[str, str]:
@@ -142,10 +180,12 @@ class Workspaces:
                                "with")
         return self.sync.job_plan(user, project).env()
 
-    def ensure(self, user: str, project: str | None, run_as: RunAs | None) -> Path:
-        """The job's workspace, made on first use and given to its account."""
+    def ensure(self, user: str, project: str | None, run_as: RunAs | None,
+               job_id: int) -> Path:
+        """The job's workspace, made when missing and given to its account."""
         name = workspace_name(user, project)
         path = self.root / name
+        self.jobs_in.setdefault(name, set()).add(job_id)
         if name in self.ready:
             return path
         try:
