@@ -69,5 +69,14 @@ def test_metrics_and_checkpoints_take_a_job_by_name(rota, daemon, tmp_path,  # t
     assert by_name["series"]["loss"][0][1] == 0.5
     r = rota("checkpoints", "named-run", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["id"] == job["id"]
+    assert json.loads(r.stdout)["checkpoint_dir"] is None
+    assert "give the job --checkpoint-dir" in rota("checkpoints", "named-run").stdout
+    # a job that has one is not told to add it
+    given = json.loads(rota("submit", "--json", "--gpus", "0", "--checkpoint-dir", "ckpt",
+                            "--", sys.executable, "-c", "pass").stdout)["jobs"][0]
+    until(lambda: daemon.client.job(given["id"])["state"] == "completed", what="the run")
+    out = " ".join(rota("checkpoints", str(given["id"])).stdout.split())
+    assert "no checkpoints found in its --checkpoint-dir ckpt" in out, out
+    assert "give the job --checkpoint-dir" not in out
     r = rota("metrics", "no-such-run")
     assert r.exit_code != 0 and "no job is named 'no-such-run'" in r.output

@@ -305,6 +305,7 @@ class CheckpointsAnswer(TypedDict):
     id: int
     checkpoints: list[CheckpointAnswer]
     resume_from: str | None
+    checkpoint_dir: str | None  # the folder the job was given (--checkpoint-dir), as given
 
 
 class ArtifactFileAnswer(TypedDict):

@@ -22,6 +22,7 @@ from rota.cli.jobs import fmt_time
 from rota.cli.ml_text import ended_text, progress_text
 from rota.errors import InvalidSpec, RotaError
 from rota.ml.estimate import gib
+from rota.printable import printable
 from rota.units import format_duration, format_memory, parse_memory
 
 if TYPE_CHECKING:
@@ -117,6 +118,12 @@ def metrics(job: str = JOB_ARG,
 def checkpoints_table(data: CheckpointsAnswer) -> Table | str:
     rows = data["checkpoints"]
     if not rows:
+        where = data.get("checkpoint_dir")
+        if where:  # it has one: nothing saved there since its submit (or not readable)
+            return (f"job {data['id']}: no checkpoints found in its --checkpoint-dir "
+                    f"{printable(where)} "
+                    "(none saved there since it was submitted, or none its account can "
+                    "read; rota.job.checkpoint_saved reports one saved elsewhere)")
         return (f"job {data['id']}: no checkpoints found (give the job --checkpoint-dir, or "
                 "report them with rota.job.checkpoint_saved)")
     t = Table(title=f"job {data['id']}: checkpoints", title_justify="left", header_style="bold")

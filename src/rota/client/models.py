@@ -300,6 +300,7 @@ class Checkpoints(Model):
     id: int
     checkpoints: list[Checkpoint] = Field(default_factory=list)
     resume_from: str | None = None  # what a retry would resume from
+    checkpoint_dir: str | None = None  # the folder the job was given, as given
 
 
 class EvalRun(Model):

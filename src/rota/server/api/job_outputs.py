@@ -210,7 +210,8 @@ async def checkpoints_of(job_id: JobId, p: Caller,
     own(reads, p, job_id, "list the checkpoints of")
     found, best = await asyncio.to_thread(_checkpoints, reads, reads.job_files(job_id), job_id)
     return {"id": job_id, "checkpoints": [c.to_json() for c in found],
-            "resume_from": best.path if best else None}
+            "resume_from": best.path if best else None,
+            "checkpoint_dir": reads.store.get_job(job_id).spec.get("checkpoint_dir")}
 
 
 @router.get("/jobs/{job_id}/checkpoints/download", response_class=StreamingResponse,
