@@ -4,6 +4,7 @@ errors translated into BackendError, so callers never catch the SDK's own."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -46,7 +47,9 @@ def connect(base_url: str | None) -> Any:
         raise BackendError(missing)
     import docker
 
-    where = base_url or "the default Docker socket"
+    where = base_url or (f"DOCKER_HOST={os.environ['DOCKER_HOST']}"
+                         if os.environ.get("DOCKER_HOST") else "the default Docker socket "
+                         "(/var/run/docker.sock; is Docker installed and running?)")
     with errors(f"cannot reach Docker at {where}"):
         client = docker.DockerClient(base_url=base_url, version="auto",
                                      max_pool_size=_POOL_SIZE) if base_url \
@@ -86,4 +89,29 @@ def _is_sdk_error(e: Exception) -> bool:
 
 
 def _why(e: Exception) -> str:
-    return str(getattr(e, "explanation", None) or e)
+    """What went wrong, in words: Docker's own explanation, else the system error under a
+    transport error (requests and urllib3 nest it in their messages' tuples)."""
+    explanation = getattr(e, "explanation", None)
+    if explanation:
+        return str(explanation)
+    os_error = _os_error(e)
+    if os_error is not None:
+        return os_error.strerror or str(os_error)
+    return str(e)
+
+
+def _os_error(e: BaseException, depth: int = 0) -> OSError | None:
+    """The OSError with an errno under ``e``: in its cause or context, or among its args."""
+    if depth > 8:
+        return None
+    if isinstance(e, OSError) and e.errno is not None:
+        return e
+    inner = [e.__cause__, e.__context__, getattr(e, "reason", None),
+             *(a for a in e.args if isinstance(a, BaseException | tuple))]
+    for x in inner:
+        for y in (x if isinstance(x, tuple) else (x,)):
+            if isinstance(y, BaseException):
+                found = _os_error(y, depth + 1)
+                if found is not None:
+                    return found
+    return None
