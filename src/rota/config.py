@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -341,6 +342,18 @@ class Settings(BaseSettings):
     def listen_address(self) -> tuple[str, int]:
         assert self.listen is not None
         return _split_address(self.listen)
+
+    def reach_url(self) -> str | None:
+        """Where people reach the TCP API and the dashboard: ``public_url``, else the
+        --listen address (a wildcard one named by this machine's name); None without one."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        if not self.listen:
+            return None
+        host, port = self.listen_address
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     # --- derived paths -----------------------------------------------------------------
     @property

@@ -67,6 +67,10 @@ def server(ctx: typer.Context,
                 argv += ["--api-workers", str(api_workers)]
             pid = start_detached(settings, argv)
             typer.echo(f"rota daemon started (pid {pid}); socket {settings.socket_path}")
+            url = settings.reach_url()
+            if url:  # the API over TCP, and the dashboard, which asks for a token
+                typer.echo(f"dashboard and API on {url}/ (a token: rota token create "
+                           "--user NAME)")
             if not simulate:
                 from rota.cli.machine import say_if_simulated
 

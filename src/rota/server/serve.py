@@ -180,6 +180,9 @@ async def _announce_ready(server, settings: Settings) -> None:  # type: ignore[n
     os.chmod(settings.socket_path, 0o666 if serves_everyone() else 0o600)
     settings.pid_path.write_text(str(os.getpid()))
     log.info("listening on %s", settings.socket_path)
+    url = settings.reach_url()
+    if url:
+        log.info("dashboard and API on %s/", url)
 
 
 async def _watch_jobs_file(intake, every: float) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,6 @@ Two kinds:
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,14 +49,7 @@ class ShareLinks:
 
     def base_url(self) -> str | None:
         """Where people reach this daemon's TCP API; None when it has none."""
-        if self.settings.public_url:
-            return self.settings.public_url.rstrip("/")
-        if not self.settings.listen:
-            return None
-        host, port = self.settings.listen_address
-        if host in ("0.0.0.0", "::", ""):
-            host = socket.getfqdn()
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self.settings.reach_url()
 
     def check(self, job_id: int) -> None:
         """The job has saved outputs to share."""
