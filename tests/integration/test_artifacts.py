@@ -138,6 +138,14 @@ def test_outputs_are_saved_to_the_local_root_and_come_back_byte_equal(tmp_path: 
         assert "# writer (job" in r.stdout and "| loss | 0.2 | 0.2 | 1 | 5 |" in r.stdout
         assert f"| out/a.txt | 19 | `{sha(b'hello from the job' + bytes([10]))[:16]}` |" \
             in r.stdout, r.stdout
+        r = d.cli("card", str(job), "--json")  # the same facts for a program
+        assert r.returncode == 0, r.stderr
+        facts = json.loads(r.stdout)
+        assert facts["id"] == job and facts["metrics"]["loss"]["last"] == 0.2
+        assert {"path": "out/a.txt", "size": 19,
+                "sha256": sha(b"hello from the job" + bytes([10]))} in facts["outputs"]
+        r = d.cli("card", str(job), "--json", "--html")
+        assert r.returncode != 0 and "choose one" in r.stdout + r.stderr
         page = tmp_path / "card.html"
         r = d.cli("card", str(job), "--html", "-o", str(page))
         assert r.returncode == 0, r.stderr

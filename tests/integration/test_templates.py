@@ -111,9 +111,14 @@ def test_rota_tensorboard_serves_a_jobs_logs(daemon: DaemonProcess, tmp_path: Pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "rota", "tensorboard", str(job_id),
-                             "--port", str(port)], env=daemon.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             "--port", str(port), "--json"], env=daemon.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        assert proc.stdout is not None
+        said = json.loads(proc.stdout.readline())  # first, where it will be
+        assert said["id"] == job_id and said["url"] == f"http://127.0.0.1:{port}/"
+        assert said["logdir"] == str(run / "tb") and "--logdir" in said["command"]
+
         def serving() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs",
@@ -133,3 +138,5 @@ def test_rota_tensorboard_serves_a_jobs_logs(daemon: DaemonProcess, tmp_path: Pa
     other = json.loads(plain.stdout)["jobs"][0]["id"]
     r = cli(daemon, "tensorboard", str(other))
     assert r.returncode != 0 and "no tensorboard_dir" in r.stderr
+    r = cli(daemon, "tensorboard", str(other), "--json")
+    assert r.returncode != 0 and "no tensorboard_dir" in json.loads(r.stdout)["message"]

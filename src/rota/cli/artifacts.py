@@ -5,6 +5,7 @@ its sha256), `rota share-link` (links that need no account) and `rota workspace`
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import tarfile
@@ -304,10 +305,17 @@ def card(
     job: str = typer.Argument(..., metavar="JOB", help="a job (id or name)"),
     html: bool = typer.Option(False, "--html", help="one HTML page with its loss curve"),
     output: Path = typer.Option(None, "--output", "-o", help="write it to this file"),
+    json_out: bool = typer.Option(False, "--json", help="its facts as JSON (each metric's "
+                                                        "last, min and max)"),
 ) -> None:
     """A job's model card and training report: command, settings, cost, metrics, outputs."""
-    with run_cli(json_out=False), client() as c:
-        text = c.card(resolve(c, job), "html" if html else "markdown")
+    with run_cli(json_out=json_out), client() as c:
+        if json_out and html:
+            raise InvalidSpec("--json and --html: choose one", field="html")
+        text = c.card(resolve(c, job), "json" if json_out else "html" if html else "markdown")
+        if json_out and output is None:
+            emit(json.loads(text), True, str)
+            return
         if output is None:  # a terminal's copy: its text as words (-o writes it exact)
             sys.stdout.write(prose(text))
             return

@@ -293,9 +293,12 @@ def templates(json_out: bool = typer.Option(False, "--json", help="print JSON"))
 
 def tensorboard(job: str = JOB_ARG,
                 port: int = typer.Option(6006, min=1, max=65535),
-                host: str = typer.Option("127.0.0.1", help="address to serve on")) -> None:
+                host: str = typer.Option("127.0.0.1", help="address to serve on"),
+                json_out: bool = typer.Option(False, "--json",
+                                              help="first a JSON line: {id, url, logdir, "
+                                                   "command}; then TensorBoard runs")) -> None:
     """Serve a job's TensorBoard logs (its tensorboard_dir) with TensorBoard, if installed."""
-    with run_cli(json_out=False), client() as c:
+    with run_cli(json_out=json_out), client() as c:
         job_id = resolve(c, job)
         spec = c.job(job_id)["spec"]
         where = spec["tensorboard_dir"]
@@ -312,7 +315,13 @@ def tensorboard(job: str = JOB_ARG,
             raise InvalidSpec("TensorBoard is not installed here: pip install tensorboard",
                               field="tensorboard")
         argv += ["--logdir", logdir, "--port", str(port), "--host", host]
-        console.print(f"TensorBoard for job {job_id} on http://{host}:{port}/ ({logdir})")
+        url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+        said = {"id": job_id, "url": url, "logdir": logdir, "command": argv}
+        if json_out:  # one line, before TensorBoard's own output follows
+            print(json.dumps(said))
+        else:
+            console.print(f"TensorBoard for job {job_id} on {url} ({logdir})")
+    sys.stdout.flush()
     os.execv(argv[0], argv)  # it takes over the terminal; Ctrl-C stops it
 
 

@@ -7,6 +7,7 @@ Every method runs on the daemon's loop thread (the API's handlers are coroutines
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -228,6 +229,8 @@ class DaemonPorts:
         found = cards.facts(d.store, job_id, d.clock(), outputs)
         account = cards.account_of(d.launcher.run_as, found.job["user"])  # (git as its owner)
         facts = await asyncio.to_thread(cards.with_git, found, account)
+        if fmt == "json":
+            return json.dumps(cards.as_json(facts)), "application/json"
         if fmt == "html":
             return cards.html_page(facts), "text/html; charset=utf-8"
         if fmt == "svg":

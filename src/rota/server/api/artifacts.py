@@ -73,12 +73,14 @@ async def artifact_archive(job_id: JobId, p: Caller, reads: ReadsPort,
 @router.get("/jobs/{job_id}/card", response_class=Response,
             responses={**errors(401, 403, 404, 422, 503),
                        200: {"content": {"text/markdown": {}, "text/html": {},
-                                         "image/svg+xml": {}},
+                                         "image/svg+xml": {}, "application/json": {}},
                              "description": "the card"}})
 async def card_of(job_id: JobId, p: Caller, reads: ReadsPort,
-                  format: Literal["markdown", "html", "svg"] = Query("markdown")) -> Response:
+                  format: Literal["markdown", "html", "svg", "json"] = Query("markdown"),
+                  ) -> Response:
     """The job's model card and training report, as it stands now: Markdown, one HTML
-    page, or its loss curve alone (SVG). Its owner's and admins' only."""
+    page, its loss curve alone (SVG), or its facts as JSON (each metric's last, least and
+    largest value). Its owner's and admins' only."""
     own(reads, p, job_id, "read the card of")
     text, media = await reads.card(job_id, format)
     return Response(text, media_type=media)

@@ -216,6 +216,22 @@ def _metric_rows(f: CardFacts) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
+def as_json(f: CardFacts) -> dict[str, Any]:
+    """The card's facts for a program (`rota card --json`): what the Markdown shows, each
+    metric as its last, least and largest value (secret variables' values never)."""
+    sp, secret = f.spec, set(f.spec.get("secret_env") or [])
+    metrics = {name: {"last": pts[-1][1], "min": min(v for _, v in pts),
+                      "max": max(v for _, v in pts), "samples": len(pts),
+                      "last_step": pts[-1][0]} for name, pts in sorted(f.metrics.items())}
+    return {**f.job, "command": sp.get("command") or [], "shell": bool(sp.get("shell")),
+            "cwd": sp.get("cwd"), "gpus": sp.get("gpus", 0), "gpu_type": sp.get("gpu_type"),
+            "env": {k: "***" if k in secret else v
+                    for k, v in sorted((sp.get("env") or {}).items())},
+            "image": sp.get("image"), "tags": sp.get("tags") or [], "attempts": f.attempts,
+            "gpu_hours": f.gpu_hours, "cost": f.cost, "checkpoint": f.checkpoint,
+            "metrics": metrics, "outputs": f.outputs, "datasets": f.datasets, "git": f.git}
+
+
 def _git_rows(git: dict[str, Any]) -> list[tuple[str, str]]:
     return [("Commit", f"`{git['commit']}`"), ("Branch", git.get("branch") or "-"),
             ("Uncommitted changes", "yes" if git.get("dirty") else "no"),
