@@ -45,8 +45,12 @@ def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_pa
         assert "does not fit tier small: time limit at most 1h00m, the job gives 2h00m" in (
             refused.stderr)
         wait_until(lambda: _ended(d, [small, big, named]), timeout=60, what="the jobs end")
-        tiers = json.loads(d.cli("tiers", "--json").stdout)["tiers"]
+        said = json.loads(d.cli("tiers", "--json").stdout)
+        tiers = said["tiers"]
         assert [(t["name"], t["price"]) for t in tiers] == [("small", 2.0), ("big", 5.0)]
+        assert said["default_prices"] is False  # set here: no label
+        text = d.cli("report", "--by", "tier", "--since", "0").stdout
+        assert " cost " in text and "cost*" not in text and "default prices" not in text
 
         store = Store.open(f"sqlite:///{home / 'rota.db'}")
         records = {r.job_id: r for r in store.usage(0.0, 1e12)}
@@ -111,3 +115,25 @@ def test_attempts_are_charged_at_their_tiers_price_and_the_report_adds_up(tmp_pa
     finally:
         d.stop()
         kill_job_processes(home)
+
+
+def test_costs_at_the_shipped_prices_say_so(tmp_path: Path) -> None:
+    """With no [tiers] in rota.toml, jobs are charged at Rota's shipped prices: every cost
+    shown says nobody here set them."""
+    d = DaemonProcess(tmp_path / "home").start()
+    try:
+        job = d.submit("--gpus", "1", "--time-limit", "1h", "--", "sleep", "0.2")
+        wait_until(lambda: _ended(d, [job]), timeout=60, what="the job ends")
+        report = json.loads(d.cli("report", "--since", "0", "--json").stdout)
+        assert report["default_prices"] is True and report["totals"][0]["cost"] > 0
+        text = " ".join(d.cli("report", "--since", "0").stdout.split())
+        assert "cost*" in text and "* at Rota's default prices" in text, text
+        assert "rota.toml [tiers] sets yours" in text
+        tiers = d.cli("tiers")
+        assert "these are Rota's default tiers and prices" in " ".join(tiers.stdout.split())
+        assert json.loads(d.cli("tiers", "--json").stdout)["default_prices"] is True
+        card = d.cli("card", str(job)).stdout
+        assert "Cost (default prices)" in card, card
+        assert json.loads(d.cli("card", str(job), "--json").stdout)["default_prices"] is True
+    finally:
+        d.stop()

@@ -53,6 +53,8 @@ def test_the_markdown_card_tells_command_cost_metrics_and_outputs() -> None:
     assert "| out/model.bin | 1024 | `abababababababab` |" in text
     assert "TOKEN=***" in text and "s3cr3t" not in text  # a secret's value never shown
     assert "| Cost | - |" in markdown(facts(cost=None))
+    # at Rota's shipped prices (rota.toml declares no tiers) the cost says so
+    assert "| Cost (default prices) | 3.50 |" in markdown(facts(default_prices=True))
     assert "No metrics were read" in markdown(facts(metrics={}))
 
 

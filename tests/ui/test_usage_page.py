@@ -55,6 +55,9 @@ def test_the_usage_page_draws_gpu_hours_stacked_by_user_with_the_table(
     row = page.locator("table.usage tr.total", has_text="bob")
     expect(row).to_contain_text(f"{totals['bob']['gpu_hours']:.2f}")
     expect(page.locator("table.usage thead")).to_contain_text("Idle GPU-h")
+    # no [tiers] in its rota.toml: the costs are at Rota's shipped prices, and say so
+    expect(page.locator("table.usage thead")).to_contain_text("Cost*")
+    expect(page.get_by_text("at Rota's default prices")).to_be_visible()
 
 
 def test_the_usage_page_lists_the_workspaces_with_their_size_and_quota(

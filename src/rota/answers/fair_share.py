@@ -61,6 +61,7 @@ class TiersAnswer(TypedDict):
     """GET /v1/tiers: every tier, cheapest first."""
 
     tiers: list[TierAnswer]
+    default_prices: bool  # Rota's shipped tiers and prices: rota.toml declares none
 
 
 class ReportRowAnswer(TypedDict):
@@ -90,3 +91,4 @@ class ReportAnswer(TypedDict):
     user: str | None  # the caller's own usage only; None: everyone's (an admin)
     rows: list[ReportRowAnswer]
     totals: list[ReportTotalAnswer]
+    default_prices: bool  # costs at Rota's shipped prices: nobody here set any

@@ -34,6 +34,10 @@ def _limit(value: float | int | None, unit: str = "") -> str:
     return f"{value:g}"
 
 
+#: under a cost figure at Rota's shipped prices (rota.toml declares no tiers)
+DEFAULT_PRICES = ("* at Rota's default prices (AWS on-demand for each tier's GPU); nobody here "
+                  "set a price: rota.toml [tiers] sets yours")
+
 def tiers_view(data: TiersAnswer) -> Group:
     from rich.box import SIMPLE_HEAD
     from rich.console import Group
@@ -50,6 +54,9 @@ def tiers_view(data: TiersAnswer) -> Group:
                    _limit(x["memory"], "mem"), _limit(x["time_limit"], "time"))
     note = ("a job gets the cheapest tier it fits (--tier names one); one that fits none "
             "runs untiered and costs nothing; '-': no limit")
+    if data.get("default_prices"):
+        note += ("\nthese are Rota's default tiers and prices (AWS on-demand for each "
+                 "tier's GPU); rota.toml [tiers] sets yours")
     return Group(t, Text(note))
 
 
@@ -90,7 +97,8 @@ def report_view(data: ReportAnswer) -> Group | Plain:
     if not data["rows"]:
         return Plain(f"no GPU use from {window} ({whose})")
     t = Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
-    figures = ("GPU-hours", "cost", "idle GPU-h")
+    cost = "cost*" if data.get("default_prices") else "cost"
+    figures = ("GPU-hours", cost, "idle GPU-h")
     for col in (data["period"], data["by"], *figures):
         t.add_column(col, no_wrap=True, justify="right" if col in figures else "left")
     for r in data["rows"]:
@@ -100,7 +108,10 @@ def report_view(data: ReportAnswer) -> Group | Plain:
     for x in data["totals"]:
         add_row(t, "total", x["group"], f"{x['gpu_hours']:.2f}", f"{x['cost']:.2f}",
                    f"{x['wasted_gpu_hours']:.2f}")
-    return Group(t, Text(f"{window}, {whose}; running jobs counted up to now"))
+    notes = f"{window}, {whose}; running jobs counted up to now"
+    if data.get("default_prices"):
+        notes += "\n" + DEFAULT_PRICES
+    return Group(t, Text(notes))
 
 
 def report(by: str = typer.Option("user", "--by", help="group by user, project, pool or tier"),

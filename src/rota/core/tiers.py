@@ -171,3 +171,9 @@ def charge(tiers: Mapping[str, Tier], job: Need) -> tuple[str | None, float | No
         return job.tier, tier.price if tier is not None else None
     chosen = choose(tiers, job)
     return (chosen[0], chosen[1].price) if chosen is not None else (None, None)
+
+
+def default_prices(tiers: Mapping[str, Tier]) -> bool:
+    """Whether these are Rota's shipped tiers (rota.toml declares none): a cost at their
+    prices says so, as nobody here set them."""
+    return tiers is CRUCIBLE

@@ -20,7 +20,7 @@ from rota.core.job_secrets import check_secret_name
 from rota.core.lifecycle import JobState
 from rota.core.quota import Quota
 from rota.core.spec import JobSpec
-from rota.core.tiers import Tier
+from rota.core.tiers import Tier, default_prices
 from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
@@ -226,7 +226,8 @@ class DaemonPorts:
             manifest = await self.artifact_manifest(job_id)
             outputs = [{"path": f.path, "size": f.size, "sha256": f.sha256}
                        for f in manifest.files]
-        found = cards.facts(d.store, job_id, d.clock(), outputs)
+        found = cards.facts(d.store, job_id, d.clock(), outputs,
+                            default_prices=default_prices(d.settings.tier_set))
         account = cards.account_of(d.launcher.run_as, found.job["user"])  # (git as its owner)
         facts = await asyncio.to_thread(cards.with_git, found, account)
         if fmt == "json":

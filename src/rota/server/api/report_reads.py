@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rota.core.report import By, Period, bucket_start, report, report_time
-from rota.core.tiers import Tier
+from rota.core.tiers import Tier, default_prices
 from rota.errors import InvalidSpec
 from rota.server.ports import StoreReads
 
@@ -21,11 +21,12 @@ def tiers_answer(tiers: Mapping[str, Tier]) -> dict[str, Any]:
     """Every tier, cheapest first (the order a job's tier is chosen in)."""
     rows = [{"name": name, **tier.model_dump()} for name, tier in tiers.items()]
     rows.sort(key=lambda t: (t["price"], t["time_limit"] or float("inf"), t["name"]))
-    return {"tiers": rows}
+    return {"tiers": rows, "default_prices": default_prices(tiers)}
 
 
 def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period,
-                  since: str | None, until: str | None, now: float) -> dict[str, Any]:
+                  since: str | None, until: str | None, now: float,
+                  prices_default: bool = False) -> dict[str, Any]:
     """GPU-hours and cost per group and bucket inside [since, until) (default: up to now,
     from the start of the bucket DEFAULT_SPAN back), of ``user``'s jobs (None: everyone's)."""
     end = report_time(until, "until") if until else now
@@ -49,7 +50,8 @@ def report_answer(store: StoreReads, *, user: str | None, by: By, period: Period
             "user": user,
             "rows": [row._asdict() for row in rows],
             "totals": [{"group": g, "gpu_hours": h, "cost": c, "wasted_gpu_hours": w}
-                       for g, (h, c, w) in sorted(totals.items())]}
+                       for g, (h, c, w) in sorted(totals.items())],
+            "default_prices": prices_default}
 
 
 def _iso(t: float) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from rota.answers import ReportAnswer, TiersAnswer
+from rota.core.tiers import default_prices
 from rota.server.api._shared import Caller, Json, ReadsPort
 from rota.server.api.problems import errors
 from rota.server.api.report_reads import report_answer, tiers_answer
@@ -46,4 +47,5 @@ async def usage_report(
     per group and period bucket; running attempts count up to now, and one spanning a
     bucket's boundary is split. A user sees their own jobs' usage; an admin everyone's."""
     return report_answer(reads.store, user=None if p.admin else p.user, by=by,
-                         period=period, since=since, until=until, now=reads.now())
+                         period=period, since=since, until=until, now=reads.now(),
+                         prices_default=default_prices(reads.tiers()))

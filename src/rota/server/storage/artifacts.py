@@ -36,6 +36,7 @@ from typing import IO, Any
 from rota.backends.base import RunAs, python_for
 from rota.config import Settings
 from rota.core.spec import JobSpec
+from rota.core.tiers import default_prices
 from rota.errors import NotFound, RotaError, StorageError
 from rota.server.storage import cards
 from rota.server.storage.cards import CardFacts
@@ -145,7 +146,9 @@ class Artifacts:
             return
         self.busy.add(job_id)
         try:  # what its card tells, read here (the store is the loop's)
-            card: CardFacts | None = cards.facts(self.store, job_id, self.clock())
+            card: CardFacts | None = cards.facts(
+                self.store, job_id, self.clock(),
+                default_prices=default_prices(self.settings.tier_set))
         except Exception:  # never lose the save over its card
             log.exception("job %s: reading what its card tells failed", job_id)
             card = None

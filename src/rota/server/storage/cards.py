@@ -49,12 +49,15 @@ class CardFacts:
     datasets: list[dict[str, Any]] = field(default_factory=list)
     # commit, branch, dirty, remote (no credentials), source (GIT_AT_SUBMIT or GIT_AT_CARD)
     git: dict[str, Any] | None = None
+    default_prices: bool = False  # its cost is at Rota's shipped prices (core.tiers)
 
 
 def facts(store: Store, job_id: int, now: float,
-          outputs: list[dict[str, Any]] | None = None) -> CardFacts:
+          outputs: list[dict[str, Any]] | None = None, *,
+          default_prices: bool = False) -> CardFacts:
     """What the store holds of the job; its git state only as recorded at submit (see
-    ``with_git``)."""
+    ``with_git``). ``default_prices``: the tiers are Rota's shipped ones (its cost says
+    so)."""
     row = store.get_job(job_id)
     usage = store.job_usage(job_id)
     priced = [u for u in usage if u.price is not None]
@@ -77,7 +80,7 @@ def facts(store: Store, job_id: int, now: float,
         cost=sum(cost(u, 0.0, now, now) for u in priced) if priced else None,
         metrics=series, checkpoint=checkpoint, outputs=outputs or [],
         datasets=dataset_versions(store, row.spec.get("datasets") or []),
-        git=recorded_git(row.tracking))
+        git=recorded_git(row.tracking), default_prices=default_prices)
 
 
 def dataset_versions(store: Store, refs: list[str]) -> list[dict[str, Any]]:
@@ -198,7 +201,8 @@ def _rows(f: CardFacts) -> list[tuple[str, str]]:
             ("GPUs", f"{sp.get('gpus', 0):g}" + (f" of {sp['gpu_type']}"
                                                  if sp.get("gpu_type") else "")),
             ("Attempts", str(f.attempts)), ("GPU-hours", f"{f.gpu_hours:.3f}"),
-            ("Cost", "-" if f.cost is None else f"{f.cost:.2f}"),
+            ("Cost (default prices)" if f.default_prices and f.cost is not None else "Cost",
+             "-" if f.cost is None else f"{f.cost:.2f}"),
             ("Environment", ", ".join(f"{k}=***" if k in secret else f"{k}={v}"
                                       for k, v in sorted(env.items())) or "-"),
             ("Image", sp.get("image") or "-"), ("Tags", ", ".join(sp.get("tags") or []) or "-"),
@@ -228,7 +232,8 @@ def as_json(f: CardFacts) -> dict[str, Any]:
             "env": {k: "***" if k in secret else v
                     for k, v in sorted((sp.get("env") or {}).items())},
             "image": sp.get("image"), "tags": sp.get("tags") or [], "attempts": f.attempts,
-            "gpu_hours": f.gpu_hours, "cost": f.cost, "checkpoint": f.checkpoint,
+            "gpu_hours": f.gpu_hours, "cost": f.cost, "default_prices": f.default_prices,
+            "checkpoint": f.checkpoint,
             "metrics": metrics, "outputs": f.outputs, "datasets": f.datasets, "git": f.git}
 
 

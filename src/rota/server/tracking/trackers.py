@@ -38,6 +38,7 @@ from rota.backends.base import SAFE_PATH, RunAs, python_for
 from rota.config import Settings
 from rota.core.snapshot import PendingJob
 from rota.core.spec import JobSpec, wants_mlflow
+from rota.core.tiers import default_prices
 from rota.errors import InvalidSpec, RotaError, TrackerError
 from rota.ml import checkpoints, mlflow_bridge, wandb_bridge, wandb_card
 from rota.server.access.secrets import Secrets
@@ -230,7 +231,8 @@ class Tracking:
         facts: cards.CardFacts | None = None
         try:
             if self.store is not None:
-                facts = cards.facts(self.store, job_id, now)
+                facts = cards.facts(self.store, job_id, now,
+                                    default_prices=default_prices(self.settings.tier_set))
         except Exception as e:  # never lose the run's finish over its card
             log.warning("job %s: reading what its card tells failed: %s", job_id, e)
         if facts is not None and facts.attempts == 0:

@@ -65,14 +65,16 @@ export function renderUsage(root, params) {
     const r = await api(`/v1/report${query({ by, period })}`);
     const groups = r.totals.map((t) => t.group);
     const table = h("table", { class: "usage" },
-      h("thead", null, h("tr", null, [period, by, "GPU-hours", "Cost", "Idle GPU-h"].map((x) => h("th", { scope: "col" }, x)))),
+      h("thead", null, h("tr", null, [period, by, "GPU-hours", r.default_prices ? "Cost*" : "Cost", "Idle GPU-h"].map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, r.rows.map((x) => h("tr", null, h("td", null, x.bucket), h("td", null, x.group),
         h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)),
         h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2)))),
       r.totals.map((x) => h("tr", { class: "total" }, h("td", null, "total"), h("td", null, x.group),
         h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)),
         h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2))))));
-    replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table)]
+    const note = r.default_prices ? h("p", { class: "muted" }, "* at Rota's default prices "
+      + "(AWS on-demand for each tier's GPU): nobody here set a price; rota.toml [tiers] sets yours") : null;
+    replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table), note]
       : h("p", { class: "muted" }, "No GPU use in this window."));
     await paintWorkspaces(spaces);
   }, EVERY_MS);
