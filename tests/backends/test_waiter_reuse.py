@@ -194,7 +194,9 @@ def test_a_runner_killed_in_a_burst_to_a_reused_waiter(env: Env, tmp_path: Path,
     go.touch()
     assert wait_exit(backend, first).exit_code == 2  # its waiter recorded it
     lines = runs.read_text().split()
-    assert lines == ["first"] + (["3", "4"] if point == "started" else []), lines
+    # each of the burst once (its two jobs run side by side: either may write first)
+    assert lines[0] == "first" and sorted(lines[1:]) == (
+        ["3", "4"] if point == "started" else []), lines
     [after] = backend.launch_many([env.req(["sh", "-c", "exit 5"])])
     assert isinstance(after, Launched), after
     env.handles.append(after.handle)

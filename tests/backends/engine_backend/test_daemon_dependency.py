@@ -69,6 +69,13 @@ def _sleeper(seconds: float) -> list[str]:
     return ["--", "sh", "-c", f"sleep {seconds}; {STAMP.format(word='END')}"]
 
 
+def _gated(gate: Path) -> list[str]:
+    """A parent that runs until ``gate`` exists (at most 5 minutes): the test decides when
+    it ends, however slow the machine (a fixed sleep ended before a loaded CI's checks)."""
+    wait = f"i=0; while [ ! -e {gate} ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done"
+    return ["--", "sh", "-c", f"{wait}; {STAMP.format(word='END')}"]
+
+
 def _chain(d: DaemonProcess, cwd: Path, parent: list[str], pool: str = "hpc",
            ) -> tuple[int, str, int]:
     """A parent on ``pool`` (its Slurm id once handed over), then a child on hpc after it
@@ -82,7 +89,8 @@ def _chain(d: DaemonProcess, cwd: Path, parent: list[str], pool: str = "hpc",
 
 def test_a_child_waits_in_slurm_for_its_running_parent_and_starts_right_after_it(
         daemon: DaemonProcess, tmp_path: Path) -> None:
-    parent, parent_id, child = _chain(daemon, tmp_path, _sleeper(4))
+    gate = tmp_path / "parent-may-end"
+    parent, parent_id, child = _chain(daemon, tmp_path, _gated(gate))
     child_id = _handed(daemon, child)
     assert job_view(daemon, parent)["state"] in ("starting", "running")  # still in flight
     wait_until(lambda: "Dependency" in daemon.cli("why", str(child)).stdout, 30, every=0.2,
@@ -93,6 +101,7 @@ def test_a_child_waits_in_slurm_for_its_running_parent_and_starts_right_after_it
     assert job_view(daemon, child)["state"] == "starting"
     rendered = daemon.cli("render", str(child), "--pool", "hpc").stdout  # its next attempt
     assert f"--dependency=afterok:{parent_id}" in rendered, rendered
+    gate.touch()
     done = wait_end(daemon, child)
     assert (done["state"], done["exit_code"]) == ("completed", 0), done
     assert wait_end(daemon, parent)["state"] == "completed"
