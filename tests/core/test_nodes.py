@@ -47,7 +47,7 @@ def test_a_two_gpu_job_waits_when_two_gpus_are_free_on_different_nodes() -> None
     reason = plan.reason(1)
     assert reason is not None and reason.code is ReasonCode.RESOURCES
     assert reason.message == ("waits for 2 whole GPUs; 2 free on the machine "
-                              "(at most 1 on one node)")
+                              "(at most 1 on one node); GPUs 0-1 are kept for it (1 free now)")
 
 
 def test_the_same_gpus_on_one_node_start_it() -> None:  # the daemon's machine, unchanged

@@ -635,3 +635,20 @@ def test_gpus_kept_for_a_reservation_are_worded_in_number() -> None:
 
     assert _gpus_kept({0}) == "GPU 0 is kept"
     assert _gpus_kept({0, 1, 2, 5}) == "GPUs 0-2,5 are kept"
+
+
+def test_waiting_reasons_say_what_is_true_of_a_half_free_kept_gpu() -> None:
+    # GPU 0 full, GPU 1 half used: job 1 (a whole GPU) waits and keeps GPU 1, whose free
+    # half the later quarter-GPU jobs may not take. Neither reason may say "fully
+    # allocated" of GPU 1 nor "0 free" without saying what is kept (issue 38).
+    gs = machine(a_gpu(0).allocated(1.0), a_gpu(1).allocated(0.5))
+    jobs = [a_job(1).gpus(1)] + [a_job(i).gpus(0.25) for i in range(2, 40)]
+    plan = plan_for(gs, jobs)
+    assert placed(plan) == {}
+    head = plan.reason_text(1)
+    assert head.startswith("waits for 1 whole GPU; 0 free on the machine") and \
+        "GPU 1 is kept for it (0.5 free now)" in head, head
+    for j in (2, 39):  # one near the head, one deep in the tail
+        text = plan.reason_text(j)
+        assert text.startswith("waits for GPUs: no GPU has room it may use (GPU 1 with 0.5 "
+                               "free is kept for job 1, which is ahead)"), text

@@ -50,7 +50,8 @@ def test_a_waiting_jobs_reason_comes_from_core() -> None:
     result = Simulation(TINY, parse_cluster("2x80G"), POLICIES["fifo"],
                         record_reasons=True).run()
     assert result.reasons[4] == "waits behind job 3, first in the queue"  # core's words
-    assert result.reasons[3] == "waits for 1 whole GPU; 0 free on the machine"
+    assert result.reasons[3] == ("waits for 1 whole GPU; 0 free on the machine; GPU 0 is "
+                                 "kept for it (0.5 free now)")
 
 
 def test_a_time_limit_ends_the_job_as_core_outcome_says() -> None:

@@ -194,11 +194,16 @@ class _Pass:
     def _cut(self, tail: list[PendingJob], waiting: int) -> None:
         """No GPU can hold even the smallest pending job: the rest waits for the same reason."""
         plan, snapshot, now = self.plan, self.snapshot, self.now
-        kept = f" ({_gpus_kept(set(self.pool.reserved_for))} for job " \
-            f"{plan.reservations[0].job_id})" if plan.reservations else ""
+        kept, full = "", "every GPU is fully allocated"
+        if plan.reservations:  # what is free on the kept GPUs is not the tail's to take
+            gpus = plan.reservations[0].gpu_indices
+            if any(self.pool.free_milli[i] for i in gpus):
+                full = "no GPU has room it may use"
+            kept = (f" ({_gpus(set(gpus))} with {_free_text(gpus, self.pool.free_milli)} "
+                    f"{'is' if len(gpus) == 1 else 'are'} kept for job "
+                    f"{plan.reservations[0].job_id}, which is ahead)")
         plan.tail, plan.tail_position, plan.by_id = tail, waiting, snapshot.by_id
-        plan.tail_reason = Reason(ReasonCode.RESOURCES,
-                                  f"waits for GPUs: every GPU is fully allocated{kept}"
+        plan.tail_reason = Reason(ReasonCode.RESOURCES, f"waits for GPUs: {full}{kept}"
                                   f"{_unusable_note(self.pool)}")
         # what the lazy reasons need, and not the whole pass (the plan may outlive it)
         views, all_gpus, mem_desc, smallest, node_of = (
@@ -236,7 +241,7 @@ class _Pass:
         if pool.cannot_fit_anywhere(job):
             reason = self.full[job.gpus_milli] = _machine_full(job, pool)
             self._reserve_for(job)
-            return reason
+            return self._kept_for(job, reason)
         if job.allowed is not None and job.allowed.isdisjoint(pool.reserved_for):
             reason = _restricted_quick_check(job, pool)
         if reason is None:
@@ -251,7 +256,7 @@ class _Pass:
             if reason.code is ReasonCode.RESOURCES:
                 self._reserve_for(job)
         self.failed_shapes[shape] = reason
-        return reason
+        return self._kept_for(job, reason)
 
     def _start(self, job: PendingJob, found: tuple[int, ...]) -> None:
         milli = min(job.gpus_milli, MILLI)
@@ -276,6 +281,17 @@ class _Pass:
         reason = self.never_by_shape[shape] = _never(job, self.pool.views, self.all_gpus,
                                                      self.mem_desc, self.smallest, self.node_of)
         return reason
+
+    def _kept_for(self, job: PendingJob, reason: Reason) -> Reason:
+        """The reason of the job GPUs were just kept for says which, and what is free on
+        them now (when it may start is the start estimate's to say); other jobs of its
+        shape keep the shape's reason."""
+        res = self.plan.reservations
+        if not res or res[0].job_id != job.id or reason.code is not ReasonCode.RESOURCES:
+            return reason
+        kept, free = res[0].gpu_indices, self.pool.free_milli
+        text = f"{_gpus_kept(set(kept))} for it ({_free_text(kept, free)} now)"
+        return Reason(reason.code, f"{reason.message}; {text}")
 
     def _reserve_for(self, job: PendingJob) -> None:
         """Only the first job blocked on resources keeps GPUs (EASY-backfill style)."""
@@ -446,8 +462,17 @@ def _explain(job: PendingJob, pool: GpuPool) -> Reason:
     return Reason(ReasonCode.RESOURCES, text)
 
 
+def _free_text(gpus: tuple[int, ...], free_milli: Mapping[int, int]) -> str:
+    """'0.5 free', '1.25 free' (in GPUs, summed), or 'nothing free'."""
+    total = sum(free_milli[i] for i in gpus)
+    return f"{total / MILLI:g} free" if total else "nothing free"
+
+
+def _gpus(gpus: set[int]) -> str:
+    """'GPU 0', 'GPUs 0-2'."""
+    return f"GPU{'s' if len(gpus) > 1 else ''} {format_gpu_set(gpus)}"
+
+
 def _gpus_kept(gpus: set[int]) -> str:
     """'GPU 0 is kept', 'GPUs 0-2 are kept'."""
-    if len(gpus) == 1:
-        return f"GPU {format_gpu_set(gpus)} is kept"
-    return f"GPUs {format_gpu_set(gpus)} are kept"
+    return f"{_gpus(gpus)} {'is' if len(gpus) == 1 else 'are'} kept"
