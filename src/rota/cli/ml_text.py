@@ -29,9 +29,12 @@ def ended_text(job: JobAnswer) -> str | None:
     return f"{words} {format_duration(max(0.0, end - start))}"
 
 
-def progress_text(p: ProgressAnswer | None, ended: str | None = None) -> str:
+def progress_text(p: ProgressAnswer | None, ended: str | None = None,
+                  per_step: bool | None = None) -> str:
     """``45% step 450/1000, 14.8 steps/s, ETA 37s`` from a job's progress; for a job that
-    has ended (``ended``: how, from ended_text) no rate or time left, but how it ended."""
+    has ended (``ended``: how, from ended_text) no rate or time left, but how it ended.
+    ``per_step``: the rate in s/step (True) or steps/s (False), as a listing of several
+    jobs chooses once (rate_unit); None: whichever reads best for this one."""
     if ended is not None:
         still: ProgressAnswer | None = {**p, "rate": None, "eta_s": None} if p else None
         return ", ".join(x for x in (progress_text(still), ended) if x)
@@ -47,7 +50,15 @@ def progress_text(p: ProgressAnswer | None, ended: str | None = None) -> str:
                      + (f"/{p['total_epochs']}" if p.get("total_epochs") else ""))
     rate = p.get("rate")
     if rate:
-        parts.append(f"{rate:.3g} steps/s" if rate >= 1 else f"{1 / rate:.3g} s/step")
+        slow = rate < 1 if per_step is None else per_step
+        parts.append(f"{1 / rate:.3g} s/step" if slow else f"{rate:.3g} steps/s")
     if (eta := p.get("eta_s")) is not None:
         parts.append(f"ETA {format_duration(eta)}")
     return ", ".join(parts)
+
+
+def rate_unit(progresses: list[ProgressAnswer | None]) -> bool | None:
+    """One unit for a listing's rates (progress_text's ``per_step``): s/step when any job
+    takes a second or more a step, else steps/s; None when none has a rate."""
+    rates = [r for p in progresses if p and (r := p.get("rate"))]
+    return any(r < 1 for r in rates) if rates else None

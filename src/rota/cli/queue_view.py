@@ -54,9 +54,10 @@ def idle_mark(job: JobAnswer, now: float) -> str:
     return f"idle {span / 60:.0f}m" if span >= 60 else f"idle {span:.0f}s"
 
 
-def short_reason(job: JobAnswer, now: float | None = None) -> str:
+def short_reason(job: JobAnswer, now: float | None = None,
+                 per_step: bool | None = None) -> str:
     """Why it waits, how it ended, or how far it has come (first: 'idle 17m' when its
-    GPUs stay idle, given ``now``)."""
+    GPUs stay idle, given ``now``; ``per_step``: the listing's rate unit, ml_text)."""
     state = job["state"]
     if state in ("pending", "held"):
         reason = job.get("reason")
@@ -66,7 +67,7 @@ def short_reason(job: JobAnswer, now: float | None = None) -> str:
     if state == "running":
         from rota.cli.ml_text import progress_text
 
-        progress = progress_text(job["progress"])
+        progress = progress_text(job["progress"], per_step=per_step)
         idle = idle_mark(job, now) if now is not None else ""
         return "; ".join(t for t in (idle, progress) if t)
     return ""
@@ -121,8 +122,11 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
     """The `rota queue` table (also used by `rota demo`) as lines that fit ``width``
     (no limit with ``wide``)."""
     now = time.time()
+    from rota.cli.ml_text import rate_unit
+
     rows = [_cells(j, now, wide, starts) for j in jobs]
-    reasons = [_escaped(short_reason(j, now)) for j in jobs]
+    unit = rate_unit([j["progress"] for j in jobs if j["state"] == "running"])
+    reasons = [_escaped(short_reason(j, now, unit)) for j in jobs]
     heads = list(rows[0]) if rows else ["id", "name", "user", "state", "prio", "gpus", "time"]
     widths = {h: max([len(h)] + [len(r[h]) for r in rows]) for h in heads}
     limit = width if width is not None and not wide else None
@@ -132,7 +136,10 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
     used = sum(widths.values()) + len(_GAP) * (len(heads) - 1)
     room = None if limit is None else limit - used - len(_GAP)
     beside = room is None or max(map(len, reasons), default=0) <= room
-    head_line = _line({h: h for h in heads}, heads, widths, style="bold")
+    # a reason column beside: the last column keeps its padding, so every reason starts
+    # at the same column (with --wide the last is tags, left-aligned)
+    pad_last = beside and any(reasons)
+    head_line = _line({h: h for h in heads}, heads, widths, style="bold", pad_last=pad_last)
     if beside:
         head_line.append(_GAP + "reason / progress", style="bold")
     lines = Lines([Line(title, style="bold")] if title else [])
@@ -140,7 +147,8 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
     indent = widths["id"] + len(_GAP)
     for row, job, reason in zip(rows, jobs, reasons, strict=True):
         row = {**row, "name": _shorten(row["name"], widths["name"])}
-        line = _line(row, heads, widths, state_style=STATE_STYLE.get(job["state"], ""))
+        line = _line(row, heads, widths, state_style=STATE_STYLE.get(job["state"], ""),
+                     pad_last=pad_last)
         if reason and beside:
             line.append(_GAP + reason)
         lines.append(line)
@@ -152,12 +160,12 @@ def queue_lines(jobs: list[JobAnswer], *, width: int | None = None, wide: bool =
 
 
 def _line(cells: dict[str, str], heads: list[str], widths: dict[str, int], *,
-          style: str = "", state_style: str = "") -> Line:
+          style: str = "", state_style: str = "", pad_last: bool = False) -> Line:
     out = Line(style=style)
     for k, h in enumerate(heads):
         cell = cells[h]
         padded = cell.rjust(widths[h]) if h in _RIGHT else cell.ljust(widths[h])
-        if k == len(heads) - 1:
+        if k == len(heads) - 1 and not pad_last:
             padded = padded.rstrip()
         out.append(padded, style=state_style if h == "state" and not style else "")
         if k < len(heads) - 1:
