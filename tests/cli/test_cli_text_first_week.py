@@ -239,3 +239,27 @@ def test_workspace_clean_days_names_the_flag(rota: Any) -> None:
         assert r.exit_code == 2, r.output
         assert r.stderr == ("error: --days must be more than 0 and at most 36500 (a number "
                             f"of days, e.g. 30), not {float(days):g}\n"), r.stderr
+
+
+# --- an existing user mapped to a Unix account ----------------------------------------------
+
+def test_an_existing_user_is_mapped_to_a_unix_account_with_user_set(daemon: Any) -> None:
+    assert cli(daemon, "user", "add", "dora").returncode == 0
+    again = cli(daemon, "user", "add", "dora", "--unix", "nobody")
+    assert again.returncode != 0 and "rota user set dora --unix ACCOUNT" in again.stderr
+    r = cli(daemon, "user", "set", "dora", "--unix", "nobody", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["unix_account"] == "nobody"
+    users = {u["name"]: u for u in json.loads(cli(daemon, "user", "list", "--json").stdout)
+             ["users"]}
+    assert users["dora"]["unix_account"] == "nobody" and users["dora"]["admin"] is False
+    r = cli(daemon, "user", "set", "dora", "--admin")  # the account stays
+    assert r.returncode == 0 and "admin, jobs run as nobody" in r.stdout, r.stdout
+    r = cli(daemon, "user", "set", "dora", "--own-account", "--json")
+    assert json.loads(r.stdout)["unix_account"] is None
+    assert "nothing to change" in cli(daemon, "user", "set", "dora").stderr
+    bad = cli(daemon, "user", "set", "dora", "--unix", "no-such-account-x")
+    assert bad.returncode != 0 and "no Unix account 'no-such-account-x'" in bad.stderr
+    gone = cli(daemon, "user", "set", "nobody-here", "--admin")
+    assert gone.returncode != 0 and "no user 'nobody-here'" in gone.stderr
+    assert cli(daemon, "user", "rm", "dora", "--yes").returncode == 0

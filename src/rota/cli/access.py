@@ -44,6 +44,29 @@ def user_add(name: str = typer.Argument(..., help="login-like name, e.g. alice")
              + (f", jobs run as {d['unix_account']}" if d.get("unix_account") else ""))
 
 
+@user_app.command("set")
+def user_set(name: str = typer.Argument(..., help="an existing user"),
+             unix: str | None = typer.Option(None, "--unix", metavar="ACCOUNT",
+                                             help="run this user's jobs as this Unix account "
+                                                  "from now on"),
+             own_account: bool = typer.Option(False, "--own-account",
+                                              help="run them as the daemon's account again"),
+             admin: bool | None = typer.Option(None, "--admin/--no-admin",
+                                               help="may act on every job and GPU"),
+             json_out: bool = JSON) -> None:
+    """Change an existing user: the Unix account their jobs run as, or admin rights.
+
+    Jobs already running stay as they are; the next ones start as the new account."""
+    with run_cli(json_out=json_out), client() as c:
+        if unix is None and not own_account and admin is None:
+            raise InvalidSpec("nothing to change: give --unix ACCOUNT, --own-account, --admin "
+                              "or --no-admin", field="user")
+        u = c.set_user(name, admin=admin, unix_account=unix, own_account=own_account)
+        emit(u, json_out, lambda d: f"user {d['name']}: " + ("admin" if d["admin"] else
+                                                             "not an admin")
+             + f", jobs run as {d.get('unix_account') or 'the daemon account'}")
+
+
 @user_app.command("list")
 def user_list(json_out: bool = JSON) -> None:
     """List users."""

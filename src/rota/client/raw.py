@@ -378,6 +378,17 @@ class RawClient(RawStorage):
         return self.request("POST", "/v1/users", json={"name": name, "admin": admin,
                                                        "unix_account": unix_account})
 
+    def set_user(self, name: str, *, admin: bool | None = None,
+                 unix_account: str | None = None, own_account: bool = False) -> UserAnswer:
+        """Change a user's rights or Unix account (``own_account``: the daemon's own
+        again); what is not given stays."""
+        body: dict[str, object] = {"own_account": own_account}
+        if admin is not None:
+            body["admin"] = admin
+        if unix_account is not None:
+            body["unix_account"] = unix_account
+        return self.request("PATCH", f"/v1/users/{name}", json=body)
+
     def remove_user(self, name: str, *, cancel_jobs: bool = False) -> UserRemovedAnswer:
         return self.request("DELETE", f"/v1/users/{name}",
                             params={"cancel_jobs": cancel_jobs})

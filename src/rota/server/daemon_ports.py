@@ -24,14 +24,7 @@ from rota.core.tiers import Tier, default_prices
 from rota.errors import Conflict, NotFound
 from rota.pipeline.config import PipelineConfig
 from rota.pools import LOCAL
-from rota.server.access.accounts import check_unix_account
-from rota.server.access.auth import (
-    Authenticator,
-    Principal,
-    check_user_name,
-    new_token,
-    token_digest,
-)
+from rota.server.access.auth import Authenticator, Principal
 from rota.server.api.pool_reads import (
     containers_answer,
     pools_answer,
@@ -39,6 +32,7 @@ from rota.server.api.pool_reads import (
     render_spec_answer,
 )
 from rota.server.daemon_reads import gpu_views, live_facts, queue_answer
+from rota.server.daemon_users import DaemonUsers
 from rota.server.intake import Intake
 from rota.server.loop.daemon import Daemon
 from rota.server.loop.forwarding import engine_ids
@@ -47,7 +41,7 @@ from rota.server.policy.shares_view import (
     priority_answer,
     shares_answer,
 )
-from rota.server.ports import Fault, Submitted, UserRemoved
+from rota.server.ports import Fault, Submitted
 from rota.server.storage import cards
 from rota.server.storage.artifacts import chosen, tar_of
 from rota.server.storage.datasets import Datasets
@@ -57,14 +51,11 @@ from rota.server.tracking.metrics import Totals
 from rota.storage import FileEntry, Manifest
 from rota.storage.owner_files import OwnerFiles
 from rota.store.repo import AlertRecord, JobRecord, PipelineRecord, ScheduleRecord, Store
-from rota.store.tables import TokenRow, UserRow
-
-#: the states of a job that has not ended: a removed user's jobs in them are cancelled first
-ACTIVE = ("pending", "held", "starting", "running", "preempted")
 
 
-class DaemonPorts:
-    """Commands and Reads (rota.server.ports) over a running daemon and its intake."""
+class DaemonPorts(DaemonUsers):
+    """Commands and Reads (rota.server.ports) over a running daemon and its intake (users
+    and tokens: DaemonUsers)."""
 
     def __init__(self, daemon: Daemon, intake: Intake, *,
                  on_shutdown: Callable[[], None] | None = None) -> None:
@@ -368,47 +359,6 @@ class DaemonPorts:
         self._d.store.set_share(kind, name, shares, now=self._d.clock())
         self._d.fair.changed()
         self._d.kick()  # the queue's order may change
-
-    def add_user(self, name: str, *, admin: bool, unix_account: str | None = None) -> UserRow:
-        if unix_account is not None:
-            check_unix_account(unix_account)
-        return self._d.store.add_user(check_user_name(name), admin=admin, now=self._d.clock(),
-                                      unix_account=unix_account)
-
-    def remove_user(self, name: str, *, cancel_jobs: bool, by: str) -> UserRemoved:
-        d = self._d
-        if name == by:
-            raise Conflict(f"{name} cannot remove themself; another admin can")
-        if name == d.settings.user:
-            raise Conflict(f"{name} owns this daemon and cannot be removed")
-        d.store.user(name)  # NotFound names the user
-        active = [r.id for r in d.store.list_jobs(states=ACTIVE, user=name, limit=1 << 62)]
-        active = [i for i in active if not d.job_state(i).terminal]
-        if active and not cancel_jobs:
-            raise Conflict(f"{name} has {len(active)} active job{'s' * (len(active) != 1)} "
-                           f"({', '.join(map(str, active[:10]))}"
-                           f"{', ...' if len(active) > 10 else ''}); cancel them first, or "
-                           "remove the user and cancel them at once (rota user rm "
-                           "--cancel-jobs; cancel_jobs=true over the API)")
-        for job_id in active:
-            d.cancel(job_id)
-        revoked = d.store.remove_user(name)
-        self._auth.forget()
-        return UserRemoved(name, revoked, len(active))
-
-    def add_token(self, user: str, *, note: str | None) -> tuple[TokenRow, str]:
-        token = new_token()
-        row = self._d.store.add_token(user, digest=token_digest(token), prefix=token[:12],
-                                      note=note, now=self._d.clock())
-        return row, token
-
-    def revoke_token(self, token_id: int) -> TokenRow:
-        store = self._d.store
-        if store.token(token_id).revoked_at is not None:
-            raise Conflict(f"token {token_id} is already revoked")
-        store.revoke_token(token_id, now=self._d.clock())
-        self._auth.forget()
-        return store.token(token_id)
 
     async def create_share_link(self, job_id: int, path: str | None, expires_s: float, *,
                                 presigned: bool, by: str) -> dict[str, Any]:

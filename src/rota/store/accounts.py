@@ -34,8 +34,24 @@ class AccountsRepo(StoreBase):
             if old is not None:
                 if exist_ok:  # a race of two first uses: the first one's row
                     return old
-                raise Conflict(f"user {name!r} already exists")
+                raise Conflict(f"user {name!r} already exists (`rota user set {name} --unix "
+                               "ACCOUNT` changes the account its jobs run as, --admin its "
+                               "rights)")
             s.add(row)
+        return row
+
+    def set_user(self, name: str, *, admin: bool | None = None,
+                 unix_account: str | None = None, own_account: bool = False) -> UserRow:
+        """Change a user's rights or Unix account (``own_account``: back to the daemon's
+        own); what is not given stays."""
+        with self.session() as s, s.begin():
+            row = s.get(UserRow, name)
+            if row is None:
+                raise NotFound(f"no user {name!r}; add one with `rota user add {name}`")
+            if admin is not None:
+                row.admin = admin
+            if unix_account is not None or own_account:
+                row.unix_account = unix_account
         return row
 
     def user_or_none(self, name: str) -> UserRow | None:

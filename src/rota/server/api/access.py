@@ -16,6 +16,7 @@ from rota.answers import (
     UsersAnswer,
     WhoAmIAnswer,
 )
+from rota.errors import InvalidSpec
 from rota.server.access.auth import UserNameText
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, RowId, UserName
 from rota.server.api.problems import errors
@@ -29,6 +30,15 @@ class UserBody(BaseModel):
     unix_account: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
                                      description="the Unix account this user's jobs run as "
                                                  "(a root daemon starts them as it)")
+
+
+class UserChange(BaseModel):
+    admin: StrictBool | None = Field(default=None, description="may act on every job and GPU")
+    unix_account: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+                                     description="the Unix account this user's jobs run as "
+                                                 "from now on (running ones stay as they are)")
+    own_account: StrictBool = Field(default=False, description="run this user's jobs as the "
+                                    "daemon's own account again (not with unix_account)")
 
 
 class TokenBody(BaseModel):
@@ -67,6 +77,18 @@ async def add_user(body: UserBody, p: Caller,
     p.require_admin("adding users")
     u = commands.add_user(body.name, admin=body.admin, unix_account=body.unix_account)
     return _user_view(u)
+
+
+@router.patch("/users/{name}", responses=errors(400, 401, 403, 404, 422, 503))
+async def change_user(name: UserName, body: UserChange, p: Caller,
+                      commands: CommandsPort) -> Annotated[Json, UserAnswer]:
+    """Change a user's rights or the Unix account their jobs run as (an existing user,
+    say one made on first use, mapped to their account); what is not given stays."""
+    p.require_admin("changing users")
+    if body.own_account and body.unix_account is not None:
+        raise InvalidSpec("unix_account and own_account: give one", field="own_account")
+    return _user_view(commands.set_user(name, admin=body.admin, unix_account=body.unix_account,
+                                        own_account=body.own_account))
 
 
 @router.delete("/users/{name}", responses=errors(401, 403, 404, 409, 422, 503))
