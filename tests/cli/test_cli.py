@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -474,3 +475,36 @@ def test_every_command_speaks_json(rota: Any, daemon: Any) -> None:
         assert r.exit_code in (0, 1), (args, r.output)
         assert isinstance(_json(r), dict | list), args
     assert _json(rota("hold", str(jid), "--json"))[0]["error"] == "Conflict"
+
+
+@pytest.fixture()
+def empty_pg() -> Iterator[str]:
+    from rota_testing import pg_database
+
+    yield from pg_database()
+
+
+def test_the_demo_runs_on_the_postgresql_database_named_when_it_is_empty(
+        tmp_path_factory: pytest.TempPathFactory, empty_pg: str) -> None:
+    from rota.store.repo import Store
+
+    home = tmp_path_factory.mktemp("demo-pg")
+    env = {**os.environ, "ROTA_HOME": str(home), "ROTA_DATABASE_URL": empty_pg}
+    r = subprocess.run([sys.executable, "-m", "rota", "demo", "--json", "--timeout", "60"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "already holds" not in r.stderr and not (home / "demo").exists(), r.stderr
+    assert not (home / "rota.db").exists()  # no SQLite beside it
+    store = Store.open(empty_pg)
+    try:
+        names = {j.name for j in store.list_jobs(limit=100)}
+    finally:
+        store.close()
+    assert {"flaky", "huge", "urgent"} <= names, names
+    # run again: the database now holds jobs, and the demo keeps out of them, saying so
+    r = subprocess.run([sys.executable, "-m", "rota", "demo", "--timeout", "60"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = " ".join(r.stdout.split())
+    assert "already holds jobs: the demo uses its own queue in" in said, said
+    assert (home / "demo" / "rota.db").exists()

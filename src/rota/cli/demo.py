@@ -61,8 +61,10 @@ def _sleep_job(name: str, seconds: float, gpus: float, **extra: Any) -> dict[str
 def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
     """A client to the running daemon, or to one started here on simulated GPUs.
 
-    A fresh ROTA_HOME is used as it is; one that already holds a database gets the demo in
-    its own `demo/` folder, so the demo never runs (or re-adopts) anyone's real jobs.
+    A fresh ROTA_HOME is used as it is, on the database it names (ROTA_DATABASE_URL: an
+    empty PostgreSQL database gets the demo's jobs); one whose database already holds jobs
+    gets the demo in its own `demo/` folder on SQLite, so the demo never runs (or
+    re-adopts) anyone's real jobs.
     """
     from rota.client import RawClient as Client
     from rota.config import Settings
@@ -78,17 +80,26 @@ def demo_daemon(simulate: str, keep: bool) -> Iterator[tuple[Client, bool]]:
             c.close()
         return
     c.close()
-    home = settings.home
-    if settings.database_url or (home / "rota.db").exists():
+    home, database = settings.home, settings.database_url
+    if database:
+        from rota.store.db import holds_jobs, redact_url
+
+        if holds_jobs(database):
+            home, database = home / "demo", None
+            _say(f"(the database you named, {redact_url(settings.database_url or '')}, "
+                 f"already holds jobs: the demo uses its own queue in {home})")
+    elif (home / "rota.db").exists():
         home = home / "demo"
         _say(f"(your ROTA_HOME already holds a queue: the demo uses {home})")
     env_before = os.environ.get("ROTA_HOME")
     os.environ["ROTA_HOME"] = str(home)
     try:
         demo_settings = Settings(home=home)
-        argv = ["server", "--simulate", simulate,
-                "--database-url", f"sqlite:///{home / 'rota.db'}",
-                "--jobs-file", str(home / "demo-jobs.txt")]
+        # the database the user named reaches the daemon as it reached us (environment or
+        # rota.toml), never in its argv, where any account could read a password
+        argv = ["server", "--simulate", simulate, "--jobs-file", str(home / "demo-jobs.txt")]
+        if not database:
+            argv += ["--database-url", f"sqlite:///{home / 'rota.db'}"]
         if socket_alive(demo_settings.socket_path):
             c = Client(demo_settings.socket_path)
             started = False

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from rota.errors import StoreError
@@ -47,6 +47,22 @@ def make_engine(url: str) -> Engine:
     except (SQLAlchemyError, ImportError) as e:
         raise StoreError(f"cannot use database {redact_url(url)}: "
                          f"{str(e).split('(Background on this error at:')[0].strip()}") from e
+
+
+def holds_jobs(url: str) -> bool:
+    """Whether the database at ``url`` already holds a Rota queue (a jobs table with a
+    row), read without changing it (no migration)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as c:
+            if not inspect(c).has_table("jobs"):
+                return False
+            return c.execute(text("SELECT 1 FROM jobs LIMIT 1")).first() is not None
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot read database {redact_url(url)}: "
+                         f"{str(e).split('(Background on this error at:')[0].strip()}") from e
+    finally:
+        engine.dispose()
 
 
 def _json_loads(text: str | bytes) -> Any:
