@@ -78,6 +78,12 @@ class EngineJob:
     workspace: str | None = None
 
     @property
+    def torchrun_procs(self) -> int:
+        """torchrun's processes per node (PET_NPROC_PER_NODE on every engine): as asked,
+        else one per whole GPU, at least one."""
+        return self.procs_per_node or max(1, int(self.gpus))
+
+    @property
     def key(self) -> str:
         """The idempotency key an engine job carries, to be found again by ``find``: one
         attempt of one job of one Rota installation (job ids restart with a new home)."""

@@ -202,13 +202,15 @@ def test_secrets_reach_the_job_and_nothing_else(engine: SlurmEngine, slurm: Priv
 
 def test_a_two_node_job_runs_a_task_on_each_node(engine: SlurmEngine) -> None:
     eid = engine.submit(a_job(("echo node=$SLURMD_NODENAME id=$SLURM_NODEID "
-                               "master=$MASTER_ADDR:$MASTER_PORT",), shell=True, nodes=2))
+                               "master=$MASTER_ADDR:$MASTER_PORT nproc=$PET_NPROC_PER_NODE",),
+                              shell=True, nodes=2, procs_per_node=2))
     st = wait_ended(engine, eid)
     assert st.exit_code == 0 and st.nodes == ("rotabench", "rotabench2")
     lines = sorted(engine.read_log(eid, 0).decode().split("\n")[:2])
     port = 20000 + int(eid) % 20000
-    assert lines == [f"node=rotabench id=0 master=rotabench:{port}",
-                     f"node=rotabench2 id=1 master=rotabench:{port}"]
+    # --procs-per-node reaches torchrun on every node (a world of 2 x 2, as on Ray)
+    assert lines == [f"node=rotabench id=0 master=rotabench:{port} nproc=2",
+                     f"node=rotabench2 id=1 master=rotabench:{port} nproc=2"]
 
 
 def test_a_two_node_stop_reaches_every_rank(engine: SlurmEngine, tmp_path: Path) -> None:

@@ -146,6 +146,15 @@ def test_shell_jobs_and_multi_node_scripts() -> None:
     assert last[-3:] == ["rota-rank", "python", "t.py"]
     assert 'PET_NODE_RANK="$SLURM_NODEID"' in last[5] and last[5].endswith('exec "$@"')
     assert "MASTER_ADDR" in multi and "MASTER_PORT" in multi
+    # torchrun's processes per node: as asked (--procs-per-node), else one per GPU
+    assert 'export PET_NPROC_PER_NODE="${PET_NPROC_PER_NODE:-1}"' in multi.splitlines()
+    four = script.batch_script(a_job(nodes=2, gpus=4)).splitlines()
+    assert 'export PET_NPROC_PER_NODE="${PET_NPROC_PER_NODE:-4}"' in four
+    two = script.batch_script(a_job(nodes=2, gpus=4, procs_per_node=2)).splitlines()
+    assert 'export PET_NPROC_PER_NODE="${PET_NPROC_PER_NODE:-2}"' in two
+    one = script.batch_script(a_job(procs_per_node=3)).splitlines()
+    assert 'export PET_NPROC_PER_NODE="${PET_NPROC_PER_NODE:-3}"' in one
+    assert "PET_NPROC_PER_NODE" not in script.batch_script(a_job())
 
 
 # ---------------------------------------------------------------------------- parse

@@ -115,11 +115,6 @@ def job_manifest(job: EngineJob, pool: KubernetesPool, *,
             "metadata": metadata(job, pool, job.key, queue=True), "spec": spec}
 
 
-def nproc_per_node(job: EngineJob) -> int:
-    """torchrun processes per node: as asked, else one per GPU, else one."""
-    return job.procs_per_node or max(1, int(job.gpus))
-
-
 def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *,
                         files_map: str | None = None) -> dict[str, Any]:
     """A Kubeflow PyTorchJob: one Master and nodes-1 Workers running the same command.
@@ -142,7 +137,7 @@ def pytorchjob_manifest(job: EngineJob, pool: KubernetesPool, *,
         run_policy["suspend"] = True
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": metadata(job, pool, job.key, queue=True),
-            "spec": {"nprocPerNode": str(nproc_per_node(job)), "runPolicy": run_policy,
+            "spec": {"nprocPerNode": str(job.torchrun_procs), "runPolicy": run_policy,
                      "pytorchReplicaSpecs": {"Master": replicas(1),
                                              "Worker": replicas(job.nodes - 1)}}}
 
@@ -154,7 +149,7 @@ def trainjob_manifest(job: EngineJob, pool: KubernetesPool, *,
     command, env, nodes, resources) and, through ``podSpecOverrides``, the volumes,
     node selector and service account. No time limit: Rota's own timer stops the job."""
     trainer: dict[str, Any] = {"image": pod.image(job, pool), **pod.command(job),
-                               "numNodes": job.nodes, "numProcPerNode": nproc_per_node(job)}
+                               "numNodes": job.nodes, "numProcPerNode": job.torchrun_procs}
     env = pod.env(job, pool)
     if env:
         trainer["env"] = env

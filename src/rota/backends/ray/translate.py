@@ -194,7 +194,7 @@ def gang_argv(job: EngineJob, secrets_file: str | None) -> list[str]:
     argv = [CLUSTER_PYTHON, "-m", GANG_MODULE, "--key", job.key, "--nodes", str(job.nodes)]
     if job.nodes > 1:
         argv += ["--gpus", f"{job.gpus:g}", "--grace", f"{job.grace:g}",
-                 "--nproc", str(procs_per_node(job))]
+                 "--nproc", str(job.torchrun_procs)]
         argv += [f"--cpus={job.cpus:g}"] if job.cpus else []
         argv += [f"--memory={job.memory}"] if job.memory else []
         argv += [f"--accelerator={job.gpu_type}"] if job.gpu_type else []
@@ -203,9 +203,6 @@ def gang_argv(job: EngineJob, secrets_file: str | None) -> list[str]:
     return [*argv, "--", *command(job)]
 
 
-def procs_per_node(job: EngineJob) -> int:
-    """torchrun's processes per node: the job's, else one per whole GPU, at least one."""
-    return job.procs_per_node or max(1, int(job.gpus))
 
 
 def resources(job: EngineJob) -> dict[str, Any]:

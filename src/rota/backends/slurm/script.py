@@ -273,12 +273,17 @@ def batch_script(job: EngineJob, conda: str | None = None) -> str:
             "fi",
             'export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"',
             "# each task: its node's rank, as torchrun reads it (PET_*: a plain torchrun works)",
+            "# torchrun's processes per node, unless the job's environment says",
+            f'export PET_NPROC_PER_NODE="${{PET_NPROC_PER_NODE:-{job.torchrun_procs}}}"',
             "exec srun --kill-on-bad-exit=1 /bin/sh -c " + shlex.quote(
                 'export PET_NODE_RANK="$SLURM_NODEID" PET_NNODES="$SLURM_JOB_NUM_NODES" '
                 'PET_MASTER_ADDR="$MASTER_ADDR" PET_MASTER_PORT="$MASTER_PORT"; exec "$@"')
             + f" rota-rank {cmd}",
         ]
     else:
+        if job.procs_per_node:  # torchrun reads PET_* as its defaults (as on Kubernetes)
+            lines.append(f'export PET_NPROC_PER_NODE="${{PET_NPROC_PER_NODE:-'
+                         f'{job.procs_per_node}}}"')
         lines.append(f"exec {cmd}")
     return "\n".join(lines) + "\n"
 
