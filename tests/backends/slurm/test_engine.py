@@ -311,3 +311,14 @@ def test_torchrun_across_two_nodes_on_gloo(engine: SlurmEngine, tmp_path: Path) 
     assert lines == ["rank 0/2 sum 3", "rank 1/2 sum 3"], engine.read_log(eid, 0)[-2000:]
     assert st.exit_code == 0
 
+
+
+def test_a_two_node_job_ends_with_its_failed_ranks_own_code(engine: SlurmEngine) -> None:
+    # rank 1 exits 3; srun then kills rank 0 (143, the code Slurm records as the highest):
+    # the job's code is the failed rank's, as Ray reports it
+    eid = engine.submit(a_job(('if [ "$SLURM_NODEID" = 1 ]; then sleep 1; exit 3; fi; '
+                               'trap "exit 143" TERM; sleep 30 & wait',),
+                              shell=True, nodes=2))
+    st = wait_ended(engine, eid, timeout=60)
+    assert (st.exit_code, st.signal) == (3, None), st
+    assert st.reason is not None and st.reason.startswith("FAILED")

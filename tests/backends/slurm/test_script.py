@@ -246,3 +246,20 @@ def test_an_ended_record_takes_squeues_reason_where_it_has_none() -> None:
     assert parse.merged(ended, live) == row("CANCELLED", "0:0",
                                             reason="DependencyNeverSatisfied")
     assert parse.merged(None, live) is live and parse.merged(ended, None) is ended
+
+
+def test_the_first_failed_task_is_read_from_srun_s_own_lines() -> None:
+    from rota.backends.slurm.parse import first_failed_task
+
+    # as srun 22.05 wrote them into a two-node job's log (rank 1 exited 3, rank 0 killed)
+    tail = (b"step 9 loss=1.5\n"
+            b"srun: error: rotabench2: task 1: Exited with exit code 3\n"
+            b"srun: launch/slurm: _step_signal: Terminating StepId=2.0\n"
+            b"slurmstepd-rotabench: error: *** STEP 2.0 ON rotabench CANCELLED AT "
+            b"2026-12-07T21:19:28 ***\n"
+            b"srun: error: rotabench: task 0: Exited with exit code 143\n")
+    assert first_failed_task(tail) == 3
+    assert first_failed_task(b"srun: error: n[1-2]: tasks 0-1: Exited with exit code 7\n") == 7
+    assert first_failed_task(b"all fine\n") is None
+    assert first_failed_task(b"print('srun: error: x: task 1: Exited with exit code 3')\n") \
+        is None  # a line that merely mentions it

@@ -67,6 +67,7 @@ _SINFO_FORMAT = "NodeList:0|,StateLong:0|,Gres:0|,GresUsed:0|"
 _UNKNOWN_JOB = "Invalid job id specified"
 _NO_TASK = "not found"  # scontrol on an array's task that Slurm dropped: "Job 12_0 not found"
 _CHUNK = 500  # ids per squeue/sacct call
+_SRUN_TAIL = 64 << 10  # bytes at a job log's end where srun tells how each task exited
 _RAW_IDS_KEPT = 100_000  # array tasks whose own job id is remembered
 _LOG_READ_MAX = 8 * 1024 * 1024
 _EPOCH = "2000-01-01"  # sacct --starttime for find: every record there is
@@ -240,11 +241,24 @@ class SlurmEngine:
             row = parse.merged(ended.get(eid), live.get(eid))
             if row is None or (row.ended_here and row.exit_code is None):
                 row = self._scontrol(eid) or row  # its end, while the controller holds it
-            out[eid] = (parse.status(row) if row is not None
+            out[eid] = (self._ranks_told(parse.status(row)) if row is not None
                         else EngineStatus(eid, EngineState.LOST,
                                           reason="Slurm no longer knows this job and kept "
                                                  "no record of its end"))
         return out
+
+    def _ranks_told(self, st: EngineStatus) -> EngineStatus:
+        """A multi-node job that failed ends with the code of its first failing task, as
+        srun told it in the job's log: Slurm records the highest task's code, which is the
+        healthy ranks' 143 once srun has killed them (--kill-on-bad-exit)."""
+        if st.state is not EngineState.ENDED or len(st.nodes) < 2 or not st.exit_code:
+            return st
+        try:
+            tail = self.read_log(st.engine_id, -_SRUN_TAIL)
+        except BackendError:
+            return st
+        code = parse.first_failed_task(tail)
+        return st if code is None else dataclasses.replace(st, exit_code=code)
 
     def _squeue(self, ids: list[str]) -> list[parse.JobRow]:
         """``-r``: an array's tasks one a line, by ``ARRAY_TASK`` ids; %A: a started task's
@@ -353,7 +367,10 @@ class SlurmEngine:
             if owner is not None and os.fstat(fd).st_uid != owner:
                 raise BackendError(f"the log of Slurm job {engine_id} ({path}) is not its "
                                    "owner's file; not read")
-            fh.seek(max(0, offset))
+            if offset < 0:  # the last -offset bytes
+                fh.seek(max(0, os.fstat(fd).st_size + offset))
+            else:
+                fh.seek(offset)
             return fh.read(_LOG_READ_MAX)
 
     # ------------------------------------------------------------------ health

@@ -236,3 +236,19 @@ def shards_per_gpu(stdout: str, gres: str) -> int | None:
             if counts.get(gres) and counts.get("shard"):
                 return max(1, counts["shard"] // counts[gres])
     return None
+
+
+#: srun's own line for a task that ended with a code: "srun: error: node2: task 1: Exited
+#: with exit code 3" ("tasks 0-1:" when several ended alike)
+_TASK_EXIT = re.compile(rb"^srun: error: [^:\n]+: tasks? [0-9,\-\[\]]+: Exited with exit code "
+                        rb"(\d+)$", re.MULTILINE)
+
+
+def first_failed_task(log_tail: bytes) -> int | None:
+    """The exit code of the first task srun says failed, from the end of a job's log; None
+    when it says none did."""
+    for m in _TASK_EXIT.finditer(log_tail):
+        code = int(m.group(1))
+        if code:
+            return code
+    return None
