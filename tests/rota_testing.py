@@ -184,20 +184,31 @@ def kill_job_processes(home: Path) -> None:
 
     from rota.backends.shell_shim import MARK
 
+    def kill_group(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != os.getpgid(0):  # never the test's own group
+                os.killpg(group, signal.SIGKILL)
+
+    logs = str(home / "logs") + os.sep
     for p in psutil.process_iter(["pid", "cmdline"]):
         argv = p.info.get("cmdline") or []
         cmd = " ".join(argv)
         if str(home) not in cmd:
+            # a job whose waiter is gone (reparented to init): known by its log's path
+            with contextlib.suppress(psutil.Error):
+                if p.info["pid"] != os.getpid() and \
+                        p.environ().get("ROTA_LOG_PATH", "").startswith(logs):
+                    kill_group(p.info["pid"])
             continue
         if "rota.backends.runner" in argv:
             with contextlib.suppress(psutil.Error):
-                for child in p.children():
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(child.pid, signal.SIGKILL)
+                # its waiters, and under them the jobs, each in a process group of its own
+                for child in p.children(recursive=True):
+                    kill_group(child.pid)
                 p.kill()
         elif "rota.backends.shim" in argv or MARK in argv:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.info["pid"], signal.SIGKILL)
+            kill_group(p.info["pid"])
 
 
 def wait_until(predicate, timeout: float = 20.0, every: float = 0.02, what: str = ""):  # type: ignore[no-untyped-def]
