@@ -514,3 +514,25 @@ def test_the_main_controls_are_reachable_by_keyboard(open_page: Open) -> None:
 def _luma(css_rgb: str) -> float:
     r, g, b = (int(x) for x in re.findall(r"\d+", css_rgb)[:3])
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_a_failed_jobs_page_opens_with_how_it_ended_and_its_last_lines(
+        open_page: Open, dashboard: Dashboard) -> None:
+    script = "; ".join([f"print('line {i}')" for i in range(20)]
+                       + ["print('Traceback: ValueError: bad batch', flush=True)",
+                          "raise SystemExit(3)"])
+    job = dashboard.submit(command=[sys.executable, "-c", script], name="ui-fails", gpus=0)
+    wait_until(lambda: dashboard.job(job["id"])["state"] == "failed", timeout=30,
+               what="the job to fail")
+    page = open_page(hash=f"#/jobs/{job['id']}")
+    banner = page.locator(".end-banner")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("Failed (exit code 3)")
+    expect(banner.locator(".end-tail")).to_contain_text("Traceback: ValueError: bad batch")
+    expect(banner.locator(".end-tail")).to_contain_text("line 13")  # the last 8 lines
+    expect(banner.locator(".end-tail")).not_to_contain_text("line 12")
+    ok = dashboard.submit(command=["true"], name="ui-fine", gpus=0)
+    wait_until(lambda: dashboard.job(ok["id"])["state"] == "completed", timeout=30)
+    page = open_page(hash=f"#/jobs/{ok['id']}")
+    expect(page.locator(".page-head .badge")).to_have_text("completed")
+    expect(page.locator(".end-banner")).to_be_hidden()

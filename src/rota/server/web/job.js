@@ -11,6 +11,8 @@ const EVERY_MS = 2000;
 /** Pause before following the log again after the connection dropped. */
 const LOG_RECONNECT_MS = 2000;
 const MAX_LINES = 5000;
+// the log's last lines a failed job's banner shows
+const END_LINES = 8;
 
 /** An argv word as a POSIX shell would read it back: bare when safe, else single-quoted. */
 export function shellQuote(arg) {
@@ -66,6 +68,8 @@ export function renderJob(root, id) {
   const badge = h("span");
   const actions = h("div", { class: "actions push-end", role: "group", "aria-label": "Job actions" });
   const reasonBox = h("div", { class: "callout", hidden: true });
+  // a job that failed (or timed out) says so first: how it ended and its log's last lines
+  const endBox = h("div", { class: "end-banner", role: "alert", hidden: true });
   const overview = h("dl", { class: "kv" });
   const command = h("pre", { class: "argv", tabindex: "0", "aria-label": "Command" });
   const envBox = h("div");
@@ -82,6 +86,7 @@ export function renderJob(root, id) {
     h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/jobs" }, "← Queue")),
     h("div", { class: "page-head" }, title, badge, live.el, actions),
     notFound,
+    endBox,
     reasonBox,
     h("div", { class: "grid-2" },
       h("section", { class: "card", "aria-labelledby": "h-overview" },
@@ -264,6 +269,18 @@ export function renderJob(root, id) {
     if (!events.length) replace(timeline, h("li", { class: "muted" }, "No events."));
   }
 
+  function paintEnd() {
+    const ended = job.state === "failed" || job.state === "timeout";
+    endBox.hidden = !ended;
+    if (!ended) return;
+    const how = job.state === "timeout" ? "Timed out" : "Failed";
+    const code = job.exit_code !== null && job.exit_code !== undefined ? ` (exit code ${job.exit_code})` : "";
+    const tail = log.tail(END_LINES);
+    replace(endBox, h("strong", null, `${how}${code}: `), job.end_reason || "no reason recorded",
+      tail.length ? h("pre", { class: "log end-tail", "aria-label": "The log's last lines" }, tail.join("\n"))
+        : h("p", { class: "muted small" }, "(its log is empty)"));
+  }
+
   let stopJobPoll = null;
   async function refresh() {
     try {
@@ -276,6 +293,7 @@ export function renderJob(root, id) {
       replace(badge, stateBadge(j.state));
       paintActions();
       paintReason();
+      paintEnd();
       paintOverview();
       paintSpec();
       paintAttempts();
@@ -537,6 +555,9 @@ function logPanel(id) {
   stream();
   return {
     el,
+    tail(n) {
+      return all().filter((line) => line.trim()).slice(-n);
+    },
     jobState(s) {
       const restarted = state !== null && fmt.TERMINAL.has(state) && !fmt.TERMINAL.has(s);
       state = s;
