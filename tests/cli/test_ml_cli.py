@@ -21,6 +21,8 @@ def test_progress_text() -> None:
                           "eta_s": 37}) == "45%, step 450/1000, 14.8 steps/s, ETA 37s"
     assert progress_text({"epoch": 2, "total_epochs": 10, "rate": 0.4}) == \
         "epoch 2/10, 2.5 s/step"
+    assert progress_text({"step": 450, "loss": 0.73251, "eta_s": 37}) == \
+        "step 450, loss 0.7325, ETA 37s"
 
 
 def test_estimate_sizes_for_this_machine_and_learns_time_limits(rota, daemon, tmp_path,  # type: ignore[no-untyped-def]

@@ -205,3 +205,14 @@ def test_should_stop_turns_true_on_the_stop_signal_and_the_job_exits_cleanly(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30, env={**os.environ, "ROTA_STOP_FILE": str(flag)})
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_the_training_loss_it_printed_last_is_its_progress(tmp_path: Path) -> None:
+    r = reader(tmp_path)
+    write(r.log_path, b"step 10/100: loss=2.5 val_loss=3.0\nstep 11/100: train/loss=2.25\n")
+    r.read(1000.0)
+    assert r.progress.loss == 2.25 and r.progress.step == 11
+    write(r.log_path, b"step 12/100: val_loss=2.0 acc=0.5\n")  # no training loss: it stays
+    r.read(1001.0)
+    assert r.progress.loss == 2.25
+    assert Progress.from_json(r.progress.to_json(), 1).loss == 2.25

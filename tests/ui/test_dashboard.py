@@ -536,3 +536,20 @@ def test_a_failed_jobs_page_opens_with_how_it_ended_and_its_last_lines(
     page = open_page(hash=f"#/jobs/{ok['id']}")
     expect(page.locator(".page-head .badge")).to_have_text("completed")
     expect(page.locator(".end-banner")).to_be_hidden()
+
+
+def test_a_running_jobs_row_shows_its_step_loss_and_eta(open_page: Open,
+                                                        dashboard: Dashboard) -> None:
+    script = ("import time\nfor s in range(1, 10000):\n"
+              "    print(f'step {s}/10000 loss={2.0 / s:.4f}', flush=True)\n    time.sleep(0.05)")
+    job = dashboard.submit(command=[sys.executable, "-c", script], name="ui-progress", gpus=0)
+    try:
+        page = open_page()
+        row = page.locator(f"tr[data-job='{job['id']}']")
+        expect(row.locator(".badge")).to_have_text("running")
+        text = row.locator(".progress-text")
+        expect(text).to_contain_text(re.compile(r"step \d+/10000 · loss 0\.\d+"))
+        expect(text).to_contain_text("ETA")
+    finally:
+        with dashboard.api() as c:
+            c.post(f"/v1/jobs/{job['id']}/cancel")

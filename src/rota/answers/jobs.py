@@ -38,6 +38,7 @@ class ProgressAnswer(TypedDict):
     eta_s: float | None
     updated_at: float | None
     checkpoint: ReportedCheckpoint | None
+    loss: float | None  # the training loss it printed last (loss, train/loss, train_loss)
 
 
 class MlflowRun(TypedDict, total=False):

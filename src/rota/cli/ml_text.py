@@ -48,6 +48,8 @@ def progress_text(p: ProgressAnswer | None, ended: str | None = None,
     if (epoch := p.get("epoch")) is not None:
         parts.append(f"epoch {epoch:g}"
                      + (f"/{p['total_epochs']}" if p.get("total_epochs") else ""))
+    if (loss := p.get("loss")) is not None:
+        parts.append(f"loss {loss:.4g}")
     rate = p.get("rate")
     if rate:
         slow = rate < 1 if per_step is None else per_step

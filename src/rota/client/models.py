@@ -54,6 +54,7 @@ class Progress(Model):
     eta_s: float | None = None
     updated_at: datetime | None = None
     checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
+    loss: float | None = None  # the training loss it printed last
 
 
 class Job(Model):

@@ -94,7 +94,7 @@ def progress_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
     if not p or p.get("updated_at") is None:
         return None
     keys = ("attempt", "step", "total_steps", "epoch", "total_epochs", "fraction", "rate",
-            "eta_s", "updated_at", "checkpoint")
+            "eta_s", "updated_at", "checkpoint", "loss")
     return {k: p.get(k) for k in keys}
 
 

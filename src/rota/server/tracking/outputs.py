@@ -38,6 +38,9 @@ MAX_READ = 1 << 20
 #: Samples kept per metric per tick: a loss printed at every step is thinned evenly
 #: (the last one always kept), so a fast loop cannot flood the database.
 MAX_PER_TICK = 100
+#: the names a training loss goes by, the first found in a reading being a job's loss (the
+#: queue's progress shows it beside the step)
+TRAIN_LOSS = ("loss", "train/loss", "train_loss", "training_loss")
 #: (metric, step) pairs remembered per attempt to count a step reported by the log and by
 #: TensorBoard once
 SEEN_STEPS = 20_000
@@ -79,6 +82,7 @@ class Progress:
     eta_s: float | None = None
     updated_at: float | None = None
     checkpoint: dict[str, Any] | None = None  # the last one rota.job reported
+    loss: float | None = None  # the training loss it printed last (TRAIN_LOSS's first name)
     links: dict[str, Any] = field(default_factory=dict)  # e.g. the W&B run's, from the log
     log_offset: int = 0
     events_offset: int = 0
@@ -130,6 +134,9 @@ class Progress:
             self.eta_s = r.eta_s
         elif r.step is not None:
             self._estimate(now)
+        loss = next((r.metrics[n] for n in TRAIN_LOSS if n in r.metrics), None)
+        if loss is not None:
+            self.loss = loss
         self.updated_at = now
 
     def _estimate(self, now: float) -> None:

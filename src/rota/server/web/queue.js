@@ -162,9 +162,12 @@ export function renderQueue(root, q) {
     const gpuBits = [fmt.gpus(j.gpus)];
     if (j.gpu_mem) gpuBits.push(fmt.bytes(j.gpu_mem));
     const on = j.gpu_indices && j.gpu_indices.length ? `on ${j.gpu_indices.join(",")}` : null;
+    // a running job's progress as `rota queue` says it: "45% · step 450/1000 · loss 0.73 · ETA 37s"
+    const progress = j.state === "running" && j.progress ? progressText(j.progress) : "";
     return {
       id: [String(j.id)],
-      name: [h("a", { href: `#/jobs/${j.id}`, class: "job-link" }, j.name || `job ${j.id}`), reason, idle],
+      name: [h("a", { href: `#/jobs/${j.id}`, class: "job-link" }, j.name || `job ${j.id}`), reason, idle,
+        progress ? h("div", { class: "reason progress-text" }, progress) : null],
       user: [j.user || "–"],
       state: [stateBadge(j.state)],
       priority: [String(j.priority)],
@@ -331,4 +334,15 @@ export function renderQueue(root, q) {
     stop();
     clearTimeout(typing);
   };
+}
+
+/** A running job's progress in words, as `rota queue` says it (rota/cli/ml_text.py). */
+export function progressText(p) {
+  const parts = [];
+  if (p.fraction !== null && p.fraction !== undefined) parts.push(`${Math.round(p.fraction * 100)}%`);
+  if (p.step !== null && p.step !== undefined) parts.push(`step ${p.step}${p.total_steps ? `/${p.total_steps}` : ""}`);
+  if (p.epoch !== null && p.epoch !== undefined) parts.push(`epoch ${p.epoch}${p.total_epochs ? `/${p.total_epochs}` : ""}`);
+  if (p.loss !== null && p.loss !== undefined) parts.push(`loss ${Number(p.loss.toPrecision(4))}`);
+  if (p.eta_s !== null && p.eta_s !== undefined) parts.push(`ETA ${fmt.duration(p.eta_s)}`);
+  return parts.join(" · ");
 }
