@@ -309,6 +309,66 @@ class CheckpointsAnswer(TypedDict):
     checkpoint_dir: str | None  # the folder the job was given (--checkpoint-dir), as given
 
 
+class CardMetricAnswer(TypedDict):
+    last: float
+    min: float
+    max: float
+    samples: int
+    last_step: int | None
+
+
+class CardOutputAnswer(TypedDict):
+    path: str  # within the job's saved outputs
+    size: int
+    sha256: NotRequired[str]  # once saved
+
+
+class CardDatasetAnswer(TypedDict):
+    ref: str
+    digest: str | None  # None: removed since, or never resolved (note says which)
+    files: int | None
+    bytes: int | None
+    note: str | None
+
+
+class CardGitAnswer(TypedDict):
+    commit: str
+    dirty: bool
+    branch: str | None
+    remote: str | None  # without credentials
+    source: Literal["submit", "card"]  # recorded at submit, or read when the card was made
+
+
+class CardAnswer(TypedDict):
+    """GET /v1/jobs/{id}/card?format=json: the card's facts (`rota card --json`)."""
+
+    id: int
+    name: str
+    user: str
+    project: str | None
+    state: str
+    created_at: float
+    ended_at: float | None
+    end_reason: str | None
+    command: list[str]
+    shell: bool
+    cwd: str | None
+    gpus: float
+    gpu_type: str | None
+    env: dict[str, str]  # a secret variable's value is "***"
+    image: str | None
+    tags: list[str]
+    attempts: int
+    gpu_hours: float
+    cost: float | None  # None: no attempt had a priced tier
+    default_prices: bool  # the cost is at Rota's shipped prices (rota.toml sets no tiers)
+    checkpoint: str | None
+    metrics: dict[str, CardMetricAnswer]
+    outputs: list[CardOutputAnswer]
+    datasets: list[CardDatasetAnswer]
+    git: CardGitAnswer | None
+
+
 class ArtifactFileAnswer(TypedDict):
     path: str  # within the job's artifacts: the output folder's name, then the file's path
     size: int

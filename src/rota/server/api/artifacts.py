@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query
 from fastapi.responses import Response, StreamingResponse
 
-from rota.answers import ArtifactsAnswer
+from rota.answers import ArtifactsAnswer, CardAnswer
 from rota.errors import NotFound
 from rota.server.api._shared import Caller, JobId, Json, ReadsPort, own
 from rota.server.api.problems import errors
@@ -70,14 +70,14 @@ async def artifact_archive(job_id: JobId, p: Caller, reads: ReadsPort,
         "Content-Disposition": f"attachment; filename=job-{job_id}-artifacts.tar"})
 
 
-@router.get("/jobs/{job_id}/card", response_class=Response,
+@router.get("/jobs/{job_id}/card", response_class=Response, response_model=None,
             responses={**errors(401, 403, 404, 422, 503),
                        200: {"content": {"text/markdown": {}, "text/html": {},
                                          "image/svg+xml": {}, "application/json": {}},
                              "description": "the card"}})
 async def card_of(job_id: JobId, p: Caller, reads: ReadsPort,
                   format: Literal["markdown", "html", "svg", "json"] = Query("markdown"),
-                  ) -> Response:
+                  ) -> Annotated[Response, CardAnswer]:
     """The job's model card and training report, as it stands now: Markdown, one HTML
     page, its loss curve alone (SVG), or its facts as JSON (each metric's last, least and
     largest value). Its owner's and admins' only."""
