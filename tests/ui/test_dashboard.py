@@ -553,3 +553,27 @@ def test_a_running_jobs_row_shows_its_step_loss_and_eta(open_page: Open,
     finally:
         with dashboard.api() as c:
             c.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_the_queue_shows_running_jobs_first_however_old(open_page: Open,
+                                                        dashboard: Dashboard) -> None:
+    old = dashboard.submit(command=["sleep", "600"], name="ui-long-runner", gpus=0)
+    with dashboard.api() as c:  # more jobs after it than one page holds, all ended
+        specs = [{"command": ["true"], "name": f"ui-after-{i:03d}", "gpus": 0}
+                 for i in range(105)]
+        made = c.post("/v1/jobs", json={"jobs": specs}).json()["jobs"]
+    try:
+        for j in (made[0], made[-1]):
+            wait_until(lambda j=j: dashboard.job(j["id"])["state"] == "completed", timeout=60,
+                       what="the later jobs to end")
+        page = open_page()
+        first = page.locator("table.jobs tbody tr").first
+        expect(first).to_have_attribute("data-job", str(old["id"]))
+        expect(first.locator(".badge")).to_have_text("running")
+        expect(page.locator("#f-sort")).to_have_value("activity:asc")
+        page.get_by_role("button", name="ID").click()  # a column's order still applies
+        expect(page.locator("table.jobs tbody tr").first).not_to_have_attribute(
+            "data-job", str(old["id"]))
+    finally:
+        with dashboard.api() as c:
+            c.post(f"/v1/jobs/{old['id']}/cancel")

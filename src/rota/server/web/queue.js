@@ -6,6 +6,8 @@ import * as fmt from "./format.js";
 import { liveIndicator, poll, showFailure, stateBadge } from "./ui.js";
 
 const PAGE = 100;
+/** At most this many running jobs fetched beside the page (the default view). */
+const RUNNING_MAX = 500;
 const EVERY_MS = 2000;
 
 const COLUMNS = [
@@ -21,14 +23,22 @@ const COLUMNS = [
   { key: "time", label: "Time", sort: null },
 ];
 
+// The default order: what runs first, then what waits, then the rest; newest first within
+// each (newest-first alone buried a long-running job under the jobs that ended since).
+const ACTIVE_ORDER = { running: 0, starting: 1, preempted: 2, pending: 3, held: 4 };
+const ACTIVITY = { key: "activity", sort: (j) => ACTIVE_ORDER[j.state] ?? 9 };
+/** The states whose jobs the default view fetches whatever page they are on. */
+const RUNNING = ["running", "starting", "preempted"];
+
 function readFilters(q) {
-  const sortKey = COLUMNS.some((c) => c.key === q.get("sort") && c.sort) ? q.get("sort") : "id";
+  const given = q.get("sort");
+  const sortKey = COLUMNS.some((c) => c.key === given && c.sort) ? given : "activity";
   return {
     states: new Set(q.getAll("state").filter((s) => fmt.STATES.includes(s))),
     user: q.get("user") || "",
     name: q.get("name") || "",
     sort: sortKey,
-    dir: q.get("dir") === "asc" ? "asc" : "desc",
+    dir: sortKey === "activity" ? "asc" : q.get("dir") === "asc" ? "asc" : "desc",
   };
 }
 
@@ -37,7 +47,7 @@ function writeFilters(f) {
   for (const s of f.states) q.append("state", s);
   if (f.user) q.set("user", f.user);
   if (f.name) q.set("name", f.name);
-  if (f.sort !== "id" || f.dir !== "desc") {
+  if (f.sort !== "activity") {
     q.set("sort", f.sort);
     q.set("dir", f.dir);
   }
@@ -60,6 +70,7 @@ export function renderQueue(root, q) {
   const nameIn = h("input", { id: "f-name", type: "search", value: f.name, autocomplete: "off",
     spellcheck: "false", placeholder: "part of a name" });
   const sortSel = h("select", { id: "f-sort", "aria-label": "Sort by" },
+    h("option", { value: "activity:asc", selected: f.sort === "activity" }, "Running first"),
     COLUMNS.filter((c) => c.sort).flatMap((c) => [
       h("option", { value: `${c.key}:desc`, selected: f.sort === c.key && f.dir === "desc" }, `${c.label} ↓`),
       h("option", { value: `${c.key}:asc`, selected: f.sort === c.key && f.dir === "asc" }, `${c.label} ↑`),
@@ -68,7 +79,7 @@ export function renderQueue(root, q) {
   const head = h("tr");
   const body = h("tbody");
   const table = h("table", { class: "jobs", "aria-describedby": "queue-summary" },
-    h("caption", { class: "sr-only" }, "Jobs, newest first unless sorted otherwise"), h("thead", null, head), body);
+    h("caption", { class: "sr-only" }, "Jobs, running ones first, then waiting ones, newest first within each, unless sorted otherwise"), h("thead", null, head), body);
   const summary = h("p", { id: "queue-summary", class: "muted small" });
   const empty = h("p", { class: "empty", hidden: true }, "No jobs match these filters.");
   const more = h("button", { type: "button", class: "btn", hidden: true }, "Load more");
@@ -227,7 +238,7 @@ export function renderQueue(root, q) {
   }
 
   function paintRows() {
-    const col = COLUMNS.find((c) => c.key === f.sort);
+    const col = f.sort === "activity" ? ACTIVITY : COLUMNS.find((c) => c.key === f.sort);
     const sign = f.dir === "asc" ? 1 : -1;
     const sorted = [...jobs].sort((a, b) => {
       const x = col.sort(a);
@@ -260,12 +271,17 @@ export function renderQueue(root, q) {
     const gen = generation;
     const want = PAGE * pages;
     try {
-      const [list, qs] = await Promise.all([
+      // with no state chosen, the running jobs come too, however far back they started
+      const running = f.states.size ? null
+        : api(`/v1/jobs${query({ state: RUNNING, user: f.user, name: f.name, limit: RUNNING_MAX })}`);
+      const [list, qs, active] = await Promise.all([
         api(`/v1/jobs${listQuery({ limit: want })}`),
         api("/v1/queue"),
+        running,
       ]);
       if (gen !== generation || want !== PAGE * pages) return; // filters changed or "load more" ran
-      jobs = list.jobs;
+      const seen = new Set(list.jobs.map((j) => j.id));
+      jobs = list.jobs.concat(active ? active.jobs.filter((j) => !seen.has(j.id)) : []);
       next = list.next;
       counts = qs.counts || {};
       error.hidden = true;
