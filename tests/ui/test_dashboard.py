@@ -577,3 +577,15 @@ def test_the_queue_shows_running_jobs_first_however_old(open_page: Open,
     finally:
         with dashboard.api() as c:
             c.post(f"/v1/jobs/{old['id']}/cancel")
+
+
+def test_the_queue_has_a_project_column(open_page: Open, dashboard: Dashboard) -> None:
+    job = dashboard.submit(command=["true"], name="ui-in-a-project", gpus=0, hold=True,
+                           project="vision")
+    try:
+        page = open_page()
+        expect(page.locator("table.jobs thead")).to_contain_text("Project")
+        expect(page.locator(f"tr[data-job='{job['id']}'] td.c-project")).to_have_text("vision")
+    finally:
+        with dashboard.api() as c:
+            c.post(f"/v1/jobs/{job['id']}/cancel")

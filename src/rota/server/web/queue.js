@@ -14,6 +14,7 @@ const COLUMNS = [
   { key: "id", label: "ID", sort: (j) => j.id, num: true },
   { key: "name", label: "Name", sort: (j) => (j.name || "").toLowerCase() },
   { key: "user", label: "User", sort: (j) => j.user || "" },
+  { key: "project", label: "Project", sort: (j) => j.project || "" },
   { key: "state", label: "State", sort: (j) => fmt.STATES.indexOf(j.state) },
   { key: "priority", label: "Priority", sort: (j) => j.priority, num: true },
   { key: "gpus", label: "GPUs", sort: (j) => j.gpus, num: true },
@@ -114,7 +115,7 @@ export function renderQueue(root, q) {
         if (f.sort === c.key) f.dir = f.dir === "asc" ? "desc" : "asc";
         else {
           f.sort = c.key;
-          f.dir = ["name", "user", "state", "priority", "pool"].includes(c.key) ? "asc" : "desc";
+          f.dir = ["name", "user", "project", "state", "priority", "pool"].includes(c.key) ? "asc" : "desc";
         }
         sortSel.value = `${f.sort}:${f.dir}`;
         writeFilters(f);
@@ -180,6 +181,7 @@ export function renderQueue(root, q) {
       name: [h("a", { href: `#/jobs/${j.id}`, class: "job-link" }, j.name || `job ${j.id}`), reason, idle,
         progress ? h("div", { class: "reason progress-text" }, progress) : null],
       user: [j.user || "–"],
+      project: [j.project || "–"],
       state: [stateBadge(j.state)],
       priority: [String(j.priority)],
       gpus: [gpuBits.join(" · "), on ? h("div", { class: "muted small" }, on) : null],
