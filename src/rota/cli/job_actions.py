@@ -15,7 +15,7 @@ import typer
 from rota.cli.common import apply_each, client, confirm, emit, run_cli
 from rota.cli.fmt import fail
 from rota.cli.job_view import JOB_ARG
-from rota.errors import InvalidSpec
+from rota.errors import InvalidSpec, RotaError
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -36,7 +36,9 @@ if TYPE_CHECKING:
         cli_exit: int
 
 
-JOBS_ARG = typer.Argument(None, metavar="JOB...", help="jobs by id or name")
+JOBS_ARG = typer.Argument(None, metavar="JOB...",
+                          help="jobs by id or name; a sweep's base name picks its active "
+                               "jobs (asks first)")
 JSON = typer.Option(False, "--json", help="print JSON (one entry a job)")
 
 
@@ -225,17 +227,94 @@ def _waited(d: WaitAnswer, timeout: float | None) -> str:
 
 # --- acting on several jobs --------------------------------------------------------------
 
-def each(refs: list[str], json_out: bool, act: Callable[[Client, int], R],
-         done: Callable[[R], str]) -> None:
-    """Apply one action to each job; report each; exit 1 if any of them failed (the
-    others are still done)."""
-    from rota.cli.job_refs import resolve
+YES = typer.Option(False, "--yes", "-y",
+                   help="do not ask before acting on the jobs a sweep's base name picks")
 
+
+class _Target:
+    """One job an action is applied to: ``label`` names it in an error entry (the id, or
+    the name as given); ``error``: why the argument named no job, reported in its turn."""
+
+    __slots__ = ("error", "job", "label")
+
+    def __init__(self, label: int | str, job: int | None,
+                 error: RotaError | None = None) -> None:
+        self.label, self.job, self.error = label, job, error
+
+
+def each(refs: list[str], json_out: bool, act: Callable[[Client, int], R],
+         done: Callable[[R], str], *, verb: tuple[str, str] = ("act on", "acted on"),
+         yes: bool = False) -> None:
+    """Apply one action to each job; report each; exit 1 if any of them failed (the
+    others are still done). A sweep's base name among ``refs`` stands for the sweep's
+    active jobs: they are shown and, unless ``yes``, the user is asked first (``verb``:
+    the action, and its past for "nothing cancelled") before any job is acted on."""
     if not refs:
         with run_cli(json_out=json_out):
             raise InvalidSpec("no job given (give ids or names)", field="job")
-    apply_each(refs, "id", json_out, lambda c, ref: act(c, resolve(c, ref)), done,
-               label=lambda ref: int(ref) if ref.isdigit() else ref)
+    targets = _targets(refs, json_out, verb, yes)
+
+    def act_on(c: Client, t: _Target) -> R:
+        if t.error is not None:
+            raise t.error
+        assert t.job is not None  # (a target has a job or an error)
+        return act(c, t.job)
+
+    apply_each(targets, "id", json_out, act_on, done, label=lambda t: t.label)
+
+
+def _targets(refs: list[str], json_out: bool, verb: tuple[str, str],
+             yes: bool) -> list[_Target]:
+    """The jobs ``refs`` name, all looked up before any is acted on: a question about a
+    sweep that is answered no leaves every job as it was. An argument that names no job
+    keeps its place with its error, reported with the others' results."""
+    from rota.cli.job_refs import picked
+    from rota.errors import DaemonUnavailable, StoreError
+
+    if all(r.isdigit() for r in refs):  # ids alone: nothing to look up
+        return [_Target(int(r), int(r)) for r in refs]
+    out: list[_Target] = []
+    with run_cli(json_out=json_out), client() as c:
+        for ref in refs:
+            label = int(ref) if ref.isdigit() else ref
+            try:
+                ids, members = picked(c, ref)
+            except (DaemonUnavailable, StoreError):  # the next one's would fail too
+                raise
+            except RotaError as e:
+                out.append(_Target(label, None, e))
+                continue
+            if not members:
+                out.append(_Target(label, ids[0]))
+                continue
+            _ask_for_sweep(ref, members, verb, yes)
+            out.extend(_Target(i, i) for i in ids)
+    return out
+
+
+def _ask_for_sweep(base: str, members: list[JobAnswer], verb: tuple[str, str],
+                   yes: bool) -> None:
+    """Say which jobs a sweep's base name picked (on stderr: stdout may be --json), then,
+    unless ``yes``, ask as a filter does; a no ends the command with nothing done."""
+    n = len(members)
+    jobs = f"{n} active job{'s' if n != 1 else ''}"
+    sys.stderr.write(f"no job is named {base!r}: it is the base name of a sweep, and picks "
+                     f"its {jobs}: {_listed(members)}\n")
+    sys.stderr.flush()
+    if yes:
+        return
+    if not confirm(f"{verb[0]} {jobs} of sweep {base!r}?"):
+        fail(f"nothing {verb[1]} (--yes {verb[0]}s without asking)")
+        raise typer.Exit(1)
+
+
+def _listed(picked: list[JobAnswer]) -> str:
+    """The first 10 jobs as ``ID NAME (STATE)``, and how many more."""
+    shown = ", ".join(f"{j['id']} {j['name']} ({j['state']})" for j in picked[:10])
+    return shown + (f" and {len(picked) - 10} more" if len(picked) > 10 else "")
+
+
+_CANCEL = ("cancel", "cancelled")
 
 
 def _cancelled(r: JobStateAnswer) -> str:
@@ -246,23 +325,28 @@ def _cancelled(r: JobStateAnswer) -> str:
 
 def cancel(jobs: list[str] = JOBS_ARG,
            user: str = typer.Option(None, "--user", "-u", help="every active job of this user"),
-           name: str = typer.Option(None, "--name", help="every active job whose name "
-                                                         "contains this"),
+           name: str = typer.Option(None, "--name",
+                                    help="every active job whose name as shown (the given "
+                                         "one, else the command) contains this"),
            state: list[str] = typer.Option(None, "--state", metavar="STATE",
                                            help="only active jobs in this state (repeatable)"),
            all_: bool = typer.Option(False, "--all", help="every active job you may cancel"),
            yes: bool = typer.Option(False, "--yes", "-y",
-                                    help="do not ask before cancelling by filter"),
+                                    help="do not ask before cancelling by filter or by a "
+                                         "sweep's base name"),
            json_out: bool = JSON) -> None:
     """Cancel jobs by id or name, or every job a filter picks (asks first).
 
-    A running job gets SIGTERM, then SIGKILL after its grace period.
+    A name is the name as shown (the given one, else the command). A sweep's base name
+    (`train` for `train[lr=1e-3]`) picks the sweep's active jobs (asks first). A running
+    job gets SIGTERM, then SIGKILL after its grace period.
     """
     from rota.cli.job_refs import matching
 
     by_filter = bool(user or name or state or all_)
     if not by_filter:
-        each(jobs or [], json_out, lambda c, j: c.cancel(j), _cancelled)
+        each(jobs or [], json_out, lambda c, j: c.cancel(j), _cancelled, verb=_CANCEL,
+             yes=yes)
         return
     with run_cli(json_out=json_out):
         if jobs:
@@ -276,38 +360,39 @@ def cancel(jobs: list[str] = JOBS_ARG,
         ids = [int(j["id"]) for j in picked]
         if not yes:
             _confirm(picked)
-    each([str(i) for i in ids], json_out, lambda c, j: c.cancel(j), _cancelled)
+    each([str(i) for i in ids], json_out, lambda c, j: c.cancel(j), _cancelled, verb=_CANCEL)
 
 
 def _confirm(picked: list[JobAnswer]) -> None:
-    shown = ", ".join(f"{j['id']} {j['name']} ({j['state']})" for j in picked[:10])
-    more = f" and {len(picked) - 10} more" if len(picked) > 10 else ""
     if not confirm(f"cancel {len(picked)} job{'s' if len(picked) != 1 else ''}: "
-                   f"{shown}{more}?"):
+                   f"{_listed(picked)}?"):
         fail("nothing cancelled (--yes cancels without asking)")
         raise typer.Exit(1)
 
 
-def hold(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+def hold(jobs: list[str] = JOBS_ARG, yes: bool = YES, json_out: bool = JSON) -> None:
     """Hold pending jobs: they stay queued but do not start."""
-    each(jobs or [], json_out, lambda c, j: c.hold(j), lambda r: f"held job {r['id']}")
+    each(jobs or [], json_out, lambda c, j: c.hold(j), lambda r: f"held job {r['id']}",
+         verb=("hold", "held"), yes=yes)
 
 
-def release(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+def release(jobs: list[str] = JOBS_ARG, yes: bool = YES, json_out: bool = JSON) -> None:
     """Release held jobs: they may start again."""
-    each(jobs or [], json_out, lambda c, j: c.release(j), lambda r: f"released job {r['id']}")
+    each(jobs or [], json_out, lambda c, j: c.release(j), lambda r: f"released job {r['id']}",
+         verb=("release", "released"), yes=yes)
 
 
-def preempt(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+def preempt(jobs: list[str] = JOBS_ARG, yes: bool = YES, json_out: bool = JSON) -> None:
     """Stop running jobs and queue them again in their place.
 
     They stop through the stop handshake and resume from their newest checkpoint.
     """
     each(jobs or [], json_out, lambda c, j: c.preempt(j),
-         lambda r: f"preempting job {r['id']}: it saves and stops, then waits in its place")
+         lambda r: f"preempting job {r['id']}: it saves and stops, then waits in its place",
+         verb=("preempt", "preempted"), yes=yes)
 
 
-def requeue(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
+def requeue(jobs: list[str] = JOBS_ARG, yes: bool = YES, json_out: bool = JSON) -> None:
     """Run jobs again (a running one restarts, an ended one is submitted anew).
 
     A running job is stopped and queued again; an ended one becomes a new job with the
@@ -317,7 +402,8 @@ def requeue(jobs: list[str] = JOBS_ARG, json_out: bool = JSON) -> None:
         new = r["job"]["id"]
         return (f"job {r['requeued']} is stopping and will run again" if new == r["requeued"]
                 else f"job {r['requeued']} submitted again as job {new}")
-    each(jobs or [], json_out, lambda c, j: c.requeue(j), done)
+    each(jobs or [], json_out, lambda c, j: c.requeue(j), done, verb=("requeue", "requeued"),
+         yes=yes)
 
 
 # --- sessions ----------------------------------------------------------------------------

@@ -1,8 +1,13 @@
 """A job named on the command line by its id (`7`) or by its name (`train[lr=1e-3]`).
 
-A name is looked up through the job list. When several jobs share it, the one that is
-still active wins if it is the only active one (`rota cancel train` means the job that
-runs, not last week's); otherwise the name is ambiguous and the error lists the ids.
+A name is looked up through the job list, and is the name as shown: the one given, else
+the command (`python train.py`). When several jobs share it, the one that is still active
+wins if it is the only active one (`rota cancel train` means the job that runs, not last
+week's); otherwise the name is ambiguous and the error lists the ids.
+
+Where a command acts on several jobs (`rota cancel A B C`), a name that no job has but
+that is a sweep's base name (`train` for `train[lr=1e-3]`, `train[lr=3e-4]`) picks the
+sweep's active jobs (``picked``); the command shows them and asks first, as a filter does.
 """
 
 from __future__ import annotations
@@ -43,13 +48,36 @@ def resolve(c: Client, ref: str | int) -> int:
                       field="job")
 
 
+def picked(c: Client, ref: str | int) -> tuple[list[int], list[JobAnswer]]:
+    """The ids of the jobs ``ref`` names where several may be meant, and the jobs picked
+    by a sweep's base name (empty when ``ref`` is an id or a job's name, which win). A
+    name that is neither fails as ``resolve`` does."""
+    try:
+        return [resolve(c, ref)], []
+    except NotFound:
+        members = sweep_members(c, str(ref).strip())
+        if not members:
+            raise  # "no job is named ...", as for any command given one job
+        return [_id(j) for j in members], members
+
+
+def sweep_members(c: Client, base: str) -> list[JobAnswer]:
+    """The active jobs of the sweep ``base`` names, in id order: those shown as
+    ``BASE[...]`` (a sweep names each job by its base name and its values)."""
+    prefix = f"{base}["
+    # the filter matches names that contain the text: keep those that start with it
+    jobs = c.jobs(states=list(ACTIVE), name=prefix, limit=_LOOKUP_LIMIT * 10)
+    return sorted((j for j in jobs if j["name"].startswith(prefix)), key=_id)
+
+
 def _id(job: JobAnswer) -> int:
     return int(job["id"])
 
 
 def matching(c: Client, *, user: str | None, name: str | None, states: list[str] | None,
              ) -> list[JobAnswer]:
-    """Active jobs that match every filter given (``name``: the name contains it)."""
+    """Active jobs that match every filter given (``name``: the name as shown, the given
+    one else the command, contains it)."""
     wanted = [s for s in (states or ACTIVE)]
     bad = [s for s in wanted if s not in ACTIVE]
     if bad:

@@ -182,7 +182,8 @@ def queue(
     state: list[str] = typer.Option(None, "--state", metavar="STATE",
                                     help="only jobs in this state (repeatable)"),
     user: str = typer.Option(None, help="only this user's jobs"),
-    name: str = typer.Option(None, help="only jobs whose name contains this"),
+    name: str = typer.Option(None, help="only jobs whose name as shown (the given one, "
+                                        "else the command) contains this"),
     all_: bool = typer.Option(False, "--all", "-a", help="include finished jobs"),
     limit: int = typer.Option(200, min=1, help="at most this many waiting jobs (with --all "
                               "or a filter: this many jobs, newest first)"),

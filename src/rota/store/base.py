@@ -12,6 +12,7 @@ from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple, Self, cast
 
 from sqlalchemy import (
+    BindParameter,
     Connection,
     Dialect,
     Engine,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    and_,
     bindparam,
     func,
     insert,
@@ -121,8 +123,12 @@ def _list_statement(filters: frozenset[str]) -> Select[Any]:
         q = q.where(j.state.in_(bindparam("states", expanding=True)))
     if "user" in filters:
         q = q.where(j.user == bindparam("user"))
-    if "name" in filters:
-        q = q.where(j.name.contains(bindparam("name"), escape="/"))
+    if "name" in filters:  # the name as shown (views.job_view): the given one, else the
+        # command; an empty given name shows the command too
+        text: BindParameter[str] = bindparam("name")
+        unnamed = or_(j.name.is_(None), j.name == "")
+        q = q.where(or_(j.name.contains(text, escape="/"),
+                        and_(unnamed, j.command_text.contains(text, escape="/"))))
     if "project" in filters:
         q = q.where(j.project == bindparam("project"))
     if "tag" in filters:

@@ -16,6 +16,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from rota.core.job_names import command_name
 from rota.core.lifecycle import TERMINAL, JobState, check_transition
 from rota.core.snapshot import PendingJob, WorkspacelessJob
 from rota.core.spec import JobSpec
@@ -75,6 +76,8 @@ class JobsRepo(StoreBase):
                 "allowed_gpus": _id_list(spec.allowed_gpus), "after_ids": _id_list(spec.after),
                 "mlflow": spec.mlflow, "time_limit": spec.time_limit,
                 "workspace": None if spec.workspace else False,
+                # what the name filter matches a job given no name by (JobRow.command_text)
+                "command_text": command_name(spec.command),
                 "pool": spec.pool if spec.pool != LOCAL_POOL else None})
         message = f"submitted by {user or 'unknown'} via {source}"
         try:

@@ -84,6 +84,12 @@ class JobRow(Base):
     # false: the spec says the job needs no workspace (it is not held for one's quota or
     # copy); NULL: it gets one (the default; never stored as true)
     workspace: Mapped[bool | None] = mapped_column(Boolean)
+    # the command as a job with no name is shown (rota.core.job_names.command_name),
+    # stored for every job: the list's name filter matches a job given no name by it, as
+    # people see it (`--name python`). Not in `name`, which stays the name the user gave
+    # (submits, run-time predictions and memory peaks compare it). NULL only for a row
+    # whose spec had no command to read when migration 0022 filled it in.
+    command_text: Mapped[str | None] = mapped_column(String(200))
 
 
 class AttemptRow(Base):
