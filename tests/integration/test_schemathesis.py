@@ -22,7 +22,9 @@ because of this machine's state (more GPUs or memory than it has, a secret its u
 not stored, a cwd that is not a directory, ...); no schema can say that, so positive-data
 acceptance takes 422 for POST /v1/jobs. Likewise GET /v1/report: its since and until are
 each documented by a pattern, but no schema can say that since must not come after until,
-nor that February 29th exists only in leap years; it takes 422 there too (and only there).
+nor that February 29th exists only in leap years; it takes 422 there too. And the users'
+Unix accounts (POST /v1/users, PATCH /v1/users/{name}): a well-formed account name this
+machine has no account for is refused (422), which no schema can say either.
 
 The daemon reaches a real S3-protocol server (moto's, with no bucket), so that POST
 /v1/dataset-imports gets the bucket's own answer (no such bucket: 404) rather than
@@ -67,6 +69,18 @@ expected-statuses = ["2xx", "403", "404", "409", "422"]
 [[operations]]
 include-path = "/v1/report"
 include-method = "GET"
+[operations.checks.positive_data_acceptance]
+expected-statuses = ["2xx", "403", "404", "409", "422"]
+
+[[operations]]
+include-path = "/v1/users"
+include-method = "POST"
+[operations.checks.positive_data_acceptance]
+expected-statuses = ["2xx", "403", "404", "409", "422"]
+
+[[operations]]
+include-path = "/v1/users/{name}"
+include-method = "PATCH"
 [operations.checks.positive_data_acceptance]
 expected-statuses = ["2xx", "403", "404", "409", "422"]
 """

@@ -382,10 +382,10 @@ class RawClient(RawStorage):
                  unix_account: str | None = None, own_account: bool = False) -> UserAnswer:
         """Change a user's rights or Unix account (``own_account``: the daemon's own
         again); what is not given stays."""
-        body: dict[str, object] = {"own_account": own_account}
+        body: dict[str, object] = {}
         if admin is not None:
             body["admin"] = admin
-        if unix_account is not None:
+        if unix_account is not None or own_account:  # null: the daemon's own account again
             body["unix_account"] = unix_account
         return self.request("PATCH", f"/v1/users/{name}", json=body)
 

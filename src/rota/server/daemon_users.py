@@ -26,6 +26,7 @@ class DaemonUsers:
 
     def set_user(self, name: str, *, admin: bool | None, unix_account: str | None,
                  own_account: bool) -> UserRow:
+        self._d.store.user(name)  # NotFound names the user, before the account is checked
         row = self._d.store.set_user(name, admin=admin, own_account=own_account,
                                      unix_account=unix_account and check_unix_account(unix_account))
         self._auth.forget()  # rights and accounts are cached per caller

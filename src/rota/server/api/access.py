@@ -16,7 +16,6 @@ from rota.answers import (
     UsersAnswer,
     WhoAmIAnswer,
 )
-from rota.errors import InvalidSpec
 from rota.server.access.auth import UserNameText
 from rota.server.api._shared import Caller, CommandsPort, Json, ReadsPort, RowId, UserName
 from rota.server.api.problems import errors
@@ -33,12 +32,13 @@ class UserBody(BaseModel):
 
 
 class UserChange(BaseModel):
+    """What to change; a key not sent stays as it is."""
+
     admin: StrictBool | None = Field(default=None, description="may act on every job and GPU")
     unix_account: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
                                      description="the Unix account this user's jobs run as "
-                                                 "from now on (running ones stay as they are)")
-    own_account: StrictBool = Field(default=False, description="run this user's jobs as the "
-                                    "daemon's own account again (not with unix_account)")
+                                                 "from now on (running ones stay as they "
+                                                 "are); null: the daemon's own account again")
 
 
 class TokenBody(BaseModel):
@@ -85,10 +85,9 @@ async def change_user(name: UserName, body: UserChange, p: Caller,
     """Change a user's rights or the Unix account their jobs run as (an existing user,
     say one made on first use, mapped to their account); what is not given stays."""
     p.require_admin("changing users")
-    if body.own_account and body.unix_account is not None:
-        raise InvalidSpec("unix_account and own_account: give one", field="own_account")
+    account = "unix_account" in body.model_fields_set  # null sent: the daemon's own again
     return _user_view(commands.set_user(name, admin=body.admin, unix_account=body.unix_account,
-                                        own_account=body.own_account))
+                                        own_account=account and body.unix_account is None))
 
 
 @router.delete("/users/{name}", responses=errors(401, 403, 404, 409, 422, 503))
