@@ -268,7 +268,10 @@ def test_a_refused_evaluation_leaves_no_fetch_job_behind(daemon: DaemonProcess,
     m = re.search(r"the model-fetch job (\d+) was cancelled", r.stderr)
     assert m and r.stderr.startswith("error: the evaluation job (eval-qwen-arc): needs 8 "), \
         r.stderr
-    assert daemon.client().job(int(m[1]))["state"] == "cancelled"
+    # a fetch job the loop had begun to start when it was cancelled ends cancelled once
+    # its launch is undone
+    wait_until(lambda: daemon.client().job(int(m[1]))["state"] == "cancelled",
+               what="the fetch job to end cancelled")
 
 
 def test_an_unknown_pool_is_named(daemon: DaemonProcess, tmp_path: Path) -> None:

@@ -66,9 +66,12 @@ class Follower:
     def finish(self) -> None:
         """Copy the output to its end (the stream ends when the container does), then
         record how it ended."""
-        frames = self.container.logs(stream=True, follow=True, stdout=True, stderr=True)
-        LogCopy(self.log_path, self.status_path).run(frames)
+        copy = LogCopy(self.log_path, self.status_path)
+        copy.run(self.container.logs(stream=True, follow=True, stdout=True, stderr=True))
         self.container.wait()
+        # a followed stream may end before Docker has stored the output's last partial line
+        # (moby#43860): read the stored entries once more; the cursor skips those copied
+        copy.run(self.container.logs(stream=True, follow=False, stdout=True, stderr=True))
         self.container.reload()
         info = exit_of_state(self.container.attrs.get("State") or {})
         record = read_record(self.status_path)

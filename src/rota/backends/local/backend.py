@@ -252,8 +252,12 @@ class LocalBackend(ProcessBackend):
             fd = self.runner.watch(handle.pid, int(handle.extra["runner"]))
             if fd is not None:
                 return fd
+            status = self.read_status(handle.status_path)
+            if has_ended(status):  # (the runner forgets a job once its end is journaled)
+                return None
             # its runner and keeper are gone: the waiter exits once the end is journaled
-            waiter = self._waiter_alive(self.read_status(handle.status_path), handle)
+            # (and not before its other jobs have ended: the end is learnt late, not lost)
+            waiter = self._waiter_alive(status, handle)
             if waiter:
                 with contextlib.suppress(ProcessLookupError):
                     return os.pidfd_open(waiter)

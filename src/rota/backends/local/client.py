@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
+import select
 import socket
 import sys
 import time
@@ -20,6 +22,8 @@ from typing import Any
 from rota.backends.common import pid_alive
 from rota.backends.local.runner import MAX_MESSAGE, PROTOCOL
 from rota.errors import BackendError
+
+log = logging.getLogger("rota.backends.local")
 
 START_TIMEOUT_S = 15.0
 _SUN_PATH_MAX = 108  # Linux's sun_path, with its terminating NUL
@@ -56,6 +60,7 @@ class RunnerClient:
         self.pid = 0
         self._spawned: int | None = None  # a runner this process started (to be reaped)
         self._waiting: deque[Callable[[Answer | RunnerLost], None]] = deque()
+        self._unclaimed: deque[Answer] = deque()  # answers to ``request_many``, read early
         self._loop: asyncio.AbstractEventLoop | None = None  # reading answers, if any
 
     def request_many_later(self, msgs: list[dict[str, Any]],
@@ -73,13 +78,13 @@ class RunnerClient:
                 loop.add_reader(sock.fileno(), self._on_readable)
             try:
                 for i in range(sent, len(datas)):
-                    sock.send(datas[i])
+                    self._send(sock, datas[i])
                     self._waiting.append(functools.partial(done, i))
                     sent += 1
                 return
             except OSError as e:
                 lost = RunnerLost(f"the local runner went away: {e}")
-                self._reset()
+                self._reset(f"sending a launch: {e}")
                 if sent or attempt == 2:
                     for i in range(sent, len(datas)):
                         loop.call_soon(done, i, lost)
@@ -88,15 +93,19 @@ class RunnerClient:
     def _on_readable(self) -> None:
         """Answers that have arrived, to their callbacks (the loop calls this)."""
         sock = self.sock
-        while sock is not None:
+        # a callback may have dropped this connection (and made another): stop then, so
+        # that a read of the old one's closed descriptor does not drop the new one
+        while sock is not None and self.sock is sock:
             try:
                 data, fds = _receive(sock, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
-            except OSError:
-                data, fds = b"", []
+            except OSError as e:
+                data, fds, why = b"", [], f"reading its answers: {e}"
+            else:
+                why = "it closed the connection"
             if not data:
-                self._reset()  # the runner went away: waiting callbacks learn it
+                self._reset(why)  # the runner went away: waiting callbacks learn it
                 return
             if not self._waiting:
                 for fd in fds:  # nobody asked: nothing to hand over
@@ -115,11 +124,11 @@ class RunnerClient:
             sock = self._connected()
             try:
                 for d in datas[sent:]:
-                    sock.send(d)
+                    self._send(sock, d)
                     sent += 1
                 break
             except OSError as e:
-                self._reset()
+                self._reset(f"sending a launch: {e}")
                 if sent or attempt == 2:
                     lost = RunnerLost(f"the local runner went away: {e}")
                     return [lost] * len(datas)
@@ -143,10 +152,10 @@ class RunnerClient:
             if self.pid != runner_pid:
                 return None
             try:
-                sock.send(json.dumps({"op": "watch", "pid": pid}).encode())
+                self._send(sock, json.dumps({"op": "watch", "pid": pid}).encode())
                 reply, fds = self._answer(sock)
-            except (OSError, RunnerLost):
-                self._reset()
+            except (OSError, RunnerLost) as e:
+                self._reset(f"asking it to watch job process {pid}: {e}")
                 continue
             return fds[0] if reply.get("known") and fds else None
         return None
@@ -161,24 +170,50 @@ class RunnerClient:
                                    f"the local runner takes at most {MAX_MESSAGE}")
         return datas
 
-    def _answer(self, sock: socket.socket) -> Answer:
-        """The answer to the request just sent; earlier ones' answers, met on the way, go
-        to their callbacks (on the loop: never from inside this call)."""
+    # The socket is non-blocking (uvloop makes every descriptor it watches so, and
+    # _connect does the same for any loop): a burst of launches larger than its buffer
+    # waits for room instead of failing as if the runner had gone.
+    def _send(self, sock: socket.socket, data: bytes) -> None:
+        """One request, sent once there is room; the answers that arrive meanwhile are
+        taken in (a runner waiting for room for its answers would wait for us in turn)."""
         while True:
             try:
-                data, fds = _receive(sock)
-            except OSError as e:
-                self._reset()
-                raise RunnerLost(f"the local runner went away: {e}") from None
+                sock.send(data)
+                return
+            except BlockingIOError:
+                readable, _, _ = select.select([sock], [sock], [])
+                if readable:
+                    self._take_answers(sock)
+
+    def _take_answers(self, sock: socket.socket) -> None:
+        """The answers that have arrived, each to its callback (on the loop: never from
+        inside this call) or, past those, kept for ``_answer``."""
+        while True:
+            try:
+                data, fds = _receive(sock, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
             if not data:
-                self._reset()
-                raise RunnerLost("the local runner went away")
-            if not self._waiting:
-                reply: dict[str, Any] = json.loads(data)
-                return reply, fds
-            cb = self._waiting.popleft()
-            assert self._loop is not None
-            self._loop.call_soon(cb, (json.loads(data), fds))
+                raise ConnectionResetError("the runner closed the connection")
+            answer = (json.loads(data), fds)
+            if self._waiting:
+                assert self._loop is not None
+                self._loop.call_soon(self._waiting.popleft(), answer)
+            else:
+                self._unclaimed.append(answer)
+
+    def _answer(self, sock: socket.socket) -> Answer:
+        """The answer to the oldest request sent through ``request_many`` or ``watch``;
+        earlier ones' answers, met on the way, go to their callbacks."""
+        while not self._unclaimed:
+            try:
+                self._take_answers(sock)
+                if not self._unclaimed:
+                    select.select([sock], [], [])
+            except OSError as e:
+                self._reset(f"reading an answer: {e}")
+                raise RunnerLost(f"the local runner went away: {e}") from None
+        return self._unclaimed.popleft()
 
     def connect(self) -> None:
         """Reach the runner, starting one if there is none: BackendError when that fails."""
@@ -244,10 +279,15 @@ class RunnerClient:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             return None
-        sock.settimeout(None)
         self.pid = int(hello["pid"])
-        sock.send(json.dumps({"op": "env", "env": self.env}).encode())
-        sock.recv(1 << 16)
+        try:
+            sock.send(json.dumps({"op": "env", "env": self.env}).encode())
+            sock.recv(1 << 16)
+        except OSError as e:
+            sock.close()
+            raise BackendError(f"the local runner on {self.path} did not take the daemon's "
+                               f"environment: {e}; see {self._log_path()}") from None
+        sock.setblocking(False)
         return sock
 
     def _start(self) -> None:
@@ -272,12 +312,21 @@ class RunnerClient:
     def _log_path(self) -> Path:
         return self.path.with_suffix(".log")
 
-    def _reset(self) -> None:
+    def _reset(self, why: str) -> None:
+        """Drop the connection (the next request makes a new one); the requests waiting
+        for an answer learn the runner went away, and the daemon's log says why."""
         if self.sock is not None:
+            log.warning("the connection to the local runner (pid %s) is lost: %s%s", self.pid,
+                        why, f"; {len(self._waiting)} launches unanswered" if self._waiting
+                        else "")
             if self._loop is not None:
                 self._loop.remove_reader(self.sock.fileno())
             self.sock.close()
         self.sock, self.pid = None, 0
+        for _, fds in self._unclaimed:
+            for fd in fds:
+                os.close(fd)
+        self._unclaimed.clear()
         if self._waiting:
             assert self._loop is not None
             lost = RunnerLost("the local runner went away")
