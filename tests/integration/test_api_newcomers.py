@@ -168,3 +168,29 @@ def test_neither_the_routers_nor_the_api_workers_import_the_daemon() -> None:
     assert out.strip() == "False"
 
 
+
+
+def test_a_sweep_in_the_submit_makes_one_job_per_combination(tmp_path: Path) -> None:
+    """The grid as `rota submit --sweep` takes it (the dashboard's form sends it so)."""
+    async def scenario() -> None:
+        async with api(tmp_path) as (c, _d, _):
+            spec = {"command": ["echo", "lr={lr}", "seed={seed}"], "name": "tune", "gpus": 0,
+                    "hold": True}
+            r = await c.post("/v1/jobs", json={"jobs": [spec],
+                                               "sweep": ["lr=1e-3,3e-4", "seed=1..2"]})
+            assert r.status_code == 201, r.text
+            jobs = r.json()["jobs"]
+            assert [j["name"] for j in jobs] == [
+                "tune[lr=1e-3,seed=1]", "tune[lr=1e-3,seed=2]",
+                "tune[lr=3e-4,seed=1]", "tune[lr=3e-4,seed=2]"]
+            got = (await c.get(f"/v1/jobs/{jobs[3]['id']}")).json()
+            assert got["spec"]["command"] == ["echo", "lr=3e-4", "seed=2"]
+            before = len((await c.get("/v1/jobs", params={"limit": 100})).json()["jobs"])
+            for bad, why in ((["lr"], "sweep 'lr'"), (["lr=1..200000"], "sweep 'lr=1..200000'"),
+                             (["lr=1..200", "seed=1..200"], "the sweep makes 40000 jobs")):
+                r = await c.post("/v1/jobs", json={"jobs": [spec], "sweep": bad})
+                assert r.status_code == 422 and why in r.json()["detail"], r.text
+                assert r.json()["field"] == "sweep", r.text
+            # nothing of a refused sweep is stored
+            assert len((await c.get("/v1/jobs", params={"limit": 100})).json()["jobs"]) == before
+    run(scenario())

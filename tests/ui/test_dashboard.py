@@ -227,6 +227,26 @@ def test_a_jobs_saved_outputs_are_listed_and_download_byte_equal(
     saved = tmp_path / "downloaded.bin"
     got.value.save_as(saved)
     assert saved.read_bytes() == bytes(range(256)) * 100
+
+    # a link to one file that works without an account, shown once with its expiry
+    card.locator("button[data-share='out/model.bin']").click()
+    link = card.get_by_label("Share link for out/model.bin")
+    expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/share/[A-Za-z0-9_-]{16,}$"))
+    expect(card.locator(".share-box")).to_contain_text("works without an account until")
+    shared = httpx.get(link.input_value(), timeout=30)  # no token
+    assert shared.status_code == 200 and shared.content == bytes(range(256)) * 100
+    card.get_by_role("button", name="Share all…").click()
+    expect(card.get_by_label("Share link for all the files")).to_have_value(re.compile("/share/"))
+    with dashboard.api() as c:
+        links = c.get("/v1/share-links", params={"job": job["id"]}).json()["links"]
+    assert sorted((x["path"] or "") for x in links) == ["", "out/model.bin"]
+
+    # its card, from the page head
+    with page.expect_download() as got:
+        page.locator(".page-head").get_by_role("button", name="Card").click()
+    assert got.value.suggested_filename == f"job-{job['id']}-card.html"
+    got.value.save_as(tmp_path / "card.html")
+    assert "ui-outputs" in (tmp_path / "card.html").read_text()
     # a job without outputs shows no such card
     plain = dashboard.submit(command=["true"], name="ui-no-outputs", gpus=0)
     page = open_page(hash=f"#/jobs/{plain['id']}")
@@ -453,12 +473,21 @@ def test_phone_width_has_no_horizontal_scrolling(open_page: Open, dashboard: Das
     try:
         page = open_page(width=375, height=740)
         expect(page.locator(f"tr[data-job='{job['id']}']")).to_be_visible()
-        for where in ("#/jobs", f"#/jobs/{job['id']}", "#/gpus", "#/pools", "#/submit"):
+        for where in ("#/jobs", f"#/jobs/{job['id']}", "#/gpus", "#/pools", "#/submit",
+                      "#/usage"):
             page.goto(dashboard.url + where)
             page.wait_for_selector(".page")
+            if where == f"#/jobs/{job['id']}":
+                expect(page.locator("[aria-labelledby=h-attempts] tbody tr")).to_have_count(1)
             page.wait_for_timeout(500)
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 375, f"{where} is {width}px wide at a 375px viewport"
+            # nor is a table cut, to be scrolled sideways inside its box
+            cut = page.evaluate("[...document.querySelectorAll('.table-wrap')]"
+                                ".filter((w) => w.scrollWidth > w.clientWidth + 1)"
+                                ".map((w) => w.parentElement.getAttribute('aria-labelledby')"
+                                " || w.parentElement.className)")
+            assert not cut, f"{where}: tables cut at a 375px viewport: {cut}"
     finally:
         with dashboard.api() as c:
             c.post(f"/v1/jobs/{job['id']}/cancel")
@@ -589,3 +618,45 @@ def test_the_queue_has_a_project_column(open_page: Open, dashboard: Dashboard) -
     finally:
         with dashboard.api() as c:
             c.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_the_submit_form_takes_a_project_datasets_and_a_sweep(open_page: Open,
+                                                              dashboard: Dashboard) -> None:
+    page = open_page(hash="#/submit")
+    page.get_by_label("Command").fill("echo lr={lr}")
+    page.get_by_label("Name", exact=True).fill("ui-form-sweep")
+    page.get_by_label("Project").fill("not a project!")
+    page.get_by_label("GPUs").fill("0")
+    page.get_by_text("More options").click()
+    page.get_by_label("Sweep").fill("lr")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#s-project-error")).to_contain_text("is not a project name")
+    expect(page.locator("#s-sweep-error")).to_contain_text("is not key=values")
+
+    # the server's refusals: at their fields, without the batch's "jobs[0]: "
+    page.get_by_label("Project").fill("vision")
+    page.get_by_label("Sweep").fill("lr=1,2,3")
+    page.get_by_label("Datasets").fill("no-such-set")
+    page.get_by_role("button", name="Submit job").click()
+    error = page.locator("#s-datasets-error")
+    expect(error).to_contain_text("no dataset 'no-such-set' you may read")
+    expect(error).not_to_contain_text("jobs[0]")
+    page.get_by_label("Datasets").fill("")
+    page.get_by_label("GPUs").fill("16")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#s-gpus-error")).to_contain_text("16")
+    expect(page.locator("form.submit-form")).not_to_contain_text("jobs[0]")
+
+    page.get_by_label("GPUs").fill("0")
+    page.get_by_role("button", name="Submit job").click()
+    page.wait_for_url(re.compile(r"#/$"))
+    expect(page.locator(".toast")).to_contain_text("Submitted 3 jobs")
+    with dashboard.api() as c:
+        jobs = [j for j in c.get("/v1/jobs", params={"limit": 500}).json()["jobs"]
+                if j["name"].startswith("ui-form-sweep[")]
+    assert sorted(j["name"] for j in jobs) == [f"ui-form-sweep[lr={n}]" for n in (1, 2, 3)]
+    assert {j["project"] for j in jobs} == {"vision"}
+    for j in jobs:
+        wait_until(lambda j=j: dashboard.job(j["id"])["state"] == "completed",
+                   what="the sweep's jobs to end")
+    assert dashboard.job(jobs[0]["id"])["spec"]["command"][1].startswith("lr=")

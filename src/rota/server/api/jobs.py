@@ -3,6 +3,7 @@ wait), why it is where it is, its events and how to attach to it."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -38,6 +39,24 @@ class SubmitBody(BaseModel):
     force: StrictBool = Field(default=False,
                         description="accept a job this machine cannot run now; it waits "
                                     "until the GPUs change")
+    sweep: list[Annotated[str, Field(max_length=10_000)]] = Field(
+        default_factory=list, max_length=32,
+        description="a grid, as `rota submit --sweep` takes it: 'key=v1,v2' or 'key=1..5' "
+                    "each; every job becomes one job per combination, named "
+                    "NAME[key=value,...], its {key} placeholders filled")
+
+    def expanded(self) -> list[JobSpec]:
+        """The jobs, each expanded by the sweep's grid (the same as the CLI's)."""
+        if not self.sweep:
+            return self.jobs
+        from rota.core.sweep import expand_sweep, parse_sweep_arg
+
+        grid = [parse_sweep_arg(s) for s in self.sweep]
+        count = len(self.jobs) * math.prod(len(values) for _, values in grid)
+        if count > 10_000:  # said before any is made
+            raise InvalidSpec(f"the sweep makes {count} jobs; at most 10000 are submitted "
+                              "at once", field="sweep")
+        return [one for spec in self.jobs for one in expand_sweep(spec, grid)]
 
 
 #: a wait's default and longest hold, in seconds (the clients ask for 60 at a time)
@@ -59,7 +78,7 @@ async def submit(body: SubmitBody, p: Caller, commands: CommandsPort,
     or memory than it has) is refused unless ``force``."""
     if body.user and body.user != p.user:
         p.require_admin(f"submitting as {body.user!r}")
-    done = commands.submit(body.jobs, user=body.user or p.user, source="api",
+    done = commands.submit(body.expanded(), user=body.user or p.user, source="api",
                            idempotency_key=body.idempotency_key, dedup=body.dedup,
                            force=body.force)
     facts = await reads.facts(done.rows)

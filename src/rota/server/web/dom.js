@@ -2,7 +2,7 @@
 // fixed list of safe attributes: never innerHTML, never an event-handler attribute.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const SAFE_ATTR = /^(aria-[a-z-]+|data-[a-z-]+|role|id|class|for|type|name|value|title|href|tabindex|placeholder|autocomplete|inputmode|min|max|step|list|rows|cols|spellcheck|hidden|disabled|checked|selected|required|scope|colspan|lang|dir|open|method|novalidate|width|height|viewBox|d|x|y|x1|x2|y1|y2|cx|cy|r|points|fill|stroke|stroke-width|stroke-linejoin|stroke-linecap|stroke-dasharray|preserveAspectRatio|focusable|vector-effect|pattern|size|maxlength|autofocus|translate|target|rel)$/;
+const SAFE_ATTR = /^(aria-[a-z-]+|data-[a-z-]+|role|id|class|for|type|name|value|title|href|tabindex|placeholder|autocomplete|inputmode|min|max|step|list|rows|cols|spellcheck|hidden|disabled|readonly|checked|selected|required|scope|colspan|lang|dir|open|method|novalidate|width|height|viewBox|d|x|y|x1|x2|y1|y2|cx|cy|r|points|fill|stroke|stroke-width|stroke-linejoin|stroke-linecap|stroke-dasharray|preserveAspectRatio|focusable|vector-effect|pattern|size|maxlength|autofocus|translate|target|rel)$/;
 
 function apply(el, props) {
   for (const [key, value] of Object.entries(props || {})) {
@@ -92,4 +92,17 @@ let idCounter = 0;
 export function uid(prefix = "id") {
   idCounter += 1;
   return `${prefix}-${idCounter}`;
+}
+
+/** A table that turns into a list of cards on a phone (app.css `table.stack`): each cell
+ * gets its column's heading as its label. Returns the table. */
+export function stacked(table) {
+  const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.querySelectorAll("tbody tr")) {
+    [...row.children].forEach((cell, i) => {
+      if (heads[i]) cell.setAttribute("data-label", heads[i]);
+    });
+  }
+  table.classList.add("stack");
+  return table;
 }

@@ -1,7 +1,7 @@
 // One job: its spec, timeline, attempts, a live log tail with search, and the actions.
 
 import { api, download, post, streamEvents } from "./api.js";
-import { h, highlighted, replace } from "./dom.js";
+import { h, highlighted, replace, stacked } from "./dom.js";
 import { lineChart } from "./charts.js";
 import { refLink } from "./datasets.js";
 import * as fmt from "./format.js";
@@ -103,10 +103,14 @@ export function renderJob(root, id) {
       h("section", { class: "card", "aria-labelledby": "h-attempts" },
         h("h2", { id: "h-attempts" }, "Attempts"), attempts))));
 
+  // its model card and training report, as it stands now (rota card JOB)
+  const cardBtn = h("button", { type: "button", class: "btn", title: "Its model card and training report, as one HTML page" }, "Card");
+  cardBtn.addEventListener("click", () => act(cardBtn, () => download(`/v1/jobs/${id}/card?format=html`, `job-${id}-card.html`)));
+
   function paintActions() {
     if (job.state === shownState) return;
     shownState = job.state;
-    replace(actions, actionsFor(job.state).map((name) => {
+    replace(actions, cardBtn, actionsFor(job.state).map((name) => {
       const a = ACTIONS[name];
       const b = h("button", { type: "button", class: ["btn", a.danger && "danger"], "data-action": name,
         title: a.title }, a.label);
@@ -243,7 +247,7 @@ export function renderJob(root, id) {
       return;
     }
     const heads = ["#", "GPUs", "Started", "Ended", "Run time", "Exit", "Outcome", "PID / engine job"];
-    replace(attempts, h("table", { class: "compact" },
+    replace(attempts, stacked(h("table", { class: "compact" },
       h("thead", null, h("tr", null, heads.map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, list.map((a) => h("tr", null,
         h("td", null, String(a.number)),
@@ -253,7 +257,7 @@ export function renderJob(root, id) {
         h("td", null, a.started_at ? fmt.duration((a.ended_at || fmt.now()) - a.started_at) : "–"),
         h("td", null, a.exit_code ?? (a.signal ? `signal ${a.signal}` : "–")),
         h("td", { title: a.reason || "" }, a.outcome || (a.ended_at ? "–" : "running"), a.reason ? h("div", { class: "muted small" }, a.reason) : null),
-        h("td", null, a.engine_id || a.pid || "–"))))));
+        h("td", null, a.engine_id || a.pid || "–")))))));
   }
 
   let eventsSeen = -1;
@@ -331,11 +335,42 @@ function artifactsPanel(id) {
       title: `Download ${f.path}` }, "Download");
     b.addEventListener("click", () => act(b, () => download(
       `/v1/jobs/${id}/artifacts/file?path=${encodeURIComponent(f.path)}`, f.path.split("/").pop())));
+    const s = h("button", { type: "button", class: "btn small", "data-share": f.path,
+      title: `A link to ${f.path} that works without an account` }, "Share");
+    s.addEventListener("click", () => share(s, f.path));
     return h("tr", null,
       h("td", null, h("code", null, f.path)),
       h("td", { class: "num" }, fmt.bytes(f.size)),
       h("td", null, h("code", { title: f.sha256 }, f.sha256.slice(0, 12))),
-      h("td", null, b));
+      h("td", { class: "row-actions" }, b, s));
+  }
+
+  const shareBox = h("div", { class: "share-box", hidden: true, "aria-live": "polite" });
+
+  // a link that works without an account (for a colleague, a notebook, a CI job): its URL
+  // is given once, when it is made; `rota share-link ls/rm` lists and revokes them
+  async function share(b, path) {
+    const link = await act(b, () => post(`/v1/jobs/${id}/share-links`, path ? { path } : {}));
+    if (link === undefined) return;
+    const url = new URL(link.url, location.href).href;
+    const field = h("input", { type: "text", readonly: true, class: "mono", value: url,
+      "aria-label": `Share link for ${path || "all the files"}` });
+    const copy = h("button", { type: "button", class: "btn small" }, "Copy");
+    copy.addEventListener("click", async () => {
+      field.select();
+      try {
+        await navigator.clipboard.writeText(url);
+        toast("Link copied", "ok");
+      } catch {
+        toast("Select the link and copy it (the browser refused the clipboard)", "info");
+      }
+    });
+    replace(shareBox, h("p", null, h("strong", null, path ? `Link to ${path}` : "Link to all the files"),
+      ` — works without an account until ${fmt.stamp(link.expires_at)}; shown only now`),
+    h("div", { class: "share-row" }, field, copy));
+    shareBox.hidden = false;
+    field.focus();
+    field.select();
   }
 
   function paint(a) {
@@ -345,9 +380,12 @@ function artifactsPanel(id) {
     const parts = [h("p", { class: a.state === "failed" ? "error-box" : "muted" },
       head, a.error ? ` — ${a.error}` : "")];
     if (a.files.length) {
-      parts.push(h("div", { class: "table-wrap" }, h("table", { class: "compact" },
+      const all = h("button", { type: "button", class: "btn small", "data-share": "" }, "Share all…");
+      all.addEventListener("click", () => share(all, null));
+      parts.push(h("div", { class: "actions" }, all), shareBox);
+      parts.push(h("div", { class: "table-wrap" }, stacked(h("table", { class: "compact" },
         h("thead", null, h("tr", null, ["File", "Size", "sha256", ""].map((x) => h("th", { scope: "col" }, x)))),
-        h("tbody", null, a.files.map(fileRow)))));
+        h("tbody", null, a.files.map(fileRow))))));
     }
     if (a.notes.length) parts.push(h("ul", { class: "muted small" }, a.notes.map((n) => h("li", null, n))));
     replace(body, parts);

@@ -14,6 +14,7 @@ const DURATION = [/^\d+(\.\d+)?$/, /^\d+(:\d{1,2}){1,2}$/, /^(\s*\d+(\.\d+)?\s*[
 const FIELDS = {
   command: "Command",
   name: "Name",
+  project: "Project",
   gpus: "GPUs",
   gpu_mem: "GPU memory",
   priority: "Priority",
@@ -22,7 +23,11 @@ const FIELDS = {
   secret_env: "Secret environment",
   cwd: "Working directory",
   retries: "Retries",
+  datasets: "Datasets",
+  sweep: "Sweep",
 };
+
+const PROJECT = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 
 /** KEY=VALUE lines -> {env, errors}; blank lines and # comments are skipped. */
 export function parseEnvLines(text, label) {
@@ -63,6 +68,10 @@ export function validate(v) {
   const name = v.name.trim();
   if (name.length > 200) errors.name = `Name: at most 200 characters (this one has ${name.length})`;
   else if (name) spec.name = name;
+
+  const project = v.project.trim();
+  if (project && !PROJECT.test(project)) errors.project = `Project: “${project}” is not a project name (letters, digits, _ . : -, starting with a letter or digit, at most 64)`;
+  else if (project) spec.project = project;
 
   const gpus = v.gpus.trim();
   if (gpus === "") errors.gpus = "GPUs: enter a number: 0 for CPU only, 0.25 or 0.5 to share a GPU, 1, 2, …";
@@ -109,8 +118,21 @@ export function validate(v) {
     if (!/^\d+$/.test(retries) || Number(retries) > 100) errors.retries = "Retries: a whole number from 0 to 100";
     else spec.retries = Number(retries);
   }
+  const datasets = v.datasets.split(/[\s,]+/).filter(Boolean);
+  if (datasets.length) spec.datasets = datasets;
+
+  // the grid, as `rota submit --sweep` takes it; the server checks each line as the CLI does
+  const sweep = v.sweep.split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+  const noValue = sweep.find((l) => !/^[^=]+=.+/.test(l));
+  if (noValue) errors.sweep = `Sweep: “${noValue}” is not key=values (like lr=1e-3,3e-4 or seed=1..5)`;
+
   if (v.hold) spec.hold = true;
-  return { spec, errors };
+  return { spec, errors, sweep };
+}
+
+/** The server's message without its place in the batch ("jobs[0]: "): the form sends one. */
+export function withoutBatchPlace(detail) {
+  return String(detail).replace(/^jobs\[\d+\]:\s*/, "");
 }
 
 /** The server's `field` ("jobs.0.gpu_mem", "env", "spec") -> one of our field ids, or null. */
@@ -154,6 +176,8 @@ export function renderSubmit(root, session) {
     preview,
     h("div", { class: "form-grid" },
       field("name", "Name", h("input", { type: "text", autocomplete: "off", maxlength: "200", placeholder: "optional" })),
+      field("project", "Project", h("input", { type: "text", autocomplete: "off", maxlength: "64", placeholder: "optional" }),
+        "groups jobs in the queue, usage and workspaces"),
       field("gpus", "GPUs", h("input", { type: "text", inputmode: "decimal", autocomplete: "off", value: "1", list: "gpu-choices" }),
         "0 = CPU only; 0.25 / 0.5 share a GPU; 2, 4 … take whole GPUs"),
       field("gpu_mem", "GPU memory", h("input", { type: "text", autocomplete: "off", placeholder: "e.g. 20G" }),
@@ -177,7 +201,13 @@ export function renderSubmit(root, session) {
         field("retries", "Retries", h("input", { type: "text", inputmode: "numeric", autocomplete: "off", placeholder: "0" }),
           "after a failure, with backoff"),
         h("div", { class: "field" }, h("span", { class: "label" }, "Start"),
-          h("label", { class: "check" }, hold, " held (release it later)")))),
+          h("label", { class: "check" }, hold, " held (release it later)"))),
+      h("div", { class: "form-grid two" },
+        field("datasets", "Datasets", h("input", { type: "text", autocomplete: "off", spellcheck: "false",
+          placeholder: "e.g. corpus:v3, alice/eval-set" }), "dataset versions the job reads (rota dataset list); comma-separated"),
+        field("sweep", "Sweep", h("textarea", { rows: 2, spellcheck: "false", autocomplete: "off", class: "mono",
+          placeholder: "lr=1e-3,3e-4\nseed=1..3" }),
+        "one key=values per line: one job per combination, {key} in the command replaced"))),
     h("div", { class: "form-actions" }, sendBtn,
       session.user ? h("span", { class: "muted small" }, `as ${session.user}`) : null));
 
@@ -253,7 +283,7 @@ export function renderSubmit(root, session) {
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const { spec, errors } = validate(values());
+    const { spec, errors, sweep } = validate(values());
     if (Object.keys(errors).length) {
       showErrors(errors);
       return;
@@ -262,15 +292,20 @@ export function renderSubmit(root, session) {
     sendBtn.disabled = true;
     sendBtn.textContent = "Submitting…";
     try {
-      const out = await post("/v1/jobs", { jobs: [spec] });
-      const job = out.jobs[0];
-      toast(`Submitted job ${job.id}`, "ok");
-      location.hash = `#/jobs/${job.id}`;
+      const out = await post("/v1/jobs", sweep.length ? { jobs: [spec], sweep } : { jobs: [spec] });
+      if (out.jobs.length === 1) {
+        toast(`Submitted job ${out.jobs[0].id}`, "ok");
+        location.hash = `#/jobs/${out.jobs[0].id}`;
+      } else {
+        toast(`Submitted ${out.jobs.length} jobs (jobs ${out.jobs[0].id}–${out.jobs[out.jobs.length - 1].id})`, "ok");
+        location.hash = "#/";
+      }
     } catch (e) {
       if (!(e instanceof ApiError) || e.status === 401) return;
+      const detail = withoutBatchPlace(e.detail);
       const id = fieldOf(e.field);
-      if (id) showErrors({ [id]: e.detail });
-      else showErrors({}, [e.status === 403 ? `Not allowed: ${e.detail}` : e.detail]);
+      if (id) showErrors({ [id]: detail });
+      else showErrors({}, [e.status === 403 ? `Not allowed: ${detail}` : detail]);
     } finally {
       sendBtn.disabled = false;
       sendBtn.textContent = "Submit job";

@@ -4,7 +4,7 @@
 // an admin everyone's (the API decides).
 
 import { api, query } from "./api.js";
-import { h, replace, s } from "./dom.js";
+import { h, replace, s, stacked } from "./dom.js";
 import * as fmt from "./format.js";
 import { poll } from "./ui.js";
 
@@ -74,7 +74,7 @@ export function renderUsage(root, params) {
         h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2))))));
     const note = r.default_prices ? h("p", { class: "muted" }, "* at Rota's default prices "
       + "(AWS on-demand for each tier's GPU): nobody here set a price; rota.toml [tiers] sets yours") : null;
-    replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, table), note]
+    replace(body, r.rows.length ? [...chart(r.rows, groups), h("div", { class: "table-wrap" }, stacked(table)), note]
       : h("p", { class: "muted" }, "No GPU use in this window."));
     await paintWorkspaces(spaces);
   }, EVERY_MS);
@@ -92,14 +92,14 @@ async function paintWorkspaces(spaces) {
   const synced = ws.workspaces.some((w) => w.sync);
   const heads = ["Workspace", "Size", "Quota", ...(synced ? ["Bucket"] : []), ""];
   replace(spaces, ws.workspaces.length
-    ? h("div", { class: "table-wrap" }, h("table", { class: "compact" },
+    ? h("div", { class: "table-wrap" }, stacked(h("table", { class: "compact" },
       h("thead", null, h("tr", null, heads.map((x) => h("th", { scope: "col" }, x)))),
       h("tbody", null, ws.workspaces.map((w) => h("tr", { "data-workspace": w.name },
         h("td", null, h("code", { title: w.path }, w.name)),
         h("td", { class: "num" }, w.bytes === null ? "–" : fmt.bytes(w.bytes)),
         h("td", { class: "num" }, fmt.bytes(w.quota) + (w.own_quota ? " (its own)" : "")),
         synced ? h("td", { class: "sync", title: w.sync ? w.sync.url : "" }, w.sync ? syncText(w.sync) : "–") : null,
-        h("td", null, w.over ? h("span", { class: "warn" }, "over quota: its jobs wait") : ""))))))
+        h("td", null, w.over ? h("span", { class: "warn" }, "over quota: its jobs wait") : "")))))))
     : h("p", { class: "muted" }, `No workspaces yet: each user and project gets one at its first job (quota ${fmt.bytes(ws.default_quota)}).`));
 }
 
