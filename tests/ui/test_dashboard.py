@@ -185,7 +185,10 @@ def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
     script = ("import time\n"
               "for i in range(1, 41):\n"
               "    print(f'step {i}/40: loss={4.0 / i:.4f} acc: {i / 40:.3f}', flush=True)\n"
-              "    time.sleep(0.15)\n")
+              "    if i % 10 == 0:\n"
+              "        print(f'step {i}/40: val_loss={5.0 / i:.4f}', flush=True)\n"
+              "    time.sleep(0.15)\n"
+              "print('step 40/40: grad_norm=1.5', flush=True)\n")
     job = dashboard.submit(command=[sys.executable, "-u", "-c", script], name="ui-metrics",
                            gpus=0)
     page = open_page(hash=f"#/jobs/{job['id']}")
@@ -198,12 +201,44 @@ def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
     expect(page.locator(".page-head .badge")).to_have_text("completed")
     loss = page.locator("figure[data-metric=loss]")
     expect(loss).to_be_visible()
-    expect(loss.locator("h3")).to_contain_text("last 0.1")
-    expect(loss.locator("h3")).to_contain_text("40 samples")  # every step, fetched in parts
-    expect(loss.locator("svg.metric-chart polyline")).to_have_count(1)
-    pts = loss.locator("svg.metric-chart polyline").get_attribute("points") or ""
-    assert len(pts.split()) == 40
+    expect(loss.locator("h3")).to_contain_text("44 samples")  # every step, fetched in parts
+    # train and validation loss share one chart, each named in its legend with its last value
+    expect(loss.locator(".chart-legend li")).to_have_count(2)
+    expect(loss.locator(".chart-legend [data-series=loss]")).to_contain_text("loss 0.1")
+    expect(loss.locator(".chart-legend [data-series=val_loss]")).to_contain_text("val_loss 0.125")
+    line = loss.locator("[data-series=loss] polyline")
+    expect(line).to_have_count(1)
+    assert len((line.get_attribute("points") or "").split()) == 40
+    expect(loss.locator("[data-series=val_loss] polyline")).to_have_count(1)
+    # axes with round ticks: values on the left, steps below
+    y_ticks = loss.locator(".axis-y .tick").all_text_contents()
+    x_ticks = loss.locator(".axis-x .tick").all_text_contents()
+    assert len(y_ticks) >= 3 and all(re.fullmatch(r"-?[\d.]+", t) for t in y_ticks), y_ticks
+    assert len(x_ticks) >= 2 and all(re.fullmatch(r"\d+", t) for t in x_ticks), x_ticks
+    assert int(x_ticks[-1]) <= 40
+    # hovering reads each series at the nearest step
+    chart = loss.locator("svg.metric-chart")
+    box = chart.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 589 / 600, box["y"] + box["height"] / 2)
+    readout = loss.locator(".chart-readout")
+    expect(readout).to_be_visible()
+    expect(readout).to_contain_text("step 40")
+    expect(readout).to_contain_text("loss 0.1")
+    expect(readout).to_contain_text("val_loss 0.125")
+    page.mouse.move(0, 0)
+    expect(readout).to_be_hidden()
+    # smoothing: each series drawn raw (faint) and smoothed; remembered for the next page
+    page.locator("#m-smooth").fill("0.9")
+    expect(loss.locator("polyline.line-smoothed")).to_have_count(2)
+    expect(loss.locator("polyline.raw")).to_have_count(2)
+    # a metric of one sample is a point, not an empty box
+    expect(page.locator("figure[data-metric=grad_norm] circle.chart-point")).to_have_count(1)
     expect(page.locator("figure[data-metric=acc]")).to_be_visible()
+    page.reload()
+    expect(page.locator("#m-smooth")).to_have_value("0.9")
+    page.locator("#m-smooth").fill("0")
+    expect(page.locator("figure[data-metric=loss] polyline.line-smoothed")).to_have_count(0)
 
 
 def test_a_jobs_saved_outputs_are_listed_and_download_byte_equal(

@@ -2,7 +2,7 @@
 
 import { api, download, post, streamEvents } from "./api.js";
 import { h, highlighted, replace, stacked } from "./dom.js";
-import { lineChart } from "./charts.js";
+import { chartKey, metricChart } from "./charts.js";
 import { refLink } from "./datasets.js";
 import * as fmt from "./format.js";
 import { act, confirmDialog, liveIndicator, poll, stateBadge, toast } from "./ui.js";
@@ -422,30 +422,71 @@ function progressOf(p) {
     "aria-label": `${Math.round(p.fraction * 100)}% done` }), text);
 }
 
-/** One chart per metric read from the job's output, fetched incrementally with a cursor. */
+const SMOOTHING_KEY = "rota.smoothing";
+
+function savedSmoothing() {
+  try {
+    const v = Number(localStorage.getItem(SMOOTHING_KEY));
+    return v >= 0 && v < 1 ? v : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * The metrics read from the job's output, fetched incrementally with a cursor: one chart
+ * per quantity, its train and validation series together, with a smoothing control.
+ */
 function metricsPanel(id) {
   const series = new Map();
   let after = 0;
+  let smooth = savedSmoothing();
   const grid = h("div", { class: "metric-grid" });
+  const smoothValue = h("output", { for: "m-smooth" }, smooth.toFixed(2));
+  const slider = h("input", { type: "range", id: "m-smooth", min: "0", max: "0.99", step: "0.01",
+    value: String(smooth), "aria-describedby": "m-smooth-hint" });
+  slider.addEventListener("input", () => {
+    smooth = Number(slider.value);
+    smoothValue.textContent = smooth.toFixed(2);
+    try {
+      localStorage.setItem(SMOOTHING_KEY, String(smooth));
+    } catch {
+      /* private mode: this page only */
+    }
+    paint();
+  });
   const el = h("section", { class: "card", "aria-labelledby": "h-metrics", hidden: true },
-    h("div", { class: "card-head" }, h("h2", { id: "h-metrics" }, "Metrics")), grid);
+    h("div", { class: "card-head" }, h("h2", { id: "h-metrics" }, "Metrics"),
+      h("div", { class: "smoothing push-end" }, h("label", { for: "m-smooth" }, "Smoothing"), slider, smoothValue,
+        h("span", { id: "m-smooth-hint", class: "visually-hidden" }, "an exponential moving average, as TensorBoard's"))),
+    grid);
 
   function paint() {
-    const names = [...series.keys()].sort();
-    el.hidden = !names.length;
-    replace(grid, names.map((name) => {
-      const pts = series.get(name);
-      const values = pts.map((p) => p[1]);
-      const last = values[values.length - 1];
-      const xy = pts.map((p, i) => [p[0] ?? i, p[1]]);
-      return h("figure", { class: "metric", "data-metric": name },
-        h("h3", null, h("span", null, name), h("span", { class: "muted small" }, `last ${fmt3(last)} · ${pts.length} samples`)),
-        lineChart(xy, { label: `${name}: last ${fmt3(last)}, from ${fmt3(Math.min(...values))} to ${fmt3(Math.max(...values))}` }),
-        h("figcaption", { class: "muted small metric-range" },
-          h("span", null, `min ${fmt3(Math.min(...values))}`), h("span", null, `max ${fmt3(Math.max(...values))}`)));
+    const groups = new Map();
+    for (const name of [...series.keys()].sort()) {
+      const key = chartKey(name);
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(name);
+    }
+    el.hidden = !groups.size;
+    replace(grid, [...groups].map(([key, names]) => {
+      const lines = names.map((name) => ({ name, points: series.get(name).map((p, i) => [p[0] ?? i, p[1]]) }));
+      const lastOf = (one) => one.points[one.points.length - 1][1];
+      const samples = lines.reduce((n, one) => n + one.points.length, 0);
+      const said = lines.map((one) => {
+        const v = one.points.map((p) => p[1]);
+        return `${one.name}: last ${fmt3(lastOf(one))}, from ${fmt3(Math.min(...v))} to ${fmt3(Math.max(...v))}`;
+      }).join("; ");
+      const head = lines.length === 1 ? `last ${fmt3(lastOf(lines[0]))} · ${samples} samples`
+        : `${samples} samples`;
+      return h("figure", { class: "metric", "data-metric": key },
+        h("h3", null, h("span", { class: "metric-name", title: key }, key), h("span", { class: "muted small" }, head)),
+        lines.length > 1 ? h("ul", { class: "chart-legend" }, lines.map((one, i) =>
+          h("li", { class: `series-${i % 4}`, "data-series": one.name }, h("span", { class: "swatch" }),
+            `${one.name} `, h("span", { class: "muted" }, fmt3(lastOf(one)))))) : null,
+        metricChart(lines, { label: said, smooth }));
     }));
   }
-
   return {
     el,
     async refresh() {
