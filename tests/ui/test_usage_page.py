@@ -54,6 +54,26 @@ def test_the_usage_page_draws_gpu_hours_stacked_by_user_with_the_table(
                   ["totals"]}
     row = page.locator("table.usage tr.total", has_text="bob")
     expect(row).to_contain_text(f"{totals['bob']['gpu_hours']:.2f}")
+    # a value axis with round ticks, a label under the bar, a legend naming each colour
+    ticks = chart.locator(".axis-y .tick").all_text_contents()
+    assert len(ticks) >= 2 and ticks[0] == "0", ticks
+    expect(chart.locator(".axis-x .tick").first).to_be_visible()
+    expect(page.locator(".usage-legend li")).to_have_text(["alice", "bob"])
+    # one day's bar is a bar, not the whole chart
+    assert float(chart.locator("rect").first.get_attribute("width") or 0) <= 56
+    # each heading stands over its values (numbers right-aligned under theirs)
+    heads = page.locator("table.usage thead th")
+    cells = row.locator("td")
+    for i in range(5):
+        head, cell = heads.nth(i).bounding_box(), cells.nth(i).bounding_box()
+        assert head and cell and abs(head["x"] - cell["x"]) < 2 and \
+            abs(head["width"] - cell["width"]) < 2, (i, head, cell)
+    for i in (2, 3, 4):
+        assert heads.nth(i).evaluate("e => getComputedStyle(e).textAlign") == "right"
+        assert cells.nth(i).evaluate("e => getComputedStyle(e).textAlign") == "right"
+    # the pickers are labelled fields
+    expect(page.get_by_label("Group by")).to_have_value("user")
+    expect(page.get_by_label("Per", exact=True)).to_have_value("day")
     expect(page.locator("table.usage thead")).to_contain_text("Idle GPU-h")
     # no [tiers] in its rota.toml: the costs are at Rota's shipped prices, and say so
     expect(page.locator("table.usage thead")).to_contain_text("Cost*")

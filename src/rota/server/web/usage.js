@@ -4,6 +4,7 @@
 // an admin everyone's (the API decides).
 
 import { api, query } from "./api.js";
+import { niceTicks, tickText } from "./charts.js";
 import { h, replace, s, stacked } from "./dom.js";
 import * as fmt from "./format.js";
 import { poll } from "./ui.js";
@@ -21,29 +22,51 @@ export function stacks(rows) {
   return [...out];
 }
 
+const CW = 640;
+const CH = 240;
+const CM = { left: 52, right: 10, top: 12, bottom: 30 };
+const MAX_BAR = 56; // a lone bar stays a bar, not the whole chart
+
+/** GPU-hours per period, stacked by group, with a value axis, period labels and a legend. */
 function chart(rows, groups) {
   const bars = stacks(rows);
-  const W = 640, H = 220, pad = 28;
   const top = Math.max(1e-9, ...bars.map(([, m]) => [...m.values()].reduce((a, b) => a + b, 0)));
-  const bw = (W - pad) / Math.max(1, bars.length);
-  const svg = s("svg", { class: "usage-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
-    "aria-label": "GPU-hours per period, stacked by group" });
+  const ticks = niceTicks(0, top, 4);
+  const high = Math.max(top, ticks[ticks.length - 1]);
+  const [pl, pr, pt, pb] = [CM.left, CW - CM.right, CM.top, CH - CM.bottom];
+  const Y = (v) => pb - (v / high) * (pb - pt);
+  const slot = (pr - pl) / Math.max(1, bars.length);
+  const bw = Math.min(MAX_BAR, slot * 0.7);
+  const every = Math.ceil(bars.length / 12); // at most about 12 period labels
+  const svg = s("svg", { class: "usage-chart", viewBox: `0 0 ${CW} ${CH}`, role: "img",
+    "aria-label": "GPU-hours per period, stacked by group: " +
+      bars.map(([b, m]) => `${b} ${[...m.values()].reduce((a, c) => a + c, 0).toFixed(2)}`).join(", ") });
+  const yAxis = s("g", { class: "axis axis-y" });
+  for (const v of ticks) {
+    yAxis.append(s("line", { class: "chart-grid", x1: pl, x2: pr, y1: Y(v).toFixed(1), y2: Y(v).toFixed(1) }),
+      s("text", { class: "tick", x: pl - 6, y: (Y(v) + 4).toFixed(1) }, tickText(v)));
+  }
+  svg.append(yAxis, s("text", { class: "axis-name", x: 4, y: pt + 2 }, "GPU-h"),
+    s("line", { class: "axis-line", x1: pl, x2: pr, y1: pb, y2: pb }));
+  const xAxis = s("g", { class: "axis axis-x" });
   bars.forEach(([bucket, m], i) => {
-    let y = H - pad;
+    const cx = pl + slot * (i + 0.5);
+    let y = pb;
     groups.forEach((g, j) => {
-      const hgt = ((m.get(g) || 0) / top) * (H - 2 * pad);
+      const hours = m.get(g) || 0;
+      const hgt = (hours / high) * (pb - pt);
       if (hgt <= 0) return;
       y -= hgt;
-      svg.append(s("rect", { x: pad + i * bw + 2, y, width: Math.max(1, bw - 4), height: hgt,
+      svg.append(s("rect", { x: (cx - bw / 2).toFixed(1), y: y.toFixed(1), width: bw.toFixed(1), height: hgt.toFixed(1),
         fill: COLOURS[j % COLOURS.length], "data-group": g, "data-bucket": bucket },
-      s("title", null, `${bucket} · ${g}: ${(m.get(g) || 0).toFixed(2)} GPU-h`)));
+      s("title", null, `${bucket} · ${g}: ${hours.toFixed(2)} GPU-h`)));
     });
-    svg.append(s("text", { x: pad + i * bw + 2, y: H - 8, class: "small" }, bucket));
+    if (i % every === 0) xAxis.append(s("text", { class: "tick", x: cx.toFixed(1), y: CH - 10 }, bucket));
   });
-  svg.append(s("text", { x: 2, y: pad, class: "small" }, `${top.toFixed(1)} GPU-h`));
-  const legend = h("p", { class: "small" }, groups.map((g, j) => h("span", { class: "usage-key" },
-    s("svg", { width: 10, height: 10 }, s("rect", { width: 10, height: 10, fill: COLOURS[j % COLOURS.length] })), ` ${g} `)));
-  return [svg, legend];
+  svg.append(xAxis);
+  const legend = h("ul", { class: "chart-legend usage-legend" }, groups.map((g, j) =>
+    h("li", { "data-group": g }, h("span", { class: "swatch", style: { background: COLOURS[j % COLOURS.length] } }), g)));
+  return [h("div", { class: "card usage-card" }, legend, svg)];
 }
 
 export function renderUsage(root, params) {
@@ -51,21 +74,24 @@ export function renderUsage(root, params) {
   const period = ["day", "week", "month"].includes(params.get("period")) ? params.get("period") : "day";
   const body = h("div", { id: "usage-body" });
   const spaces = h("div", { id: "workspaces-body" });
-  const pick = (name, value, options) => h("select", { "aria-label": name, onchange: (e) => {
-    const next = new URLSearchParams({ by, period, [name]: e.target.value });
-    location.hash = `#/usage?${next}`;
-  } }, options.map((o) => h("option", { value: o, selected: o === value }, o)));
+  const pick = (name, label, value, options) => h("div", { class: "field inline" },
+    h("label", { for: `u-${name}` }, label),
+    h("select", { id: `u-${name}`, name, onchange: (e) => {
+      const next = new URLSearchParams({ by, period, [name]: e.target.value });
+      location.hash = `#/usage?${next}`;
+    } }, options.map((o) => h("option", { value: o, selected: o === value }, o))));
   replace(root, h("section", { class: "page" },
     h("div", { class: "page-head" }, h("h1", null, "Usage")),
-    h("p", null, "Group by ", pick("by", by, ["user", "project", "pool", "tier"]),
-      " per ", pick("period", period, ["day", "week", "month"])), body,
+    h("div", { class: "filters card" }, pick("by", "Group by", by, ["user", "project", "pool", "tier"]),
+      pick("period", "Per", period, ["day", "week", "month"])), body,
     h("section", { class: "card workspaces", "aria-labelledby": "h-workspaces" },
       h("h2", { id: "h-workspaces" }, "Workspaces"), spaces)));
   return poll(async () => {
     const r = await api(`/v1/report${query({ by, period })}`);
     const groups = r.totals.map((t) => t.group);
     const table = h("table", { class: "usage" },
-      h("thead", null, h("tr", null, [period, by, "GPU-hours", r.default_prices ? "Cost*" : "Cost", "Idle GPU-h"].map((x) => h("th", { scope: "col" }, x)))),
+      h("thead", null, h("tr", null, [period, by].map((x) => h("th", { scope: "col" }, x)),
+        ["GPU-hours", r.default_prices ? "Cost*" : "Cost", "Idle GPU-h"].map((x) => h("th", { scope: "col", class: "num" }, x)))),
       h("tbody", null, r.rows.map((x) => h("tr", null, h("td", null, x.bucket), h("td", null, x.group),
         h("td", { class: "num" }, x.gpu_hours.toFixed(2)), h("td", { class: "num" }, x.cost.toFixed(2)),
         h("td", { class: "num" }, x.wasted_gpu_hours.toFixed(2)))),
