@@ -220,7 +220,8 @@ def test_metrics_and_progress_from_the_output_are_drawn(open_page: Open,
     chart = loss.locator("svg.metric-chart")
     box = chart.bounding_box()
     assert box is not None
-    page.mouse.move(box["x"] + box["width"] * 589 / 600, box["y"] + box["height"] / 2)
+    # the last step's column (the plot ends 12 of the chart's 600 units from its right edge)
+    chart.hover(position={"x": box["width"] * 586 / 600, "y": box["height"] / 2})
     readout = loss.locator(".chart-readout")
     expect(readout).to_be_visible()
     expect(readout).to_contain_text("step 40")

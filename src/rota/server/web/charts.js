@@ -50,7 +50,7 @@ export function sparkline(points, { max = 1, label = "", cls = "", window = 3600
 
 const MW = 600;
 const MH = 220;
-const M = { left: 56, right: 10, top: 10, bottom: 26 };
+const M = { left: 70, right: 12, top: 12, bottom: 34 };
 
 /** About n round tick values covering lo..hi (1, 2 or 5 times a power of ten apart). */
 export function niceTicks(lo, hi, n = 4) {
@@ -114,16 +114,16 @@ export function metricChart(series, { label = "", smooth = 0 } = {}) {
   const yAxis = s("g", { class: "axis axis-y" });
   for (const v of niceTicks(y0, y1)) {
     yAxis.append(s("line", { class: "chart-grid", x1: pl, x2: pr, y1: Y(v).toFixed(1), y2: Y(v).toFixed(1) }),
-      s("text", { class: "tick", x: pl - 6, y: (Y(v) + 4).toFixed(1) }, tickText(v)));
+      s("text", { class: "tick", x: pl - 8, y: (Y(v) + 6).toFixed(1) }, tickText(v)));
   }
   const xAxis = s("g", { class: "axis axis-x" },
     s("line", { class: "axis-line", x1: pl, x2: pr, y1: pb, y2: pb }));
   const xTicks = niceTicks(x0, x1, 5).filter((v) => Number.isInteger(v) || x1 - x0 < 5);
   for (const v of xTicks) {
     xAxis.append(s("line", { class: "axis-line", x1: X(v).toFixed(1), x2: X(v).toFixed(1), y1: pb, y2: pb + 4 }),
-      s("text", { class: "tick", x: X(v).toFixed(1), y: MH - 8 }, tickText(v)));
+      s("text", { class: "tick", x: X(v).toFixed(1), y: MH - 10 }, tickText(v)));
   }
-  svg.append(yAxis, xAxis, s("text", { class: "axis-name", x: pr, y: MH - 8 }, "step"));
+  svg.append(yAxis, xAxis, s("text", { class: "axis-name", x: pr, y: MH - 10 }, "step"));
 
   const path = (pts) => pts.map(([a, b]) => `${X(a).toFixed(1)},${Y(b).toFixed(1)}`).join(" ");
   series.forEach((one, i) => {
