@@ -280,7 +280,8 @@ class RunnerClient:
                 self.path.unlink()
             return None
         self.pid = int(hello["pid"])
-        try:
+        try:  # a timeout of its own: the hello may have used up most of the first one
+            sock.settimeout(START_TIMEOUT_S)
             sock.send(json.dumps({"op": "env", "env": self.env}).encode())
             sock.recv(1 << 16)
         except OSError as e:
