@@ -47,6 +47,14 @@ def _receive(sock: socket.socket, flags: int = 0) -> tuple[bytes, list[int]]:
 Answer = tuple[dict[str, Any], list[int]]
 
 
+def _wait(sock: socket.socket, events: int) -> int:
+    """Until the socket is ready for ``events`` (poll: a daemon holding many jobs' pipes
+    has descriptors past select's 1024); the events it is ready for (a hang-up included)."""
+    p = select.poll()
+    p.register(sock, events)
+    return sum(ev for _, ev in p.poll())
+
+
 class RunnerClient:
     """Requests are answered in the order they were sent. ``request_many`` waits for its
     answers; ``request_many_later`` returns at once and its callback gets each answer on the
@@ -181,8 +189,7 @@ class RunnerClient:
                 sock.send(data)
                 return
             except BlockingIOError:
-                readable, _, _ = select.select([sock], [sock], [])
-                if readable:
+                if _wait(sock, select.POLLIN | select.POLLOUT) & select.POLLIN:
                     self._take_answers(sock)
 
     def _take_answers(self, sock: socket.socket) -> None:
@@ -209,7 +216,7 @@ class RunnerClient:
             try:
                 self._take_answers(sock)
                 if not self._unclaimed:
-                    select.select([sock], [], [])
+                    _wait(sock, select.POLLIN)
             except OSError as e:
                 self._reset(f"reading an answer: {e}")
                 raise RunnerLost(f"the local runner went away: {e}") from None
